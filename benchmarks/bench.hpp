@@ -1,0 +1,46 @@
+// The benchmark driver's workloads; one entry per workload.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace canopy {
+namespace bench {
+
+struct PcConfig {
+  std::string points;                       // CSV / CSV.gz, or empty
+  std::string generate = "uniform:400000:7";  // used when points is empty
+  std::string queries;                      // CSV of queries (same columns); default: the points
+  std::string columns;
+  std::uint64_t seed = 1;
+  bool shuffle_set = false;
+  std::uint64_t shuffle_seed = 0;
+  std::string radius = "auto:32";
+  int depth = 0;
+  int leaf_size = 8;
+  std::string device = "auto";
+  std::string variants = "all";
+  int repeat = 5;
+  std::string json;
+};
+
+struct ScheduleConfig {
+  std::int64_t queries = 1000000;
+  std::int64_t top_leaves = 256;
+  double density = 0.05;
+  int repeat = 11;
+  std::uint64_t seed = 1;
+  std::string json;
+};
+
+void add_pc_options(CLI::App& app, PcConfig& c);
+void add_schedule_options(CLI::App& app, ScheduleConfig& c);
+int run_pc(const PcConfig& c);
+int run_schedule(const ScheduleConfig& c);
+
+}  // namespace bench
+}  // namespace canopy

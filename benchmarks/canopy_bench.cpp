@@ -1,0 +1,33 @@
+// canopy-bench: the benchmark driver.
+//   canopy-bench                 point correlation on the default workload (uniform:400000:7)
+//   canopy-bench pc [options]    point correlation, every variant side by side
+//   canopy-bench schedule [...]  the sandpile scheduler alone on a random scheduling matrix
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "benchmarks/bench.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"canopy-bench: hybrid CPU-GPU scheduling of tree traversals"};
+  app.require_subcommand(0, 1);
+
+  canopy::bench::PcConfig pc;
+  CLI::App* pc_cmd = app.add_subcommand("pc", "point correlation on a kd-tree (the default)");
+  canopy::bench::add_pc_options(*pc_cmd, pc);
+
+  canopy::bench::ScheduleConfig sc;
+  CLI::App* sc_cmd = app.add_subcommand("schedule", "the sandpile scheduler alone on a random matrix");
+  canopy::bench::add_schedule_options(*sc_cmd, sc);
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*sc_cmd) return canopy::bench::run_schedule(sc);
+    return canopy::bench::run_pc(pc);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "canopy-bench: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,166 @@
+// GPU executors, templated on the topology and the visitor. Each thread runs one scheduled
+// query; results land at the query's original index. Include from .cu files only; the
+// library instantiates these for its own visitors, and a program with its own visitor
+// includes this file in its own .cu.
+#pragma once
+
+#include <climits>
+#include <cstdint>
+
+#include "executor/executor.hpp"
+#include "executor/traversal.hpp"
+#include "runtime/cuda_support.cuh"
+
+namespace canopy {
+namespace gpu {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kLockstepWarpsPerBlock = 4;
+constexpr int kIndependentBlock = 128;
+
+// (a) Independent: one thread per query with its own rope stack.
+template <class Topology, class Visitor>
+__global__ void __launch_bounds__(kIndependentBlock)
+independent_kernel(Topology tree, Visitor v, const index_t* order, index_t n) {
+  const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (i < n) traverse_one(tree, v, scheduled_query(order, i));
+}
+
+// (b) Mask lockstep (Goldfarb et al.): the warp walks one shared rope stack whose entries
+// carry the mask of lanes still active in that subtree; a lane computes only where its bit
+// is set, and the warp skips a subtree only when every lane truncates. kCountNodes writes
+// the nodes each warp popped (the instrumented build the emulator is checked against).
+template <bool kCountNodes, class Topology, class Visitor>
+__global__ void __launch_bounds__(kLockstepWarpsPerBlock * 32)
+mask_lockstep_kernel(Topology tree, Visitor v, const index_t* order, index_t n, index_t* warp_nodes) {
+  __shared__ node_id stack_node[kLockstepWarpsPerBlock][Topology::kMaxStack];
+  __shared__ std::uint32_t stack_mask[kLockstepWarpsPerBlock][Topology::kMaxStack];
+  const int lane = threadIdx.x & 31;
+  const int wib = threadIdx.x >> 5;
+  const index_t warp = blockIdx.x * static_cast<index_t>(kLockstepWarpsPerBlock) + wib;
+  if (warp * 32 >= n) return;  // whole warps only
+  const index_t pos = warp * 32 + lane;
+  const bool valid = pos < n;
+  const index_t q = valid ? scheduled_query(order, pos) : 0;
+  typename Visitor::State s;
+  if (valid) s = v.init(q);
+  node_id* snode = stack_node[wib];
+  std::uint32_t* smask = stack_mask[wib];
+  const std::uint32_t all = __ballot_sync(kFullMask, valid);
+  if (lane == 0) {
+    snode[0] = 0;
+    smask[0] = all;
+  }
+  int sp = 1;
+  index_t visited = 0;
+  __syncwarp();
+  while (sp > 0) {
+    --sp;
+    const node_id node = snode[sp];
+    const std::uint32_t mask = smask[sp];
+    __syncwarp();  // every lane has read the slot before it is pushed over
+    if (kCountNodes) ++visited;
+    const bool cond = ((mask >> lane) & 1u) && v.descend(s, node);
+    const std::uint32_t next = __ballot_sync(kFullMask, cond);
+    if (next == 0) continue;
+    if (tree.is_leaf(node)) {
+      if (cond) v.leaf(s, node);
+    } else {
+      const int nc = tree.child_count(node);
+      if (lane < nc) {
+        snode[sp + nc - 1 - lane] = tree.child(node, lane);
+        smask[sp + nc - 1 - lane] = next;
+      }
+      sp += nc;
+      __syncwarp();
+    }
+  }
+  if (valid) v.finish(s, q);
+  if (kCountNodes && lane == 0) warp_nodes[warp] = visited;
+}
+
+// (c) FSM lockstep (the paper's Figure 11): each lane holds, in registers, whether it is
+// traversing or truncated and the stack depth (critical) at which it truncated; the shared
+// rope stack holds node ids only. A truncated lane resumes once the warp pops below its
+// critical depth, i.e. leaves the subtree it declined.
+template <bool kCountNodes, class Topology, class Visitor>
+__global__ void __launch_bounds__(kLockstepWarpsPerBlock * 32)
+fsm_lockstep_kernel(Topology tree, Visitor v, const index_t* order, index_t n, index_t* warp_nodes) {
+  __shared__ node_id stack_node[kLockstepWarpsPerBlock][Topology::kMaxStack];
+  const int lane = threadIdx.x & 31;
+  const int wib = threadIdx.x >> 5;
+  const index_t warp = blockIdx.x * static_cast<index_t>(kLockstepWarpsPerBlock) + wib;
+  if (warp * 32 >= n) return;
+  const index_t pos = warp * 32 + lane;
+  const bool valid = pos < n;
+  const index_t q = valid ? scheduled_query(order, pos) : 0;
+  typename Visitor::State s;
+  if (valid) s = v.init(q);
+  node_id* stack = stack_node[wib];
+  bool traversing = valid;
+  int critical = INT_MAX;
+  if (lane == 0) stack[0] = 0;
+  int sp = 1;
+  index_t visited = 0;
+  __syncwarp();
+  while (sp > 0) {
+    --sp;
+    const node_id node = stack[sp];
+    __syncwarp();
+    if (kCountNodes) ++visited;
+    if (sp < critical) {  // transition back to traversing
+      traversing = valid;
+      critical = INT_MAX;
+    }
+    const bool cond = traversing && v.descend(s, node);
+    if (!__any_sync(kFullMask, cond)) continue;
+    if (traversing && !cond) {  // transition to truncated
+      traversing = false;
+      critical = sp;
+    }
+    if (tree.is_leaf(node)) {
+      if (cond) v.leaf(s, node);
+    } else {
+      const int nc = tree.child_count(node);
+      if (lane < nc) stack[sp + nc - 1 - lane] = tree.child(node, lane);
+      sp += nc;
+      __syncwarp();
+    }
+  }
+  if (valid) v.finish(s, q);
+  if (kCountNodes && lane == 0) warp_nodes[warp] = visited;
+}
+
+// Launches one executor over n scheduled queries on `stream`. warp_nodes (lockstep only) may
+// be null; when given, the instrumented kernel writes each warp's node count there.
+template <class Topology, class Visitor>
+void launch_executor(ExecutorKind k, const Topology& tree, const Visitor& v, const index_t* order,
+                     index_t n, index_t* warp_nodes, cudaStream_t stream) {
+  if (n <= 0) return;
+  const index_t warps = (n + 31) / 32;
+  const unsigned lock_blocks = static_cast<unsigned>((warps + kLockstepWarpsPerBlock - 1) / kLockstepWarpsPerBlock);
+  switch (k) {
+    case ExecutorKind::Independent:
+      independent_kernel<<<static_cast<unsigned>((n + kIndependentBlock - 1) / kIndependentBlock),
+                           kIndependentBlock, 0, stream>>>(tree, v, order, n);
+      CANOPY_CUDA_CHECK_LAUNCH("independent_kernel");
+      break;
+    case ExecutorKind::MaskLockstep:
+      if (warp_nodes)
+        mask_lockstep_kernel<true><<<lock_blocks, kLockstepWarpsPerBlock * 32, 0, stream>>>(tree, v, order, n, warp_nodes);
+      else
+        mask_lockstep_kernel<false><<<lock_blocks, kLockstepWarpsPerBlock * 32, 0, stream>>>(tree, v, order, n, nullptr);
+      CANOPY_CUDA_CHECK_LAUNCH("mask_lockstep_kernel");
+      break;
+    case ExecutorKind::FsmLockstep:
+      if (warp_nodes)
+        fsm_lockstep_kernel<true><<<lock_blocks, kLockstepWarpsPerBlock * 32, 0, stream>>>(tree, v, order, n, warp_nodes);
+      else
+        fsm_lockstep_kernel<false><<<lock_blocks, kLockstepWarpsPerBlock * 32, 0, stream>>>(tree, v, order, n, nullptr);
+      CANOPY_CUDA_CHECK_LAUNCH("fsm_lockstep_kernel");
+      break;
+  }
+}
+
+}  // namespace gpu
+}  // namespace canopy

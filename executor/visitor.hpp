@@ -1,0 +1,55 @@
+// The traversal visitor: one definition of a workload, driven by every loop Canopy has (the
+// inspector, the CPU executor, the CPU warp emulator and the GPU kernels).
+//
+// A Topology (e.g. KdTreeView) answers is_leaf(n), child_count(n), child(n, i) and has a
+// kMaxStack bound; children are visited in index order (child 0 first).
+//
+// A Visitor is trivially copyable and provides, all CANOPY_HD and const:
+//   using State = ...;                       // per-query state, held in registers on the GPU
+//   State init(index_t query);                // load the query
+//   bool descend(State&, node_id n);          // visit n: true = go on into n, false = truncate
+//   void leaf(State&, node_id n);             // n is a leaf that descend() accepted
+//   void finish(State&, index_t query);       // write the query's result at its original index
+//
+// The traversal a visitor defines is the recursive one of the paper's Figure 1: descend()
+// at n, then leaf() if n is a leaf, else each child in order. Executors only decide who runs
+// which query when; the nodes a query visits, and their order, are the visitor's.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/common.hpp"
+
+namespace canopy {
+
+// Records, per query, the sequence of nodes at which descend() was called (a node id, or its
+// bitwise complement when the query truncated there). The soundness tests compare these
+// sequences across schedules, executors and devices.
+template <class Inner>
+struct TracingVisitor {
+  Inner inner;
+  node_id* trace = nullptr;         // [queries][capacity]
+  std::int32_t* lengths = nullptr;  // visits per query (may exceed capacity: then truncated)
+  std::int32_t capacity = 0;
+
+  struct State {
+    typename Inner::State inner;
+    index_t query;
+    std::int32_t n;
+  };
+
+  CANOPY_HD State init(index_t q) const { return State{inner.init(q), q, 0}; }
+  CANOPY_HD bool descend(State& s, node_id node) const {
+    const bool go = inner.descend(s.inner, node);
+    if (s.n < capacity) trace[s.query * capacity + s.n] = go ? node : ~node;
+    ++s.n;
+    return go;
+  }
+  CANOPY_HD void leaf(State& s, node_id node) const { inner.leaf(s.inner, node); }
+  CANOPY_HD void finish(State& s, index_t q) const {
+    inner.finish(s.inner, q);
+    lengths[q] = s.n;
+  }
+};
+
+}  // namespace canopy

@@ -1,0 +1,77 @@
+// The inspector (the paper's §4.1 profiling pass): run each query's traversal through the
+// top-tree only and record which top-tree leaves it reached. The row function below is the
+// body of both the GPU kernel (inspector/inspector.cuh) and its CPU twin.
+#pragma once
+
+#include <cstdint>
+
+#include <tbb/parallel_for.h>
+
+#include "executor/visitor.hpp"
+#include "inspector/scheduling_matrix.hpp"
+#include "layouts/top_tree.hpp"
+
+namespace canopy {
+
+// Writes one whole row (every word, zeros included) for query q. Unguided traversals reach
+// top-leaves left to right, so bits arrive in ascending column order and each word is stored
+// once; an out-of-order column (a visitor that is not unguided) falls back to read-modify-write.
+template <class Topology, class Visitor>
+CANOPY_HD inline void inspect_row(const Topology& tree, const TopTreeView& top, const Visitor& v,
+                                  index_t q, std::uint64_t* row, index_t n_words) {
+  node_id stack[Topology::kMaxStack];
+  std::int8_t depth[Topology::kMaxStack];
+  int sp = 0;
+  stack[sp] = 0;
+  depth[sp] = 0;
+  ++sp;
+  auto s = v.init(q);
+  index_t word = 0;        // words below this one are stored
+  std::uint64_t bits = 0;  // pending bits of `word`
+  while (sp > 0) {
+    --sp;
+    const node_id n = stack[sp];
+    const int d = depth[sp];
+    if (!v.descend(s, n)) continue;
+    if (d == top.depth - 1 || tree.is_leaf(n)) {
+      const index_t c = top.column(n);
+      const index_t w = c / 64;
+      if (w >= word) {
+        for (; word < w; ++word) {
+          row[word] = bits;
+          bits = 0;
+        }
+        bits |= std::uint64_t{1} << (c % 64);
+      } else {
+        row[w] |= std::uint64_t{1} << (c % 64);
+      }
+      continue;
+    }
+    for (int i = tree.child_count(n) - 1; i >= 0; --i) {
+      stack[sp] = tree.child(n, i);
+      depth[sp] = static_cast<std::int8_t>(d + 1);
+      ++sp;
+    }
+  }
+  for (; word < n_words; ++word) {
+    row[word] = bits;
+    bits = 0;
+  }
+}
+
+// CPU twin of the GPU inspector: rows for queries 0..n_queries-1 in input order.
+template <class Topology, class Visitor>
+SchedulingMatrix inspect_cpu(const Topology& tree, const TopTreeView& top, const Visitor& v,
+                             index_t n_queries) {
+  SchedulingMatrix m(n_queries, top.n_leaves);
+  const index_t w = words_per_row(top.n_leaves);
+  std::uint64_t* words = m.data();
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, n_queries, 256),
+                    [&](const tbb::blocked_range<index_t>& r) {
+                      for (index_t q = r.begin(); q < r.end(); ++q)
+                        inspect_row(tree, top, v, q, words + q * w, w);
+                    });
+  return m;
+}
+
+}  // namespace canopy

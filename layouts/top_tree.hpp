@@ -1,0 +1,66 @@
+// The top-tree of depth d: the nodes at depth < d. Its leaves (nodes at depth d - 1, and tree
+// leaves shallower than that) are numbered 0..L-1 left to right; they are the columns of the
+// scheduling matrix.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/common.hpp"
+
+namespace canopy {
+
+struct TopTreeView {
+  const node_id* leaves = nullptr;  // ascending node ids; depth-first ids grow left to right
+  index_t n_leaves = 0;
+  int depth = 0;
+
+  // Column of a top-leaf node, by binary search; -1 if the node is not a top-leaf.
+  CANOPY_HD index_t column(node_id n) const {
+    index_t lo = 0, hi = n_leaves;
+    while (lo < hi) {
+      const index_t mid = (lo + hi) / 2;
+      if (leaves[mid] < n) lo = mid + 1; else hi = mid;
+    }
+    return (lo < n_leaves && leaves[lo] == n) ? lo : -1;
+  }
+};
+
+class TopTree {
+ public:
+  // Topology: is_leaf / child_count / child and a `height` member. Depth must lie in
+  // 1..height; a deeper one is an error that names both numbers.
+  template <class Topology>
+  static TopTree build(const Topology& tree, int depth) {
+    if (depth < 1 || depth > tree.height) {
+      throw Error("top-tree depth " + std::to_string(depth) + " is outside 1.." +
+                  std::to_string(tree.height) + " (the tree has " + std::to_string(tree.height) +
+                  " levels)");
+    }
+    TopTree t;
+    t.depth_ = depth;
+    std::vector<std::pair<node_id, int>> stack{{0, 0}};
+    while (!stack.empty()) {
+      auto [n, d] = stack.back();
+      stack.pop_back();
+      if (d == depth - 1 || tree.is_leaf(n)) {
+        t.leaves_.push_back(n);
+        continue;
+      }
+      for (int i = tree.child_count(n) - 1; i >= 0; --i) stack.push_back({tree.child(n, i), d + 1});
+    }
+    return t;
+  }
+
+  TopTreeView view() const { return {leaves_.data(), static_cast<index_t>(leaves_.size()), depth_}; }
+  const std::vector<node_id>& leaves() const { return leaves_; }
+  index_t size() const { return static_cast<index_t>(leaves_.size()); }
+  int depth() const { return depth_; }
+
+ private:
+  std::vector<node_id> leaves_;
+  int depth_ = 0;
+};
+
+}  // namespace canopy

@@ -1,0 +1,56 @@
+#include "runtime/cuda_support.cuh"
+#include "runtime/device.hpp"
+
+namespace canopy {
+
+void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  throw CudaError(std::string(call) + " failed: " + cudaGetErrorName(err) + " (" +
+                  cudaGetErrorString(err) + ") at " + file + ":" + std::to_string(line));
+}
+
+namespace {
+// Asked once; the answer cannot change while the process runs.
+cudaError_t probe(int* count) {
+  static int n = 0;
+  static const cudaError_t err = cudaGetDeviceCount(&n);
+  *count = err == cudaSuccess ? n : 0;
+  return err;
+}
+}  // namespace
+
+bool gpu_available() {
+  int n = 0;
+  return probe(&n) == cudaSuccess && n > 0;
+}
+
+std::string gpu_description() {
+  int n = 0;
+  const cudaError_t err = probe(&n);
+  if (err != cudaSuccess) return std::string("no CUDA device (") + cudaGetErrorString(err) + ")";
+  if (n == 0) return "no CUDA device";
+  int dev = 0;
+  CANOPY_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp p;
+  CANOPY_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+  return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
+         std::to_string(p.multiProcessorCount) + " SMs)";
+}
+
+Device resolve_device(Device requested) {
+  if (requested == Device::Cpu) return Device::Cpu;
+  const bool have = gpu_available();
+  if (requested == Device::Gpu && !have)
+    throw Error("device gpu was requested but there is none: " + gpu_description());
+  return have ? Device::Gpu : Device::Cpu;
+}
+
+const char* to_string(Device d) {
+  switch (d) {
+    case Device::Auto: return "auto";
+    case Device::Cpu: return "cpu";
+    case Device::Gpu: return "gpu";
+  }
+  return "?";
+}
+
+}  // namespace canopy

@@ -1,0 +1,19 @@
+// Which executors a machine offers. CUDA-free: callable from any C++ code.
+#pragma once
+
+#include <string>
+
+namespace canopy {
+
+enum class Device { Auto, Cpu, Gpu };
+
+// True when a CUDA device is present and usable (driver and runtime agree).
+bool gpu_available();
+// "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" or why there is none.
+std::string gpu_description();
+
+// Auto becomes Gpu when one is available, else Cpu; Gpu without one is an error.
+Device resolve_device(Device requested);
+const char* to_string(Device d);
+
+}  // namespace canopy

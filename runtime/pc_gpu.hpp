@@ -1,0 +1,41 @@
+// Internal: the GPU side of point correlation, behind a CUDA-free interface. Holds the device
+// copy of the tree, the queries, results, the scheduling matrix (device and pinned host) and
+// the order, and times each phase with CUDA events on its own non-blocking stream.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "executor/executor.hpp"
+#include "inspector/scheduling_matrix.hpp"
+#include "layouts/kdtree.hpp"
+#include "layouts/top_tree.hpp"
+
+namespace canopy {
+namespace detail {
+
+class PcGpuEngine {
+ public:
+  explicit PcGpuEngine(const KdTree& tree);
+  ~PcGpuEngine();
+
+  void set_queries(const float* queries, index_t n);
+  // Inspector kernel + asynchronous copy of the matrix into pinned host memory. The view
+  // stays valid until the next inspect().
+  SchedulingMatrixView inspect(const TopTree& top, float radius2, double* ms);
+  // Uploads a host schedule (order) for the next execute(); returns the copy's milliseconds.
+  double upload_order(const std::vector<index_t>& order);
+  // Leaf sort on the device (leaf search kernel + stable radix sort); the order stays there.
+  double leaf_sort();
+  std::vector<index_t> download_order();
+  // Runs the executor in the uploaded order (use_order) or the input order.
+  double execute(ExecutorKind kind, float radius2, bool use_order, std::vector<index_t>* gpu_warp_nodes);
+  void download_counts(index_t* out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace detail
+}  // namespace canopy

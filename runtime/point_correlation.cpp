@@ -1,0 +1,229 @@
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include <tbb/parallel_for.h>
+#include <tbb/parallel_reduce.h>
+
+#include "executor/cpu_executor.hpp"
+#include "inspector/inspector.hpp"
+#include "layouts/top_tree.hpp"
+#include "runtime/canopy.hpp"
+#include "runtime/pc_gpu.hpp"
+#include "runtime/point_correlation.hpp"
+
+namespace canopy {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void check_queries(const float* queries, index_t n, int dims) {
+  if (n < 0) throw Error("n_queries = " + std::to_string(n) + " is negative");
+  if (n > 0 && queries == nullptr) throw Error("queries is a null pointer");
+  const index_t total = n * dims;
+  const index_t bad = tbb::parallel_reduce(
+      tbb::blocked_range<index_t>(0, total, 1 << 16), total,
+      [&](const tbb::blocked_range<index_t>& r, index_t found) {
+        for (index_t i = r.begin(); i < r.end() && i < found; ++i)
+          if (!std::isfinite(queries[i])) return i;
+        return found;
+      },
+      [](index_t a, index_t b) { return std::min(a, b); });
+  if (bad < total)
+    throw Error("query " + std::to_string(bad / dims) + " has a non-finite coordinate (" +
+                std::to_string(queries[bad]) + ") in dimension " + std::to_string(bad % dims));
+}
+
+std::vector<std::int64_t> leaf_keys(const KdTreeView& tree, const float* queries, const index_t* order, index_t n) {
+  std::vector<std::int64_t> keys(static_cast<std::size_t>(n));
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 1024), [&](const tbb::blocked_range<index_t>& r) {
+    for (index_t i = r.begin(); i < r.end(); ++i)
+      keys[i] = tree.find_leaf(queries + (order ? order[i] : i) * tree.dims);
+  });
+  return keys;
+}
+
+LockstepMode lockstep_mode(ExecutorKind k) {
+  return k == ExecutorKind::MaskLockstep ? LockstepMode::Mask : LockstepMode::Fsm;
+}
+
+}  // namespace
+
+const char* to_string(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::InputOrder: return "input-order";
+    case ScheduleKind::Hybrid: return "hybrid";
+    case ScheduleKind::LeafSort: return "leaf-sort";
+  }
+  return "?";
+}
+
+double PcResult::nodes_per_warp() const {
+  if (warp_nodes.empty()) return 0.0;
+  return static_cast<double>(std::accumulate(warp_nodes.begin(), warp_nodes.end(), index_t{0})) /
+         static_cast<double>(warp_nodes.size());
+}
+
+PointCorrelation::PointCorrelation(const KdTree& tree, Device device)
+    : tree_(tree), device_(resolve_device(device)) {
+  if (device_ == Device::Gpu) gpu_ = std::make_unique<detail::PcGpuEngine>(tree);
+}
+
+PointCorrelation::~PointCorrelation() = default;
+
+PcResult PointCorrelation::run(const float* queries, index_t n, const PcOptions& opt) {
+  if (!std::isfinite(opt.radius) || opt.radius < 0.0f)
+    throw Error("radius = " + std::to_string(opt.radius) + " must be finite and >= 0");
+  const KdTreeView view = tree_.view();
+  check_queries(queries, n, view.dims);
+  if (opt.depth < 0 || opt.depth > view.height)
+    throw Error("depth = " + std::to_string(opt.depth) + " is deeper than the tree (it has " +
+                std::to_string(view.height) + " levels; use 1.." + std::to_string(view.height) + ")");
+  Device dev = opt.device == Device::Cpu ? Device::Cpu : device_;
+  if (opt.device == Device::Gpu && dev != Device::Gpu)
+    throw Error("device gpu was requested but this PointCorrelation was created for the cpu (" +
+                gpu_description() + ")");
+
+  PcResult res;
+  res.device = dev;
+  res.depth = opt.depth > 0 ? opt.depth : std::min(kDefaultTopTreeDepth, view.height);
+  res.counts.assign(static_cast<std::size_t>(n), 0);
+  if (n == 0) {
+    res.schedule = input_order(0);
+    return res;
+  }
+  const float r2 = opt.radius * opt.radius;
+  auto visitor_for = [&](auto max_dim, index_t* counts) {
+    PointCorrelationVisitor<decltype(max_dim)::value> v;
+    v.tree = view;
+    v.queries = queries;
+    v.counts = counts;
+    v.radius2 = r2;
+    return v;
+  };
+
+  // Schedule.
+  if (dev == Device::Cpu) {
+    if (opt.schedule == ScheduleKind::Hybrid) {
+      auto t0 = std::chrono::steady_clock::now();
+      const TopTree top = TopTree::build(view, res.depth);
+      const SchedulingMatrix matrix = dispatch_dims(view.dims, [&](auto md) {
+        return inspect_cpu(view, top.view(), visitor_for(md, nullptr), n);
+      });
+      res.times.inspect_ms = ms_since(t0);
+      t0 = std::chrono::steady_clock::now();
+      res.schedule = sandpile(matrix.view());
+      res.times.schedule_ms = ms_since(t0);
+    } else if (opt.schedule == ScheduleKind::LeafSort) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::vector<std::int64_t> keys = leaf_keys(view, queries, nullptr, n);
+      res.schedule = sort_by_key(keys.data(), n);
+      res.times.schedule_ms = ms_since(t0);
+    } else {
+      res.schedule = input_order(n);
+    }
+  } else {
+    gpu_->set_queries(queries, n);
+    if (opt.schedule == ScheduleKind::Hybrid) {
+      const TopTree top = TopTree::build(view, res.depth);
+      const SchedulingMatrixView matrix = gpu_->inspect(top, r2, &res.times.inspect_ms);
+      const auto t0 = std::chrono::steady_clock::now();
+      res.schedule = sandpile(matrix);
+      gpu_->upload_order(res.schedule.order);
+      res.times.schedule_ms = ms_since(t0);
+    } else if (opt.schedule == ScheduleKind::LeafSort) {
+      res.times.schedule_ms = gpu_->leaf_sort();
+      res.schedule.order = gpu_->download_order();
+      // Bucket boundaries are descriptive only: recomputed here, outside the timed region.
+      const std::vector<std::int64_t> keys = leaf_keys(view, queries, res.schedule.order.data(), n);
+      res.schedule.bucket_offsets.assign(1, 0);
+      for (index_t i = 1; i < n; ++i)
+        if (keys[i] != keys[i - 1]) res.schedule.bucket_offsets.push_back(i);
+      res.schedule.bucket_offsets.push_back(n);
+    } else {
+      res.schedule = input_order(n);
+    }
+  }
+  const bool reordered = opt.schedule != ScheduleKind::InputOrder;
+  const index_t* order = reordered ? res.schedule.order.data() : nullptr;
+
+  // Execute.
+  if (dev == Device::Cpu) {
+    const auto t0 = std::chrono::steady_clock::now();
+    dispatch_dims(view.dims, [&](auto md) {
+      const auto v = visitor_for(md, res.counts.data());
+      if (opt.executor == ExecutorKind::Independent)
+        execute_cpu(view, v, order, n);
+      else
+        res.warp_nodes = emulate_lockstep(view, v, order, n, lockstep_mode(opt.executor));
+    });
+    res.times.execute_ms = ms_since(t0);
+    if (!opt.count_nodes) res.warp_nodes.clear();
+  } else {
+    res.times.execute_ms = gpu_->execute(opt.executor, r2, reordered, nullptr);
+    gpu_->download_counts(res.counts.data());
+    if (opt.gpu_count_nodes && opt.executor != ExecutorKind::Independent)
+      gpu_->execute(opt.executor, r2, reordered, &res.gpu_warp_nodes);
+  }
+  if (opt.count_nodes && res.warp_nodes.empty()) {
+    std::vector<index_t> scratch(static_cast<std::size_t>(n));
+    dispatch_dims(view.dims, [&](auto md) {
+      res.warp_nodes = emulate_lockstep(view, visitor_for(md, scratch.data()), order, n,
+                                        lockstep_mode(opt.executor));
+    });
+  }
+  return res;
+}
+
+float estimate_radius(const KdTree& tree, const float* queries, index_t n_queries, double target_mean,
+                      std::uint64_t seed, index_t sample) {
+  if (!(target_mean > 0.0)) throw Error("radius auto: the target mean count must be > 0");
+  if (n_queries <= 0) throw Error("radius auto: there are no queries to sample");
+  const KdTreeView view = tree.view();
+  check_queries(queries, n_queries, view.dims);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<index_t> pick(0, n_queries - 1);
+  const index_t s = std::min(sample, n_queries);
+  std::vector<float> sq(static_cast<std::size_t>(s) * view.dims);
+  for (index_t i = 0; i < s; ++i) {
+    const index_t q = s == n_queries ? i : pick(rng);
+    std::copy(queries + q * view.dims, queries + (q + 1) * view.dims, sq.begin() + i * view.dims);
+  }
+  std::vector<index_t> counts(static_cast<std::size_t>(s));
+  auto mean_count = [&](float r) {
+    dispatch_dims(view.dims, [&](auto md) {
+      PointCorrelationVisitor<decltype(md)::value> v;
+      v.tree = view;
+      v.queries = sq.data();
+      v.counts = counts.data();
+      v.radius2 = r * r;
+      execute_cpu(view, v, nullptr, s);
+    });
+    return std::accumulate(counts.begin(), counts.end(), 0.0) / static_cast<double>(s);
+  };
+  double diameter2 = 0;
+  for (int d = 0; d < view.dims; ++d) {
+    const double e = static_cast<double>(view.hi(0)[d]) - view.lo(0)[d];
+    diameter2 += e * e;
+  }
+  const float diameter = static_cast<float>(std::sqrt(diameter2));
+  if (diameter == 0.0f) return 0.0f;  // every point coincides: any radius counts them all
+  float lo = 0.0f, hi = diameter * 1e-6f;
+  while (hi < diameter && mean_count(hi) < target_mean) {
+    lo = hi;
+    hi *= 2.0f;
+  }
+  if (hi >= diameter) return diameter;
+  for (int it = 0; it < 40 && hi - lo > hi * 1e-4f; ++it) {
+    const float mid = 0.5f * (lo + hi);
+    if (mean_count(mid) < target_mean) lo = mid; else hi = mid;
+  }
+  return hi;
+}
+
+}  // namespace canopy
