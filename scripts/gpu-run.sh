@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine over what scripts/gpu-stage.sh staged; the logs and JSON files go to
+# one archive, $OUT/results-<what>.tgz (or out/), since only a few files may come back.
+#   tests  all tests, then compute-sanitizer memcheck and racecheck over the GPU tests
+#   bench  canopy-bench pc on covtype, cities and uniform:400000:7 (shuffled and file order)
+#   depth  the depth-sensitivity sweep (d = 4..14) on covtype and uniform
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export LD_LIBRARY_PATH=$PWD/stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+what=${1:-all}
+final=${OUT:-out}
+out=$(mktemp -d)
+trap 'tar -czf "$final/results-$what.tgz" -C "$out" . ; echo "results in $final/results-$what.tgz"' EXIT
+mkdir -p "$final"
+bin=stage/bin
+gpu_tests='*Gpu*:Soundness.Gpu*:Inspector.Gpu*:CountsEqualBruteForceReal.*:CountsEqualBruteForceEdge.*'
+
+if [[ $what == tests || $what == all ]]; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+  $bin/canopy_tests --gtest_brief=1 2>&1 | tail -40 | tee "$out/tests.txt"
+  timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 $bin/canopy_tests --gtest_brief=1 \
+    --gtest_filter="$gpu_tests" > "$out/memcheck.txt" 2>&1
+  echo "memcheck exit $?" | tee -a "$out/memcheck.txt"; tail -4 "$out/memcheck.txt"
+  timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 $bin/canopy_tests --gtest_brief=1 \
+    --gtest_filter='Soundness.Gpu*:Inspector.Gpu*' > "$out/racecheck.txt" 2>&1
+  echo "racecheck exit $?" | tee -a "$out/racecheck.txt"; tail -4 "$out/racecheck.txt"
+  $bin/pc_example | tee "$out/example.txt"
+fi
+
+if [[ $what == bench || $what == all ]]; then
+  run() { local name=$1; shift; echo "== canopy-bench pc $*"; $bin/canopy-bench pc "$@" --json "$out/$name.json" | tail -12; }
+  {
+    run covtype_shuffled --points stage/data/covtype_points_254k.csv.gz --columns 0-6 --radius auto:32 --shuffle 1 --variants all
+    run cities_shuffled --points stage/data/cities_171k.csv.gz --radius auto:32 --shuffle 1 --variants all
+    run uniform_shuffled --generate uniform:400000:7 --radius auto:32 --shuffle 1 --variants all
+    run covtype_file --points stage/data/covtype_points_254k.csv.gz --columns 0-6 --radius auto:32 --variants all
+    run cities_file --points stage/data/cities_171k.csv.gz --radius auto:32 --variants all
+  } 2>&1 | tee "$out/bench.txt"
+fi
+
+if [[ $what == depth || $what == all ]]; then
+  {
+    for d in 4 5 6 7 8 9 10 11 12 13 14; do
+      echo "== depth $d"
+      $bin/canopy-bench pc --points stage/data/covtype_points_254k.csv.gz --columns 0-6 --radius auto:32 --shuffle 1 \
+        --variants hybrid --depth $d --repeat 5 --json "$out/depth_covtype_$d.json" | grep -E "^hybrid"
+      $bin/canopy-bench pc --generate uniform:400000:7 --radius auto:32 --shuffle 1 \
+        --variants hybrid --depth $d --repeat 5 --json "$out/depth_uniform_$d.json" | grep -E "^hybrid"
+    done
+  } 2>&1 | tee "$out/depth.txt"
+fi

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Stages what a run on a remote GPU machine needs into stage/ (ignored by git): the test and
+# benchmark binaries built here, libtbb (the GPU machine has no oneTBB) and the real datasets.
+# Then, on the GPU machine, from the repository root: scripts/gpu-run.sh [tests|bench|depth|all]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${CANOPY_BUILD_DIR:-build}
+rm -rf stage && mkdir -p stage/bin stage/lib stage/data
+cp "$build_dir"/tests/canopy_tests "$build_dir"/benchmarks/canopy-bench "$build_dir"/examples/pc_example stage/bin/
+cp -L "$(ldconfig -p | awk '/libtbb.so.12 /{print $NF; exit}')" stage/lib/
+data=${CANOPY_DATA:-../shared/data}
+cp "$data"/covtype_points_254k.csv.gz "$data"/cities_171k.csv.gz stage/data/
+du -sh stage

@@ -1,0 +1,136 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <zlib.h>
+
+#include "runtime/dataset.hpp"
+#include "test_util.hpp"
+
+namespace canopy {
+namespace {
+
+std::string temp_file(const std::string& name, const std::string& text, bool gz = false) {
+  const std::string path = ::testing::TempDir() + "/canopy_" + name;
+  if (gz) {
+    gzFile f = gzopen(path.c_str(), "wb");
+    gzwrite(f, text.data(), static_cast<unsigned>(text.size()));
+    gzclose(f);
+  } else {
+    std::ofstream(path) << text;
+  }
+  return path;
+}
+
+std::string error_of(const std::string& path, const std::string& cols = "") {
+  try {
+    read_csv(path, cols);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(ReadCsv, PlainAndGzipGiveTheSamePoints) {
+  const std::string text = "a,b,c\n1,2,3\r\n4.5, 5e-1 ,-6\n\n7,8,9";  // CRLF, spaces, blank line, no final newline
+  for (bool gz : {false, true}) {
+    const PointSet ps = read_csv(temp_file(gz ? "a.csv.gz" : "a.csv", text, gz));
+    EXPECT_EQ(ps.dims, 3);
+    EXPECT_EQ(ps.size(), 3);
+    EXPECT_EQ(ps.coords, (std::vector<float>{1, 2, 3, 4.5f, 0.5f, -6, 7, 8, 9}));
+    EXPECT_EQ(ps.names, (std::vector<std::string>{"a", "b", "c"}));
+  }
+}
+
+TEST(ReadCsv, ColumnSelection) {
+  const std::string path = temp_file("cols.csv", "a,b,c,d\n1,2,3,4\n5,6,7,8\n");
+  EXPECT_EQ(read_csv(path, "1-2").coords, (std::vector<float>{2, 3, 6, 7}));
+  EXPECT_EQ(read_csv(path, "3,0").coords, (std::vector<float>{4, 1, 8, 5}));
+  EXPECT_EQ(parse_columns("0-2, 5"), (std::vector<int>{0, 1, 2, 5}));
+  EXPECT_THROW(parse_columns("3-1"), Error);
+  EXPECT_THROW(parse_columns("x"), Error);
+  const std::string e = error_of(path, "0-6");
+  EXPECT_NE(e.find("column 4 is out of range"), std::string::npos) << e;
+  EXPECT_NE(e.find("0..3"), std::string::npos) << e;
+}
+
+TEST(ReadCsv, ErrorsNameTheFileAndLine) {
+  const std::string missing = ::testing::TempDir() + "/canopy_does_not_exist.csv";
+  EXPECT_NE(error_of(missing).find("cannot open"), std::string::npos);
+  EXPECT_NE(error_of(missing).find(missing), std::string::npos);
+
+  const std::string short_row = temp_file("short.csv", "a,b\n1,2\n3,4\n5\n");
+  const std::string e1 = error_of(short_row);
+  EXPECT_NE(e1.find(short_row + ":4"), std::string::npos) << e1;
+  EXPECT_NE(e1.find("expected 2 fields"), std::string::npos) << e1;
+
+  const std::string text = temp_file("text.csv", "a,b\n1,2\n3,abc\n");
+  const std::string e2 = error_of(text);
+  EXPECT_NE(e2.find(":3: column 1 (b): 'abc' is not a number"), std::string::npos) << e2;
+
+  const std::string nan = temp_file("nan.csv", "a,b\n1,nan\n");
+  EXPECT_NE(error_of(nan).find(":2: column 1 (b): 'nan' is not finite"), std::string::npos) << error_of(nan);
+  const std::string inf = temp_file("inf.csv", "a,b\n1,2\n-inf,2\n");
+  EXPECT_NE(error_of(inf).find(":3: column 0 (a): '-inf' is not finite"), std::string::npos) << error_of(inf);
+  const std::string empty_field = temp_file("emptyfield.csv", "a,b\n1,\n");
+  EXPECT_NE(error_of(empty_field).find(":2:"), std::string::npos);
+
+  EXPECT_NE(error_of(temp_file("empty.csv", "")).find("empty"), std::string::npos);
+  EXPECT_NE(error_of(temp_file("header.csv", "a,b\n")).find("no data rows"), std::string::npos);
+  const std::string badgz = temp_file("bad.csv.gz", "\x1f\x8b\x08garbage");
+  EXPECT_NE(error_of(badgz).find(badgz), std::string::npos);
+}
+
+TEST(ReadCsv, RealSubsets) {
+  const PointSet cov = read_csv(test::data_path("covtype_4k.csv"), "0-6");
+  EXPECT_EQ(cov.size(), 4000);
+  EXPECT_EQ(cov.dims, 7);
+  EXPECT_EQ(cov.names.front(), "Elevation");
+  const PointSet cities = read_csv(test::data_path("cities_4k.csv"));
+  EXPECT_EQ(cities.dims, 2);
+  EXPECT_EQ(cities.names, (std::vector<std::string>{"lat", "lon"}));
+}
+
+TEST(Normalize, MapsEachDimensionOntoTheUnitInterval) {
+  PointSet ps;
+  ps.dims = 2;
+  ps.coords = {2, 5, 4, 5, 3, 5};
+  normalize_unit_cube(ps);
+  EXPECT_EQ(ps.coords, (std::vector<float>{0, 0, 1, 0, 0.5f, 0}));
+}
+
+TEST(Generate, UniformIsSeededAndChecked) {
+  const PointSet a = generate("uniform:1000:7", 3), b = generate("uniform:1000:7", 3), c = generate("uniform:1000:7", 4);
+  EXPECT_EQ(a.size(), 1000);
+  EXPECT_EQ(a.dims, 7);
+  EXPECT_EQ(a.coords, b.coords);
+  EXPECT_NE(a.coords, c.coords);
+  for (float x : a.coords) {
+    EXPECT_GE(x, 0.0f);
+    EXPECT_LT(x, 1.0f);
+  }
+  EXPECT_THROW(generate("uniform:0:7", 1), Error);
+  EXPECT_THROW(generate("uniform:10", 1), Error);
+  EXPECT_THROW(generate("gauss:10:2", 1), Error);
+}
+
+TEST(Shuffle, IsAPermutationOfRows) {
+  PointSet ps = generate("uniform:500:3", 1);
+  PointSet s = ps;
+  shuffle(s, 9);
+  EXPECT_NE(s.coords, ps.coords);
+  std::vector<std::vector<float>> a, b;
+  for (index_t i = 0; i < 500; ++i) {
+    a.emplace_back(ps.coords.begin() + i * 3, ps.coords.begin() + i * 3 + 3);
+    b.emplace_back(s.coords.begin() + i * 3, s.coords.begin() + i * 3 + 3);
+  }
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace canopy

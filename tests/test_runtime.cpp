@@ -1,0 +1,214 @@
+// The public API: point-correlation counts equal a brute-force count for every variant, on
+// the CPU and the GPU, and bad input is a clear error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "runtime/canopy.hpp"
+#include "test_util.hpp"
+
+namespace canopy {
+namespace {
+
+struct Variant {
+  ExecutorKind executor;
+  ScheduleKind schedule;
+};
+
+const Variant kAll[] = {
+    {ExecutorKind::Independent, ScheduleKind::InputOrder},  {ExecutorKind::MaskLockstep, ScheduleKind::InputOrder},
+    {ExecutorKind::FsmLockstep, ScheduleKind::InputOrder},  {ExecutorKind::MaskLockstep, ScheduleKind::LeafSort},
+    {ExecutorKind::FsmLockstep, ScheduleKind::LeafSort},    {ExecutorKind::FsmLockstep, ScheduleKind::Hybrid},
+    {ExecutorKind::Independent, ScheduleKind::Hybrid},      {ExecutorKind::MaskLockstep, ScheduleKind::Hybrid},
+};
+
+std::string name(const Variant& v, Device d) {
+  return std::string(to_string(d)) + " " + to_string(v.executor) + " / " + to_string(v.schedule);
+}
+
+// Every variant on `device` equals the brute-force count; with the GPU, the instrumented
+// kernels' node counts equal the emulator's on the same schedule.
+void expect_all_variants(const std::vector<float>& pts, const std::vector<float>& queries, int dims, float radius,
+                         Device device, int depth = 0) {
+  const KdTree tree = KdTree::build(pts.data(), static_cast<index_t>(pts.size()) / dims, dims);
+  const std::vector<index_t> expect = test::brute_force_counts(pts, queries, dims, radius);
+  PointCorrelation pc(tree, device);
+  ASSERT_EQ(pc.device(), device);
+  for (const Variant& v : kAll) {
+    PcOptions o;
+    o.radius = radius;
+    o.device = device;
+    o.executor = v.executor;
+    o.schedule = v.schedule;
+    o.depth = depth;
+    o.count_nodes = v.executor != ExecutorKind::Independent;
+    o.gpu_count_nodes = device == Device::Gpu && o.count_nodes;
+    const PcResult r = pc.run(queries.data(), static_cast<index_t>(queries.size()) / dims, o);
+    ASSERT_EQ(r.counts, expect) << name(v, device) << ", dims " << dims << ", radius " << radius;
+    EXPECT_EQ(r.device, device);
+    EXPECT_EQ(r.schedule.size(), static_cast<index_t>(queries.size()) / dims);
+    if (o.gpu_count_nodes) {
+      EXPECT_EQ(r.gpu_warp_nodes, r.warp_nodes) << name(v, device);
+    }
+  }
+}
+
+class CountsEqualBruteForce : public ::testing::TestWithParam<int> {};
+
+TEST_P(CountsEqualBruteForce, Cpu) {
+  const int dims = GetParam();
+  const std::vector<float> pts = test::clustered_points(2500, dims, 100 + dims);
+  const KdTree tree = KdTree::build(pts.data(), 2500, dims);
+  for (double mean : {1.0, 30.0}) expect_all_variants(pts, pts, dims, test::radius_for(tree, pts, mean), Device::Cpu);
+  const std::vector<float> queries = test::random_points(1000, dims, 7);
+  expect_all_variants(pts, queries, dims, test::radius_for(tree, queries, 10), Device::Cpu);
+}
+
+TEST_P(CountsEqualBruteForce, Gpu) {
+  CANOPY_REQUIRE_GPU();
+  const int dims = GetParam();
+  const std::vector<float> pts = test::clustered_points(2500, dims, 100 + dims);
+  const KdTree tree = KdTree::build(pts.data(), 2500, dims);
+  for (double mean : {1.0, 30.0}) expect_all_variants(pts, pts, dims, test::radius_for(tree, pts, mean), Device::Gpu);
+  const std::vector<float> queries = test::random_points(1000, dims, 7);
+  expect_all_variants(pts, queries, dims, test::radius_for(tree, queries, 10), Device::Gpu);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dims, CountsEqualBruteForce, ::testing::Values(1, 2, 3, 4, 5, 7, 8, 9, 16));
+
+TEST(CountsEqualBruteForceReal, CovtypeAndCities) {
+  std::vector<Device> devices{Device::Cpu};
+  if (gpu_available()) devices.push_back(Device::Gpu);
+  for (auto [file, cols] : {std::pair<const char*, const char*>{"covtype_4k.csv", "0-6"}, {"cities_4k.csv", ""}}) {
+    const PointSet ps = test::real_points(file, cols);
+    const KdTree tree = KdTree::build(ps.data(), ps.size(), ps.dims);
+    const float radius = test::radius_for(tree, ps.coords, 32);
+    for (Device d : devices) expect_all_variants(ps.coords, ps.coords, ps.dims, radius, d);
+  }
+}
+
+TEST(CountsEqualBruteForceEdge, ZeroAndHugeRadiusEveryDepth) {
+  std::vector<Device> devices{Device::Cpu};
+  if (gpu_available()) devices.push_back(Device::Gpu);
+  std::vector<float> pts = test::clustered_points(600, 2, 3);  // has exact duplicates
+  for (Device d : devices) {
+    expect_all_variants(pts, pts, 2, 0.0f, d);    // a point counts itself and its duplicates
+    expect_all_variants(pts, pts, 2, 10.0f, d);   // everything
+    const KdTree tree = KdTree::build(pts.data(), 600, 2);
+    for (int depth = 1; depth <= tree.height(); ++depth) expect_all_variants(pts, pts, 2, 0.05f, d, depth);
+  }
+}
+
+TEST(CountsEqualBruteForceEdge, OnePointAndIdenticalPoints) {
+  std::vector<Device> devices{Device::Cpu};
+  if (gpu_available()) devices.push_back(Device::Gpu);
+  for (Device d : devices) {
+    expect_all_variants({0.5f, 0.5f}, {0.5f, 0.5f, 0.9f, 0.9f}, 2, 0.1f, d);
+    expect_all_variants(std::vector<float>(3 * 200, 0.3f), test::random_points(77, 3, 1), 3, 0.4f, d);
+  }
+}
+
+TEST(CountsEqualBruteForceEdge, LargeBatchAcrossWarpsAndBlocks) {
+  // 40,000 queries: many blocks, a partial last warp, counts above 2^8.
+  std::vector<Device> devices{Device::Cpu};
+  if (gpu_available()) devices.push_back(Device::Gpu);
+  const std::vector<float> pts = test::random_points(5003, 3, 9);
+  const std::vector<float> queries = test::random_points(40001, 3, 10);
+  const KdTree tree = KdTree::build(pts.data(), 5003, 3);
+  const std::vector<index_t> expect = test::brute_force_counts(pts, queries, 3, 0.15f);
+  for (Device d : devices) {
+    PointCorrelation pc(tree, d);
+    for (const Variant& v : kAll) {
+      PcOptions o;
+      o.radius = 0.15f;
+      o.device = d;
+      o.executor = v.executor;
+      o.schedule = v.schedule;
+      EXPECT_EQ(pc.run(queries.data(), 40001, o).counts, expect) << name(v, d);
+    }
+  }
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(RuntimeErrors, BadOptionsAndQueries) {
+  const std::vector<float> pts = test::random_points(500, 2, 4);
+  const KdTree tree = KdTree::build(pts.data(), 500, 2);
+  PointCorrelation pc(tree, Device::Cpu);
+  PcOptions o;
+  o.radius = -1.0f;
+  EXPECT_NE(error_of([&] { pc.run(pts.data(), 500, o); }).find("radius"), std::string::npos);
+  o.radius = std::nanf("");
+  EXPECT_NE(error_of([&] { pc.run(pts.data(), 500, o); }).find("radius"), std::string::npos);
+  o.radius = std::numeric_limits<float>::infinity();
+  EXPECT_NE(error_of([&] { pc.run(pts.data(), 500, o); }).find("radius"), std::string::npos);
+  o.radius = 0.1f;
+  o.depth = tree.height() + 1;
+  const std::string deep = error_of([&] { pc.run(pts.data(), 500, o); });
+  EXPECT_NE(deep.find("deeper than the tree"), std::string::npos) << deep;
+  o.depth = 0;
+  std::vector<float> bad = pts;
+  bad[101] = std::nanf("");
+  EXPECT_NE(error_of([&] { pc.run(bad.data(), 500, o); }).find("query 50"), std::string::npos);
+  EXPECT_NE(error_of([&] { pc.run(nullptr, 5, o); }).find("null"), std::string::npos);
+  EXPECT_TRUE(pc.run(pts.data(), 0, o).counts.empty());
+  EXPECT_NE(error_of([&] { estimate_radius(tree, pts.data(), 500, 0.0); }).find("> 0"), std::string::npos);
+}
+
+TEST(RuntimeErrors, GpuRequestedWithoutOne) {
+  if (gpu_available()) GTEST_SKIP() << "this machine has a GPU";
+  const std::vector<float> pts = test::random_points(50, 2, 4);
+  const KdTree tree = KdTree::build(pts.data(), 50, 2);
+  EXPECT_NE(error_of([&] { PointCorrelation pc(tree, Device::Gpu); }).find("no CUDA device"), std::string::npos);
+  PointCorrelation pc(tree);  // auto falls back to the CPU
+  EXPECT_EQ(pc.device(), Device::Cpu);
+}
+
+TEST(EstimateRadius, BracketsTheTargetMean) {
+  const std::vector<float> pts = test::clustered_points(3000, 3, 6);
+  const KdTree tree = KdTree::build(pts.data(), 3000, 3);
+  // Every 17th point is a duplicate, so the mean is already above 1 at radius 0: targets above it.
+  for (double target : {3.0, 8.0, 32.0}) {
+    // A sample as large as the queries uses every query, so the brute force sees the same set.
+    const float r = estimate_radius(tree, pts.data(), 3000, target, 1, 3000);
+    auto mean = [&](float radius) {
+      const std::vector<index_t> c = test::brute_force_counts(pts, pts, 3, radius);
+      return std::accumulate(c.begin(), c.end(), 0.0) / 3000.0;
+    };
+    EXPECT_GE(mean(r), target);
+    EXPECT_LT(mean(r * (1.0f - 2e-4f)), target);
+  }
+}
+
+TEST(Schedules, HybridGroupsQueriesBetterThanInputOrder) {
+  // The divergence metric from the emulator drops when the hybrid schedule is used on
+  // shuffled queries (the paper's Table 1 effect), at every depth from 4 up.
+  PointSet ps = test::real_points("covtype_4k.csv", "0-6");
+  shuffle(ps, 1);
+  const KdTree tree = KdTree::build(ps.data(), ps.size(), ps.dims);
+  PointCorrelation pc(tree, Device::Cpu);
+  PcOptions o;
+  o.radius = test::radius_for(tree, ps.coords, 32);
+  o.count_nodes = true;
+  o.schedule = ScheduleKind::InputOrder;
+  const double input = pc.run(ps.data(), ps.size(), o).nodes_per_warp();
+  for (int depth = 4; depth <= tree.height(); ++depth) {
+    o.schedule = ScheduleKind::Hybrid;
+    o.depth = depth;
+    EXPECT_LT(pc.run(ps.data(), ps.size(), o).nodes_per_warp() * 2.0, input) << "depth " << depth;
+  }
+}
+
+}  // namespace
+}  // namespace canopy

@@ -1,0 +1,78 @@
+// Shared helpers of the test suite: inputs and independent references.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "layouts/kdtree.hpp"
+#include "runtime/canopy.hpp"
+#include "runtime/dataset.hpp"
+#include "runtime/device.hpp"
+#include "runtime/point_correlation.hpp"
+
+namespace canopy {
+namespace test {
+
+#define CANOPY_REQUIRE_GPU()                                                  \
+  do {                                                                        \
+    if (!::canopy::gpu_available()) GTEST_SKIP() << "no CUDA device: " << ::canopy::gpu_description(); \
+  } while (0)
+
+inline std::string data_path(const std::string& name) { return std::string(CANOPY_TEST_DATA) + "/" + name; }
+
+inline std::vector<float> random_points(index_t n, int dims, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> p(static_cast<std::size_t>(n) * dims);
+  for (float& x : p) x = u(rng);
+  return p;
+}
+
+// Clustered points (Gaussian blobs) with exact duplicates mixed in: the shapes real data has.
+inline std::vector<float> clustered_points(index_t n, int dims, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> g(0.0f, 0.05f);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> centres(static_cast<std::size_t>(8) * dims);
+  for (float& c : centres) c = u(rng);
+  std::vector<float> p(static_cast<std::size_t>(n) * dims);
+  for (index_t i = 0; i < n; ++i) {
+    if (i > 0 && i % 17 == 0) {  // a duplicate of an earlier point
+      const index_t j = static_cast<index_t>(u(rng) * static_cast<float>(i)) % i;
+      std::copy(p.begin() + j * dims, p.begin() + (j + 1) * dims, p.begin() + i * dims);
+      continue;
+    }
+    const int c = static_cast<int>(u(rng) * 8) % 8;
+    for (int d = 0; d < dims; ++d) p[i * dims + d] = centres[c * dims + d] + g(rng);
+  }
+  return p;
+}
+
+// A small subset of a real set, normalised to the unit cube like the benchmark does.
+inline PointSet real_points(const std::string& file, const std::string& columns) {
+  PointSet ps = read_csv(data_path(file), columns);
+  normalize_unit_cube(ps);
+  return ps;
+}
+
+// Brute-force point correlation: for each query, the points within the radius.
+inline std::vector<index_t> brute_force_counts(const std::vector<float>& points, const std::vector<float>& queries,
+                                               int dims, float radius) {
+  const index_t n = static_cast<index_t>(points.size()) / dims, m = static_cast<index_t>(queries.size()) / dims;
+  std::vector<index_t> counts(static_cast<std::size_t>(m), 0);
+  const float r2 = radius * radius;
+  for (index_t q = 0; q < m; ++q)
+    for (index_t i = 0; i < n; ++i)
+      if (point_distance2<kMaxDims>(&queries[q * dims], &points[i * dims], dims) <= r2) ++counts[q];
+  return counts;
+}
+
+// A radius giving a mean count of about `mean` over the queries.
+inline float radius_for(const KdTree& tree, const std::vector<float>& queries, double mean) {
+  return estimate_radius(tree, queries.data(), static_cast<index_t>(queries.size()) / tree.dims(), mean, 3, 512);
+}
+}  // namespace test
+}  // namespace canopy
