@@ -73,6 +73,7 @@ struct Row {
   std::string name;
   double inspect = 0, schedule = 0, execute = 0, total = 0;
   double nodes_per_warp = 0;
+  index_t nodes_per_warp_max = 0;
   std::uint64_t checksum = 0;
   bool same_results = true;
   int depth = 0;
@@ -170,6 +171,8 @@ int run_pc(const PcConfig& c) {
     Row row;
     row.name = var.name;
     row.nodes_per_warp = first.nodes_per_warp();
+    if (!first.warp_nodes.empty())
+      row.nodes_per_warp_max = *std::max_element(first.warp_nodes.begin(), first.warp_nodes.end());
     row.depth = var.schedule == ScheduleKind::Hybrid ? first.depth : 0;
     row.checksum = std::accumulate(first.counts.begin(), first.counts.end(), std::uint64_t{0},
                                    [](std::uint64_t a, index_t b) { return a + static_cast<std::uint64_t>(b); });
@@ -193,15 +196,18 @@ int run_pc(const PcConfig& c) {
   }
 
   const auto base = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.name == "mask-lockstep"; });
-  std::printf("\n%-22s %10s %10s %10s %10s %14s %16s %9s\n", "variant", "inspect", "schedule", "execute", "total",
-              "nodes/warp", "checksum", "speedup");
-  std::printf("%-22s %10s %10s %10s %10s %14s %16s %9s\n", "", "ms", "ms", "ms", "ms", "", "", "vs mask");
+  std::printf("\n%-22s %10s %10s %10s %10s %12s %10s %16s %9s\n", "variant", "inspect", "schedule", "execute", "total",
+              "nodes/warp", "max", "checksum", "speedup");
+  std::printf("%-22s %10s %10s %10s %10s %12s %10s %16s %9s\n", "", "ms", "ms", "ms", "ms", "mean", "", "", "vs mask");
   for (const Row& r : rows) {
-    char npw[32] = "-", speed[32] = "-";
-    if (r.nodes_per_warp > 0) std::snprintf(npw, sizeof npw, "%.1f", r.nodes_per_warp);
+    char npw[32] = "-", npw_max[32] = "-", speed[32] = "-";
+    if (r.nodes_per_warp > 0) {
+      std::snprintf(npw, sizeof npw, "%.1f", r.nodes_per_warp);
+      std::snprintf(npw_max, sizeof npw_max, "%lld", static_cast<long long>(r.nodes_per_warp_max));
+    }
     if (base != rows.end() && r.total > 0) std::snprintf(speed, sizeof speed, "%.2fx", base->total / r.total);
-    std::printf("%-22s %10.3f %10.3f %10.3f %10.3f %14s %16llu %9s%s\n", r.name.c_str(), r.inspect, r.schedule,
-                r.execute, r.total, npw, static_cast<unsigned long long>(r.checksum), speed,
+    std::printf("%-22s %10.3f %10.3f %10.3f %10.3f %12s %10s %16llu %9s%s\n", r.name.c_str(), r.inspect, r.schedule,
+                r.execute, r.total, npw, npw_max, static_cast<unsigned long long>(r.checksum), speed,
                 r.same_results ? "" : "  RESULTS DIFFER");
   }
   const int used_depth = [&] {
@@ -232,6 +238,7 @@ int run_pc(const PcConfig& c) {
       nlohmann::json v{{"name", r.name},       {"inspect_ms", r.inspect}, {"schedule_ms", r.schedule},
                        {"execute_ms", r.execute}, {"total_ms", r.total},   {"checksum", r.checksum}};
       v["nodes_per_warp"] = r.nodes_per_warp > 0 ? nlohmann::json(r.nodes_per_warp) : nlohmann::json(nullptr);
+      v["nodes_per_warp_max"] = r.nodes_per_warp > 0 ? nlohmann::json(r.nodes_per_warp_max) : nlohmann::json(nullptr);
       if (base != rows.end() && r.total > 0) v["speedup_vs_mask_lockstep"] = base->total / r.total;
       j["variants"].push_back(v);
     }

@@ -20,6 +20,7 @@ constexpr index_t kParallelGrain = 1 << 14;
 struct Builder {
   const float* pts;
   int dims;
+  int stride;
   int leaf_size;
   std::vector<index_t>& ids;
   std::vector<KdNode>& nodes;
@@ -77,8 +78,8 @@ struct Builder {
   }
 
   void build(index_t at, index_t begin, index_t end, int depth) {
-    float* lo = boxes.data() + at * 2 * dims;
-    float* hi = lo + dims;
+    float* lo = boxes.data() + at * 2 * stride;
+    float* hi = lo + stride;
     bounding_box(begin, end, lo, hi);
     KdNode& node = nodes[at];
     node.depth = static_cast<std::int16_t>(depth);
@@ -144,7 +145,8 @@ KdTree KdTree::build(const float* points, index_t n, int dims, const KdTreeOptio
   std::vector<index_t> ids(static_cast<std::size_t>(n));
   std::iota(ids.begin(), ids.end(), index_t{0});
 
-  Builder b{points, dims, options.leaf_size, ids, tree.nodes_, tree.boxes_, {}};
+  const int stride = padded_dims(dims);
+  Builder b{points, dims, stride, options.leaf_size, ids, tree.nodes_, tree.boxes_, {}};
   const index_t n_nodes = b.subtree_nodes(n);
   if (n_nodes > std::numeric_limits<node_id>::max())
     throw Error("kd-tree: " + std::to_string(n_nodes) + " nodes exceed the 2^31 node limit; " +
@@ -156,13 +158,13 @@ KdTree KdTree::build(const float* points, index_t n, int dims, const KdTreeOptio
     throw Error("kd-tree: height " + std::to_string(height) + " exceeds the rope-stack limit");
   tree.height_ = height;
   tree.nodes_.resize(static_cast<std::size_t>(n_nodes));
-  tree.boxes_.resize(static_cast<std::size_t>(n_nodes) * 2 * dims);
+  tree.boxes_.assign(static_cast<std::size_t>(n_nodes) * 2 * stride, 0.0f);
   b.build(0, 0, n, 0);
 
-  tree.points_.resize(static_cast<std::size_t>(n) * dims);
+  tree.points_.assign(static_cast<std::size_t>(n) * stride, 0.0f);
   tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 4096), [&](const tbb::blocked_range<index_t>& r) {
     for (index_t i = r.begin(); i < r.end(); ++i)
-      std::copy(points + ids[i] * dims, points + (ids[i] + 1) * dims, tree.points_.begin() + i * dims);
+      std::copy(points + ids[i] * dims, points + (ids[i] + 1) * dims, tree.points_.begin() + i * stride);
   });
   tree.point_ids_ = std::move(ids);
   return tree;
@@ -177,6 +179,7 @@ KdTreeView KdTree::view() const {
   v.n_points = size();
   v.n_nodes = node_count();
   v.dims = dims_;
+  v.stride = padded_dims(dims_);
   v.height = height_;
   return v;
 }

@@ -12,6 +12,11 @@ namespace canopy {
 
 constexpr int kMaxDims = 16;
 
+// Coordinates are stored padded with zeros to the next of 2, 4, 8 or 16 floats, so a GPU
+// thread reads a point or a box half with 8- or 16-byte loads and distance code needs no
+// per-dimension guard. Zero padding leaves every distance unchanged.
+constexpr int padded_dims(int dims) { return dims <= 2 ? 2 : dims <= 4 ? 4 : dims <= 8 ? 8 : 16; }
+
 struct KdNode {
   index_t first;          // leaf: first point (tree order); inner: id of the right child
   std::int32_t count;     // leaf: number of points; inner: 0
@@ -24,12 +29,13 @@ static_assert(sizeof(KdNode) == 16, "KdNode is read as one 16-byte record");
 // also the *topology* the inspector and executors walk (is_leaf / child_count / child).
 struct KdTreeView {
   const KdNode* nodes = nullptr;
-  const float* boxes = nullptr;      // per node: lo[dims] then hi[dims]
-  const float* points = nullptr;     // tree order, row-major [n_points][dims]
+  const float* boxes = nullptr;      // per node: lo[stride] then hi[stride]
+  const float* points = nullptr;     // tree order, row-major [n_points][stride]
   const index_t* point_ids = nullptr;  // original index of each tree-order point
   index_t n_points = 0;
   node_id n_nodes = 0;
   int dims = 0;
+  int stride = 0;  // padded_dims(dims)
   int height = 0;  // number of levels: the deepest node has depth height - 1
 
   static constexpr int kMaxChildren = 2;
@@ -41,9 +47,9 @@ struct KdTreeView {
   CANOPY_HD node_id child(node_id n, int i) const {
     return i == 0 ? n + 1 : static_cast<node_id>(nodes[n].first);
   }
-  CANOPY_HD const float* lo(node_id n) const { return boxes + static_cast<index_t>(n) * 2 * dims; }
-  CANOPY_HD const float* hi(node_id n) const { return lo(n) + dims; }
-  CANOPY_HD const float* point(index_t i) const { return points + i * dims; }
+  CANOPY_HD const float* lo(node_id n) const { return boxes + static_cast<index_t>(n) * 2 * stride; }
+  CANOPY_HD const float* hi(node_id n) const { return lo(n) + stride; }
+  CANOPY_HD const float* point(index_t i) const { return points + i * stride; }
 
   // The leaf a point falls in, by descending split dimensions (ties go left). This is the
   // application-specific "sorted" baseline's key; leaf ids grow left to right.
@@ -79,8 +85,8 @@ class KdTree {
   std::size_t bytes() const;
 
   const std::vector<KdNode>& nodes() const { return nodes_; }
-  const std::vector<float>& boxes() const { return boxes_; }
-  const std::vector<float>& points() const { return points_; }
+  const std::vector<float>& boxes() const { return boxes_; }    // padded, see KdTreeView
+  const std::vector<float>& points() const { return points_; }  // padded, tree order
   const std::vector<index_t>& point_ids() const { return point_ids_; }
 
  private:

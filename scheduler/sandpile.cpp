@@ -1,5 +1,6 @@
 #include <algorithm>
-#include <atomic>
+#include <array>
+#include <memory>
 #include <numeric>
 
 #include <tbb/enumerable_thread_specific.h>
@@ -192,6 +193,130 @@ class SandpileSorter {
   SchedulingMatrixView m_;
 };
 
+// Each row as a 128-bit key: its first set columns, highest first, each stored as column + 1
+// in `bits` bits from the top (0 = no more columns), and the lowest bit set when the row has
+// more columns than fit. Keys compare, as unsigned numbers, exactly as the rows do whenever a
+// row's columns all fit; rows with equal keys and the overflow bit are refined from the matrix.
+struct KeyedRow {
+  std::uint64_t hi, lo;
+  index_t idx;
+};
+
+class RowKeys {
+ public:
+  explicit RowKeys(index_t cols) {
+    while ((index_t{1} << bits_) <= cols) ++bits_;
+    fit_ = 127 / bits_;
+  }
+
+  KeyedRow encode(const SchedulingMatrixView& m, index_t r) const {
+    unsigned __int128 key = 0;
+    int shift = 128;
+    const std::uint64_t* row = m.row(r);
+    for (index_t w = m.words_per_row - 1; w >= 0; --w) {
+      std::uint64_t word = row[w];
+      if (!word) continue;
+      // Lowest-first extraction is a short dependency chain; emit highest first from the buffer.
+      int bit[64], count = 0;
+      for (; word; word &= word - 1) bit[count++] = __builtin_ctzll(word);
+      while (count > 0) {
+        shift -= bits_;
+        if (shift < 128 - fit_ * bits_) return split(key | 1, r);
+        key |= static_cast<unsigned __int128>(w * 64 + bit[--count] + 1) << shift;
+      }
+    }
+    return split(key, r);
+  }
+  int bits() const { return bits_; }
+  // The highest column of a row (-1 for an empty row).
+  index_t first_column(const KeyedRow& k) const { return static_cast<index_t>(k.hi >> (64 - bits_)) - 1; }
+  // The last column the key holds, for a row that overflowed.
+  index_t last_column(const KeyedRow& k) const {
+    const unsigned __int128 key = (static_cast<unsigned __int128>(k.hi) << 64) | k.lo;
+    return static_cast<index_t>((key >> (128 - fit_ * bits_)) & ((1u << bits_) - 1)) - 1;
+  }
+
+ private:
+  static KeyedRow split(unsigned __int128 key, index_t r) {
+    return {static_cast<std::uint64_t>(key >> 64), static_cast<std::uint64_t>(key), r};
+  }
+
+  int bits_ = 1;
+  int fit_ = 0;
+};
+
+bool key_greater(const KeyedRow& a, const KeyedRow& b) { return a.hi != b.hi ? a.hi > b.hi : a.lo > b.lo; }
+bool key_equal(const KeyedRow& a, const KeyedRow& b) { return a.hi == b.hi && a.lo == b.lo; }
+
+// Ranges below this size are finished with a comparison sort: a bucket pass costs more.
+constexpr index_t kRadixRange = 256;
+
+// Stable MSD radix sort of keyed rows, descending: buckets by the `width` key bits below the
+// `bit` bits already equal across the range, then each bucket by the next 8.
+void radix_sort_keys(KeyedRow* a, KeyedRow* tmp, index_t n, int bit, int width) {
+  for (;;) {
+    if (n < kRadixRange) {
+      std::stable_sort(a, a + n, key_greater);
+      return;
+    }
+    if (bit >= 128) return;  // equal keys: keep their order
+    width = std::min(width, 128 - bit);
+    const int shift = 128 - bit - width;
+    const index_t radix = index_t{1} << width;
+    auto digit = [=](const KeyedRow& r) {
+      const unsigned __int128 key = (static_cast<unsigned __int128>(r.hi) << 64) | r.lo;
+      return radix - 1 - static_cast<index_t>((key >> shift) & static_cast<unsigned>(radix - 1));
+    };
+    const bool parallel = n >= kParallelRange;
+    const index_t chunks = parallel ? std::min<index_t>(n / 8192, 2 * tbb::this_task_arena::max_concurrency()) : 1;
+    const index_t per = (n + chunks - 1) / chunks;
+    std::vector<index_t> hist(static_cast<std::size_t>(chunks * radix));
+    auto for_chunks = [&](auto&& f) {
+      if (chunks > 1)
+        tbb::parallel_for(index_t{0}, chunks, [&](index_t ch) { f(ch); });
+      else
+        f(0);
+    };
+    for_chunks([&](index_t ch) {
+      index_t* h = hist.data() + ch * radix;
+      for (index_t i = ch * per; i < std::min(n, (ch + 1) * per); ++i) ++h[digit(a[i])];
+    });
+    std::vector<index_t> start(static_cast<std::size_t>(radix + 1));
+    index_t sum = 0, largest = 0;
+    for (index_t d = 0; d < radix; ++d) {
+      start[d] = sum;
+      const index_t before = sum;
+      for (index_t ch = 0; ch < chunks; ++ch) {
+        const index_t c = hist[ch * radix + d];
+        hist[ch * radix + d] = sum;
+        sum += c;
+      }
+      largest = std::max(largest, sum - before);
+    }
+    start[radix] = n;
+    if (largest == n) {  // one digit value: nothing moves
+      if (std::all_of(a + 1, a + n, [&](const KeyedRow& r) { return key_equal(r, a[0]); })) return;
+      bit += width;
+      width = 8;
+      continue;
+    }
+    for_chunks([&](index_t ch) {
+      index_t* h = hist.data() + ch * radix;
+      for (index_t i = ch * per; i < std::min(n, (ch + 1) * per); ++i) tmp[h[digit(a[i])]++] = a[i];
+    });
+    std::copy(tmp, tmp + n, a);
+    auto run = [&](index_t d) {
+      const index_t len = start[d + 1] - start[d];
+      if (len > 1) radix_sort_keys(a + start[d], tmp + start[d], len, bit + width, 8);
+    };
+    if (parallel)
+      tbb::parallel_for(index_t{0}, radix, run);
+    else
+      for (index_t d = 0; d < radix; ++d) run(d);
+    return;
+  }
+}
+
 }  // namespace
 
 Schedule input_order(index_t n) {
@@ -206,18 +331,45 @@ Schedule sandpile(const SchedulingMatrixView& m) {
   const index_t n = m.rows;
   Schedule s = input_order(n);
   if (n == 0) return s;
-  std::vector<index_t> tmp(static_cast<std::size_t>(n));
-  std::vector<std::int32_t> chr(static_cast<std::size_t>(n));
-  SandpileSorter sorter(m);
-  sorter.sort(s.order.data(), tmp.data(), chr.data(), n, m.cols);
-
-  // Bucket = the highest set bit of the row (the last top-leaf reached).
+  const RowKeys keys(m.cols);
+  // Uninitialised storage: every element is written before it is read.
+  std::unique_ptr<KeyedRow[]> rows(new KeyedRow[static_cast<std::size_t>(n)]);
+  std::unique_ptr<KeyedRow[]> tmp(new KeyedRow[static_cast<std::size_t>(n)]);
   tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 4096), [&](const tbb::blocked_range<index_t>& r) {
-    for (index_t i = r.begin(); i < r.end(); ++i) chr[i] = sorter.next_bit(s.order[i], m.cols);
+    for (index_t i = r.begin(); i < r.end(); ++i) rows[i] = keys.encode(m, i);
   });
+  // The first pass buckets by the row's highest column exactly.
+  radix_sort_keys(rows.get(), tmp.get(), n, 0, keys.bits());
+
+  // Rows whose keys overflowed and tie: order them by the columns below the last one encoded.
+  std::vector<std::pair<index_t, index_t>> ties;  // (start, length)
+  for (index_t i = 0; i < n;) {
+    index_t j = i + 1;
+    while (j < n && key_equal(rows[j], rows[i])) ++j;
+    if ((rows[i].lo & 1) && j - i > 1) ties.emplace_back(i, j - i);
+    i = j;
+  }
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 8192), [&](const tbb::blocked_range<index_t>& r) {
+    for (index_t i = r.begin(); i < r.end(); ++i) s.order[i] = rows[i].idx;
+  });
+  if (!ties.empty()) {
+    const SandpileSorter sorter(m);
+    std::vector<index_t> scratch(static_cast<std::size_t>(n));
+    std::vector<std::int32_t> chr(static_cast<std::size_t>(n));
+    tbb::parallel_for(std::size_t{0}, ties.size(), [&](std::size_t t) {
+      const auto [b, len] = ties[t];
+      const bool identical = std::all_of(s.order.data() + b + 1, s.order.data() + b + len, [&](index_t q) {
+        return std::equal(m.row(q), m.row(q) + m.words_per_row, m.row(s.order[b]));
+      });
+      if (!identical)
+        sorter.sort(s.order.data() + b, scratch.data() + b, chr.data() + b, len, keys.last_column(rows[b]));
+    });
+  }
+
+  // Bucket = the highest set column of the row (the last top-leaf reached).
   s.bucket_offsets.assign(1, 0);
   for (index_t i = 1; i < n; ++i)
-    if (chr[i] != chr[i - 1]) s.bucket_offsets.push_back(i);
+    if (keys.first_column(rows[i]) != keys.first_column(rows[i - 1])) s.bucket_offsets.push_back(i);
   s.bucket_offsets.push_back(n);
   return s;
 }

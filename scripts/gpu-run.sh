@@ -4,6 +4,7 @@
 #   tests  all tests, then compute-sanitizer memcheck and racecheck over the GPU tests
 #   bench  canopy-bench pc on covtype, cities and uniform:400000:7 (shuffled and file order)
 #   depth  the depth-sensitivity sweep (d = 4..14) on covtype and uniform
+#   profile  Nsight Compute sections of the executor kernels (mask, FSM, independent)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -48,4 +49,16 @@ if [[ $what == depth || $what == all ]]; then
         --variants hybrid --depth $d --repeat 5 --json "$out/depth_uniform_$d.json" | grep -E "^hybrid"
     done
   } 2>&1 | tee "$out/depth.txt"
+fi
+
+if [[ $what == profile ]]; then
+  for input in "--generate uniform:400000:7" "--points stage/data/covtype_points_254k.csv.gz --columns 0-6"; do
+    name=$(echo "$input" | sed -E 's/.*(uniform|covtype).*/\1/')
+    ncu --kernel-name regex:"lockstep_kernel|independent_kernel" --launch-count 6 \
+      --section SpeedOfLight --section WarpStateStats --section Occupancy --section SchedulerStats \
+      --section MemoryWorkloadAnalysis --section LaunchStats \
+      $bin/canopy-bench pc $input --shuffle 1 --variants mask-lockstep,hybrid,independent --repeat 1 \
+      > "$out/ncu_$name.txt" 2>&1
+    grep -E "^  [a-z_]+kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Issued Warp|No Eligible|L1/TEX Hit|L2 Hit|Stall" "$out/ncu_$name.txt" | head -80
+  done
 fi

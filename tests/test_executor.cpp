@@ -23,7 +23,7 @@ constexpr int kCapacity = 4096;
 
 // The reference: Figure 1's recursion, written independently of the executors.
 void recurse(const KdTreeView& t, const float* q, float r2, node_id n, std::vector<node_id>& seq) {
-  const bool go = box_distance2<kMaxDims>(q, t.lo(n), t.hi(n), t.dims) <= r2;
+  const bool go = test::ref_box_distance2(q, t.lo(n), t.hi(n), t.dims) <= r2;
   seq.push_back(go ? n : ~n);
   if (!go || t.is_leaf(n)) return;
   recurse(t, q, r2, n + 1, seq);

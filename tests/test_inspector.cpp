@@ -14,7 +14,7 @@ namespace {
 // (t included) passes the radius test; computed by recursion over the top-tree.
 void reached(const KdTreeView& t, const TopTree& top, const float* q, float r2, node_id n, int depth,
              std::vector<index_t>& cols) {
-  if (box_distance2<kMaxDims>(q, t.lo(n), t.hi(n), t.dims) > r2) return;
+  if (test::ref_box_distance2(q, t.lo(n), t.hi(n), t.dims) > r2) return;
   if (depth == top.depth() - 1 || t.is_leaf(n)) {
     cols.push_back(top.view().column(n));
     return;
