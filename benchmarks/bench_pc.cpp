@@ -33,6 +33,8 @@ constexpr Variant kVariants[] = {
     {"fsm-lockstep-sorted", ExecutorKind::FsmLockstep, ScheduleKind::LeafSort},
     {"hybrid", ExecutorKind::FsmLockstep, ScheduleKind::Hybrid},
     {"independent-hybrid", ExecutorKind::Independent, ScheduleKind::Hybrid},
+    // The same schedule with the sandpile on the GPU: no matrix or order crosses PCIe.
+    {"hybrid-gpu-sandpile", ExecutorKind::FsmLockstep, ScheduleKind::HybridDevice},
 };
 
 std::vector<Variant> parse_variants(const std::string& list) {
@@ -95,7 +97,7 @@ void add_pc_options(CLI::App& app, PcConfig& c) {
   app.add_option("--device", c.device, "auto, cpu or gpu")->capture_default_str();
   app.add_option("--variants", c.variants,
                  "comma list of independent, mask-lockstep, fsm-lockstep, mask-lockstep-sorted, "
-                 "fsm-lockstep-sorted, hybrid, independent-hybrid; or all")
+                 "fsm-lockstep-sorted, hybrid, independent-hybrid, hybrid-gpu-sandpile; or all")
       ->capture_default_str();
   app.add_option("--repeat", c.repeat, "timed runs per variant (the median is reported)")->capture_default_str();
   app.add_option("--json", c.json, "write the results as JSON to this file");
@@ -173,7 +175,7 @@ int run_pc(const PcConfig& c) {
     row.nodes_per_warp = first.nodes_per_warp();
     if (!first.warp_nodes.empty())
       row.nodes_per_warp_max = *std::max_element(first.warp_nodes.begin(), first.warp_nodes.end());
-    row.depth = var.schedule == ScheduleKind::Hybrid ? first.depth : 0;
+    row.depth = var.schedule == ScheduleKind::Hybrid || var.schedule == ScheduleKind::HybridDevice ? first.depth : 0;
     row.checksum = std::accumulate(first.counts.begin(), first.counts.end(), std::uint64_t{0},
                                    [](std::uint64_t a, index_t b) { return a + static_cast<std::uint64_t>(b); });
     if (reference.empty()) reference = first.counts;

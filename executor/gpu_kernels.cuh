@@ -29,7 +29,7 @@ independent_kernel(Topology tree, Visitor v, const index_t* order, index_t n) {
 // (b) Mask lockstep (Goldfarb et al.): the warp walks one shared rope stack whose entries
 // carry the mask of lanes still active in that subtree; a lane computes only where its bit
 // is set, and the warp skips a subtree only when every lane truncates. kCountNodes writes
-// the nodes each warp popped (the instrumented build the emulator is checked against).
+// the nodes each warp visited (the instrumented build the emulator is checked against).
 template <bool kCountNodes, class Topology, class Visitor>
 __global__ void __launch_bounds__(kLockstepWarpsPerBlock * 32)
 mask_lockstep_kernel(Topology tree, Visitor v, const index_t* order, index_t n, index_t* warp_nodes) {
@@ -39,41 +39,43 @@ mask_lockstep_kernel(Topology tree, Visitor v, const index_t* order, index_t n, 
   const int wib = threadIdx.x >> 5;
   const index_t warp = blockIdx.x * static_cast<index_t>(kLockstepWarpsPerBlock) + wib;
   if (warp * 32 >= n) return;  // whole warps only
-  const index_t pos = warp * 32 + lane;
-  const bool valid = pos < n;
-  const index_t q = valid ? scheduled_query(order, pos) : 0;
+  const index_t slot = warp * 32 + lane;  // this lane's schedule position
+  const bool valid = slot < n;
+  const index_t q = valid ? scheduled_query(order, slot) : 0;
   typename Visitor::State s;
   if (valid) s = v.init(q);
   node_id* snode = stack_node[wib];
   std::uint32_t* smask = stack_mask[wib];
-  const std::uint32_t all = __ballot_sync(kFullMask, valid);
-  if (lane == 0) {
-    snode[0] = 0;
-    smask[0] = all;
-  }
-  int sp = 1;
+  // The node the warp is at, and its mask, live in registers; only pending siblings (with the
+  // mask they were pushed with) go through the shared rope stack.
+  node_id node = 0;
+  std::uint32_t mask = __ballot_sync(kFullMask, valid);
+  int sp = 0;
   index_t visited = 0;
-  __syncwarp();
-  while (sp > 0) {
-    --sp;
-    const node_id node = snode[sp];
-    const std::uint32_t mask = smask[sp];
-    __syncwarp();  // every lane has read the slot before it is pushed over
+  for (;;) {
     if (kCountNodes) ++visited;
     const bool cond = ((mask >> lane) & 1u) && v.descend(s, node);
     const std::uint32_t next = __ballot_sync(kFullMask, cond);
-    if (next == 0) continue;
-    if (tree.is_leaf(node)) {
-      if (cond) v.leaf(s, node);
-    } else {
-      const int nc = tree.child_count(node);
-      if (lane < nc) {
-        snode[sp + nc - 1 - lane] = tree.child(node, lane);
-        smask[sp + nc - 1 - lane] = next;
+    if (next != 0) {
+      if (!tree.is_leaf(node)) {
+        const int nc = tree.child_count(node);
+        if (lane > 0 && lane < nc) {
+          snode[sp + nc - 1 - lane] = tree.child(node, lane);
+          smask[sp + nc - 1 - lane] = next;
+        }
+        sp += nc - 1;
+        node = tree.child(node, 0);
+        mask = next;
+        continue;
       }
-      sp += nc;
-      __syncwarp();
+      if (cond) v.leaf(s, node);
     }
+    if (sp == 0) break;
+    __syncwarp();  // the pushes are visible before the pop
+    --sp;
+    node = snode[sp];
+    mask = smask[sp];
+    __syncwarp();  // every lane has read the slot before it is pushed over
   }
   if (valid) v.finish(s, q);
   if (kCountNodes && lane == 0) warp_nodes[warp] = visited;
@@ -91,41 +93,47 @@ fsm_lockstep_kernel(Topology tree, Visitor v, const index_t* order, index_t n, i
   const int wib = threadIdx.x >> 5;
   const index_t warp = blockIdx.x * static_cast<index_t>(kLockstepWarpsPerBlock) + wib;
   if (warp * 32 >= n) return;
-  const index_t pos = warp * 32 + lane;
-  const bool valid = pos < n;
-  const index_t q = valid ? scheduled_query(order, pos) : 0;
+  const index_t slot = warp * 32 + lane;  // this lane's schedule position
+  const bool valid = slot < n;
+  const index_t q = valid ? scheduled_query(order, slot) : 0;
   typename Visitor::State s;
   if (valid) s = v.init(q);
   node_id* stack = stack_node[wib];
   bool traversing = valid;
   int critical = INT_MAX;
-  if (lane == 0) stack[0] = 0;
-  int sp = 1;
+  // The node the warp is at lives in a register; `pos` is the stack position it would have
+  // had if child 0 had been pushed and popped like its siblings (what critical refers to).
+  node_id node = 0;
+  int sp = 0, pos = 0;
   index_t visited = 0;
-  __syncwarp();
-  while (sp > 0) {
-    --sp;
-    const node_id node = stack[sp];
-    __syncwarp();
+  for (;;) {
     if (kCountNodes) ++visited;
-    if (sp < critical) {  // transition back to traversing
+    if (pos < critical) {  // transition back to traversing
       traversing = valid;
       critical = INT_MAX;
     }
     const bool cond = traversing && v.descend(s, node);
-    if (!__any_sync(kFullMask, cond)) continue;
-    if (traversing && !cond) {  // transition to truncated
-      traversing = false;
-      critical = sp;
-    }
-    if (tree.is_leaf(node)) {
+    if (__any_sync(kFullMask, cond)) {
+      if (traversing && !cond) {  // transition to truncated
+        traversing = false;
+        critical = pos;
+      }
+      if (!tree.is_leaf(node)) {
+        const int nc = tree.child_count(node);
+        if (lane > 0 && lane < nc) stack[sp + nc - 1 - lane] = tree.child(node, lane);
+        sp += nc - 1;
+        pos = sp;
+        node = tree.child(node, 0);
+        continue;
+      }
       if (cond) v.leaf(s, node);
-    } else {
-      const int nc = tree.child_count(node);
-      if (lane < nc) stack[sp + nc - 1 - lane] = tree.child(node, lane);
-      sp += nc;
-      __syncwarp();
     }
+    if (sp == 0) break;
+    __syncwarp();  // the pushes are visible before the pop
+    --sp;
+    node = stack[sp];
+    pos = sp;
+    __syncwarp();  // every lane has read the slot before it is pushed over
   }
   if (valid) v.finish(s, q);
   if (kCountNodes && lane == 0) warp_nodes[warp] = visited;

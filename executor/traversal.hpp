@@ -1,6 +1,6 @@
 // The autoropes traversal of one query (the loop body shared by the CPU executor and the GPU
-// independent kernel): pop a node, ask the visitor whether to go on, process a leaf or push
-// the children in reverse order so child 0 comes off the stack first.
+// independent kernel): ask the visitor whether to go on at the current node, process a leaf
+// or push the other children in reverse order and move to child 0; pop when a path ends.
 #pragma once
 
 #include "executor/visitor.hpp"
@@ -11,16 +11,20 @@ template <class Topology, class Visitor>
 CANOPY_HD inline void traverse_one(const Topology& tree, const Visitor& v, index_t query) {
   node_id stack[Topology::kMaxStack];
   int sp = 0;
-  stack[sp++] = 0;
+  node_id n = 0;
   auto s = v.init(query);
-  while (sp > 0) {
-    const node_id n = stack[--sp];
-    if (!v.descend(s, n)) continue;
-    if (tree.is_leaf(n)) {
+  for (;;) {
+    if (v.descend(s, n)) {
+      if (!tree.is_leaf(n)) {
+        // Child 0 is visited next, so it never goes through the stack.
+        for (int i = tree.child_count(n) - 1; i > 0; --i) stack[sp++] = tree.child(n, i);
+        n = tree.child(n, 0);
+        continue;
+      }
       v.leaf(s, n);
-    } else {
-      for (int i = tree.child_count(n) - 1; i >= 0; --i) stack[sp++] = tree.child(n, i);
     }
+    if (sp == 0) break;
+    n = stack[--sp];
   }
   v.finish(s, query);
 }

@@ -22,13 +22,16 @@ namespace canopy {
 
 enum class ScheduleKind {
   InputOrder,  // run the queries as given
-  Hybrid,      // inspector over the top-tree + sandpile partition-join (automatic)
+  Hybrid,      // inspector over the top-tree + sandpile partition-join (automatic), the
+               // sandpile on the CPU (the paper's design: the matrix crosses to the host)
+  HybridDevice,  // the same schedule, bit for bit, with the sandpile on the GPU next to the
+                 // matrix (on the CPU device: the same as Hybrid)
   LeafSort,    // sort by the kd-tree leaf each query falls in (the hand-tuned baseline)
 };
 const char* to_string(ScheduleKind k);
 
 // Top-tree depth used when PcOptions::depth is 0 (capped at the tree's height).
-constexpr int kDefaultTopTreeDepth = 10;
+constexpr int kDefaultTopTreeDepth = 8;
 
 struct PcOptions {
   float radius = 0.0f;  // finite and >= 0; a point at exactly this distance counts
@@ -38,6 +41,7 @@ struct PcOptions {
   int depth = 0;             // top-tree depth for Hybrid: 1..tree height, 0 = default
   bool count_nodes = false;  // also run the CPU warp emulator on the same schedule
   bool gpu_count_nodes = false;  // GPU lockstep: instrumented kernel's per-warp node counts
+  bool keep_schedule = false;    // copy the schedule the executor ran into the result
 };
 
 struct PhaseTimes {
@@ -52,7 +56,7 @@ struct PcResult {
   PhaseTimes times;
   Device device = Device::Cpu;  // where it ran
   int depth = 0;                // top-tree depth used (Hybrid)
-  Schedule schedule;            // the order the executor ran the queries in
+  Schedule schedule;            // keep_schedule: the order the executor ran the queries in
   std::vector<index_t> warp_nodes;      // count_nodes: nodes visited per lockstep warp (emulator)
   std::vector<index_t> gpu_warp_nodes;  // gpu_count_nodes: the same, counted on the GPU
   double nodes_per_warp() const;        // mean of warp_nodes
@@ -62,8 +66,8 @@ namespace detail {
 class PcGpuEngine;
 }
 
-// Holds a tree (and, on the GPU, its device copy and reusable buffers). Not thread-safe: use
-// one object per thread.
+// Holds a tree (which must outlive it) and, on the GPU, the tree's device copy and reusable
+// buffers. Not thread-safe: use one object per thread.
 class PointCorrelation {
  public:
   explicit PointCorrelation(const KdTree& tree, Device device = Device::Auto);
@@ -84,6 +88,9 @@ class PointCorrelation {
   const KdTree& tree_;
   Device device_;
   std::unique_ptr<detail::PcGpuEngine> gpu_;
+  // Kept from run to run so scheduling touches no fresh memory.
+  SandpileScheduler sandpile_;
+  std::vector<index_t> order_;
 };
 
 // Picks r so that the mean count over a seeded sample of the queries is about target_mean

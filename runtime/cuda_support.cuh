@@ -132,6 +132,10 @@ void copy_to_device(T* dst, const T* src, std::size_t n, cudaStream_t s) {
   CANOPY_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, s));
 }
 template <class T>
+void copy_device_to_device(T* dst, const T* src, std::size_t n, cudaStream_t s) {
+  CANOPY_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, s));
+}
+template <class T>
 void copy_to_host(T* dst, const T* src, std::size_t n, cudaStream_t s) {
   CANOPY_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, s));
 }

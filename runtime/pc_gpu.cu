@@ -1,5 +1,3 @@
-#include <algorithm>
-
 #include <cub/device/device_radix_sort.cuh>
 
 #include "executor/gpu_kernels.cuh"
@@ -7,6 +5,7 @@
 #include "runtime/cuda_support.cuh"
 #include "runtime/pc_gpu.hpp"
 #include "runtime/point_correlation.hpp"
+#include "scheduler/sandpile_gpu.hpp"
 
 namespace canopy {
 namespace detail {
@@ -42,7 +41,24 @@ struct PcGpuEngine::Impl {
   PinnedBuffer<index_t> host_order;  // staging, so the upload is a true asynchronous copy
   Stream stream;
   Event start, stop;
+  DeviceSandpile sandpile;
   index_t n_queries = 0;
+  index_t matrix_cols = 0;
+
+  // Launches the inspector for top into `matrix` (not timed, not synchronised).
+  void launch_inspector(const TopTree& t, float radius2) {
+    const index_t words = words_per_row(t.size()) * n_queries;
+    top_leaves.reserve(t.leaves().size(), "the top-tree leaves");
+    matrix.reserve(static_cast<std::size_t>(words), "the scheduling matrix");
+    copy_to_device(top_leaves.get(), t.leaves().data(), t.leaves().size(), stream.get());
+    TopTreeView dtop = t.view();
+    dtop.leaves = top_leaves.get();
+    matrix_cols = t.size();
+    start.record(stream.get());
+    with_visitor(radius2, [&](const auto& v) {
+      gpu::launch_inspector(view, dtop, v, n_queries, matrix.get(), stream.get());
+    });
+  }
 
   template <class F>
   void with_visitor(float radius2, F&& f) {
@@ -88,31 +104,40 @@ void PcGpuEngine::set_queries(const float* queries, index_t n) {
 SchedulingMatrixView PcGpuEngine::inspect(const TopTree& top, float radius2, double* ms) {
   Impl& m = *impl_;
   const index_t words = words_per_row(top.size()) * m.n_queries;
-  m.top_leaves.reserve(top.leaves().size(), "the top-tree leaves");
-  m.matrix.reserve(static_cast<std::size_t>(words), "the scheduling matrix");
   m.host_matrix.reserve(static_cast<std::size_t>(words));
-  copy_to_device(m.top_leaves.get(), top.leaves().data(), top.leaves().size(), m.stream.get());
-  TopTreeView dtop = top.view();
-  dtop.leaves = m.top_leaves.get();
-  m.start.record(m.stream.get());
-  m.with_visitor(radius2, [&](const auto& v) {
-    gpu::launch_inspector(m.view, dtop, v, m.n_queries, m.matrix.get(), m.stream.get());
-  });
+  m.launch_inspector(top, radius2);
   copy_to_host(m.host_matrix.get(), m.matrix.get(), static_cast<std::size_t>(words), m.stream.get());
   m.stop.record(m.stream.get());
   *ms = m.stop.since(m.start);
   return {m.host_matrix.get(), m.n_queries, top.size(), words_per_row(top.size())};
 }
 
-double PcGpuEngine::upload_order(const std::vector<index_t>& order) {
+double PcGpuEngine::inspect_on_device(const TopTree& top, float radius2) {
   Impl& m = *impl_;
-  m.order.reserve(order.size(), "the schedule");
-  m.host_order.reserve(order.size());
-  std::copy(order.begin(), order.end(), m.host_order.get());
-  m.start.record(m.stream.get());
-  copy_to_device(m.order.get(), m.host_order.get(), order.size(), m.stream.get());
+  m.launch_inspector(top, radius2);
   m.stop.record(m.stream.get());
   return m.stop.since(m.start);
+}
+
+double PcGpuEngine::device_sandpile() {
+  Impl& m = *impl_;
+  m.order.reserve(static_cast<std::size_t>(m.n_queries), "the schedule");
+  m.start.record(m.stream.get());
+  m.sandpile.run(m.matrix.get(), m.n_queries, words_per_row(m.matrix_cols), m.order.get(), m.stream.get());
+  m.stop.record(m.stream.get());
+  return m.stop.since(m.start);
+}
+
+index_t* PcGpuEngine::order_staging(index_t n) {
+  impl_->host_order.reserve(static_cast<std::size_t>(n));
+  return impl_->host_order.get();
+}
+
+void PcGpuEngine::upload_order(index_t n) {
+  Impl& m = *impl_;
+  m.order.reserve(static_cast<std::size_t>(n), "the schedule");
+  copy_to_device(m.order.get(), m.host_order.get(), static_cast<std::size_t>(n), m.stream.get());
+  m.stream.sync();
 }
 
 double PcGpuEngine::leaf_sort() {
@@ -146,6 +171,15 @@ std::vector<index_t> PcGpuEngine::download_order() {
   copy_to_host(out.data(), m.order.get(), out.size(), m.stream.get());
   m.stream.sync();
   return out;
+}
+
+SchedulingMatrixView PcGpuEngine::download_matrix() {
+  Impl& m = *impl_;
+  const index_t words = words_per_row(m.matrix_cols) * m.n_queries;
+  m.host_matrix.reserve(static_cast<std::size_t>(words));
+  copy_to_host(m.host_matrix.get(), m.matrix.get(), static_cast<std::size_t>(words), m.stream.get());
+  m.stream.sync();
+  return {m.host_matrix.get(), m.n_queries, m.matrix_cols, words_per_row(m.matrix_cols)};
 }
 
 double PcGpuEngine::execute(ExecutorKind kind, float radius2, bool use_order,

@@ -23,11 +23,19 @@ class PcGpuEngine {
   // Inspector kernel + asynchronous copy of the matrix into pinned host memory. The view
   // stays valid until the next inspect().
   SchedulingMatrixView inspect(const TopTree& top, float radius2, double* ms);
-  // Uploads a host schedule (order) for the next execute(); returns the copy's milliseconds.
-  double upload_order(const std::vector<index_t>& order);
+  // The inspector kernel alone: the matrix stays on the device for device_sandpile().
+  double inspect_on_device(const TopTree& top, float radius2);
+  // The sandpile of the device matrix, on the device; the order stays there for execute().
+  double device_sandpile();
+  // Pinned host memory for a schedule of n queries; upload_order() sends it to the device
+  // for the next execute().
+  index_t* order_staging(index_t n);
+  void upload_order(index_t n);
   // Leaf sort on the device (leaf search kernel + stable radix sort); the order stays there.
   double leaf_sort();
   std::vector<index_t> download_order();
+  // The matrix of the last inspection, copied into pinned host memory.
+  SchedulingMatrixView download_matrix();
   // Runs the executor in the uploaded order (use_order) or the input order.
   double execute(ExecutorKind kind, float radius2, bool use_order, std::vector<index_t>* gpu_warp_nodes);
   void download_counts(index_t* out);

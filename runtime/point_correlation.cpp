@@ -58,6 +58,7 @@ const char* to_string(ScheduleKind k) {
   switch (k) {
     case ScheduleKind::InputOrder: return "input-order";
     case ScheduleKind::Hybrid: return "hybrid";
+    case ScheduleKind::HybridDevice: return "hybrid-device";
     case ScheduleKind::LeafSort: return "leaf-sort";
   }
   return "?";
@@ -94,7 +95,7 @@ PcResult PointCorrelation::run(const float* queries, index_t n, const PcOptions&
   res.depth = opt.depth > 0 ? opt.depth : std::min(kDefaultTopTreeDepth, view.height);
   res.counts.assign(static_cast<std::size_t>(n), 0);
   if (n == 0) {
-    res.schedule = input_order(0);
+    if (opt.keep_schedule) res.schedule = input_order(0);
     return res;
   }
   const float r2 = opt.radius * opt.radius;
@@ -107,9 +108,14 @@ PcResult PointCorrelation::run(const float* queries, index_t n, const PcOptions&
     return v;
   };
 
-  // Schedule.
+  // Schedule. `order` is where the executor's order lives on the host (null: input order).
+  const bool reordered = opt.schedule != ScheduleKind::InputOrder;
+  index_t* order = nullptr;
+  std::vector<index_t> buckets;
+  std::vector<index_t>* want_buckets = opt.keep_schedule ? &buckets : nullptr;
+  const bool hybrid = opt.schedule == ScheduleKind::Hybrid || opt.schedule == ScheduleKind::HybridDevice;
   if (dev == Device::Cpu) {
-    if (opt.schedule == ScheduleKind::Hybrid) {
+    if (hybrid) {
       auto t0 = std::chrono::steady_clock::now();
       const TopTree top = TopTree::build(view, res.depth);
       const SchedulingMatrix matrix = dispatch_dims(view.dims, [&](auto md) {
@@ -117,15 +123,18 @@ PcResult PointCorrelation::run(const float* queries, index_t n, const PcOptions&
       });
       res.times.inspect_ms = ms_since(t0);
       t0 = std::chrono::steady_clock::now();
-      res.schedule = sandpile(matrix.view());
+      order_.resize(static_cast<std::size_t>(n));
+      order = order_.data();
+      sandpile_.run(matrix.view(), order, want_buckets);
       res.times.schedule_ms = ms_since(t0);
     } else if (opt.schedule == ScheduleKind::LeafSort) {
       const auto t0 = std::chrono::steady_clock::now();
       const std::vector<std::int64_t> keys = leaf_keys(view, queries, nullptr, n);
-      res.schedule = sort_by_key(keys.data(), n);
+      Schedule sorted = sort_by_key(keys.data(), n);
       res.times.schedule_ms = ms_since(t0);
-    } else {
-      res.schedule = input_order(n);
+      order_.swap(sorted.order);
+      order = order_.data();
+      buckets.swap(sorted.bucket_offsets);
     }
   } else {
     gpu_->set_queries(queries, n);
@@ -133,24 +142,39 @@ PcResult PointCorrelation::run(const float* queries, index_t n, const PcOptions&
       const TopTree top = TopTree::build(view, res.depth);
       const SchedulingMatrixView matrix = gpu_->inspect(top, r2, &res.times.inspect_ms);
       const auto t0 = std::chrono::steady_clock::now();
-      res.schedule = sandpile(matrix);
-      gpu_->upload_order(res.schedule.order);
+      order = gpu_->order_staging(n);  // the sandpile writes straight into pinned memory
+      sandpile_.run(matrix, order, want_buckets);
+      gpu_->upload_order(n);
       res.times.schedule_ms = ms_since(t0);
+    } else if (opt.schedule == ScheduleKind::HybridDevice) {
+      const TopTree top = TopTree::build(view, res.depth);
+      res.times.inspect_ms = gpu_->inspect_on_device(top, r2);
+      res.times.schedule_ms = gpu_->device_sandpile();
     } else if (opt.schedule == ScheduleKind::LeafSort) {
       res.times.schedule_ms = gpu_->leaf_sort();
-      res.schedule.order = gpu_->download_order();
-      // Bucket boundaries are descriptive only: recomputed here, outside the timed region.
-      const std::vector<std::int64_t> keys = leaf_keys(view, queries, res.schedule.order.data(), n);
-      res.schedule.bucket_offsets.assign(1, 0);
-      for (index_t i = 1; i < n; ++i)
-        if (keys[i] != keys[i - 1]) res.schedule.bucket_offsets.push_back(i);
-      res.schedule.bucket_offsets.push_back(n);
+    }
+    // Those orders stay on the device; fetch them only when asked, outside the timed regions.
+    const bool on_device = opt.schedule == ScheduleKind::LeafSort || opt.schedule == ScheduleKind::HybridDevice;
+    if (on_device && (opt.keep_schedule || opt.count_nodes)) {
+      order_ = gpu_->download_order();
+      order = order_.data();
+      if (opt.schedule == ScheduleKind::LeafSort) {
+        const std::vector<std::int64_t> keys = leaf_keys(view, queries, order, n);
+        buckets = bucket_boundaries(n, [&](index_t i) { return keys[i]; });
+      } else {
+        const SchedulingMatrixView matrix = gpu_->download_matrix();
+        buckets = bucket_boundaries(n, [&](index_t i) { return highest_column(matrix, order[i]); });
+      }
+    }
+  }
+  if (opt.keep_schedule) {
+    if (order) {
+      res.schedule.order.assign(order, order + n);
+      res.schedule.bucket_offsets = std::move(buckets);
     } else {
       res.schedule = input_order(n);
     }
   }
-  const bool reordered = opt.schedule != ScheduleKind::InputOrder;
-  const index_t* order = reordered ? res.schedule.order.data() : nullptr;
 
   // Execute.
   if (dev == Device::Cpu) {

@@ -193,10 +193,11 @@ class SandpileSorter {
   SchedulingMatrixView m_;
 };
 
-// Each row as a 128-bit key: its first set columns, highest first, each stored as column + 1
-// in `bits` bits from the top (0 = no more columns), and the lowest bit set when the row has
-// more columns than fit. Keys compare, as unsigned numbers, exactly as the rows do whenever a
-// row's columns all fit; rows with equal keys and the overflow bit are refined from the matrix.
+// Each row as a 128-bit key that compares, as an unsigned number, as the row does: the row's
+// highest column c (as c + 1, in `bits` bits, 0 for an empty row), then the row's next
+// 127 - bits columns below c as they are, then one flag bit set when the row has columns
+// further below. Rows whose keys are equal with the flag clear are equal; ties with the flag
+// set are refined from the matrix. A fixed amount of work per row, whatever its bits.
 struct KeyedRow {
   std::uint64_t hi, lo;
   index_t idx;
@@ -206,43 +207,47 @@ class RowKeys {
  public:
   explicit RowKeys(index_t cols) {
     while ((index_t{1} << bits_) <= cols) ++bits_;
-    fit_ = 127 / bits_;
   }
 
   KeyedRow encode(const SchedulingMatrixView& m, index_t r) const {
-    unsigned __int128 key = 0;
-    int shift = 128;
     const std::uint64_t* row = m.row(r);
-    for (index_t w = m.words_per_row - 1; w >= 0; --w) {
-      std::uint64_t word = row[w];
-      if (!word) continue;
-      // Lowest-first extraction is a short dependency chain; emit highest first from the buffer.
-      int bit[64], count = 0;
-      for (; word; word &= word - 1) bit[count++] = __builtin_ctzll(word);
-      while (count > 0) {
-        shift -= bits_;
-        if (shift < 128 - fit_ * bits_) return split(key | 1, r);
-        key |= static_cast<unsigned __int128>(w * 64 + bit[--count] + 1) << shift;
-      }
+    const index_t words = m.words_per_row;
+    index_t w = words - 1;
+    while (w >= 0 && row[w] == 0) --w;
+    if (w < 0) return {0, 0, r};
+    const index_t c = w * 64 + 63 - __builtin_clzll(row[w]);
+    // Columns c-1 .. c-64 and c-65 .. c-128, most significant first.
+    auto bits_ending_at = [&](index_t p) -> std::uint64_t {
+      if (p < 0) return 0;
+      const index_t low = p - 63;
+      if (low < 0) return row[0] << (-low);
+      const index_t lw = low / 64, s = low % 64;
+      std::uint64_t v = row[lw] >> s;
+      if (s && lw + 1 < words) v |= row[lw + 1] << (64 - s);
+      return v;
+    };
+    const unsigned __int128 window =
+        ((static_cast<unsigned __int128>(bits_ending_at(c - 1)) << 64) | bits_ending_at(c - 65)) >> bits_;
+    // The flag stands for every column at or below c - 128 + bits (the bit the window drops).
+    const index_t t = c - 128 + bits_;
+    bool more = false;
+    if (t >= 0) {
+      const index_t tw = t / 64;
+      more = (row[tw] & low_mask(t % 64)) != 0;
+      for (index_t k = 0; k < tw && !more; ++k) more = row[k] != 0;
     }
-    return split(key, r);
+    const unsigned __int128 key = (static_cast<unsigned __int128>(c + 1) << (128 - bits_)) |
+                                  (window & ~static_cast<unsigned __int128>(1)) | (more ? 1 : 0);
+    return {static_cast<std::uint64_t>(key >> 64), static_cast<std::uint64_t>(key), r};
   }
   int bits() const { return bits_; }
   // The highest column of a row (-1 for an empty row).
   index_t first_column(const KeyedRow& k) const { return static_cast<index_t>(k.hi >> (64 - bits_)) - 1; }
-  // The last column the key holds, for a row that overflowed.
-  index_t last_column(const KeyedRow& k) const {
-    const unsigned __int128 key = (static_cast<unsigned __int128>(k.hi) << 64) | k.lo;
-    return static_cast<index_t>((key >> (128 - fit_ * bits_)) & ((1u << bits_) - 1)) - 1;
-  }
+  // Rows with equal flagged keys agree on every column at or above this one.
+  index_t tie_cursor(const KeyedRow& k) const { return first_column(k) - 127 + bits_; }
 
  private:
-  static KeyedRow split(unsigned __int128 key, index_t r) {
-    return {static_cast<std::uint64_t>(key >> 64), static_cast<std::uint64_t>(key), r};
-  }
-
   int bits_ = 1;
-  int fit_ = 0;
 };
 
 bool key_greater(const KeyedRow& a, const KeyedRow& b) { return a.hi != b.hi ? a.hi > b.hi : a.lo > b.lo; }
@@ -327,50 +332,77 @@ Schedule input_order(index_t n) {
   return s;
 }
 
-Schedule sandpile(const SchedulingMatrixView& m) {
-  const index_t n = m.rows;
-  Schedule s = input_order(n);
-  if (n == 0) return s;
-  const RowKeys keys(m.cols);
+struct SandpileScheduler::Workspace {
+  std::unique_ptr<KeyedRow[]> rows, tmp;
+  std::unique_ptr<index_t[]> scratch;
+  std::unique_ptr<std::int32_t[]> chr;
+  index_t capacity = 0;
+
   // Uninitialised storage: every element is written before it is read.
-  std::unique_ptr<KeyedRow[]> rows(new KeyedRow[static_cast<std::size_t>(n)]);
-  std::unique_ptr<KeyedRow[]> tmp(new KeyedRow[static_cast<std::size_t>(n)]);
-  tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 4096), [&](const tbb::blocked_range<index_t>& r) {
+  void reserve(index_t n) {
+    if (n <= capacity) return;
+    rows.reset(new KeyedRow[static_cast<std::size_t>(n)]);
+    tmp.reset(new KeyedRow[static_cast<std::size_t>(n)]);
+    scratch.reset(new index_t[static_cast<std::size_t>(n)]);
+    chr.reset(new std::int32_t[static_cast<std::size_t>(n)]);
+    capacity = n;
+  }
+};
+
+SandpileScheduler::SandpileScheduler() : ws_(std::make_unique<Workspace>()) {}
+SandpileScheduler::~SandpileScheduler() = default;
+
+void SandpileScheduler::run(const SchedulingMatrixView& m, index_t* order, std::vector<index_t>* bucket_offsets) {
+  const index_t n = m.rows;
+  if (n == 0) {
+    if (bucket_offsets) *bucket_offsets = {0, 0};
+    return;
+  }
+  ws_->reserve(n);
+  KeyedRow* rows = ws_->rows.get();
+  const RowKeys keys(m.cols);
+  constexpr index_t kGrain = 4096;
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, n, kGrain), [&](const tbb::blocked_range<index_t>& r) {
     for (index_t i = r.begin(); i < r.end(); ++i) rows[i] = keys.encode(m, i);
   });
   // The first pass buckets by the row's highest column exactly.
-  radix_sort_keys(rows.get(), tmp.get(), n, 0, keys.bits());
+  radix_sort_keys(rows, ws_->tmp.get(), n, 0, keys.bits());
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, n, kGrain), [&](const tbb::blocked_range<index_t>& r) {
+    for (index_t i = r.begin(); i < r.end(); ++i) order[i] = rows[i].idx;
+  });
 
   // Rows whose keys overflowed and tie: order them by the columns below the last one encoded.
-  std::vector<std::pair<index_t, index_t>> ties;  // (start, length)
-  for (index_t i = 0; i < n;) {
-    index_t j = i + 1;
-    while (j < n && key_equal(rows[j], rows[i])) ++j;
-    if ((rows[i].lo & 1) && j - i > 1) ties.emplace_back(i, j - i);
-    i = j;
-  }
-  tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 8192), [&](const tbb::blocked_range<index_t>& r) {
-    for (index_t i = r.begin(); i < r.end(); ++i) s.order[i] = rows[i].idx;
-  });
-  if (!ties.empty()) {
-    const SandpileSorter sorter(m);
-    std::vector<index_t> scratch(static_cast<std::size_t>(n));
-    std::vector<std::int32_t> chr(static_cast<std::size_t>(n));
-    tbb::parallel_for(std::size_t{0}, ties.size(), [&](std::size_t t) {
-      const auto [b, len] = ties[t];
-      const bool identical = std::all_of(s.order.data() + b + 1, s.order.data() + b + len, [&](index_t q) {
-        return std::equal(m.row(q), m.row(q) + m.words_per_row, m.row(s.order[b]));
+  // Each run is refined by the block holding its first row.
+  const SandpileSorter sorter(m);
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, n, kGrain), [&](const tbb::blocked_range<index_t>& r) {
+    for (index_t b = r.begin(); b < r.end(); ++b) {
+      if (!(rows[b].lo & 1) || (b > 0 && key_equal(rows[b], rows[b - 1]))) continue;
+      index_t e = b + 1;
+      while (e < n && key_equal(rows[e], rows[b])) ++e;
+      const index_t len = e - b;
+      if (len < 2) continue;
+      const bool identical = std::all_of(order + b + 1, order + e, [&](index_t q) {
+        return std::equal(m.row(q), m.row(q) + m.words_per_row, m.row(order[b]));
       });
-      if (!identical)
-        sorter.sort(s.order.data() + b, scratch.data() + b, chr.data() + b, len, keys.last_column(rows[b]));
-    });
-  }
+      if (!identical) sorter.sort(order + b, ws_->scratch.get() + b, ws_->chr.get() + b, len, keys.tie_cursor(rows[b]));
+    }
+  });
 
-  // Bucket = the highest set column of the row (the last top-leaf reached).
-  s.bucket_offsets.assign(1, 0);
-  for (index_t i = 1; i < n; ++i)
-    if (keys.first_column(rows[i]) != keys.first_column(rows[i - 1])) s.bucket_offsets.push_back(i);
-  s.bucket_offsets.push_back(n);
+  if (bucket_offsets)
+    *bucket_offsets = bucket_boundaries(n, [&](index_t i) { return keys.first_column(rows[i]); });
+}
+
+index_t highest_column(const SchedulingMatrixView& m, index_t r) {
+  const std::uint64_t* row = m.row(r);
+  for (index_t w = m.words_per_row - 1; w >= 0; --w)
+    if (row[w]) return w * 64 + 63 - __builtin_clzll(row[w]);
+  return -1;
+}
+
+Schedule sandpile(const SchedulingMatrixView& m) {
+  Schedule s;
+  s.order.resize(static_cast<std::size_t>(m.rows));
+  SandpileScheduler().run(m, s.order.data(), &s.bucket_offsets);
   return s;
 }
 
@@ -383,12 +415,8 @@ Schedule sort_by_key(const std::int64_t* keys, index_t n) {
   tbb::parallel_sort(kv.begin(), kv.end());
   Schedule s;
   s.order.resize(static_cast<std::size_t>(n));
-  s.bucket_offsets.assign(1, 0);
-  for (index_t i = 0; i < n; ++i) {
-    s.order[i] = kv[i].second;
-    if (i > 0 && kv[i].first != kv[i - 1].first) s.bucket_offsets.push_back(i);
-  }
-  s.bucket_offsets.push_back(n);
+  for (index_t i = 0; i < n; ++i) s.order[i] = kv[i].second;
+  s.bucket_offsets = bucket_boundaries(n, [&](index_t i) { return kv[i].first; });
   return s;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "inspector/scheduling_matrix.hpp"
@@ -19,6 +20,25 @@ struct Schedule {
   index_t buckets() const { return bucket_offsets.empty() ? 0 : static_cast<index_t>(bucket_offsets.size()) - 1; }
 };
 
+// Bucket boundaries of a schedule: 0, every position whose key differs from the previous
+// position's, and n. key(i) is the key of the query at position i.
+template <class KeyAt>
+std::vector<index_t> bucket_boundaries(index_t n, KeyAt&& key) {
+  std::vector<index_t> offsets{0};
+  if (n == 0) return {0, 0};
+  auto prev = key(0);
+  for (index_t i = 1; i < n; ++i) {
+    auto k = key(i);
+    if (k != prev) offsets.push_back(i);
+    prev = k;
+  }
+  offsets.push_back(n);
+  return offsets;
+}
+
+// The highest set column of row r (-1 when it has none): the sandpile's bucket key.
+index_t highest_column(const SchedulingMatrixView& m, index_t r);
+
 // The input order, one bucket.
 Schedule input_order(index_t n);
 
@@ -29,6 +49,22 @@ Schedule input_order(index_t n);
 // radix sort on the rows' set bits, highest first). Buckets: runs of queries whose highest set
 // bit (the last top-leaf they reached) is the same; rows with no bit set come last.
 Schedule sandpile(const SchedulingMatrixView& matrix);
+
+// The same sandpile, keeping its scratch memory from call to call: on a fast GPU's timescale
+// the page faults of freshly allocated buffers cost more than the sort itself. Writes the
+// order into order[0 .. rows) and, if bucket_offsets is given, the buckets.
+class SandpileScheduler {
+ public:
+  SandpileScheduler();
+  ~SandpileScheduler();
+  SandpileScheduler(const SandpileScheduler&) = delete;
+  SandpileScheduler& operator=(const SandpileScheduler&) = delete;
+  void run(const SchedulingMatrixView& matrix, index_t* order, std::vector<index_t>* bucket_offsets = nullptr);
+
+ private:
+  struct Workspace;
+  std::unique_ptr<Workspace> ws_;
+};
 
 // Stable sort of the queries by ascending key (e.g. the leaf a query falls in); buckets are
 // runs of equal keys. TBB-parallel.

@@ -1,9 +1,26 @@
 #include "executor/gpu_kernels.cuh"
 #include "gpu_trace.hpp"
 #include "runtime/point_correlation.hpp"
+#include "scheduler/sandpile_gpu.hpp"
+#include "scheduler/schedule.hpp"
 
 namespace canopy {
 namespace test {
+
+std::vector<index_t> device_sandpile_order(const std::vector<std::uint64_t>& words, index_t rows, index_t cols) {
+  Stream stream;
+  DeviceBuffer<std::uint64_t> matrix;
+  DeviceBuffer<index_t> order;
+  matrix.reserve(words.size(), "matrix");
+  order.reserve(rows, "order");
+  copy_to_device(matrix.get(), words.data(), words.size(), stream.get());
+  DeviceSandpile sandpile;
+  sandpile.run(matrix.get(), rows, words_per_row(cols), order.get(), stream.get());
+  std::vector<index_t> out(static_cast<std::size_t>(rows));
+  copy_to_host(out.data(), order.get(), out.size(), stream.get());
+  stream.sync();
+  return out;
+}
 
 Traced run_traced_gpu(const KdTree& tree, const std::vector<float>& queries, float radius,
                       const std::vector<index_t>& order, ExecutorKind kind, int capacity) {

@@ -17,6 +17,9 @@ struct Traced {
   std::vector<index_t> warp_nodes;   // lockstep kernels: nodes per warp (instrumented)
 };
 
+// The device sandpile's order for a host matrix (uploaded first).
+std::vector<index_t> device_sandpile_order(const std::vector<std::uint64_t>& words, index_t rows, index_t cols);
+
 // Runs point correlation on the GPU with the given executor over `order` (empty: input order).
 Traced run_traced_gpu(const KdTree& tree, const std::vector<float>& queries, float radius,
                       const std::vector<index_t>& order, ExecutorKind kind, int capacity);

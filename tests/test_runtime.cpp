@@ -2,7 +2,9 @@
 // the CPU and the GPU, and bad input is a clear error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -24,6 +26,7 @@ const Variant kAll[] = {
     {ExecutorKind::FsmLockstep, ScheduleKind::InputOrder},  {ExecutorKind::MaskLockstep, ScheduleKind::LeafSort},
     {ExecutorKind::FsmLockstep, ScheduleKind::LeafSort},    {ExecutorKind::FsmLockstep, ScheduleKind::Hybrid},
     {ExecutorKind::Independent, ScheduleKind::Hybrid},      {ExecutorKind::MaskLockstep, ScheduleKind::Hybrid},
+    {ExecutorKind::FsmLockstep, ScheduleKind::HybridDevice}, {ExecutorKind::Independent, ScheduleKind::HybridDevice},
 };
 
 std::string name(const Variant& v, Device d) {
@@ -38,6 +41,7 @@ void expect_all_variants(const std::vector<float>& pts, const std::vector<float>
   const std::vector<index_t> expect = test::brute_force_counts(pts, queries, dims, radius);
   PointCorrelation pc(tree, device);
   ASSERT_EQ(pc.device(), device);
+  std::vector<index_t> hybrid_order;
   for (const Variant& v : kAll) {
     PcOptions o;
     o.radius = radius;
@@ -47,10 +51,21 @@ void expect_all_variants(const std::vector<float>& pts, const std::vector<float>
     o.depth = depth;
     o.count_nodes = v.executor != ExecutorKind::Independent;
     o.gpu_count_nodes = device == Device::Gpu && o.count_nodes;
+    o.keep_schedule = true;
     const PcResult r = pc.run(queries.data(), static_cast<index_t>(queries.size()) / dims, o);
     ASSERT_EQ(r.counts, expect) << name(v, device) << ", dims " << dims << ", radius " << radius;
     EXPECT_EQ(r.device, device);
-    EXPECT_EQ(r.schedule.size(), static_cast<index_t>(queries.size()) / dims);
+    std::vector<index_t> order = r.schedule.order;
+    std::sort(order.begin(), order.end());
+    for (std::size_t i = 0; i < order.size(); ++i) ASSERT_EQ(order[i], static_cast<index_t>(i)) << name(v, device);
+    ASSERT_EQ(order.size(), queries.size() / dims);
+    EXPECT_EQ(r.schedule.bucket_offsets.front(), 0);
+    EXPECT_EQ(r.schedule.bucket_offsets.back(), r.schedule.size());
+    if (v.schedule == ScheduleKind::Hybrid || v.schedule == ScheduleKind::HybridDevice) {
+      // Wherever the sandpile runs, the schedule is the same.
+      if (hybrid_order.empty()) hybrid_order = r.schedule.order;
+      EXPECT_EQ(r.schedule.order, hybrid_order) << name(v, device);
+    }
     if (o.gpu_count_nodes) {
       EXPECT_EQ(r.gpu_warp_nodes, r.warp_nodes) << name(v, device);
     }

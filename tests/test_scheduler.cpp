@@ -7,7 +7,9 @@
 
 #include <tbb/task_arena.h>
 
+#include "gpu_trace.hpp"
 #include "scheduler/schedule.hpp"
+#include "test_util.hpp"
 
 namespace canopy {
 namespace {
@@ -88,8 +90,15 @@ void expect_valid(const Schedule& s, const SchedulingMatrixView& m) {
   }
 }
 
+// Every matrix the tests check is also scheduled on the GPU where there is one.
+void expect_device_equal(const Matrix& m, const std::vector<index_t>& ref) {
+  if (!gpu_available()) return;
+  EXPECT_EQ(test::device_sandpile_order(m.words, m.rows, m.cols), ref) << "device, " << m.rows << " x " << m.cols;
+}
+
 void expect_equals_reference(const Matrix& m) {
   const std::vector<index_t> ref = sequential_partition_join(m.view());
+  expect_device_equal(m, ref);
   const Schedule s = sandpile(m.view());
   expect_valid(s, m.view());
   EXPECT_EQ(s.order, ref) << m.rows << " x " << m.cols;
@@ -147,6 +156,19 @@ TEST(Sandpile, EqualsSequentialOnAdversarialMatrices) {
     if (r % 3 == 0) prefix.set(r, 0);
   }
   expect_equals_reference(prefix);
+  // Rows whose keys tie (same highest column and window below it) but differ far below: the
+  // refinement from the matrix must order them.
+  for (index_t cols : {300, 2000}) {
+    Matrix far = random_matrix(5000, 60, 0.3, 17);
+    Matrix wide = make(5000, cols);
+    for (index_t r = 0; r < 5000; ++r) {
+      wide.set(r, cols - 1);
+      if (r % 2) wide.set(r, cols - 2);
+      for (index_t c = 0; c < 60; ++c)
+        if (far.view().test(r, c)) wide.set(r, c);
+    }
+    expect_equals_reference(wide);
+  }
 }
 
 TEST(Sandpile, EqualsStableSortOfLargeMatrices) {
@@ -165,11 +187,24 @@ TEST(Sandpile, EqualsStableSortOfLargeMatrices) {
     });
     const Schedule s = sandpile(m.view());
     EXPECT_EQ(s.order, ref) << cols;
+    expect_device_equal(m, ref);
     expect_valid(s, m.view());
   }
   const Matrix runs = local_runs_matrix(300000, 1024, 5);
   const Schedule s = sandpile(runs.view());
   expect_valid(s, runs.view());
+}
+
+TEST(Sandpile, SchedulerReusesItsWorkspaceAcrossSizes) {
+  SandpileScheduler scheduler;
+  for (index_t rows : {5000, 100, 20000, 1}) {
+    const Matrix m = random_matrix(rows, 300, 0.05, static_cast<std::uint64_t>(rows));
+    std::vector<index_t> order(static_cast<std::size_t>(rows)), buckets;
+    scheduler.run(m.view(), order.data(), &buckets);
+    const Schedule s = sandpile(m.view());
+    EXPECT_EQ(order, s.order);
+    EXPECT_EQ(buckets, s.bucket_offsets);
+  }
 }
 
 TEST(SortByKey, IsStableAndBucketsRuns) {
