@@ -21,6 +21,7 @@ struct PcConfig {
   std::uint64_t shuffle_seed = 0;
   std::string radius = "auto:32";
   int depth = 0;
+  std::string depths;  // a sweep, e.g. "4-14"
   int leaf_size = 8;
   std::string device = "auto";
   std::string variants = "all";

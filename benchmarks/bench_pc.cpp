@@ -70,6 +70,19 @@ double median(std::vector<double> v) {
 }
 
 bool is_lockstep(ExecutorKind k) { return k != ExecutorKind::Independent; }
+bool uses_depth(const Variant& v) {
+  return v.schedule == ScheduleKind::Hybrid || v.schedule == ScheduleKind::HybridDevice;
+}
+
+// "4-14" or "6,8,10" (empty: no sweep).
+std::vector<int> parse_depths(const std::string& spec) {
+  std::vector<int> out;
+  for (int c : parse_columns(spec)) {
+    if (c < 1) throw Error("--depths: depth " + std::to_string(c) + " must be at least 1");
+    out.push_back(c);
+  }
+  return out;
+}
 
 struct Row {
   std::string name;
@@ -93,6 +106,7 @@ void add_pc_options(CLI::App& app, PcConfig& c) {
                                          "put the queries in a random order (seed)");
   app.add_option("--radius", c.radius, "radius R, or auto:K for a mean count of about K")->capture_default_str();
   app.add_option("--depth", c.depth, "top-tree depth of the inspector (0 = default)")->capture_default_str();
+  app.add_option("--depths", c.depths, "a depth sweep, e.g. 4-14: the hybrid variants run at each depth");
   app.add_option("--leaf-size", c.leaf_size, "most points per kd-tree leaf")->capture_default_str();
   app.add_option("--device", c.device, "auto, cpu or gpu")->capture_default_str();
   app.add_option("--variants", c.variants,
@@ -156,26 +170,30 @@ int run_pc(const PcConfig& c) {
               static_cast<long long>(points.size()), static_cast<long long>(queries.size()),
               c.shuffle_set ? " (shuffled)" : "", points.dims, radius, tree.height(), tree.leaf_size(), build_ms);
 
+  // Variants that schedule with the inspector run once per depth of the sweep; the others
+  // do not depend on the depth and run once.
+  std::vector<int> depths = parse_depths(c.depths);
+  if (depths.empty()) depths.push_back(c.depth);
   std::vector<Row> rows;
   std::vector<index_t> reference;
   bool all_same = true;
-  for (const Variant& var : variants) {
+  auto measure = [&](const Variant& var, int depth) {
     PcOptions opt;
     opt.radius = radius;
     opt.device = dev;
     opt.executor = var.executor;
     opt.schedule = var.schedule;
-    opt.depth = c.depth;
+    opt.depth = depth;
     // Untimed warm-up, which also measures nodes per warp with the emulator on its schedule.
     opt.count_nodes = is_lockstep(var.executor);
-    PcResult first = pc.run(queries.data(), queries.size(), opt);
+    const PcResult first = pc.run(queries.data(), queries.size(), opt);
     opt.count_nodes = false;
     Row row;
     row.name = var.name;
     row.nodes_per_warp = first.nodes_per_warp();
     if (!first.warp_nodes.empty())
       row.nodes_per_warp_max = *std::max_element(first.warp_nodes.begin(), first.warp_nodes.end());
-    row.depth = var.schedule == ScheduleKind::Hybrid || var.schedule == ScheduleKind::HybridDevice ? first.depth : 0;
+    row.depth = uses_depth(var) ? first.depth : 0;
     row.checksum = std::accumulate(first.counts.begin(), first.counts.end(), std::uint64_t{0},
                                    [](std::uint64_t a, index_t b) { return a + static_cast<std::uint64_t>(b); });
     if (reference.empty()) reference = first.counts;
@@ -195,21 +213,28 @@ int run_pc(const PcConfig& c) {
     row.total = median(tot);
     all_same = all_same && row.same_results;
     rows.push_back(row);
-  }
+  };
+  for (const Variant& var : variants)
+    if (!uses_depth(var)) measure(var, depths.front());
+  for (int depth : depths)
+    for (const Variant& var : variants)
+      if (uses_depth(var)) measure(var, depth);
 
   const auto base = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.name == "mask-lockstep"; });
-  std::printf("\n%-22s %10s %10s %10s %10s %12s %10s %16s %9s\n", "variant", "inspect", "schedule", "execute", "total",
-              "nodes/warp", "max", "checksum", "speedup");
-  std::printf("%-22s %10s %10s %10s %10s %12s %10s %16s %9s\n", "", "ms", "ms", "ms", "ms", "mean", "", "", "vs mask");
+  std::printf("\n%-22s %5s %10s %10s %10s %10s %12s %10s %16s %9s\n", "variant", "depth", "inspect", "schedule",
+              "execute", "total", "nodes/warp", "max", "checksum", "speedup");
+  std::printf("%-22s %5s %10s %10s %10s %10s %12s %10s %16s %9s\n", "", "", "ms", "ms", "ms", "ms", "mean", "", "",
+              "vs mask");
   for (const Row& r : rows) {
-    char npw[32] = "-", npw_max[32] = "-", speed[32] = "-";
+    char depth[16] = "-", npw[32] = "-", npw_max[32] = "-", speed[32] = "-";
+    if (r.depth) std::snprintf(depth, sizeof depth, "%d", r.depth);
     if (r.nodes_per_warp > 0) {
       std::snprintf(npw, sizeof npw, "%.1f", r.nodes_per_warp);
       std::snprintf(npw_max, sizeof npw_max, "%lld", static_cast<long long>(r.nodes_per_warp_max));
     }
     if (base != rows.end() && r.total > 0) std::snprintf(speed, sizeof speed, "%.2fx", base->total / r.total);
-    std::printf("%-22s %10.3f %10.3f %10.3f %10.3f %12s %10s %16llu %9s%s\n", r.name.c_str(), r.inspect, r.schedule,
-                r.execute, r.total, npw, npw_max, static_cast<unsigned long long>(r.checksum), speed,
+    std::printf("%-22s %5s %10.3f %10.3f %10.3f %10.3f %12s %10s %16llu %9s%s\n", r.name.c_str(), depth, r.inspect,
+                r.schedule, r.execute, r.total, npw, npw_max, static_cast<unsigned long long>(r.checksum), speed,
                 r.same_results ? "" : "  RESULTS DIFFER");
   }
   const int used_depth = [&] {
@@ -217,8 +242,7 @@ int run_pc(const PcConfig& c) {
       if (r.depth) return r.depth;
     return c.depth;
   }();
-  std::printf("\nmedian of %d runs; top-tree depth %d; every variant's results %s\n", c.repeat, used_depth,
-              all_same ? "identical" : "DIFFER");
+  std::printf("\nmedian of %d runs; every variant's results %s\n", c.repeat, all_same ? "identical" : "DIFFER");
 
   if (!c.json.empty()) {
     nlohmann::json j;
@@ -239,6 +263,7 @@ int run_pc(const PcConfig& c) {
     for (const Row& r : rows) {
       nlohmann::json v{{"name", r.name},       {"inspect_ms", r.inspect}, {"schedule_ms", r.schedule},
                        {"execute_ms", r.execute}, {"total_ms", r.total},   {"checksum", r.checksum}};
+      if (r.depth) v["depth"] = r.depth;
       v["nodes_per_warp"] = r.nodes_per_warp > 0 ? nlohmann::json(r.nodes_per_warp) : nlohmann::json(nullptr);
       v["nodes_per_warp_max"] = r.nodes_per_warp > 0 ? nlohmann::json(r.nodes_per_warp_max) : nlohmann::json(nullptr);
       if (base != rows.end() && r.total > 0) v["speedup_vs_mask_lockstep"] = base->total / r.total;

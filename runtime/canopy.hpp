@@ -37,7 +37,7 @@ struct PcOptions {
   float radius = 0.0f;  // finite and >= 0; a point at exactly this distance counts
   Device device = Device::Auto;
   ExecutorKind executor = ExecutorKind::FsmLockstep;
-  ScheduleKind schedule = ScheduleKind::Hybrid;
+  ScheduleKind schedule = ScheduleKind::HybridDevice;
   int depth = 0;             // top-tree depth for Hybrid: 1..tree height, 0 = default
   bool count_nodes = false;  // also run the CPU warp emulator on the same schedule
   bool gpu_count_nodes = false;  // GPU lockstep: instrumented kernel's per-warp node counts

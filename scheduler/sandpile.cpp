@@ -255,6 +255,8 @@ bool key_equal(const KeyedRow& a, const KeyedRow& b) { return a.hi == b.hi && a.
 
 // Ranges below this size are finished with a comparison sort: a bucket pass costs more.
 constexpr index_t kRadixRange = 256;
+// Ranges at least this large take 11-bit digits (a 2048-entry histogram) instead of 8.
+constexpr index_t kWideRange = 1 << 14;
 
 // Stable MSD radix sort of keyed rows, descending: buckets by the `width` key bits below the
 // `bit` bits already equal across the range, then each bucket by the next 8.
@@ -268,9 +270,14 @@ void radix_sort_keys(KeyedRow* a, KeyedRow* tmp, index_t n, int bit, int width) 
     width = std::min(width, 128 - bit);
     const int shift = 128 - bit - width;
     const index_t radix = index_t{1} << width;
+    // The digit's bits lie in hi, in lo, or across both; descending order reverses the digit.
+    const std::uint64_t dmask = static_cast<std::uint64_t>(radix - 1);
     auto digit = [=](const KeyedRow& r) {
-      const unsigned __int128 key = (static_cast<unsigned __int128>(r.hi) << 64) | r.lo;
-      return radix - 1 - static_cast<index_t>((key >> shift) & static_cast<unsigned>(radix - 1));
+      std::uint64_t d;
+      if (shift >= 64) d = r.hi >> (shift - 64);
+      else if (shift == 0) d = r.lo;
+      else d = (r.lo >> shift) | (r.hi << (64 - shift));
+      return static_cast<index_t>(dmask - (d & dmask));
     };
     const bool parallel = n >= kParallelRange;
     const index_t chunks = parallel ? std::min<index_t>(n / 8192, 2 * tbb::this_task_arena::max_concurrency()) : 1;
@@ -302,17 +309,23 @@ void radix_sort_keys(KeyedRow* a, KeyedRow* tmp, index_t n, int bit, int width) 
     if (largest == n) {  // one digit value: nothing moves
       if (std::all_of(a + 1, a + n, [&](const KeyedRow& r) { return key_equal(r, a[0]); })) return;
       bit += width;
-      width = 8;
+      width = n >= kWideRange ? 11 : 8;
       continue;
     }
     for_chunks([&](index_t ch) {
       index_t* h = hist.data() + ch * radix;
       for (index_t i = ch * per; i < std::min(n, (ch + 1) * per); ++i) tmp[h[digit(a[i])]++] = a[i];
     });
-    std::copy(tmp, tmp + n, a);
+    if (parallel)
+      tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 1 << 14), [&](const tbb::blocked_range<index_t>& r) {
+        std::copy(tmp + r.begin(), tmp + r.end(), a + r.begin());
+      });
+    else
+      std::copy(tmp, tmp + n, a);
     auto run = [&](index_t d) {
       const index_t len = start[d + 1] - start[d];
-      if (len > 1) radix_sort_keys(a + start[d], tmp + start[d], len, bit + width, 8);
+      // Wide digits for large buckets: fewer passes over them.
+      if (len > 1) radix_sort_keys(a + start[d], tmp + start[d], len, bit + width, len >= kWideRange ? 11 : 8);
     };
     if (parallel)
       tbb::parallel_for(index_t{0}, radix, run);

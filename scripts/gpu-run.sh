@@ -41,12 +41,12 @@ fi
 
 if [[ $what == depth || $what == all ]]; then
   {
-    for d in 4 5 6 7 8 9 10 11 12 13 14; do
-      echo "== depth $d"
-      $bin/canopy-bench pc --points stage/data/covtype_points_254k.csv.gz --columns 0-6 --radius auto:32 --shuffle 1 \
-        --variants hybrid --depth $d --repeat 5 --json "$out/depth_covtype_$d.json" | grep -E "^hybrid"
-      $bin/canopy-bench pc --generate uniform:400000:7 --radius auto:32 --shuffle 1 \
-        --variants hybrid --depth $d --repeat 5 --json "$out/depth_uniform_$d.json" | grep -E "^hybrid"
+    for input in "--points stage/data/covtype_points_254k.csv.gz --columns 0-6" "--generate uniform:400000:7" \
+                 "--points stage/data/cities_171k.csv.gz"; do
+      name=$(echo "$input" | sed -E 's/.*(uniform|covtype|cities).*/\1/')
+      echo "== depth sweep, $name"
+      $bin/canopy-bench pc $input --radius auto:32 --shuffle 1 --variants mask-lockstep,hybrid,hybrid-gpu-sandpile \
+        --depths 4-14 --repeat 5 --json "$out/depth_$name.json" | tail -38
     done
   } 2>&1 | tee "$out/depth.txt"
 fi
