@@ -27,6 +27,9 @@ struct PcConfig {
   std::string variants = "all";
   int repeat = 5;
   std::string json;
+  // Set by the command line parser: whether the user chose the input and the repeat count.
+  bool source_given = false;
+  bool repeat_given = false;
 };
 
 struct ScheduleConfig {

@@ -1,5 +1,6 @@
 // canopy-bench: the benchmark driver.
-//   canopy-bench                 point correlation on the default workload (uniform:400000:7)
+//   canopy-bench                 point correlation on the default workload (uniform:400000:7;
+//                                without a GPU, uniform:50000:7 once, so it ends in about a minute)
 //   canopy-bench pc [options]    point correlation, every variant side by side
 //   canopy-bench schedule [...]  the sandpile scheduler alone on a random scheduling matrix
 #include <CLI/CLI.hpp>
@@ -23,6 +24,8 @@ int main(int argc, char** argv) {
   canopy::bench::add_schedule_options(*sc_cmd, sc);
 
   CLI11_PARSE(app, argc, argv);
+  pc.source_given = pc_cmd->count("--points") + pc_cmd->count("--generate") > 0;
+  pc.repeat_given = pc_cmd->count("--repeat") > 0;
   try {
     if (*sc_cmd) return canopy::bench::run_schedule(sc);
     return canopy::bench::run_pc(pc);

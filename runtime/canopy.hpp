@@ -85,6 +85,11 @@ class PointCorrelation {
   PcResult run(const float* queries, index_t n_queries, const PcOptions& options);
 
  private:
+  struct Run;
+  void schedule_on_cpu(Run& r);
+  void schedule_on_gpu(Run& r);
+  void execute(Run& r);
+
   const KdTree& tree_;
   Device device_;
   std::unique_ptr<detail::PcGpuEngine> gpu_;

@@ -77,6 +77,28 @@ PointCorrelation::PointCorrelation(const KdTree& tree, Device device)
 
 PointCorrelation::~PointCorrelation() = default;
 
+// One run's working set: what the schedule and execute steps share.
+struct PointCorrelation::Run {
+  const float* queries;
+  index_t n;
+  const PcOptions& opt;
+  KdTreeView view;
+  float radius2;
+  PcResult& res;
+  index_t* order = nullptr;  // the executor's order on the host; null = input order
+  std::vector<index_t> buckets;
+
+  template <class MaxDim>
+  PointCorrelationVisitor<MaxDim::value> visitor(MaxDim, index_t* counts) const {
+    PointCorrelationVisitor<MaxDim::value> v;
+    v.tree = view;
+    v.queries = queries;
+    v.counts = counts;
+    v.radius2 = radius2;
+    return v;
+  }
+};
+
 PcResult PointCorrelation::run(const float* queries, index_t n, const PcOptions& opt) {
   if (!std::isfinite(opt.radius) || opt.radius < 0.0f)
     throw Error("radius = " + std::to_string(opt.radius) + " must be finite and >= 0");
@@ -85,123 +107,123 @@ PcResult PointCorrelation::run(const float* queries, index_t n, const PcOptions&
   if (opt.depth < 0 || opt.depth > view.height)
     throw Error("depth = " + std::to_string(opt.depth) + " is deeper than the tree (it has " +
                 std::to_string(view.height) + " levels; use 1.." + std::to_string(view.height) + ")");
-  Device dev = opt.device == Device::Cpu ? Device::Cpu : device_;
-  if (opt.device == Device::Gpu && dev != Device::Gpu)
+  if (opt.device == Device::Gpu && device_ != Device::Gpu)
     throw Error("device gpu was requested but this PointCorrelation was created for the cpu (" +
                 gpu_description() + ")");
 
   PcResult res;
-  res.device = dev;
+  res.device = opt.device == Device::Cpu ? Device::Cpu : device_;
   res.depth = opt.depth > 0 ? opt.depth : std::min(kDefaultTopTreeDepth, view.height);
   res.counts.assign(static_cast<std::size_t>(n), 0);
   if (n == 0) {
     if (opt.keep_schedule) res.schedule = input_order(0);
     return res;
   }
-  const float r2 = opt.radius * opt.radius;
-  auto visitor_for = [&](auto max_dim, index_t* counts) {
-    PointCorrelationVisitor<decltype(max_dim)::value> v;
-    v.tree = view;
-    v.queries = queries;
-    v.counts = counts;
-    v.radius2 = r2;
-    return v;
-  };
-
-  // Schedule. `order` is where the executor's order lives on the host (null: input order).
-  const bool reordered = opt.schedule != ScheduleKind::InputOrder;
-  index_t* order = nullptr;
-  std::vector<index_t> buckets;
-  std::vector<index_t>* want_buckets = opt.keep_schedule ? &buckets : nullptr;
-  const bool hybrid = opt.schedule == ScheduleKind::Hybrid || opt.schedule == ScheduleKind::HybridDevice;
-  if (dev == Device::Cpu) {
-    if (hybrid) {
-      auto t0 = std::chrono::steady_clock::now();
-      const TopTree top = TopTree::build(view, res.depth);
-      const SchedulingMatrix matrix = dispatch_dims(view.dims, [&](auto md) {
-        return inspect_cpu(view, top.view(), visitor_for(md, nullptr), n);
-      });
-      res.times.inspect_ms = ms_since(t0);
-      t0 = std::chrono::steady_clock::now();
-      order_.resize(static_cast<std::size_t>(n));
-      order = order_.data();
-      sandpile_.run(matrix.view(), order, want_buckets);
-      res.times.schedule_ms = ms_since(t0);
-    } else if (opt.schedule == ScheduleKind::LeafSort) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const std::vector<std::int64_t> keys = leaf_keys(view, queries, nullptr, n);
-      Schedule sorted = sort_by_key(keys.data(), n);
-      res.times.schedule_ms = ms_since(t0);
-      order_.swap(sorted.order);
-      order = order_.data();
-      buckets.swap(sorted.bucket_offsets);
-    }
+  Run r{queries, n, opt, view, opt.radius * opt.radius, res, nullptr, {}};
+  if (res.device == Device::Cpu) {
+    schedule_on_cpu(r);
   } else {
     gpu_->set_queries(queries, n);
-    if (opt.schedule == ScheduleKind::Hybrid) {
-      const TopTree top = TopTree::build(view, res.depth);
-      const SchedulingMatrixView matrix = gpu_->inspect(top, r2, &res.times.inspect_ms);
-      const auto t0 = std::chrono::steady_clock::now();
-      order = gpu_->order_staging(n);  // the sandpile writes straight into pinned memory
-      sandpile_.run(matrix, order, want_buckets);
-      gpu_->upload_order(n);
-      res.times.schedule_ms = ms_since(t0);
-    } else if (opt.schedule == ScheduleKind::HybridDevice) {
-      const TopTree top = TopTree::build(view, res.depth);
-      res.times.inspect_ms = gpu_->inspect_on_device(top, r2);
-      res.times.schedule_ms = gpu_->device_sandpile();
-    } else if (opt.schedule == ScheduleKind::LeafSort) {
-      res.times.schedule_ms = gpu_->leaf_sort();
-    }
-    // Those orders stay on the device; fetch them only when asked, outside the timed regions.
-    const bool on_device = opt.schedule == ScheduleKind::LeafSort || opt.schedule == ScheduleKind::HybridDevice;
-    if (on_device && (opt.keep_schedule || opt.count_nodes)) {
-      order_ = gpu_->download_order();
-      order = order_.data();
-      if (opt.schedule == ScheduleKind::LeafSort) {
-        const std::vector<std::int64_t> keys = leaf_keys(view, queries, order, n);
-        buckets = bucket_boundaries(n, [&](index_t i) { return keys[i]; });
-      } else {
-        const SchedulingMatrixView matrix = gpu_->download_matrix();
-        buckets = bucket_boundaries(n, [&](index_t i) { return highest_column(matrix, order[i]); });
-      }
-    }
+    schedule_on_gpu(r);
   }
   if (opt.keep_schedule) {
-    if (order) {
-      res.schedule.order.assign(order, order + n);
-      res.schedule.bucket_offsets = std::move(buckets);
+    if (r.order) {
+      res.schedule.order.assign(r.order, r.order + n);
+      res.schedule.bucket_offsets = std::move(r.buckets);
     } else {
       res.schedule = input_order(n);
     }
   }
+  execute(r);
+  return res;
+}
 
-  // Execute.
-  if (dev == Device::Cpu) {
+void PointCorrelation::schedule_on_cpu(Run& r) {
+  if (r.opt.schedule == ScheduleKind::Hybrid || r.opt.schedule == ScheduleKind::HybridDevice) {
+    auto t0 = std::chrono::steady_clock::now();
+    const TopTree top = TopTree::build(r.view, r.res.depth);
+    const SchedulingMatrix matrix = dispatch_dims(r.view.dims, [&](auto md) {
+      return inspect_cpu(r.view, top.view(), r.visitor(md, nullptr), r.n);
+    });
+    r.res.times.inspect_ms = ms_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    order_.resize(static_cast<std::size_t>(r.n));
+    r.order = order_.data();
+    sandpile_.run(matrix.view(), r.order, r.opt.keep_schedule ? &r.buckets : nullptr);
+    r.res.times.schedule_ms = ms_since(t0);
+  } else if (r.opt.schedule == ScheduleKind::LeafSort) {
     const auto t0 = std::chrono::steady_clock::now();
-    dispatch_dims(view.dims, [&](auto md) {
-      const auto v = visitor_for(md, res.counts.data());
+    const std::vector<std::int64_t> keys = leaf_keys(r.view, r.queries, nullptr, r.n);
+    Schedule sorted = sort_by_key(keys.data(), r.n);
+    r.res.times.schedule_ms = ms_since(t0);
+    order_.swap(sorted.order);
+    r.order = order_.data();
+    r.buckets.swap(sorted.bucket_offsets);
+  }
+}
+
+void PointCorrelation::schedule_on_gpu(Run& r) {
+  const ScheduleKind kind = r.opt.schedule;
+  if (kind == ScheduleKind::Hybrid) {
+    const TopTree top = TopTree::build(r.view, r.res.depth);
+    const SchedulingMatrixView matrix = gpu_->inspect(top, r.radius2, &r.res.times.inspect_ms);
+    const auto t0 = std::chrono::steady_clock::now();
+    r.order = gpu_->order_staging(r.n);  // the sandpile writes straight into pinned memory
+    sandpile_.run(matrix, r.order, r.opt.keep_schedule ? &r.buckets : nullptr);
+    gpu_->upload_order(r.n);
+    r.res.times.schedule_ms = ms_since(t0);
+    return;
+  }
+  if (kind == ScheduleKind::HybridDevice) {
+    const TopTree top = TopTree::build(r.view, r.res.depth);
+    r.res.times.inspect_ms = gpu_->inspect_on_device(top, r.radius2);
+    r.res.times.schedule_ms = gpu_->device_sandpile();
+  } else if (kind == ScheduleKind::LeafSort) {
+    r.res.times.schedule_ms = gpu_->leaf_sort();
+  } else {
+    return;
+  }
+  // These orders stay on the device; fetch them only when asked, outside the timed regions.
+  if (!r.opt.keep_schedule && !r.opt.count_nodes) return;
+  order_ = gpu_->download_order();
+  r.order = order_.data();
+  if (kind == ScheduleKind::LeafSort) {
+    const std::vector<std::int64_t> keys = leaf_keys(r.view, r.queries, r.order, r.n);
+    r.buckets = bucket_boundaries(r.n, [&](index_t i) { return keys[i]; });
+  } else {
+    const SchedulingMatrixView matrix = gpu_->download_matrix();
+    r.buckets = bucket_boundaries(r.n, [&](index_t i) { return highest_column(matrix, r.order[i]); });
+  }
+}
+
+void PointCorrelation::execute(Run& r) {
+  const PcOptions& opt = r.opt;
+  PcResult& res = r.res;
+  const bool reordered = opt.schedule != ScheduleKind::InputOrder;
+  if (res.device == Device::Cpu) {
+    const auto t0 = std::chrono::steady_clock::now();
+    dispatch_dims(r.view.dims, [&](auto md) {
+      const auto v = r.visitor(md, res.counts.data());
       if (opt.executor == ExecutorKind::Independent)
-        execute_cpu(view, v, order, n);
+        execute_cpu(r.view, v, r.order, r.n);
       else
-        res.warp_nodes = emulate_lockstep(view, v, order, n, lockstep_mode(opt.executor));
+        res.warp_nodes = emulate_lockstep(r.view, v, r.order, r.n, lockstep_mode(opt.executor));
     });
     res.times.execute_ms = ms_since(t0);
     if (!opt.count_nodes) res.warp_nodes.clear();
   } else {
-    res.times.execute_ms = gpu_->execute(opt.executor, r2, reordered, nullptr);
+    res.times.execute_ms = gpu_->execute(opt.executor, r.radius2, reordered, nullptr);
     gpu_->download_counts(res.counts.data());
     if (opt.gpu_count_nodes && opt.executor != ExecutorKind::Independent)
-      gpu_->execute(opt.executor, r2, reordered, &res.gpu_warp_nodes);
+      gpu_->execute(opt.executor, r.radius2, reordered, &res.gpu_warp_nodes);
   }
   if (opt.count_nodes && res.warp_nodes.empty()) {
-    std::vector<index_t> scratch(static_cast<std::size_t>(n));
-    dispatch_dims(view.dims, [&](auto md) {
-      res.warp_nodes = emulate_lockstep(view, visitor_for(md, scratch.data()), order, n,
+    std::vector<index_t> scratch(static_cast<std::size_t>(r.n));
+    dispatch_dims(r.view.dims, [&](auto md) {
+      res.warp_nodes = emulate_lockstep(r.view, r.visitor(md, scratch.data()), r.order, r.n,
                                         lockstep_mode(opt.executor));
     });
   }
-  return res;
 }
 
 float estimate_radius(const KdTree& tree, const float* queries, index_t n_queries, double target_mean,
