@@ -7,6 +7,11 @@
 namespace canopy {
 namespace test {
 
+void allocate_device_bytes(std::size_t bytes, const char* what) {
+  DeviceBuffer<unsigned char> b;
+  b.reserve(bytes, what);
+}
+
 std::vector<index_t> device_sandpile_order(const std::vector<std::uint64_t>& words, index_t rows, index_t cols) {
   Stream stream;
   DeviceBuffer<std::uint64_t> matrix;

@@ -17,6 +17,9 @@ struct Traced {
   std::vector<index_t> warp_nodes;   // lockstep kernels: nodes per warp (instrumented)
 };
 
+// Asks the device for `bytes` of memory through DeviceBuffer (and frees it).
+void allocate_device_bytes(std::size_t bytes, const char* what);
+
 // The device sandpile's order for a host matrix (uploaded first).
 std::vector<index_t> device_sandpile_order(const std::vector<std::uint64_t>& words, index_t rows, index_t cols);
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_trace.hpp"
 #include "runtime/canopy.hpp"
 #include "test_util.hpp"
 
@@ -188,6 +189,13 @@ TEST(RuntimeErrors, GpuRequestedWithoutOne) {
   EXPECT_NE(error_of([&] { PointCorrelation pc(tree, Device::Gpu); }).find("no CUDA device"), std::string::npos);
   PointCorrelation pc(tree);  // auto falls back to the CPU
   EXPECT_EQ(pc.device(), Device::Cpu);
+}
+
+TEST(RuntimeErrors, NotEnoughGpuMemoryNamesTheBuffer) {
+  CANOPY_REQUIRE_GPU();
+  const std::string e = error_of([] { test::allocate_device_bytes(std::size_t{1} << 52, "a 4 PiB buffer"); });
+  EXPECT_NE(e.find("not enough GPU memory for a 4 PiB buffer"), std::string::npos) << e;
+  test::allocate_device_bytes(1 << 20, "a small buffer");  // the device still works afterwards
 }
 
 TEST(EstimateRadius, BracketsTheTargetMean) {
