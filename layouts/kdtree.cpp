@@ -1,4 +1,5 @@
 #include "layouts/kdtree.hpp"
+#include "runtime/checks.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -125,16 +126,8 @@ KdTree KdTree::build(const float* points, index_t n, int dims, const KdTreeOptio
   if (options.leaf_size < 1)
     throw Error("kd-tree: leaf_size = " + std::to_string(options.leaf_size) + " must be at least 1");
 
-  // The first non-finite coordinate, if any (the smallest flat index, so the message is stable).
   const index_t total = n * dims;
-  const index_t bad = tbb::parallel_reduce(
-      tbb::blocked_range<index_t>(0, total, 1 << 16), total,
-      [&](const tbb::blocked_range<index_t>& r, index_t found) {
-        for (index_t i = r.begin(); i < r.end() && i < found; ++i)
-          if (!std::isfinite(points[i])) return i;
-        return found;
-      },
-      [](index_t a, index_t b) { return std::min(a, b); });
+  const index_t bad = first_non_finite(points, total);
   if (bad < total)
     throw Error("kd-tree: point " + std::to_string(bad / dims) + " has a non-finite coordinate (" +
                 std::to_string(points[bad]) + ") in dimension " + std::to_string(bad % dims));

@@ -12,6 +12,7 @@
 #include "inspector/inspector.hpp"
 #include "layouts/top_tree.hpp"
 #include "runtime/canopy.hpp"
+#include "runtime/checks.hpp"
 #include "runtime/pc_gpu.hpp"
 #include "runtime/point_correlation.hpp"
 
@@ -26,14 +27,7 @@ void check_queries(const float* queries, index_t n, int dims) {
   if (n < 0) throw Error("n_queries = " + std::to_string(n) + " is negative");
   if (n > 0 && queries == nullptr) throw Error("queries is a null pointer");
   const index_t total = n * dims;
-  const index_t bad = tbb::parallel_reduce(
-      tbb::blocked_range<index_t>(0, total, 1 << 16), total,
-      [&](const tbb::blocked_range<index_t>& r, index_t found) {
-        for (index_t i = r.begin(); i < r.end() && i < found; ++i)
-          if (!std::isfinite(queries[i])) return i;
-        return found;
-      },
-      [](index_t a, index_t b) { return std::min(a, b); });
+  const index_t bad = first_non_finite(queries, total);
   if (bad < total)
     throw Error("query " + std::to_string(bad / dims) + " has a non-finite coordinate (" +
                 std::to_string(queries[bad]) + ") in dimension " + std::to_string(bad % dims));

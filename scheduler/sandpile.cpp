@@ -23,6 +23,50 @@ std::uint64_t low_mask(index_t bit) {  // bits 0..bit of a word
   return bit >= 63 ? ~std::uint64_t{0} : ((std::uint64_t{1} << (bit + 1)) - 1);
 }
 
+// One stable counting-sort pass: moves a[0, n) into ascending order of digit_at(i), a value in
+// [0, radix) for the element at position i, through tmp and back into a; chunks of the range
+// run in parallel when `parallel`. Returns the bucket starts (radix + 1 entries). When one
+// digit holds everything, nothing moves.
+template <class T, class DigitAt>
+std::vector<index_t> counting_pass(T* a, T* tmp, index_t n, index_t radix, DigitAt digit_at, bool parallel) {
+  const index_t chunks = parallel ? std::min<index_t>(n / 8192, 2 * tbb::this_task_arena::max_concurrency()) : 1;
+  const index_t per = (n + chunks - 1) / chunks;
+  std::vector<index_t> hist(static_cast<std::size_t>(chunks * radix), 0);
+  auto for_chunks = [&](auto&& f) {
+    if (chunks > 1)
+      tbb::parallel_for(index_t{0}, chunks, [&](index_t ch) { f(ch, hist.data() + ch * radix); });
+    else
+      f(0, hist.data());
+  };
+  for_chunks([&](index_t ch, index_t* h) {
+    for (index_t i = ch * per; i < std::min(n, (ch + 1) * per); ++i) ++h[digit_at(i)];
+  });
+  std::vector<index_t> start(static_cast<std::size_t>(radix + 1));
+  index_t sum = 0, largest = 0;
+  for (index_t d = 0; d < radix; ++d) {
+    start[d] = sum;
+    const index_t before = sum;
+    for (index_t ch = 0; ch < chunks; ++ch) {
+      const index_t c = hist[ch * radix + d];
+      hist[ch * radix + d] = sum;
+      sum += c;
+    }
+    largest = std::max(largest, sum - before);
+  }
+  start[radix] = n;
+  if (largest == n) return start;
+  for_chunks([&](index_t ch, index_t* h) {
+    for (index_t i = ch * per; i < std::min(n, (ch + 1) * per); ++i) tmp[h[digit_at(i)]++] = a[i];
+  });
+  if (parallel)
+    tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 1 << 14), [&](const tbb::blocked_range<index_t>& r) {
+      std::copy(tmp + r.begin(), tmp + r.end(), a + r.begin());
+    });
+  else
+    std::copy(tmp, tmp + n, a);
+  return start;
+}
+
 // Sorts query ids by their rows, descending, stably. Invariant of sort(): the rows in a range
 // agree on every column >= cursor, so only the columns below it still decide the order.
 class SandpileSorter {
@@ -138,42 +182,8 @@ class SandpileSorter {
   void counting_sort_and_recurse(index_t* idx, index_t* tmp, std::int32_t* chr, index_t n,
                                  index_t cursor, bool parallel) const {
     const index_t K = cursor + 1;  // key k = cursor - 1 - column; "no column" is k = cursor
-    auto key = [cursor](std::int32_t c) { return c < 0 ? cursor : cursor - 1 - c; };
-    const index_t chunks = parallel ? std::min<index_t>(n / 8192, 4 * tbb::this_task_arena::max_concurrency()) : 1;
-    const index_t per = (n + chunks - 1) / chunks;
-    std::vector<index_t> hist(static_cast<std::size_t>(chunks * K), 0);
-    auto count = [&](index_t ch) {
-      index_t* h = hist.data() + ch * K;
-      for (index_t i = ch * per; i < std::min(n, (ch + 1) * per); ++i) ++h[key(chr[i])];
-    };
-    auto for_chunks = [&](auto&& f) {
-      if (chunks > 1)
-        tbb::parallel_for(index_t{0}, chunks, [&](index_t ch) { f(ch); });
-      else
-        f(0);
-    };
-    for_chunks(count);
-    std::vector<index_t> bucket_start(static_cast<std::size_t>(K + 1));
-    index_t sum = 0;
-    for (index_t k = 0; k < K; ++k) {
-      bucket_start[k] = sum;
-      for (index_t ch = 0; ch < chunks; ++ch) {
-        const index_t c = hist[ch * K + k];
-        hist[ch * K + k] = sum;
-        sum += c;
-      }
-    }
-    bucket_start[K] = n;
-    for_chunks([&](index_t ch) {
-      index_t* h = hist.data() + ch * K;
-      for (index_t i = ch * per; i < std::min(n, (ch + 1) * per); ++i) tmp[h[key(chr[i])]++] = idx[i];
-    });
-    if (parallel)
-      tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 1 << 14), [&](const tbb::blocked_range<index_t>& r) {
-        std::copy(tmp + r.begin(), tmp + r.end(), idx + r.begin());
-      });
-    else
-      std::copy(tmp, tmp + n, idx);
+    const std::vector<index_t> bucket_start = counting_pass(
+        idx, tmp, n, K, [&](index_t i) { return chr[i] < 0 ? cursor : cursor - 1 - chr[i]; }, parallel);
 
     // Buckets with a column and more than one query recurse; the last key (no column) holds
     // rows that are zero below the cursor, hence equal, and stays in order.
@@ -280,48 +290,15 @@ void radix_sort_keys(KeyedRow* a, KeyedRow* tmp, index_t n, int bit, int width) 
       return static_cast<index_t>(dmask - (d & dmask));
     };
     const bool parallel = n >= kParallelRange;
-    const index_t chunks = parallel ? std::min<index_t>(n / 8192, 2 * tbb::this_task_arena::max_concurrency()) : 1;
-    const index_t per = (n + chunks - 1) / chunks;
-    std::vector<index_t> hist(static_cast<std::size_t>(chunks * radix));
-    auto for_chunks = [&](auto&& f) {
-      if (chunks > 1)
-        tbb::parallel_for(index_t{0}, chunks, [&](index_t ch) { f(ch); });
-      else
-        f(0);
-    };
-    for_chunks([&](index_t ch) {
-      index_t* h = hist.data() + ch * radix;
-      for (index_t i = ch * per; i < std::min(n, (ch + 1) * per); ++i) ++h[digit(a[i])];
-    });
-    std::vector<index_t> start(static_cast<std::size_t>(radix + 1));
-    index_t sum = 0, largest = 0;
-    for (index_t d = 0; d < radix; ++d) {
-      start[d] = sum;
-      const index_t before = sum;
-      for (index_t ch = 0; ch < chunks; ++ch) {
-        const index_t c = hist[ch * radix + d];
-        hist[ch * radix + d] = sum;
-        sum += c;
-      }
-      largest = std::max(largest, sum - before);
-    }
-    start[radix] = n;
-    if (largest == n) {  // one digit value: nothing moves
+    const std::vector<index_t> start = counting_pass(a, tmp, n, radix, [&](index_t i) { return digit(a[i]); }, parallel);
+    const bool one_digit =
+        std::adjacent_find(start.begin(), start.end(), [n](index_t x, index_t y) { return y - x == n; }) != start.end();
+    if (one_digit) {  // nothing moved
       if (std::all_of(a + 1, a + n, [&](const KeyedRow& r) { return key_equal(r, a[0]); })) return;
       bit += width;
       width = n >= kWideRange ? 11 : 8;
       continue;
     }
-    for_chunks([&](index_t ch) {
-      index_t* h = hist.data() + ch * radix;
-      for (index_t i = ch * per; i < std::min(n, (ch + 1) * per); ++i) tmp[h[digit(a[i])]++] = a[i];
-    });
-    if (parallel)
-      tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 1 << 14), [&](const tbb::blocked_range<index_t>& r) {
-        std::copy(tmp + r.begin(), tmp + r.end(), a + r.begin());
-      });
-    else
-      std::copy(tmp, tmp + n, a);
     auto run = [&](index_t d) {
       const index_t len = start[d + 1] - start[d];
       // Wide digits for large buckets: fewer passes over them.

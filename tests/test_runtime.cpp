@@ -75,23 +75,19 @@ void expect_all_variants(const std::vector<float>& pts, const std::vector<float>
 
 class CountsEqualBruteForce : public ::testing::TestWithParam<int> {};
 
-TEST_P(CountsEqualBruteForce, Cpu) {
-  const int dims = GetParam();
+void expect_counts_in_dims(int dims, Device device) {
   const std::vector<float> pts = test::clustered_points(2500, dims, 100 + dims);
   const KdTree tree = KdTree::build(pts.data(), 2500, dims);
-  for (double mean : {1.0, 30.0}) expect_all_variants(pts, pts, dims, test::radius_for(tree, pts, mean), Device::Cpu);
+  for (double mean : {1.0, 30.0}) expect_all_variants(pts, pts, dims, test::radius_for(tree, pts, mean), device);
   const std::vector<float> queries = test::random_points(1000, dims, 7);
-  expect_all_variants(pts, queries, dims, test::radius_for(tree, queries, 10), Device::Cpu);
+  expect_all_variants(pts, queries, dims, test::radius_for(tree, queries, 10), device);
 }
+
+TEST_P(CountsEqualBruteForce, Cpu) { expect_counts_in_dims(GetParam(), Device::Cpu); }
 
 TEST_P(CountsEqualBruteForce, Gpu) {
   CANOPY_REQUIRE_GPU();
-  const int dims = GetParam();
-  const std::vector<float> pts = test::clustered_points(2500, dims, 100 + dims);
-  const KdTree tree = KdTree::build(pts.data(), 2500, dims);
-  for (double mean : {1.0, 30.0}) expect_all_variants(pts, pts, dims, test::radius_for(tree, pts, mean), Device::Gpu);
-  const std::vector<float> queries = test::random_points(1000, dims, 7);
-  expect_all_variants(pts, queries, dims, test::radius_for(tree, queries, 10), Device::Gpu);
+  expect_counts_in_dims(GetParam(), Device::Gpu);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dims, CountsEqualBruteForce, ::testing::Values(1, 2, 3, 4, 5, 7, 8, 9, 16));

@@ -1,0 +1,24 @@
+#include "runtime/checks.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_reduce.h>
+
+namespace canopy {
+
+index_t first_non_finite(const float* v, index_t n) {
+  // Each block stops at its first bad value or at the best found so far; the smallest wins,
+  // so the answer (and any message built from it) does not depend on the thread count.
+  return tbb::parallel_reduce(
+      tbb::blocked_range<index_t>(0, n, 1 << 16), n,
+      [&](const tbb::blocked_range<index_t>& r, index_t found) {
+        for (index_t i = r.begin(); i < r.end() && i < found; ++i)
+          if (!std::isfinite(v[i])) return i;
+        return found;
+      },
+      [](index_t a, index_t b) { return std::min(a, b); });
+}
+
+}  // namespace canopy
