@@ -143,7 +143,10 @@ class At {
     expect(json::value_t::array, "an array");
     return j_->size();
   }
-  At operator[](std::size_t i) const { return At((*j_)[i], child_path(std::to_string(i)), file_); }
+  At operator[](std::size_t i) const {
+    if (i >= size()) fail("has " + std::to_string(size()) + " entries, entry " + std::to_string(i) + " is missing");
+    return At((*j_)[i], child_path(std::to_string(i)), file_);
+  }
 
   std::string str() const {
     expect(json::value_t::string, "a string");
