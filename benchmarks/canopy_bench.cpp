@@ -2,6 +2,7 @@
 //   canopy-bench                 point correlation on the default workload (uniform:400000:7)
 //   canopy-bench pc [options]    point correlation, every variant side by side
 //   canopy-bench schedule [...]  the sandpile scheduler alone on a random scheduling matrix
+//   canopy-bench forest [...]    decision-forest inference, every layout x kernel x device
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -22,9 +23,14 @@ int main(int argc, char** argv) {
   CLI::App* sc_cmd = app.add_subcommand("schedule", "the sandpile scheduler alone on a random matrix");
   canopy::bench::add_schedule_options(*sc_cmd, sc);
 
+  canopy::bench::ForestBenchConfig fc;
+  CLI::App* fc_cmd = app.add_subcommand("forest", "decision-forest inference (XGBoost / scikit-learn models)");
+  canopy::bench::add_forest_options(*fc_cmd, fc);
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*sc_cmd) return canopy::bench::run_schedule(sc);
+    if (*fc_cmd) return canopy::bench::run_forest(fc);
     return canopy::bench::run_pc(pc);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "canopy-bench: error: %s\n", e.what());
