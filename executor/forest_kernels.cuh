@@ -177,21 +177,32 @@ inline unsigned grid_for(index_t items, index_t per_block) {
   return static_cast<unsigned>(g);
 }
 
+// Small batches: halve the block (down to one warp) until there are two blocks per SM, so a
+// batch of 1,000 rows runs on 32 SMs rather than 8. The kernels take any blockDim.x up to
+// their launch bound.
+inline int block_for(index_t rows, int max_block, int sm_count) {
+  int threads = max_block;
+  while (threads > 32 && (rows + threads - 1) / threads < 2 * static_cast<index_t>(sm_count)) threads /= 2;
+  return threads;
+}
+
 template <class Sums, class View>
-void launch_forest_direct(const View& v, const ForestBatch& b, cudaStream_t stream) {
-  forest_direct_kernel<Sums, View><<<grid_for(b.n_rows, kForestDirectBlock), kForestDirectBlock, 0, stream>>>(v, b);
+void launch_forest_direct(const View& v, const ForestBatch& b, int sm_count, cudaStream_t stream) {
+  const int threads = block_for(b.n_rows, kForestDirectBlock, sm_count);
+  forest_direct_kernel<Sums, View><<<grid_for(b.n_rows, threads), threads, 0, stream>>>(v, b);
   CANOPY_CUDA_CHECK_LAUNCH("forest_direct_kernel");
 }
 
 template <class Sums>
-void launch_forest_hybrid(const HierarchicalForestView& v, const ForestBatch& b, cudaStream_t stream) {
+void launch_forest_hybrid(const HierarchicalForestView& v, const ForestBatch& b, int sm_count, cudaStream_t stream) {
   const std::size_t per_tree = static_cast<std::size_t>(v.root_stride) * sizeof(ForestNode);
   index_t chunk = static_cast<index_t>(kForestHybridSmemBytes / per_tree);
   if (chunk < 1) chunk = 1;  // one root subtree is at most 32 KiB (kMaxRootDepth)
   if (chunk > v.common.n_trees) chunk = v.common.n_trees;
   const std::size_t smem = static_cast<std::size_t>(chunk) * per_tree;
   if (smem > kForestSmemLimit) throw Error("hybrid kernel: a root subtree needs " + std::to_string(per_tree) + " bytes of shared memory");
-  forest_hybrid_kernel<Sums><<<grid_for(b.n_rows, kForestHybridBlock), kForestHybridBlock, smem, stream>>>(v, b, chunk);
+  const int threads = block_for(b.n_rows, kForestHybridBlock, sm_count);
+  forest_hybrid_kernel<Sums><<<grid_for(b.n_rows, threads), threads, smem, stream>>>(v, b, chunk);
   CANOPY_CUDA_CHECK_LAUNCH("forest_hybrid_kernel");
 }
 

@@ -52,10 +52,10 @@ struct ForestGpuEngine::Impl {
     dispatch_forest_sums(v.common, [&](auto sums) {
       using Sums = decltype(sums);
       switch (kernel) {
-        case ForestKernel::Direct: gpu::launch_forest_direct<Sums>(v, b, stream.get()); break;
+        case ForestKernel::Direct: gpu::launch_forest_direct<Sums>(v, b, sm_count, stream.get()); break;
         case ForestKernel::Hybrid:
           if constexpr (std::is_same<View, HierarchicalForestView>::value)
-            gpu::launch_forest_hybrid<Sums>(v, b, stream.get());
+            gpu::launch_forest_hybrid<Sums>(v, b, sm_count, stream.get());
           else
             throw Error("the hybrid kernel needs the hierarchical layout");
           break;
