@@ -120,6 +120,42 @@ TEST(ForestPredict, LayoutsAgreeBitForBit) {
   }
 }
 
+// The CPU executor's row blocks depend on the batch size: the results must not.
+TEST(ForestPredict, BatchSizeDoesNotChangeResults) {
+  for (const char* name : {"xgb_covtype", "rf_letter"}) {
+    SCOPED_TRACE(name);
+    const ModelCase c = [&] {
+      for (const ModelCase& m : xgboost_cases())
+        if (m.name == name) return m;
+      for (const ModelCase& m : sklearn_cases())
+        if (m.name == name) return m;
+      return ModelCase{};
+    }();
+    const ForestData& d = rows(c.rows);
+    ForestConfig cfg;
+    cfg.device = Device::Cpu;
+    cfg.layout = ForestLayout::Hierarchical;
+    ForestPredictor p(model(name), cfg);
+    const int w = p.output_width(ForestOutput::Prob);
+    const std::vector<float> whole = predict(p, d, ForestOutput::Prob);
+    std::vector<float> one(static_cast<std::size_t>(w));
+    for (index_t i = 0; i < d.n_rows; i += 7) {
+      p.predict(d.row(i), 1, one.data());
+      ASSERT_EQ(std::memcmp(one.data(), &whole[static_cast<std::size_t>(i * w)], w * sizeof(float)), 0) << "row " << i;
+    }
+    const index_t n = 20011;  // many blocks, a short last one
+    std::vector<float> big(static_cast<std::size_t>(n * d.n_features)), out(static_cast<std::size_t>(n * w));
+    for (index_t i = 0; i < n; ++i)
+      std::memcpy(&big[static_cast<std::size_t>(i * d.n_features)], d.row(i % d.n_rows), d.n_features * sizeof(float));
+    p.predict(big.data(), n, out.data());
+    for (index_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::memcmp(&out[static_cast<std::size_t>(i * w)], &whole[static_cast<std::size_t>((i % d.n_rows) * w)],
+                            w * sizeof(float)),
+                0)
+          << "row " << i;
+  }
+}
+
 // A forest file written by hand to pin down the documented semantics of the Canopy format:
 // left iff x <= threshold (float64), a missing value to default_left or else to the child
 // with more training samples (a tie goes right).
