@@ -191,6 +191,7 @@ int run_forest(const ForestBenchConfig& c) {
   std::vector<std::vector<float>> reference(batches.size());
   nlohmann::json layouts_json = nlohmann::json::array();
   bool predictions_written = false;
+  nlohmann::json skipped = nlohmann::json::array();
   for (Device dev : devices) {
     for (ForestLayout layout : layouts) {
       ForestConfig cfg;
@@ -215,80 +216,89 @@ int run_forest(const ForestBenchConfig& c) {
         for (ForestKernel k : kernels)
           if (p.supports(k)) ks.push_back(k);
       for (ForestKernel k : ks) {
-        ForestRunOptions run;
-        run.output = output;
-        run.kernel = k;
-        double quality = -1;
-        if (!data.labels.empty() || (!c.predictions.empty() && !predictions_written)) {
-          // Untimed: the whole file, for accuracy / RMSE and --predictions.
-          std::vector<float> all(static_cast<std::size_t>(data.n_rows) * width);
-          p.predict(data.values.data(), data.n_rows, all.data(), run);
-          if (!c.predictions.empty() && !predictions_written) {
-            write_predictions(c.predictions, all.data(), data.n_rows, width);
-            predictions_written = true;
-          }
-          if (!data.labels.empty()) {
-            if (forest.is_classifier()) {
-              ForestRunOptions cls = run;
-              cls.output = ForestOutput::Class;
-              std::vector<float> pred(static_cast<std::size_t>(data.n_rows));
-              p.predict(data.values.data(), data.n_rows, pred.data(), cls);
-              index_t right = 0;
-              for (index_t i = 0; i < data.n_rows; ++i) right += pred[static_cast<std::size_t>(i)] == data.labels[static_cast<std::size_t>(i)];
-              quality = static_cast<double>(right) / static_cast<double>(data.n_rows);
-            } else {
-              ForestRunOptions val = run;
-              val.output = ForestOutput::Prob;
-              std::vector<float> pred(static_cast<std::size_t>(data.n_rows));
-              p.predict(data.values.data(), data.n_rows, pred.data(), val);
-              double se = 0;
-              for (index_t i = 0; i < data.n_rows; ++i) {
-                const double e = pred[static_cast<std::size_t>(i)] - data.labels[static_cast<std::size_t>(i)];
-                se += e * e;
+        try {
+          ForestRunOptions run;
+          run.output = output;
+          run.kernel = k;
+          double quality = -1;
+          if (!data.labels.empty() || (!c.predictions.empty() && !predictions_written)) {
+            // Untimed: the whole file, for accuracy / RMSE and --predictions.
+            std::vector<float> all(static_cast<std::size_t>(data.n_rows) * width);
+            p.predict(data.values.data(), data.n_rows, all.data(), run);
+            if (!c.predictions.empty() && !predictions_written) {
+              write_predictions(c.predictions, all.data(), data.n_rows, width);
+              predictions_written = true;
+            }
+            if (!data.labels.empty()) {
+              if (forest.is_classifier()) {
+                ForestRunOptions cls = run;
+                cls.output = ForestOutput::Class;
+                std::vector<float> pred(static_cast<std::size_t>(data.n_rows));
+                p.predict(data.values.data(), data.n_rows, pred.data(), cls);
+                index_t right = 0;
+                for (index_t i = 0; i < data.n_rows; ++i) right += pred[static_cast<std::size_t>(i)] == data.labels[static_cast<std::size_t>(i)];
+                quality = static_cast<double>(right) / static_cast<double>(data.n_rows);
+              } else {
+                ForestRunOptions val = run;
+                val.output = ForestOutput::Prob;
+                std::vector<float> pred(static_cast<std::size_t>(data.n_rows));
+                p.predict(data.values.data(), data.n_rows, pred.data(), val);
+                double se = 0;
+                for (index_t i = 0; i < data.n_rows; ++i) {
+                  const double e = pred[static_cast<std::size_t>(i)] - data.labels[static_cast<std::size_t>(i)];
+                  se += e * e;
+                }
+                quality = std::sqrt(se / static_cast<double>(data.n_rows));
               }
-              quality = std::sqrt(se / static_cast<double>(data.n_rows));
             }
           }
-        }
-        for (std::size_t bi = 0; bi < batches.size(); ++bi) {
-          const index_t n = batches[bi];
-          std::vector<float> out(static_cast<std::size_t>(n) * width);
-          p.predict(batch_rows[bi].data(), n, out.data(), run);  // warm-up
-          std::vector<double> total, kern, up, down;
-          for (int r = 0; r < c.repeat; ++r) {
-            const ForestTimes t = p.predict(batch_rows[bi].data(), n, out.data(), run);
-            total.push_back(t.total_ms);
-            kern.push_back(t.kernel_ms);
-            up.push_back(t.upload_ms);
-            down.push_back(t.download_ms);
+          for (std::size_t bi = 0; bi < batches.size(); ++bi) {
+            const index_t n = batches[bi];
+            std::vector<float> out(static_cast<std::size_t>(n) * width);
+            p.predict(batch_rows[bi].data(), n, out.data(), run);  // warm-up
+            std::vector<double> total, kern, up, down;
+            for (int r = 0; r < c.repeat; ++r) {
+              const ForestTimes t = p.predict(batch_rows[bi].data(), n, out.data(), run);
+              total.push_back(t.total_ms);
+              kern.push_back(t.kernel_ms);
+              up.push_back(t.upload_ms);
+              down.push_back(t.download_ms);
+            }
+            Row row;
+            row.device = to_string(dev);
+            row.layout = to_string(layout);
+            row.kernel = dev == Device::Cpu ? "cpu-tbb" : to_string(k);
+            row.batch = n;
+            row.total_ms = median(total);
+            row.kernel_ms = median(kern);
+            row.upload_ms = median(up);
+            row.download_ms = median(down);
+            row.rows_per_s = static_cast<double>(n) / (row.total_ms / 1000.0);
+            row.kernel_rows_per_s = static_cast<double>(n) / (row.kernel_ms / 1000.0);
+            row.checksum = checksum(out);
+            for (float v : out) row.sum += v;
+            if (reference[bi].empty()) reference[bi] = out;
+            row.identical = std::memcmp(out.data(), reference[bi].data(), out.size() * sizeof(float)) == 0;
+            for (std::size_t i = 0; i < out.size(); ++i) {
+              const double a = out[i], b = reference[bi][i];
+              const double d = std::fabs(a - b);
+              if (d > 0) row.max_rel_diff = std::max(row.max_rel_diff, d / std::max(std::fabs(a), std::fabs(b)));
+            }
+            row.quality = quality;
+            rows.push_back(row);
+            std::printf("  %-4s %-6s %-12s batch %8lld: %10.3f ms/batch (kernel %9.3f ms)  %12.0f rows/s%s\n",
+                        row.device.c_str(), row.layout.c_str(), row.kernel.c_str(), static_cast<long long>(n),
+                        row.total_ms, row.kernel_ms, row.rows_per_s,
+                        row.identical ? "" : ("  max rel diff " + fmt("%.2g", row.max_rel_diff)).c_str());
+            std::fflush(stdout);
           }
-          Row row;
-          row.device = to_string(dev);
-          row.layout = to_string(layout);
-          row.kernel = dev == Device::Cpu ? "cpu-tbb" : to_string(k);
-          row.batch = n;
-          row.total_ms = median(total);
-          row.kernel_ms = median(kern);
-          row.upload_ms = median(up);
-          row.download_ms = median(down);
-          row.rows_per_s = static_cast<double>(n) / (row.total_ms / 1000.0);
-          row.kernel_rows_per_s = static_cast<double>(n) / (row.kernel_ms / 1000.0);
-          row.checksum = checksum(out);
-          for (float v : out) row.sum += v;
-          if (reference[bi].empty()) reference[bi] = out;
-          row.identical = std::memcmp(out.data(), reference[bi].data(), out.size() * sizeof(float)) == 0;
-          for (std::size_t i = 0; i < out.size(); ++i) {
-            const double a = out[i], b = reference[bi][i];
-            const double d = std::fabs(a - b);
-            if (d > 0) row.max_rel_diff = std::max(row.max_rel_diff, d / std::max(std::fabs(a), std::fabs(b)));
-          }
-          row.quality = quality;
-          rows.push_back(row);
-          std::printf("  %-4s %-6s %-12s batch %8lld: %10.3f ms/batch (kernel %9.3f ms)  %12.0f rows/s%s\n",
-                      row.device.c_str(), row.layout.c_str(), row.kernel.c_str(), static_cast<long long>(n),
-                      row.total_ms, row.kernel_ms, row.rows_per_s,
-                      row.identical ? "" : ("  max rel diff " + fmt("%.2g", row.max_rel_diff)).c_str());
-          std::fflush(stdout);
+        } catch (const Error& e) {
+          // A variant that cannot run here (e.g. shared data with too many features for shared
+          // memory) is reported, and the others go on.
+          std::printf("  %-4s %-6s %-12s skipped: %s\n", to_string(dev), to_string(layout),
+                      dev == Device::Cpu ? "cpu-tbb" : to_string(k), e.what());
+          skipped.push_back({{"device", to_string(dev)}, {"layout", to_string(layout)},
+                             {"kernel", dev == Device::Cpu ? "cpu-tbb" : to_string(k)}, {"error", e.what()}});
         }
       }
     }
@@ -324,6 +334,7 @@ int run_forest(const ForestBenchConfig& c) {
     j["root_depth"] = c.root_depth;
     j["gpu"] = gpu_available() ? gpu_description() : std::string("none");
     j["layouts"] = layouts_json;
+    j["skipped"] = skipped;
     j["variants"] = nlohmann::json::array();
     for (const Row& r : rows) {
       nlohmann::json v{{"device", r.device},       {"layout", r.layout},         {"kernel", r.kernel},
@@ -338,7 +349,7 @@ int run_forest(const ForestBenchConfig& c) {
     if (!f) throw Error("--json " + c.json + ": cannot open for writing");
     f << j.dump(2) << "\n";
   }
-  return 0;
+  return skipped.empty() ? 0 : 3;
 }
 
 }  // namespace bench

@@ -75,7 +75,7 @@ int Forest::max_depth() const {
 
 std::string Forest::describe() const {
   std::ostringstream s;
-  s << (is_xgboost() ? "XGBoost " : "forest ") << to_string(objective_) << ", " << n_trees() << " trees";
+  s << (is_xgboost() ? "XGBoost " : "") << to_string(objective_) << ", " << n_trees() << " trees";
   if (n_groups_ > 1) s << " in " << n_groups_ << " output groups";
   if (n_classes() > 0) s << ", " << n_classes() << " classes";
   s << ", " << n_features_ << " features, " << n_nodes() << " nodes, max depth " << max_depth();

@@ -5,12 +5,12 @@ bench-data/forest/ (ignored by git: the directory carries its own .gitignore).
     /usr/bin/python3 scripts/make_forest_bench_models.py [--shared-data DIR] [--rounds 500]
 
 Writes (the GPU machine needs only the .json / .csv.gz files, no Python):
-  covtype.csv.gz            the held-out 20% of covtype_labeled_168k (33,740 rows), numeric:
+  covtype.csv.gz            the held-out 20% of covtype_labeled_168k (33,739 rows), numeric:
                             Wilderness_Area as its code (sorted names -> 0..5), label Cover_Type - 1
   covtype_xgb_d8.json       XGBoost multi:softprob, --rounds boosting rounds (500: 3500 trees, one per
                             class and round), max_depth 8, trained on the other 80%
   covtype_xgb_d8.json.gz    the same, compressed (Canopy reads either)
-  higgs.csv.gz              the held-out 20% of higgs_11k (2,197 rows), label last
+  higgs.csv.gz              the held-out 20% of higgs_11k (2,196 rows), label last
   higgs_rf_d20.json         scikit-learn RandomForestClassifier(n_estimators=100, max_depth=20),
                             exported with scripts/export_sklearn.py
   higgs_rf_d20.pkl          the same forest pickled, for scripts/time_forest_python.py
