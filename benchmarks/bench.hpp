@@ -41,9 +41,27 @@ struct ScheduleConfig {
   std::string json;
 };
 
+struct ForestBenchConfig {
+  std::string model;
+  std::string data;
+  std::string label;
+  std::string batch = "100000";
+  std::string layouts = "all";
+  std::string kernels = "all";
+  std::string device = "auto";
+  std::string output = "prob";
+  int subtree_depth = 6;
+  int root_depth = 10;
+  int repeat = 5;
+  std::string json;
+  std::string predictions;
+};
+
 void add_pc_options(CLI::App& app, PcConfig& c);
 void add_schedule_options(CLI::App& app, ScheduleConfig& c);
+void add_forest_options(CLI::App& app, ForestBenchConfig& c);
 int run_pc(const PcConfig& c);
+int run_forest(const ForestBenchConfig& c);
 int run_schedule(const ScheduleConfig& c);
 
 }  // namespace bench

@@ -3,6 +3,7 @@
 //                                without a GPU, uniform:50000:7 once, so it ends in about a minute)
 //   canopy-bench pc [options]    point correlation, every variant side by side
 //   canopy-bench schedule [...]  the sandpile scheduler alone on a random scheduling matrix
+//   canopy-bench forest [...]    decision-forest inference, every layout x kernel x device
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -23,11 +24,16 @@ int main(int argc, char** argv) {
   CLI::App* sc_cmd = app.add_subcommand("schedule", "the sandpile scheduler alone on a random matrix");
   canopy::bench::add_schedule_options(*sc_cmd, sc);
 
+  canopy::bench::ForestBenchConfig fc;
+  CLI::App* fc_cmd = app.add_subcommand("forest", "decision-forest inference (XGBoost / scikit-learn models)");
+  canopy::bench::add_forest_options(*fc_cmd, fc);
+
   CLI11_PARSE(app, argc, argv);
   pc.source_given = pc_cmd->count("--points") + pc_cmd->count("--generate") > 0;
   pc.repeat_given = pc_cmd->count("--repeat") > 0;
   try {
     if (*sc_cmd) return canopy::bench::run_schedule(sc);
+    if (*fc_cmd) return canopy::bench::run_forest(fc);
     return canopy::bench::run_pc(pc);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "canopy-bench: error: %s\n", e.what());

@@ -23,14 +23,16 @@ if(NOT Boost_FOUND OR NOT EXISTS "${Boost_INCLUDE_DIRS}/boost/graph/adjacency_li
   canopy_missing("Boost.Graph" "libboost-graph-dev")
 endif()
 
+# The forest importer reads JSON models: the library itself needs nlohmann-json (header-only).
+find_package(nlohmann_json 3 QUIET)
+if(NOT nlohmann_json_FOUND)
+  canopy_missing("nlohmann-json" "nlohmann-json3-dev")
+endif()
+
 if(CANOPY_BUILD_BENCHMARKS)
   find_package(CLI11 CONFIG QUIET)
   if(NOT CLI11_FOUND)
     canopy_missing("CLI11" "libcli11-dev")
-  endif()
-  find_package(nlohmann_json 3 QUIET)
-  if(NOT nlohmann_json_FOUND)
-    canopy_missing("nlohmann-json" "nlohmann-json3-dev")
   endif()
 endif()
 

@@ -1,0 +1,335 @@
+// Forest inference, the part every executor shares (FIL's habit: one function evaluates one
+// row on one tree, with no parallelism inside; the CPU executor and the GPU kernels only
+// decide which thread runs which (row, tree) pair and how partial sums meet).
+//
+//   find_leaf(view, t, row)   the leaf row `row` reaches in tree t (layout order) of any layout
+//   ScalarSums / VectorSums   a row's running sums: XGBoost's float32 sum per output group,
+//                             or a forest's float64 sum of leaf vectors
+//   write(...)                margins -> margin / probability / class, into the caller's row
+//   predict_row(...)          all trees of one row, in layout order
+//
+// Numerics, chosen so the CPU and every GPU kernel that sums trees in the same order give
+// the same bits, and so XGBoost and scikit-learn are reproduced:
+//   * XGBoost: the margin of group g starts at base_margin[g] and adds the group's trees'
+//     leaf values one by one in float32, in model order (python3-xgboost 1.7 does exactly
+//     this; tests/data/forest checks it bit for bit).
+//   * Forests: float64 sum of the leaves' class distributions from 0.0, tree by tree, then
+//     divided by the number of trees: scikit-learn's predict_proba / predict, step by step.
+//   * Sigmoid and softmax use Canopy's own exp (float64, explicit round-to-nearest operations,
+//     no FMA contraction) instead of the platform's: identical on host and device, within a
+//     float32 rounding of the true value.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#if !defined(__CUDA_ARCH__)
+#include <cmath>
+#endif
+
+#include "layouts/forest.hpp"
+#include "layouts/forest_layouts.hpp"
+#include "runtime/common.hpp"
+
+#if defined(__CUDA_ARCH__)
+#define CANOPY_FOREST_UNROLL _Pragma("unroll")
+#else
+#define CANOPY_FOREST_UNROLL
+#endif
+
+namespace canopy {
+
+// ---- the one per-row, per-tree function -------------------------------------------------------
+
+// The leaf of tree t (layout order) that `row` reaches. For the hierarchical layout, `root`
+// may point at a copy of tree t's root subtree (the hybrid kernel's shared memory); null
+// reads it from the view.
+template <class View>
+CANOPY_HD inline ForestNode find_leaf(const View& v, index_t t, const float* row, const ForestNode* root = nullptr) {
+  if constexpr (std::is_same<View, CsrForestView>::value) {
+    (void)root;
+    const index_t base = v.tree_node_begin[t];
+    const std::int32_t* children = v.children + v.tree_child_begin[t];
+    std::int32_t n = 0;
+    for (;;) {
+      const ForestNode node{v.value[base + n], v.info[base + n]};
+      if (forest_is_leaf(node.info)) return node;
+      n = children[v.child_index[base + n] + forest_go_right(node, row)];
+    }
+  } else if constexpr (std::is_same<View, ReorgForestView>::value) {
+    (void)root;
+    const index_t trees = v.common.n_trees;
+    std::int32_t slot = 0;
+    for (int level = 0;; ++level) {
+      const index_t at = v.level_begin[level] + slot * trees + t;
+      const ForestNode node = v.nodes[at];
+      if (forest_is_leaf(node.info)) return node;
+      slot = v.child_slot[at] + forest_go_right(node, row);
+    }
+  } else {
+    static_assert(std::is_same<View, HierarchicalForestView>::value, "find_leaf: unknown forest layout view");
+    const ForestNode* sub = root ? root : v.root_nodes + t * v.root_stride;
+    index_t s = t;                                          // the root subtree of tree t has id t
+    std::int32_t bottom = (std::int32_t{1} << (v.root_depth - 1)) - 1;  // first bottom-level position
+    std::int32_t p = 0;
+    for (;;) {
+      const ForestNode node = sub[p];
+      if (forest_is_leaf(node.info)) return node;
+      const int right = forest_go_right(node, row);
+      if (p < bottom) {
+        p = 2 * p + 1 + right;  // inside the subtree: arithmetic indexing
+      } else {
+        // Leaving the subtree through the connection table (the paper's subtree_connection).
+        s = v.connections[v.connection_begin[s] + 2 * static_cast<index_t>(p - bottom) + right];
+        sub = v.nodes + v.subtree_node_begin[s];
+        bottom = (std::int32_t{1} << (v.subtree_depth - 1)) - 1;
+        p = 0;
+      }
+    }
+  }
+}
+
+// ---- deterministic arithmetic -----------------------------------------------------------------
+
+namespace forest_math {
+
+CANOPY_HD inline double dadd(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+CANOPY_HD inline double dmul(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+CANOPY_HD inline double ddiv(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+CANOPY_HD inline double dfloor(double x) {
+#if defined(__CUDA_ARCH__)
+  return ::floor(x);
+#else
+  return std::floor(x);
+#endif
+}
+// 2^k for k in [-1022, 1023], built from its bits.
+CANOPY_HD inline double pow2(int k) {
+  const std::uint64_t bits = static_cast<std::uint64_t>(k + 1023) << 52;
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(static_cast<long long>(bits));
+#else
+  double d;
+  std::memcpy(&d, &bits, sizeof d);
+  return d;
+#endif
+}
+
+// e^x for x <= 0 (0 below -708, where it no longer matters in float32): x = k ln2 + r with
+// |r| <= ln2 / 2, e^r by its Taylor polynomial of degree 13 (truncation below 1e-17).
+CANOPY_HD inline double exp_nonpositive(double x) {
+  if (x != x) return x;
+  if (!(x > -708.0)) return 0.0;
+  const double kd = dfloor(dadd(dmul(x, 1.4426950408889634), 0.5));
+  // ln 2 split so that kd * kLn2Hi is exact (fdlibm's constants).
+  const double r = dadd(dadd(x, -dmul(kd, 6.93147180369123816490e-01)), -dmul(kd, 1.90821492927058770002e-10));
+  double p = 1.6059043836821613e-10;
+  p = dadd(dmul(p, r), 2.08767569878681e-09);
+  p = dadd(dmul(p, r), 2.505210838544172e-08);
+  p = dadd(dmul(p, r), 2.755731922398589e-07);
+  p = dadd(dmul(p, r), 2.7557319223985893e-06);
+  p = dadd(dmul(p, r), 2.48015873015873e-05);
+  p = dadd(dmul(p, r), 0.0001984126984126984);
+  p = dadd(dmul(p, r), 0.001388888888888889);
+  p = dadd(dmul(p, r), 0.008333333333333333);
+  p = dadd(dmul(p, r), 0.041666666666666664);
+  p = dadd(dmul(p, r), 0.16666666666666666);
+  p = dadd(dmul(p, r), 0.5);
+  p = dadd(dmul(p, r), 1.0);
+  p = dadd(dmul(p, r), 1.0);
+  return dmul(p, pow2(static_cast<int>(kd)));
+}
+
+// 1 / (1 + e^-m), evaluated in float64 and rounded once.
+CANOPY_HD inline float sigmoid(float m) {
+  const double x = m;
+  if (x >= 0.0) return static_cast<float>(ddiv(1.0, dadd(1.0, exp_nonpositive(-x))));
+  const double e = exp_nonpositive(x);
+  return static_cast<float>(ddiv(e, dadd(1.0, e)));
+}
+
+}  // namespace forest_math
+
+// ---- per-row sums -------------------------------------------------------------------------------
+
+// XGBoost: one float32 margin per output group, kMaxK >= n_groups. Trees must be added in
+// layout order, where each group's trees are contiguous: the running sum `cur` of group g
+// is stored when the first tree of a later group arrives.
+template <int kMaxK>
+struct ScalarSums {
+  static constexpr int kMax = kMaxK;
+  static constexpr bool kScalarLeaves = true;
+  float margin[kMaxK];
+  float cur;
+  int group;
+  index_t next;  // first tree of the group after `group`
+
+  CANOPY_HD void begin(const ForestCommonView& c) {
+    CANOPY_FOREST_UNROLL
+    for (int k = 0; k < kMaxK; ++k) margin[k] = k < c.n_groups ? c.base_margin[k] : 0.0f;
+    group = 0;
+    cur = c.base_margin[0];
+    next = c.group_begin[1];
+  }
+  CANOPY_HD void add(const ForestCommonView& c, index_t t, ForestNode leaf) {
+    while (t >= next) {
+      store();
+      ++group;
+      cur = c.base_margin[group];
+      next = c.group_begin[group + 1];
+    }
+    cur = add_rn(cur, leaf.value);
+  }
+  CANOPY_HD void end(const ForestCommonView&) { store(); }
+  // Shared-data kernel: group totals reduced across threads (float64), added to the base.
+  CANOPY_HD void from_totals(const ForestCommonView& c, const double* totals) {
+    CANOPY_FOREST_UNROLL
+    for (int k = 0; k < kMaxK; ++k)
+      margin[k] = k < c.n_groups ? static_cast<float>(forest_math::dadd(c.base_margin[k], totals[k])) : 0.0f;
+  }
+
+  CANOPY_HD void write(const ForestCommonView& c, ForestOutput out, float* dst) const {
+    const int K = c.n_groups;
+    const bool multi = c.objective == ForestObjective::MultiSoftprob || c.objective == ForestObjective::MultiSoftmax;
+    if (out == ForestOutput::Margin || (out == ForestOutput::Prob && c.objective == ForestObjective::SquaredError)) {
+      CANOPY_FOREST_UNROLL
+      for (int k = 0; k < kMaxK; ++k)
+        if (k < K) dst[k] = margin[k];
+      return;
+    }
+    if (!multi) {  // binary:logistic
+      const float p = forest_math::sigmoid(margin[0]);
+      dst[0] = out == ForestOutput::Prob ? p : static_cast<float>(c.class_values[p > 0.5f ? 1 : 0]);
+      return;
+    }
+    if (out == ForestOutput::Class) {
+      int best = 0;
+      float top = margin[0];
+      CANOPY_FOREST_UNROLL
+      for (int k = 1; k < kMaxK; ++k)
+        if (k < K && margin[k] > top) {
+          top = margin[k];
+          best = k;
+        }
+      dst[0] = static_cast<float>(c.class_values[best]);
+      return;
+    }
+    float top = margin[0];
+    CANOPY_FOREST_UNROLL
+    for (int k = 1; k < kMaxK; ++k)
+      if (k < K && margin[k] > top) top = margin[k];
+    double e[kMaxK];
+    double sum = 0.0;
+    CANOPY_FOREST_UNROLL
+    for (int k = 0; k < kMaxK; ++k) {
+      e[k] = k < K ? forest_math::exp_nonpositive(forest_math::dadd(margin[k], -static_cast<double>(top))) : 0.0;
+      sum = forest_math::dadd(sum, e[k]);
+    }
+    CANOPY_FOREST_UNROLL
+    for (int k = 0; k < kMaxK; ++k)
+      if (k < K) dst[k] = static_cast<float>(forest_math::ddiv(e[k], sum));
+  }
+
+ private:
+  CANOPY_HD void store() {
+    CANOPY_FOREST_UNROLL
+    for (int k = 0; k < kMaxK; ++k)
+      if (k == group) margin[k] = cur;
+  }
+};
+
+// Forests: the float64 sum of the leaves' vectors (class distributions or one value),
+// kMaxK >= leaf_width. Any tree order gives the same sums only up to rounding: the
+// sequential executors add in layout order (= the model's order, as scikit-learn does).
+template <int kMaxK>
+struct VectorSums {
+  static constexpr int kMax = kMaxK;
+  static constexpr bool kScalarLeaves = false;
+  double sum[kMaxK];
+
+  CANOPY_HD void begin(const ForestCommonView&) {
+    CANOPY_FOREST_UNROLL
+    for (int k = 0; k < kMaxK; ++k) sum[k] = 0.0;
+  }
+  CANOPY_HD void add(const ForestCommonView& c, index_t t, ForestNode leaf) {
+    const double* v = c.leaf_values + (c.tree_leaf_begin[t] + static_cast<index_t>(forest_index(leaf.info))) * c.leaf_width;
+    CANOPY_FOREST_UNROLL
+    for (int k = 0; k < kMaxK; ++k)
+      if (k < c.leaf_width) sum[k] = forest_math::dadd(sum[k], v[k]);
+  }
+  CANOPY_HD void end(const ForestCommonView&) {}
+  CANOPY_HD void from_totals(const ForestCommonView& c, const double* totals) {
+    CANOPY_FOREST_UNROLL
+    for (int k = 0; k < kMaxK; ++k) sum[k] = k < c.leaf_width ? totals[k] : 0.0;
+  }
+
+  CANOPY_HD void write(const ForestCommonView& c, ForestOutput out, float* dst) const {
+    const double trees = static_cast<double>(c.n_trees);
+    if (out == ForestOutput::Class) {
+      int best = 0;
+      double top = forest_math::ddiv(sum[0], trees);
+      CANOPY_FOREST_UNROLL
+      for (int k = 1; k < kMaxK; ++k)
+        if (k < c.leaf_width) {
+          const double p = forest_math::ddiv(sum[k], trees);
+          if (p > top) {
+            top = p;
+            best = k;
+          }
+        }
+      dst[0] = static_cast<float>(c.class_values[best]);
+      return;
+    }
+    CANOPY_FOREST_UNROLL
+    for (int k = 0; k < kMaxK; ++k)
+      if (k < c.leaf_width) dst[k] = static_cast<float>(forest_math::ddiv(sum[k], trees));
+  }
+};
+
+// Calls f(Sums{}) with the sums type that fits the forest (the set the library instantiates).
+template <class F>
+void dispatch_forest_sums(const ForestCommonView& c, F&& f) {
+  if (c.leaf_width == 0) {
+    if (c.n_groups == 1) return f(ScalarSums<1>{});
+    if (c.n_groups <= 8) return f(ScalarSums<8>{});
+    if (c.n_groups <= kMaxForestOutputs) return f(ScalarSums<kMaxForestOutputs>{});
+    throw Error("the model has " + std::to_string(c.n_groups) + " output groups; at most " +
+                std::to_string(kMaxForestOutputs) + " are supported");
+  }
+  if (c.leaf_width <= 2) return f(VectorSums<2>{});
+  if (c.leaf_width <= 8) return f(VectorSums<8>{});
+  if (c.leaf_width <= kMaxForestOutputs) return f(VectorSums<kMaxForestOutputs>{});
+  throw Error("the model has " + std::to_string(c.leaf_width) + " classes; at most " +
+              std::to_string(kMaxForestOutputs) + " are supported");
+}
+
+// One row, every tree in layout order: what the CPU executor and the direct kernel run.
+template <class Sums, class View>
+CANOPY_HD inline void predict_row(const View& v, const float* row, ForestOutput out, float* dst) {
+  Sums s;
+  s.begin(v.common);
+  for (index_t t = 0; t < v.common.n_trees; ++t) s.add(v.common, t, find_leaf(v, t, row));
+  s.end(v.common);
+  s.write(v.common, out, dst);
+}
+
+}  // namespace canopy

@@ -1,0 +1,241 @@
+// GPU kernels of forest inference, templated on the layout view and the per-row sums type
+// (executor/forest_eval.hpp). They only decide which thread evaluates which (row, tree) pair
+// and how partial sums meet; find_leaf and the sums are the code the CPU executor runs.
+// Include from .cu files only.
+//
+//   direct       one thread per row, every tree in layout order: bit-identical to the CPU.
+//   hybrid       (hierarchical layout) Shah et al. section 3.2: a block loads the root subtrees
+//                of a chunk of trees into shared memory, each thread walks its row through
+//                them, then continues in global memory; trees in layout order: bit-identical.
+//   shared data  FIL's / Tahoe's strategy: a block caches a tile of rows in shared memory; its
+//                threads split the trees (thread i takes trees i, i + B, ...), each keeping
+//                float64 partial sums per (row, output) in shared memory, which a CUB block
+//                reduction combines. The order of the additions differs from the sequential
+//                one, so the results agree within float32 rounding, not bit for bit.
+#pragma once
+
+#include <cub/block/block_reduce.cuh>
+
+#include <climits>
+#include <cstddef>
+
+#include "executor/forest_eval.hpp"
+#include "runtime/cuda_support.cuh"
+
+namespace canopy {
+namespace gpu {
+
+// Tuning constants, apart from the logic.
+constexpr int kForestDirectBlock = 128;
+constexpr int kForestHybridBlock = 256;
+constexpr std::size_t kForestHybridSmemBytes = 24 * 1024;  // root subtrees per chunk (at least one)
+constexpr int kForestSharedBlock = 128;
+constexpr int kForestSharedItems = 4;                      // rows evaluated together per pass
+constexpr std::size_t kForestSmemLimit = 48 * 1024;        // per block, static + dynamic
+
+// What every forest kernel gets besides the layout view.
+struct ForestBatch {
+  const float* rows = nullptr;  // [n_rows][n_features]
+  index_t n_rows = 0;
+  float* out = nullptr;         // [n_rows][width]
+  int width = 0;
+  ForestOutput output = ForestOutput::Prob;
+};
+
+// ---- direct --------------------------------------------------------------------------------------
+
+template <class Sums, class View>
+__global__ void __launch_bounds__(kForestDirectBlock) forest_direct_kernel(View v, ForestBatch b) {
+  const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (i >= b.n_rows) return;
+  predict_row<Sums>(v, b.rows + i * v.common.n_features, b.output, b.out + i * b.width);
+}
+
+// ---- hybrid (hierarchical layout) ------------------------------------------------------------------
+
+// chunk_trees root subtrees (of root_stride nodes each) fit the dynamic shared memory.
+template <class Sums>
+__global__ void __launch_bounds__(kForestHybridBlock)
+forest_hybrid_kernel(HierarchicalForestView v, ForestBatch b, index_t chunk_trees) {
+  extern __shared__ __align__(16) unsigned char forest_hybrid_smem[];
+  ForestNode* roots = reinterpret_cast<ForestNode*>(forest_hybrid_smem);
+  const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  const bool valid = i < b.n_rows;  // threads past the end still help load and synchronise
+  const float* row = b.rows + (valid ? i : 0) * v.common.n_features;
+  const index_t trees = v.common.n_trees;
+  Sums s;
+  s.begin(v.common);
+  for (index_t t0 = 0; t0 < trees; t0 += chunk_trees) {
+    const index_t t1 = t0 + chunk_trees < trees ? t0 + chunk_trees : trees;
+    const index_t count = (t1 - t0) * v.root_stride;
+    const ForestNode* src = v.root_nodes + t0 * v.root_stride;
+    __syncthreads();  // every thread is done with the previous chunk
+    for (index_t k = threadIdx.x; k < count; k += blockDim.x) roots[k] = src[k];
+    __syncthreads();
+    if (valid)
+      for (index_t t = t0; t < t1; ++t) s.add(v.common, t, find_leaf(v, t, row, roots + (t - t0) * v.root_stride));
+  }
+  if (valid) {
+    s.end(v.common);
+    s.write(v.common, b.output, b.out + i * b.width);
+  }
+}
+
+// ---- shared data --------------------------------------------------------------------------------------
+
+struct ForestSharedPlan {
+  int rows_per_block = 0;  // rows cached per block
+  int items = 1;           // rows evaluated together per pass (<= kForestSharedItems)
+  int acc_width = 1;       // partial sums per row: output groups (XGBoost) or leaf width
+  std::size_t dynamic_smem = 0;
+};
+
+struct ForestPack4 {
+  double v[4];
+};
+struct ForestPack4Sum {
+  __host__ __device__ ForestPack4 operator()(const ForestPack4& a, const ForestPack4& b) const {
+    ForestPack4 r;
+    for (int q = 0; q < 4; ++q) r.v[q] = forest_math::dadd(a.v[q], b.v[q]);
+    return r;
+  }
+};
+
+template <class Sums, class View>
+__global__ void __launch_bounds__(kForestSharedBlock)
+forest_shared_data_kernel(View v, ForestBatch b, ForestSharedPlan plan) {
+  using Reduce = cub::BlockReduce<ForestPack4, kForestSharedBlock>;
+  __shared__ typename Reduce::TempStorage reduce_storage;
+  __shared__ double totals[kForestSharedItems * kMaxForestOutputs];
+  extern __shared__ __align__(16) unsigned char forest_shared_smem[];
+  constexpr int B = kForestSharedBlock;
+  const int tid = threadIdx.x;
+  const ForestCommonView& c = v.common;
+  const int F = c.n_features;
+  const int W = plan.acc_width;
+  // [items * W][B] float64 partial sums (each thread owns one column), then the row tile.
+  double* acc = reinterpret_cast<double*>(forest_shared_smem);
+  float* tile = reinterpret_cast<float*>(forest_shared_smem + sizeof(double) * plan.items * W * B);
+
+  const index_t first = blockIdx.x * static_cast<index_t>(plan.rows_per_block);
+  const index_t remaining = b.n_rows - first;
+  const int n = remaining < plan.rows_per_block ? static_cast<int>(remaining) : plan.rows_per_block;
+  const float* src = b.rows + first * F;
+  const index_t values = static_cast<index_t>(n) * F;
+  for (index_t k = tid; k < values; k += B) tile[k] = src[k];
+  __syncthreads();
+
+  const index_t trees = c.n_trees;
+  for (int r0 = 0; r0 < n; r0 += plan.items) {
+    const int m = plan.items < n - r0 ? plan.items : n - r0;
+    const int slots = m * W;
+    for (int a = 0; a < slots; ++a) acc[a * B + tid] = 0.0;
+    int group = 0;
+    for (index_t t = tid; t < trees; t += B) {
+      if constexpr (Sums::kScalarLeaves) {
+        while (t >= c.group_begin[group + 1]) ++group;
+        for (int j = 0; j < m; ++j) {
+          const ForestNode leaf = find_leaf(v, t, tile + (r0 + j) * F);
+          double& a = acc[(j * W + group) * B + tid];
+          a = forest_math::dadd(a, leaf.value);
+        }
+      } else {
+        for (int j = 0; j < m; ++j) {
+          const ForestNode leaf = find_leaf(v, t, tile + (r0 + j) * F);
+          const double* lv = c.leaf_values + (c.tree_leaf_begin[t] + static_cast<index_t>(forest_index(leaf.info))) * W;
+          for (int k = 0; k < W; ++k) {
+            double& a = acc[(j * W + k) * B + tid];
+            a = forest_math::dadd(a, lv[k]);
+          }
+        }
+      }
+    }
+    // Four partial sums per block reduction (a quarter of the barriers).
+    for (int a0 = 0; a0 < slots; a0 += 4) {
+      ForestPack4 x;
+      for (int q = 0; q < 4; ++q) x.v[q] = a0 + q < slots ? acc[(a0 + q) * B + tid] : 0.0;
+      const ForestPack4 total = Reduce(reduce_storage).Reduce(x, ForestPack4Sum());
+      if (tid == 0)
+        for (int q = 0; q < 4; ++q)
+          if (a0 + q < slots) totals[a0 + q] = total.v[q];
+      __syncthreads();  // reduce_storage is reused; totals become visible
+    }
+    if (tid < m) {
+      Sums s;
+      s.from_totals(c, totals + tid * W);
+      s.write(c, b.output, b.out + (first + r0 + tid) * b.width);
+    }
+    __syncthreads();  // totals are rewritten by the next pass
+  }
+}
+
+// ---- launchers ------------------------------------------------------------------------------------
+
+inline unsigned grid_for(index_t items, index_t per_block) {
+  const index_t g = (items + per_block - 1) / per_block;
+  if (g > INT_MAX) throw Error("forest kernel: " + std::to_string(items) + " rows need too many blocks");
+  return static_cast<unsigned>(g);
+}
+
+// Small batches: halve the block (down to one warp) until there are two blocks per SM, so a
+// batch of 1,000 rows runs on 32 SMs rather than 8. The kernels take any blockDim.x up to
+// their launch bound.
+inline int block_for(index_t rows, int max_block, int sm_count) {
+  int threads = max_block;
+  while (threads > 32 && (rows + threads - 1) / threads < 2 * static_cast<index_t>(sm_count)) threads /= 2;
+  return threads;
+}
+
+template <class Sums, class View>
+void launch_forest_direct(const View& v, const ForestBatch& b, int sm_count, cudaStream_t stream) {
+  const int threads = block_for(b.n_rows, kForestDirectBlock, sm_count);
+  forest_direct_kernel<Sums, View><<<grid_for(b.n_rows, threads), threads, 0, stream>>>(v, b);
+  CANOPY_CUDA_CHECK_LAUNCH("forest_direct_kernel");
+}
+
+template <class Sums>
+void launch_forest_hybrid(const HierarchicalForestView& v, const ForestBatch& b, int sm_count, cudaStream_t stream) {
+  const std::size_t per_tree = static_cast<std::size_t>(v.root_stride) * sizeof(ForestNode);
+  index_t chunk = static_cast<index_t>(kForestHybridSmemBytes / per_tree);
+  if (chunk < 1) chunk = 1;  // one root subtree is at most 32 KiB (kMaxRootDepth)
+  if (chunk > v.common.n_trees) chunk = v.common.n_trees;
+  const std::size_t smem = static_cast<std::size_t>(chunk) * per_tree;
+  if (smem > kForestSmemLimit) throw Error("hybrid kernel: a root subtree needs " + std::to_string(per_tree) + " bytes of shared memory");
+  const int threads = block_for(b.n_rows, kForestHybridBlock, sm_count);
+  forest_hybrid_kernel<Sums><<<grid_for(b.n_rows, threads), threads, smem, stream>>>(v, b, chunk);
+  CANOPY_CUDA_CHECK_LAUNCH("forest_hybrid_kernel");
+}
+
+template <class Sums, class View>
+void launch_forest_shared_data(const View& v, const ForestBatch& b, int sm_count, cudaStream_t stream) {
+  auto kernel = forest_shared_data_kernel<Sums, View>;
+  cudaFuncAttributes attr;
+  CANOPY_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  const std::size_t limit = kForestSmemLimit - attr.sharedSizeBytes;
+  ForestSharedPlan plan;
+  plan.acc_width = Sums::kScalarLeaves ? v.common.n_groups : v.common.leaf_width;
+  const std::size_t row_bytes = static_cast<std::size_t>(v.common.n_features) * sizeof(float);
+  auto acc_bytes = [&](int items) {
+    return sizeof(double) * static_cast<std::size_t>(items) * plan.acc_width * kForestSharedBlock;
+  };
+  // Partial sums take at most half of the shared memory, unless one row's alone need more.
+  plan.items = kForestSharedItems;
+  while (plan.items > 1 && acc_bytes(plan.items) > limit / 2) --plan.items;
+  if (acc_bytes(plan.items) + row_bytes * plan.items > limit)
+    throw Error("shared-data kernel: " + std::to_string(plan.acc_width) + " outputs and " +
+                std::to_string(v.common.n_features) + " features per row do not fit in " + std::to_string(limit) +
+                " bytes of shared memory; use the direct kernel");
+  const index_t max_rows = static_cast<index_t>((limit - acc_bytes(plan.items)) / row_bytes);
+  // Enough blocks to fill the GPU (four per SM) before making tiles large.
+  index_t rows = (b.n_rows + 4 * sm_count - 1) / (4 * static_cast<index_t>(sm_count));
+  rows = (rows + plan.items - 1) / plan.items * plan.items;
+  if (rows > max_rows) rows = max_rows;
+  if (rows < plan.items) rows = plan.items;
+  plan.rows_per_block = static_cast<int>(rows);
+  plan.dynamic_smem = acc_bytes(plan.items) + row_bytes * static_cast<std::size_t>(rows);
+  kernel<<<grid_for(b.n_rows, rows), kForestSharedBlock, plan.dynamic_smem, stream>>>(v, b, plan);
+  CANOPY_CUDA_CHECK_LAUNCH("forest_shared_data_kernel");
+}
+
+}  // namespace gpu
+}  // namespace canopy

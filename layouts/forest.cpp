@@ -1,0 +1,549 @@
+#include "layouts/forest.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <zlib.h>
+
+namespace canopy {
+
+using nlohmann::json;
+
+const char* to_string(ForestObjective o) {
+  switch (o) {
+    case ForestObjective::BinaryLogistic: return "binary:logistic";
+    case ForestObjective::MultiSoftprob: return "multi:softprob";
+    case ForestObjective::MultiSoftmax: return "multi:softmax";
+    case ForestObjective::SquaredError: return "reg:squarederror";
+    case ForestObjective::RfClassifier: return "forest classifier";
+    case ForestObjective::RfRegressor: return "forest regressor";
+  }
+  return "?";
+}
+
+const char* to_string(ForestOutput o) {
+  switch (o) {
+    case ForestOutput::Margin: return "margin";
+    case ForestOutput::Prob: return "prob";
+    case ForestOutput::Class: return "class";
+  }
+  return "?";
+}
+
+int Forest::output_width(ForestOutput out) const {
+  if (out == ForestOutput::Class) {
+    if (!is_classifier())
+      throw Error(std::string("the class output needs a classifier; this model is a regressor (") +
+                  to_string(objective_) + ")");
+    return 1;
+  }
+  if (leaf_width_ > 0) return leaf_width_;
+  if (objective_ == ForestObjective::MultiSoftprob || objective_ == ForestObjective::MultiSoftmax) return n_groups_;
+  return 1;
+}
+
+float above_float(double t) {
+  const float f = static_cast<float>(t);
+  if (static_cast<double>(f) > t) return f;
+  return std::nextafter(f, std::numeric_limits<float>::infinity());
+}
+
+index_t Forest::n_nodes() const {
+  index_t n = 0;
+  for (const ForestTree& t : trees_) n += t.size();
+  return n;
+}
+
+index_t Forest::n_leaves() const {
+  index_t n = 0;
+  for (const ForestTree& t : trees_)
+    for (index_t i = 0; i < t.size(); ++i) n += t.is_leaf(i) ? 1 : 0;
+  return n;
+}
+
+int Forest::max_depth() const {
+  int d = 0;
+  for (const ForestTree& t : trees_) d = std::max(d, t.depth);
+  return d;
+}
+
+std::string Forest::describe() const {
+  std::ostringstream s;
+  s << (is_xgboost() ? "XGBoost " : "") << to_string(objective_) << ", " << n_trees() << " trees";
+  if (n_groups_ > 1) s << " in " << n_groups_ << " output groups";
+  if (n_classes() > 0) s << ", " << n_classes() << " classes";
+  s << ", " << n_features_ << " features, " << n_nodes() << " nodes, max depth " << max_depth();
+  return s.str();
+}
+
+namespace {
+
+std::string read_whole_file(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) throw Error(path + ": cannot open (" + std::strerror(errno) + ")");
+  gzbuffer(f, 1 << 18);
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const int got = gzread(f, buf, sizeof buf);
+    if (got < 0) {
+      int code = 0;
+      const std::string msg = gzerror(f, &code);
+      gzclose(f);
+      throw Error(path + ": read error (" + msg + ")");
+    }
+    if (got == 0) break;
+    text.append(buf, static_cast<std::size_t>(got));
+  }
+  gzclose(f);
+  return text;
+}
+
+// A JSON value and the path that leads to it, for messages like
+// "m.json: learner/gradient_booster/model/trees/3/split_indices/7: ...".
+class At {
+ public:
+  At(const json& j, std::string path, const std::string* file) : j_(&j), path_(std::move(path)), file_(file) {}
+
+  [[noreturn]] void fail(const std::string& msg) const {
+    throw Error(*file_ + ": " + (path_.empty() ? std::string("(top level)") : path_) + ": " + msg);
+  }
+  const json& raw() const { return *j_; }
+  const std::string& path() const { return path_; }
+
+  void expect(json::value_t t, const char* what) const {
+    if (j_->type() != t) fail(std::string("expected ") + what + ", found " + describe_value());
+  }
+  std::string describe_value() const {
+    std::string d = j_->type_name();
+    if (j_->is_primitive()) {
+      std::string v = j_->dump();
+      if (v.size() > 40) v = v.substr(0, 37) + "...";
+      d += " " + v;
+    }
+    return d;
+  }
+  bool has(const char* key) const {
+    expect(json::value_t::object, "an object");
+    return j_->contains(key);
+  }
+  At operator[](const char* key) const {
+    expect(json::value_t::object, "an object");
+    const auto it = j_->find(key);
+    if (it == j_->end()) fail(std::string("the field '") + key + "' is missing");
+    return At(*it, child_path(key), file_);
+  }
+  std::size_t size() const {
+    expect(json::value_t::array, "an array");
+    return j_->size();
+  }
+  At operator[](std::size_t i) const {
+    if (i >= size()) fail("has " + std::to_string(size()) + " entries, entry " + std::to_string(i) + " is missing");
+    return At((*j_)[i], child_path(std::to_string(i)), file_);
+  }
+
+  std::string str() const {
+    expect(json::value_t::string, "a string");
+    return j_->get<std::string>();
+  }
+  std::int64_t integer() const {
+    if (!j_->is_number_integer()) fail("expected an integer, found " + describe_value());
+    if (j_->is_number_unsigned() && j_->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+      fail("the integer " + j_->dump() + " is too large");
+    return j_->get<std::int64_t>();
+  }
+  double number() const {
+    if (!j_->is_number()) fail("expected a number, found " + describe_value());
+    return j_->get<double>();
+  }
+  // 0/1 or false/true.
+  bool flag() const {
+    if (j_->is_boolean()) return j_->get<bool>();
+    if (j_->is_number_integer()) {
+      const std::int64_t v = j_->get<std::int64_t>();
+      if (v == 0 || v == 1) return v == 1;
+    }
+    fail("expected 0, 1, false or true, found " + describe_value());
+  }
+  // XGBoost stores its parameters as strings: "7", "5E-1", and since 2.1 "[5E-1]".
+  std::int64_t int_param() const {
+    if (j_->is_number_integer()) return integer();
+    const std::string s = str();
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0' || errno) fail("'" + s + "' is not an integer");
+    return v;
+  }
+  double float_param() const {
+    if (j_->is_number()) return number();
+    if (j_->is_array()) {
+      if (size() != 1) fail("expected one value, found " + std::to_string(size()) + " (several base scores are not supported)");
+      return (*this)[std::size_t{0}].float_param();
+    }
+    std::string s = str();
+    if (s.size() >= 2 && s.front() == '[' && s.back() == ']') {
+      s = s.substr(1, s.size() - 2);
+      if (s.find(',') != std::string::npos) fail("several base scores ('" + str() + "') are not supported");
+    }
+    char* end = nullptr;
+    errno = 0;
+    const double v = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0' || errno == ERANGE) fail("'" + str() + "' is not a number");
+    return v;
+  }
+
+ private:
+  std::string child_path(const std::string& key) const { return path_.empty() ? key : path_ + "/" + key; }
+  const json* j_;
+  std::string path_;
+  const std::string* file_;
+};
+
+// An array whose length must be n (the node count), checked once.
+At node_array(const At& tree, const char* key, std::size_t n, const char* count_name) {
+  At a = tree[key];
+  if (a.size() != n)
+    a.fail("has " + std::to_string(a.size()) + " entries, but " + count_name + " is " + std::to_string(n));
+  return a;
+}
+
+// Raw per-node description shared by both formats, before normalisation.
+struct RawTree {
+  std::vector<std::int64_t> left, right, feature;
+  std::vector<double> threshold;  // the source's number (XGBoost float32, scikit-learn float64)
+  std::vector<std::int8_t> default_left;  // -1: not given
+};
+
+}  // namespace
+
+class ForestImporter {
+ public:
+  ForestImporter(const json& doc, const std::string& file) : doc_(doc, "", &file), file_(file) {}
+
+  Forest run() {
+    doc_.expect(json::value_t::object, "a JSON object (an XGBoost model or a Canopy forest)");
+    if (doc_.has("learner")) return xgboost();
+    if (doc_.has("format")) return canopy_format();
+    doc_.fail("neither an XGBoost model (no field 'learner') nor a Canopy forest (no field 'format')");
+  }
+
+ private:
+  Forest xgboost() {
+    Forest f;
+    f.source_ = file_;
+    const At learner = doc_["learner"];
+    const std::string obj = learner["objective"]["name"].str();
+    if (obj == "binary:logistic") f.objective_ = ForestObjective::BinaryLogistic;
+    else if (obj == "multi:softprob") f.objective_ = ForestObjective::MultiSoftprob;
+    else if (obj == "multi:softmax") f.objective_ = ForestObjective::MultiSoftmax;
+    else if (obj == "reg:squarederror") f.objective_ = ForestObjective::SquaredError;
+    else
+      learner["objective"]["name"].fail("objective '" + obj +
+                                        "' is not supported (supported: binary:logistic, multi:softprob, "
+                                        "multi:softmax, reg:squarederror)");
+    const At lmp = learner["learner_model_param"];
+    const std::int64_t nf = lmp["num_feature"].int_param();
+    if (nf < 1 || nf >= kMaxForestFeatures)
+      lmp["num_feature"].fail(std::to_string(nf) + " features: must be 1.." + std::to_string(kMaxForestFeatures - 1));
+    f.n_features_ = static_cast<int>(nf);
+    const std::int64_t num_class = lmp.has("num_class") ? lmp["num_class"].int_param() : 0;
+    if (lmp.has("num_target")) {
+      const std::int64_t nt = lmp["num_target"].int_param();
+      if (nt > 1) lmp["num_target"].fail(std::to_string(nt) + " targets: multi-target models are not supported");
+    }
+    const bool multi = f.objective_ == ForestObjective::MultiSoftprob || f.objective_ == ForestObjective::MultiSoftmax;
+    if (multi) {
+      if (num_class < 1 || num_class > kMaxForestOutputs)
+        lmp["num_class"].fail(std::to_string(num_class) + " classes: " + obj + " needs 1.." +
+                              std::to_string(kMaxForestOutputs));
+      f.n_groups_ = static_cast<int>(num_class);
+    } else {
+      if (num_class > 1) lmp["num_class"].fail(std::to_string(num_class) + " classes with objective " + obj);
+      f.n_groups_ = 1;
+    }
+    const double bs = lmp["base_score"].float_param();
+    if (!std::isfinite(bs)) lmp["base_score"].fail("the base score is not finite");
+    float margin = static_cast<float>(bs);
+    if (f.objective_ == ForestObjective::BinaryLogistic) {
+      if (!(bs > 0.0 && bs < 1.0))
+        lmp["base_score"].fail("binary:logistic needs a base score strictly between 0 and 1, found " + std::to_string(bs));
+      // XGBoost's ProbToMargin, in float32 exactly as it computes it: checked bit for bit
+      // against predict(output_margin=True) of python3-xgboost 1.7.
+      const float p = static_cast<float>(bs);
+      margin = -std::log(1.0f / p - 1.0f);
+    }
+    f.base_margin_.assign(static_cast<std::size_t>(f.n_groups_), margin);
+    if (f.objective_ == ForestObjective::BinaryLogistic) f.class_values_ = {0.0, 1.0};
+    if (multi)
+      for (int k = 0; k < f.n_groups_; ++k) f.class_values_.push_back(k);
+
+    const At gb = learner["gradient_booster"];
+    const std::string booster = gb["name"].str();
+    if (booster != "gbtree")
+      gb["name"].fail("booster '" + booster + "' is not supported (only gbtree)");
+    const At model = gb["model"];
+    const At trees = model["trees"];
+    const At info = model["tree_info"];
+    const std::size_t nt = trees.size();
+    if (info.size() != nt)
+      info.fail("has " + std::to_string(info.size()) + " entries for " + std::to_string(nt) + " trees");
+    if (model.has("gbtree_model_param") && model["gbtree_model_param"].has("num_trees")) {
+      const std::int64_t declared = model["gbtree_model_param"]["num_trees"].int_param();
+      if (declared != static_cast<std::int64_t>(nt))
+        model["gbtree_model_param"]["num_trees"].fail("says " + std::to_string(declared) + " trees, the model has " +
+                                                      std::to_string(nt));
+    }
+    f.trees_.reserve(nt);
+    for (std::size_t i = 0; i < nt; ++i) {
+      const At t = trees[i];
+      const At tp = t["tree_param"];
+      const std::int64_t n64 = tp["num_nodes"].int_param();
+      if (n64 < 1 || n64 > INT32_MAX) tp["num_nodes"].fail(std::to_string(n64) + " nodes");
+      const std::size_t n = static_cast<std::size_t>(n64);
+      if (tp.has("size_leaf_vector")) {
+        const std::int64_t slv = tp["size_leaf_vector"].int_param();
+        if (slv > 1) tp["size_leaf_vector"].fail("vector leaves (multi-target trees) are not supported");
+      }
+      const char* count = "tree_param/num_nodes";
+      const At lc = node_array(t, "left_children", n, count);
+      const At rc = node_array(t, "right_children", n, count);
+      const At si = node_array(t, "split_indices", n, count);
+      const At sc = node_array(t, "split_conditions", n, count);
+      const At dl = node_array(t, "default_left", n, count);
+      if (t.has("split_type")) {
+        const At st = node_array(t, "split_type", n, count);
+        for (std::size_t k = 0; k < n; ++k)
+          if (st[k].integer() != 0) st[k].fail("categorical splits are not supported");
+      }
+      if (t.has("categories_nodes") && t["categories_nodes"].size() > 0)
+        t["categories_nodes"].fail("categorical splits are not supported");
+      RawTree raw;
+      raw.left.resize(n);
+      raw.right.resize(n);
+      raw.feature.resize(n);
+      raw.threshold.resize(n);
+      raw.default_left.resize(n);
+      for (std::size_t k = 0; k < n; ++k) {
+        raw.left[k] = lc[k].integer();
+        raw.right[k] = rc[k].integer();
+        raw.threshold[k] = sc[k].number();
+        if (raw.left[k] != -1) {
+          raw.feature[k] = si[k].integer();
+          raw.default_left[k] = dl[k].flag() ? 1 : 0;
+        }
+      }
+      const std::int64_t group = info[i].integer();
+      if (group < 0 || group >= f.n_groups_)
+        info[i].fail("output group " + std::to_string(group) + " is out of range (the model has " +
+                     std::to_string(f.n_groups_) + ")");
+      ForestTree tree = normalise(raw, t, f.n_features_, /*sklearn=*/false, nullptr, 0);
+      tree.group = static_cast<int>(group);
+      f.trees_.push_back(std::move(tree));
+    }
+    f.leaf_width_ = 0;
+    return f;
+  }
+
+  Forest canopy_format() {
+    Forest f;
+    f.source_ = file_;
+    const std::string format = doc_["format"].str();
+    if (format != "canopy-forest") doc_["format"].fail("'" + format + "' is not 'canopy-forest'");
+    const std::int64_t version = doc_["version"].integer();
+    if (version != 1) doc_["version"].fail("version " + std::to_string(version) + " is not supported (this Canopy reads version 1)");
+    const std::string task = doc_["task"].str();
+    if (task != "classification" && task != "regression")
+      doc_["task"].fail("'" + task + "' is neither 'classification' nor 'regression'");
+    const std::int64_t nf = doc_["num_features"].integer();
+    if (nf < 1 || nf >= kMaxForestFeatures)
+      doc_["num_features"].fail(std::to_string(nf) + " features: must be 1.." + std::to_string(kMaxForestFeatures - 1));
+    f.n_features_ = static_cast<int>(nf);
+    f.n_groups_ = 1;
+    int width = 1;
+    if (task == "classification") {
+      f.objective_ = ForestObjective::RfClassifier;
+      const At classes = doc_["classes"];
+      if (classes.size() < 1 || classes.size() > static_cast<std::size_t>(kMaxForestOutputs))
+        classes.fail(std::to_string(classes.size()) + " classes: must be 1.." + std::to_string(kMaxForestOutputs));
+      for (std::size_t k = 0; k < classes.size(); ++k) f.class_values_.push_back(classes[k].number());
+      width = static_cast<int>(classes.size());
+    } else {
+      f.objective_ = ForestObjective::RfRegressor;
+    }
+    f.leaf_width_ = width;
+    f.base_margin_.assign(1, 0.0f);
+    const At trees = doc_["trees"];
+    if (trees.size() == 0) trees.fail("the forest has no trees");
+    for (std::size_t i = 0; i < trees.size(); ++i) {
+      const At t = trees[i];
+      const At lc = t["left_children"];
+      const std::size_t n = lc.size();
+      if (n < 1 || n > static_cast<std::size_t>(INT32_MAX)) lc.fail(std::to_string(n) + " nodes");
+      const char* count = "the length of left_children";
+      const At rc = node_array(t, "right_children", n, count);
+      const At fe = node_array(t, "features", n, count);
+      const At th = node_array(t, "thresholds", n, count);
+      const At va = node_array(t, "values", n, count);
+      const bool have_dl = t.has("default_left");
+      const bool have_ns = t.has("node_samples");
+      if (!have_dl && !have_ns) t.fail("needs 'default_left' or 'node_samples' to send missing values somewhere");
+      RawTree raw;
+      raw.left.resize(n);
+      raw.right.resize(n);
+      raw.feature.resize(n);
+      raw.threshold.resize(n);
+      raw.default_left.assign(n, -1);
+      for (std::size_t k = 0; k < n; ++k) {
+        raw.left[k] = lc[k].integer();
+        raw.right[k] = rc[k].integer();
+        if (raw.left[k] != -1) {
+          raw.feature[k] = fe[k].integer();
+          raw.threshold[k] = th[k].number();
+        }
+      }
+      if (have_dl) {
+        const At dl = node_array(t, "default_left", n, count);
+        for (std::size_t k = 0; k < n; ++k)
+          if (raw.left[k] != -1) raw.default_left[k] = dl[k].flag() ? 1 : 0;
+      }
+      std::vector<double> samples;
+      if (have_ns) {
+        const At ns = node_array(t, "node_samples", n, count);
+        samples.resize(n);
+        for (std::size_t k = 0; k < n; ++k) {
+          samples[k] = ns[k].number();
+          if (!(samples[k] >= 0)) ns[k].fail("a sample count must be >= 0");
+        }
+      }
+      ForestTree tree = normalise(raw, t, f.n_features_, /*sklearn=*/true, have_dl ? nullptr : &samples, width);
+      // Leaf values, in the normalised (breadth-first) leaf order.
+      tree.leaf_values.assign(static_cast<std::size_t>(std::count_if(tree.leaf_index.begin(), tree.leaf_index.end(),
+                                                                     [](std::int32_t v) { return v >= 0; })) * width,
+                              0.0);
+      for (std::size_t k = 0; k < orig_of_.size(); ++k) {
+        const std::int32_t leaf = tree.leaf_index[k];
+        if (leaf < 0) continue;
+        const At v = va[static_cast<std::size_t>(orig_of_[k])];
+        if (v.size() != static_cast<std::size_t>(width))
+          v.fail("a leaf needs " + std::to_string(width) + (width == 1 ? " value" : " values (one per class)") +
+                 ", found " + std::to_string(v.size()));
+        double sum = 0;
+        for (int c = 0; c < width; ++c) {
+          const double x = v[static_cast<std::size_t>(c)].number();
+          if (f.objective_ == ForestObjective::RfClassifier && !(x >= 0.0))
+            v[static_cast<std::size_t>(c)].fail("a class probability must be >= 0");
+          tree.leaf_values[static_cast<std::size_t>(leaf) * width + c] = x;
+          sum += x;
+        }
+        if (f.objective_ == ForestObjective::RfClassifier && sum != 0.0 && std::fabs(sum - 1.0) > 1e-6)
+          v.fail("the class distribution sums to " + std::to_string(sum) +
+                 ", not 1 (Canopy expects normalised distributions; see layouts/FOREST_FORMAT.md)");
+      }
+      f.trees_.push_back(std::move(tree));
+    }
+    return f;
+  }
+
+  // Checks the topology (children in range, every node reached once from the root: no cycle,
+  // no shared subtree), the features, and renumbers the reachable nodes breadth-first.
+  // Records orig_of_ (new id -> source id). samples: the "more samples" rule for missing
+  // values when the source gives no default direction.
+  ForestTree normalise(const RawTree& raw, const At& t, int n_features, bool sklearn,
+                       const std::vector<double>* samples, int width) {
+    const std::size_t n = raw.left.size();
+    std::vector<std::int32_t> new_id(n, -1);
+    orig_of_.clear();
+    orig_of_.push_back(0);
+    new_id[0] = 0;
+    ForestTree tree;
+    std::vector<int> level{0};
+    // Breadth-first: orig_of_ grows as children are discovered; left before right.
+    for (std::size_t q = 0; q < orig_of_.size(); ++q) {
+      const std::int64_t o = orig_of_[q];
+      const std::int64_t l = raw.left[o], r = raw.right[o];
+      if (l == -1) {
+        if (r != -1) t["right_children"][static_cast<std::size_t>(o)].fail(
+            "node " + std::to_string(o) + " has no left child but a right child (" + std::to_string(r) + ")");
+        continue;
+      }
+      for (int side = 0; side < 2; ++side) {
+        const std::int64_t c = side == 0 ? l : r;
+        const char* key = side == 0 ? "left_children" : "right_children";
+        if (c < 0 || c >= static_cast<std::int64_t>(n))
+          t[key][static_cast<std::size_t>(o)].fail("child " + std::to_string(c) + " is out of range (the tree has " +
+                                                   std::to_string(n) + " nodes)");
+        if (new_id[c] >= 0)
+          t[key][static_cast<std::size_t>(o)].fail("node " + std::to_string(c) +
+                                                   " is reached a second time (the tree has a cycle or a shared subtree)");
+        new_id[c] = static_cast<std::int32_t>(orig_of_.size());
+        orig_of_.push_back(c);
+        level.push_back(level[q] + 1);
+      }
+      const std::int64_t feat = raw.feature[o];
+      if (feat < 0 || feat >= n_features)
+        t[sklearn ? "features" : "split_indices"][static_cast<std::size_t>(o)].fail(
+            "feature " + std::to_string(feat) + " is out of range (the model has " + std::to_string(n_features) +
+            " features)");
+    }
+    const std::size_t m = orig_of_.size();
+    tree.left.assign(m, -1);
+    tree.right.assign(m, -1);
+    tree.feature.assign(m, 0);
+    tree.value.assign(m, 0.0f);
+    tree.default_left.assign(m, 0);
+    tree.leaf_index.assign(m, -1);
+    std::int32_t leaves = 0;
+    for (std::size_t k = 0; k < m; ++k) {
+      const std::int64_t o = orig_of_[k];
+      tree.depth = std::max(tree.depth, level[k]);
+      if (raw.left[o] == -1) {
+        if (width > 0) tree.leaf_index[k] = leaves;
+        else tree.value[k] = static_cast<float>(raw.threshold[o]);  // XGBoost keeps leaf values there
+        ++leaves;
+        continue;
+      }
+      tree.left[k] = new_id[raw.left[o]];
+      tree.right[k] = new_id[raw.right[o]];
+      tree.feature[k] = static_cast<std::int32_t>(raw.feature[o]);
+      // XGBoost: go left iff x < t with t a float32 (the JSON holds its shortest decimal form).
+      // scikit-learn: go left iff x <= t with t a float64, i.e. iff x < above_float(t).
+      tree.value[k] = sklearn ? above_float(raw.threshold[o]) : static_cast<float>(raw.threshold[o]);
+      if (raw.default_left[o] >= 0) {
+        tree.default_left[k] = static_cast<std::uint8_t>(raw.default_left[o]);
+      } else {
+        // scikit-learn >= 1.3's rule for features without missing values in training: the
+        // child that saw more samples (a tie goes right).
+        tree.default_left[k] = (*samples)[raw.left[o]] > (*samples)[raw.right[o]] ? 1 : 0;
+      }
+    }
+    return tree;
+  }
+
+  At doc_;
+  std::string file_;
+  std::vector<std::int64_t> orig_of_;
+};
+
+Forest Forest::parse(const std::string& text, const std::string& name) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::exception& e) {
+    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 3, ..."
+    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos)
+      what = what.substr(what.find("] ") + 2);
+    throw Error(name + ": not valid JSON (" + what + ")");
+  }
+  return ForestImporter(doc, name).run();
+}
+
+Forest Forest::load(const std::string& path) { return parse(read_whole_file(path), path); }
+
+}  // namespace canopy

@@ -1,0 +1,185 @@
+// The three forest layouts of the seed papers. Each is an owning host object (plain vectors,
+// built from a Forest) and a trivially copyable, non-owning view of it that the CPU executor
+// and the GPU kernels both take; the GPU engine uploads the vectors and points a copy of the
+// view at the device arrays. CUDA-free.
+//
+//   CSR           the random-forest paper's baseline (Shah et al., Fig. 2): per node a feature
+//                 id and a value; children through an index into a children array.
+//   Reorg         FIL's interleaved layout: level by level, slot j of tree t at
+//                 level_begin[l] + j * n_trees + t, so threads walking different trees at the
+//                 same level and slot read neighbouring addresses.
+//   Hierarchical  the random-forest paper's layout (section 3.1): subtrees of SD levels stored
+//                 as complete binary-tree arrays (children of position p at 2p+1, 2p+2), the
+//                 connections between subtrees in a CSR-like table, and the root subtree of each
+//                 tree (RSD levels) in a separate array with a fixed stride, ready to be copied
+//                 into shared memory.
+//
+// Trees appear in *layout order*: the forest's trees stably sorted by output group, so that
+// the trees of XGBoost class k are contiguous ([group_begin[k], group_begin[k+1])) and each
+// class is summed in the model's tree order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "layouts/forest.hpp"
+#include "runtime/common.hpp"
+
+namespace canopy {
+
+enum class ForestLayout { Csr, Reorg, Hierarchical };
+const char* to_string(ForestLayout l);
+
+// One node in 8 bytes (a single load on the GPU).
+//   value: inner: the threshold (left iff x < value); scalar leaf: the leaf value.
+//   info:  bit 31 leaf, bit 30 missing-goes-left, bits 0-29: the feature (inner node) or the
+//          leaf's index within its tree (vector leaves).
+struct alignas(8) ForestNode {
+  float value;
+  std::uint32_t info;
+};
+constexpr std::uint32_t kForestLeafBit = 1u << 31;
+constexpr std::uint32_t kForestDefaultLeftBit = 1u << 30;
+constexpr std::uint32_t kForestIndexMask = (1u << 30) - 1u;
+
+CANOPY_HD inline bool forest_is_leaf(std::uint32_t info) { return (info & kForestLeafBit) != 0; }
+CANOPY_HD inline std::uint32_t forest_index(std::uint32_t info) { return info & kForestIndexMask; }
+
+// The decision at an inner node: 0 = left, 1 = right. A NaN feature value is missing and
+// takes the default side; otherwise left iff x < threshold (false for NaN, hence the test).
+CANOPY_HD inline int forest_go_right(ForestNode n, const float* row) {
+  const float x = row[forest_index(n.info)];
+  if (x != x) return (n.info & kForestDefaultLeftBit) ? 0 : 1;
+  return x < n.value ? 0 : 1;
+}
+
+// What every view carries besides its nodes: how the leaves reached become outputs.
+struct ForestCommonView {
+  index_t n_trees = 0;
+  int n_features = 0;
+  int n_groups = 1;    // output groups summed separately (XGBoost classes)
+  int leaf_width = 0;  // 0: scalar leaves in ForestNode::value; else float64 values per leaf
+  int n_classes = 0;
+  ForestObjective objective = ForestObjective::SquaredError;
+  const index_t* group_begin = nullptr;      // [n_groups + 1], layout order
+  const float* base_margin = nullptr;        // [n_groups]
+  const double* class_values = nullptr;      // [n_classes]
+  const index_t* tree_leaf_begin = nullptr;  // [n_trees] vector leaves: first leaf row of tree t
+  const double* leaf_values = nullptr;       // vector leaves: [leaf rows][leaf_width]
+};
+
+// The owner of the arrays every layout shares.
+struct ForestCommon {
+  explicit ForestCommon(const Forest& f);
+  ForestCommonView view() const;
+  std::size_t bytes() const;
+
+  index_t n_trees = 0;
+  int n_features = 0, n_groups = 1, leaf_width = 0;
+  ForestObjective objective = ForestObjective::SquaredError;
+  std::vector<index_t> order;  // layout position -> the forest's tree index
+  std::vector<index_t> group_begin;
+  std::vector<float> base_margin;
+  std::vector<double> class_values;
+  std::vector<index_t> tree_leaf_begin;
+  std::vector<double> leaf_values;
+};
+
+// ---- CSR ------------------------------------------------------------------------------------
+
+struct CsrForestView {
+  ForestCommonView common;
+  const index_t* tree_node_begin = nullptr;   // [n_trees] first node of tree t
+  const index_t* tree_child_begin = nullptr;  // [n_trees] first children_arr entry of tree t
+  const std::uint32_t* info = nullptr;        // [nodes] feature_id, with the leaf and default bits
+  const float* value = nullptr;               // [nodes] threshold or leaf value
+  const std::int32_t* child_index = nullptr;  // [nodes] children_arr_idx (within the tree); -1 at leaves
+  const std::int32_t* children = nullptr;     // children_arr: node ids within the tree, left then right
+};
+
+struct CsrForest {
+  static CsrForest build(const Forest& f);
+  CsrForestView view() const;
+  std::size_t footprint_bytes() const;
+
+  ForestCommon common;
+  std::vector<index_t> tree_node_begin, tree_child_begin;
+  std::vector<std::uint32_t> info;
+  std::vector<float> value;
+  std::vector<std::int32_t> child_index, children;
+
+ private:
+  explicit CsrForest(const Forest& f) : common(f) {}
+};
+
+// ---- Reorg (FIL's interleaved layout) --------------------------------------------------------
+
+struct ReorgForestView {
+  ForestCommonView common;
+  int n_levels = 0;
+  const index_t* level_begin = nullptr;     // [n_levels + 1]; level l holds width_l * n_trees slots
+  const ForestNode* nodes = nullptr;        // node (t, l, j) at level_begin[l] + j * n_trees + t
+  const std::int32_t* child_slot = nullptr;  // same index: slot of the left child in level l + 1
+};
+
+struct ReorgForest {
+  static ReorgForest build(const Forest& f);
+  ReorgForestView view() const;
+  std::size_t footprint_bytes() const;
+  // Slots holding no node (levels are padded to the widest tree), for the footprint report.
+  index_t padding_nodes = 0;
+
+  ForestCommon common;
+  std::vector<index_t> level_begin;
+  std::vector<ForestNode> nodes;
+  std::vector<std::int32_t> child_slot;
+
+ private:
+  explicit ReorgForest(const Forest& f) : common(f) {}
+};
+
+// ---- Hierarchical (Shah et al. section 3.1) -----------------------------------------------------
+
+struct HierarchicalOptions {
+  int subtree_depth = 6;   // SD: levels per subtree (the paper uses 4, 6, 8)
+  int root_depth = 10;     // RSD: levels of the root subtree (paper: 8..12), capped at the
+                           // forest's depth; at most kMaxRootDepth (shared memory)
+};
+// 2^12 - 1 nodes of 8 bytes = 32 KiB: one root subtree always fits the 48 KiB of shared
+// memory a block gets without opting in.
+constexpr int kMaxRootDepth = 12;
+constexpr int kMaxSubtreeDepth = 24;
+
+struct HierarchicalForestView {
+  ForestCommonView common;
+  int subtree_depth = 0;  // SD
+  int root_depth = 0;     // RSD actually used
+  index_t root_stride = 0;                      // 2^RSD - 1
+  const ForestNode* root_nodes = nullptr;       // [n_trees * root_stride]; subtree t is tree t's root
+  const ForestNode* nodes = nullptr;            // the other subtrees, each a complete-array prefix
+  const index_t* subtree_node_begin = nullptr;  // [n_subtrees] first node in `nodes` (s >= n_trees)
+  const index_t* connection_begin = nullptr;    // [n_subtrees] first entry in `connections`
+  const index_t* connections = nullptr;         // per bottom-level position k: [2k] left, [2k+1] right subtree
+};
+
+struct HierarchicalForest {
+  static HierarchicalForest build(const Forest& f, const HierarchicalOptions& opt = {});
+  HierarchicalForestView view() const;
+  std::size_t footprint_bytes() const;
+  std::size_t root_subtree_bytes() const { return static_cast<std::size_t>(root_stride) * sizeof(ForestNode); }
+  index_t n_subtrees() const { return static_cast<index_t>(subtree_node_begin.size()); }
+  index_t padding_nodes = 0;  // null nodes that complete the subtrees
+
+  ForestCommon common;
+  int subtree_depth = 0, root_depth = 0;
+  index_t root_stride = 0;
+  std::vector<ForestNode> root_nodes, nodes;
+  std::vector<index_t> subtree_node_begin, connection_begin, connections;
+
+ private:
+  explicit HierarchicalForest(const Forest& f) : common(f) {}
+};
+
+}  // namespace canopy

@@ -1,0 +1,244 @@
+// The GPU kernels against the CPU executor (skipped without a CUDA device).
+//   direct, hybrid  sum the trees in layout order, as the CPU does: identical bits.
+//   shared data     partial sums meet in a block reduction (float64), so the order differs:
+//                   XGBoost's float32 margins agree within the rounding bound of a float32
+//                   sequential sum, T * 2^-24 * (|base| + sum |leaf|), per row; forests' float64
+//                   sums agree within 1e-6 relative; classes agree except at near ties.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "executor/forest_eval.hpp"
+#include "runtime/device.hpp"
+#include "test_forest_util.hpp"
+
+namespace canopy {
+namespace {
+
+using namespace forest_test;
+
+#define REQUIRE_GPU() \
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA device"
+
+std::vector<ModelCase> all_cases() {
+  auto c = xgboost_cases();
+  for (const ModelCase& s : sklearn_cases()) c.push_back(s);
+  return c;
+}
+
+std::vector<ForestConfig> gpu_layouts() {
+  std::vector<ForestConfig> out = cpu_layouts();  // csr, reorg, hier default, hier (1,1), hier (3,4)
+  ForestConfig big = out[2];
+  big.hierarchical.subtree_depth = 8;
+  big.hierarchical.root_depth = kMaxRootDepth;  // one 32 KiB root subtree per chunk when the forest is deep
+  out.push_back(big);
+  for (ForestConfig& c : out) c.device = Device::Gpu;
+  return out;
+}
+
+std::vector<ForestOutput> outputs(const ModelCase& c) {
+  std::vector<ForestOutput> o{ForestOutput::Margin, ForestOutput::Prob};
+  if (c.klass) o.push_back(ForestOutput::Class);
+  return o;
+}
+
+std::vector<float> cpu_predict(const Forest& f, const ForestData& d, ForestOutput out) {
+  ForestConfig cfg;
+  cfg.device = Device::Cpu;
+  ForestPredictor p(f, cfg);
+  return predict(p, d, out);
+}
+
+// Rows repeated up to n (batches larger than the file, several blocks of every kernel).
+ForestData tiled(const ForestData& d, index_t n) {
+  ForestData t = d;
+  t.values.clear();
+  t.labels.clear();
+  for (index_t i = 0; i < n; ++i) {
+    const float* r = d.row(i % d.n_rows);
+    t.values.insert(t.values.end(), r, r + d.n_features);
+  }
+  t.n_rows = n;
+  return t;
+}
+ForestData first_rows(const ForestData& d, index_t n) {
+  ForestData t = d;
+  t.values.assign(d.values.begin(), d.values.begin() + n * d.n_features);
+  t.n_rows = n;
+  return t;
+}
+
+TEST(ForestGpu, DirectAndHybridAreBitIdenticalToTheCpu) {
+  REQUIRE_GPU();
+  for (const ModelCase& c : all_cases()) {
+    const Forest& f = model(c.name);
+    const ForestData& d = rows(c.rows);
+    for (ForestOutput out : outputs(c)) {
+      const std::vector<float> ref = cpu_predict(f, d, out);
+      for (const ForestConfig& cfg : gpu_layouts()) {
+        ForestPredictor p(f, cfg);
+        ASSERT_EQ(p.device(), Device::Gpu);
+        std::vector<ForestKernel> kernels{ForestKernel::Direct};
+        if (cfg.layout == ForestLayout::Hierarchical) kernels.push_back(ForestKernel::Hybrid);
+        for (ForestKernel k : kernels) {
+          SCOPED_TRACE(c.name + " " + describe(cfg) + " " + to_string(k) + " " + to_string(out));
+          const std::vector<float> got = predict(p, d, out, k);
+          ASSERT_EQ(got.size(), ref.size());
+          EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)), 0);
+        }
+      }
+    }
+  }
+}
+
+TEST(ForestGpu, DirectMatchesPython) {
+  REQUIRE_GPU();
+  for (const ModelCase& c : xgboost_cases()) {
+    SCOPED_TRACE(c.name);
+    ForestConfig cfg;
+    cfg.device = Device::Gpu;
+    ForestPredictor p(model(c.name), cfg);
+    const auto m = predict(p, rows(c.rows), ForestOutput::Margin);
+    const auto expected = read_lines(dir() + expected_name(c) + ".margin.txt");
+    const int w = p.output_width(ForestOutput::Margin);
+    for (std::size_t i = 0; i < expected.size(); ++i)
+      for (int k = 0; k < w; ++k) ASSERT_EQ(m[i * w + k], static_cast<float>(expected[i][k])) << "row " << i;
+  }
+}
+
+// Per row: |base| + sum over trees of |leaf value| (XGBoost), for the float32 rounding bound.
+std::vector<double> magnitude(const Forest& f, const ForestData& d) {
+  const CsrForest csr = CsrForest::build(f);
+  const CsrForestView v = csr.view();
+  std::vector<double> s(static_cast<std::size_t>(d.n_rows * f.n_groups()), 0.0);
+  for (index_t i = 0; i < d.n_rows; ++i) {
+    for (int g = 0; g < f.n_groups(); ++g) s[i * f.n_groups() + g] = std::fabs(v.common.base_margin[g]);
+    for (int g = 0; g < f.n_groups(); ++g)
+      for (index_t t = v.common.group_begin[g]; t < v.common.group_begin[g + 1]; ++t)
+        s[i * f.n_groups() + g] += std::fabs(find_leaf(v, t, d.row(i)).value);
+  }
+  return s;
+}
+
+void expect_shared_data_agrees(const ModelCase& c, const ForestData& d, const ForestConfig& cfg) {
+  const Forest& f = model(c.name);
+  ForestPredictor p(f, cfg);
+  const double u = std::ldexp(1.0, -24);
+  const double trees = static_cast<double>(f.n_trees());
+  std::vector<double> mag;
+  if (f.is_xgboost()) mag = magnitude(f, d);
+  // The bound on |shared data - sequential| for the margins of row i (max over its groups).
+  auto margin_tol = [&](index_t i) {
+    double m = 0;
+    for (int g = 0; g < f.n_groups(); ++g) m = std::max(m, mag[static_cast<std::size_t>(i * f.n_groups() + g)]);
+    return (trees + 2) * u * m;
+  };
+  const std::vector<float> cpu_margin = cpu_predict(f, d, ForestOutput::Margin);
+  const int wm = p.output_width(ForestOutput::Margin);
+  for (ForestOutput out : outputs(c)) {
+    SCOPED_TRACE(c.name + " " + describe(cfg) + " shared-data " + to_string(out));
+    const std::vector<float> ref = cpu_predict(f, d, out);
+    const std::vector<float> got = predict(p, d, out, ForestKernel::SharedData);
+    ASSERT_EQ(got.size(), ref.size());
+    const int w = p.output_width(out);
+    index_t bad = 0;
+    for (index_t i = 0; i < d.n_rows; ++i) {
+      for (int k = 0; k < w; ++k) {
+        const double a = got[static_cast<std::size_t>(i * w + k)], b = ref[static_cast<std::size_t>(i * w + k)];
+        bool ok;
+        if (out == ForestOutput::Class) {
+          // Equal unless the two best scores are within the tolerance of each other.
+          if (a == b) continue;
+          std::vector<float> sc(cpu_margin.begin() + i * wm, cpu_margin.begin() + (i + 1) * wm);
+          double gap;
+          if (sc.size() == 1) {
+            gap = std::fabs(sc[0]);  // binary: the margin's distance from 0
+          } else {
+            std::sort(sc.begin(), sc.end());
+            gap = static_cast<double>(sc[sc.size() - 1]) - sc[sc.size() - 2];
+          }
+          ok = f.is_xgboost() ? gap <= 2 * margin_tol(i) : gap <= 1e-9;
+        } else if (f.is_xgboost()) {
+          const double tol = margin_tol(i) + 4 * u * std::fabs(b);
+          ok = std::fabs(a - b) <= tol;
+        } else {
+          ok = close(a, b, 1e-6, 1e-12);
+        }
+        if (!ok && bad++ < 5) ADD_FAILURE() << "row " << i << " [" << k << "] " << a << " vs cpu " << b;
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+TEST(ForestGpu, SharedDataAgreesWithTheCpu) {
+  REQUIRE_GPU();
+  for (const ModelCase& c : all_cases())
+    for (const ForestConfig& cfg : gpu_layouts()) expect_shared_data_agrees(c, rows(c.rows), cfg);
+}
+
+TEST(ForestGpu, BatchShapes) {
+  REQUIRE_GPU();
+  // Tails, a single row, one block, many blocks (rows repeated past the file's 1000).
+  for (const char* name : {"xgb_covtype", "rf_higgs_reg", "rf_letter"}) {
+    ModelCase c;
+    for (const ModelCase& m : all_cases())
+      if (m.name == name) c = m;
+    const ForestData& d = rows(c.rows);
+    for (index_t n : {index_t{1}, index_t{37}, index_t{129}, index_t{1000}, index_t{20011}}) {
+      const ForestData batch = n <= d.n_rows ? first_rows(d, n) : tiled(d, n);
+      for (const ForestConfig& cfg : gpu_layouts()) {
+        if (cfg.hierarchical.subtree_depth == 1) continue;  // covered elsewhere; keeps this test quick
+        ForestPredictor p(model(c.name), cfg);
+        const std::vector<float> ref = cpu_predict(model(c.name), batch, ForestOutput::Prob);
+        std::vector<ForestKernel> kernels{ForestKernel::Direct};
+        if (cfg.layout == ForestLayout::Hierarchical) kernels.push_back(ForestKernel::Hybrid);
+        for (ForestKernel k : kernels) {
+          SCOPED_TRACE(c.name + " n=" + std::to_string(n) + " " + describe(cfg) + " " + to_string(k));
+          const auto got = predict(p, batch, ForestOutput::Prob, k);
+          EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)), 0);
+        }
+        expect_shared_data_agrees(c, batch, cfg);
+      }
+    }
+  }
+}
+
+TEST(ForestGpu, EmptyBatchAndErrors) {
+  REQUIRE_GPU();
+  ForestConfig cfg;
+  cfg.device = Device::Gpu;
+  ForestPredictor csr(model("xgb_higgs"), cfg);
+  EXPECT_NO_THROW(csr.predict(nullptr, 0, nullptr));
+  EXPECT_FALSE(csr.supports(ForestKernel::Hybrid));
+  std::vector<float> out(1000);
+  ForestRunOptions opt;
+  opt.kernel = ForestKernel::Hybrid;
+  try {
+    csr.predict(rows("higgs_rows").values.data(), 10, out.data(), opt);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs the hierarchical layout"), std::string::npos) << e.what();
+  }
+  // A predictor keeps working after an error, and between batches of different sizes.
+  const ForestData& d = rows("higgs_rows");
+  EXPECT_EQ(predict(csr, first_rows(d, 10), ForestOutput::Prob),
+            cpu_predict(model("xgb_higgs"), first_rows(d, 10), ForestOutput::Prob));
+  EXPECT_EQ(predict(csr, d, ForestOutput::Prob), cpu_predict(model("xgb_higgs"), d, ForestOutput::Prob));
+}
+
+TEST(ForestGpu, CpuDeviceWhenRequested) {
+  // Runs everywhere: Device::Cpu never touches CUDA, Device::Gpu without one is an Error.
+  ForestConfig cfg;
+  cfg.device = Device::Cpu;
+  EXPECT_EQ(ForestPredictor(model("xgb_higgs"), cfg).device(), Device::Cpu);
+  if (!gpu_available()) {
+    cfg.device = Device::Gpu;
+    EXPECT_THROW(ForestPredictor(model("xgb_higgs"), cfg), Error);
+  }
+}
+
+}  // namespace
+}  // namespace canopy

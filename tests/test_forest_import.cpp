@@ -1,0 +1,242 @@
+// Model import: the test models load as what they are, and every kind of malformed or
+// unsupported file is a canopy::Error that names the file and the JSON path (never a crash,
+// never another exception type).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <zlib.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "test_forest_util.hpp"
+
+namespace canopy {
+namespace {
+
+using nlohmann::json;
+using namespace forest_test;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The Error message parsing `text` gives; a test failure if it does not throw canopy::Error.
+std::string error_of(const std::string& text, const std::string& name = "m.json") {
+  try {
+    Forest::parse(text, name);
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not a canopy::Error: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << "message: " << (text)
+
+const json& xgb_higgs() {
+  static const json j = json::parse(slurp(dir() + "xgb_higgs.json"));
+  return j;
+}
+const json& rf_covtype() {
+  static const json j = json::parse(slurp(dir() + "rf_covtype.json"));
+  return j;
+}
+
+// xgb_higgs with one change.
+std::string xgb_with(const std::function<void(json&)>& change) {
+  json j = xgb_higgs();
+  change(j);
+  return j.dump();
+}
+std::string rf_with(const std::function<void(json&)>& change) {
+  json j = rf_covtype();
+  change(j);
+  return j.dump();
+}
+json& tree(json& j, int t) { return j["learner"]["gradient_booster"]["model"]["trees"][t]; }
+// The first inner node of a tree past the root (so messages carry a real index).
+int inner_node(const json& t) {
+  for (std::size_t i = 1; i < t["left_children"].size(); ++i)
+    if (t["left_children"][i] != -1) return static_cast<int>(i);
+  return 0;
+}
+const std::string kTree3 = "learner/gradient_booster/model/trees/3/";
+
+TEST(ForestImport, LoadsTheTestModels) {
+  const Forest& b = model("xgb_higgs");
+  EXPECT_EQ(b.objective(), ForestObjective::BinaryLogistic);
+  EXPECT_EQ(b.n_trees(), 40);
+  EXPECT_EQ(b.n_features(), 28);
+  EXPECT_EQ(b.n_groups(), 1);
+  EXPECT_EQ(b.n_classes(), 2);
+  EXPECT_LE(b.max_depth(), 5);  // trained with max_depth 5
+  const Forest& c = model("xgb_covtype");
+  EXPECT_EQ(c.objective(), ForestObjective::MultiSoftprob);
+  EXPECT_EQ(c.n_trees(), 42);  // 6 rounds x 7 classes
+  EXPECT_EQ(c.n_groups(), 7);
+  EXPECT_EQ(c.n_features(), 12);
+  EXPECT_EQ(model("xgb_letter").objective(), ForestObjective::MultiSoftmax);
+  EXPECT_EQ(model("xgb_letter").n_groups(), 26);
+  EXPECT_EQ(model("xgb_higgs_reg").objective(), ForestObjective::SquaredError);
+  const Forest& rf = model("rf_covtype");
+  EXPECT_EQ(rf.objective(), ForestObjective::RfClassifier);
+  EXPECT_EQ(rf.n_trees(), 20);
+  EXPECT_EQ(rf.leaf_width(), 7);
+  EXPECT_EQ(rf.class_values(), (std::vector<double>{1, 2, 3, 4, 5, 6, 7}));  // Cover_Type 1..7
+  EXPECT_LE(rf.max_depth(), 9);
+  EXPECT_EQ(model("rf_higgs_reg").objective(), ForestObjective::RfRegressor);
+  EXPECT_EQ(model("rf_higgs_reg").leaf_width(), 1);
+  for (const ForestTree& t : rf.trees())
+    for (index_t n = 0; n < t.size(); ++n)
+      if (!t.is_leaf(n)) {
+        EXPECT_GT(t.left[n], n);  // breadth-first: children after their parent, left then right
+        EXPECT_EQ(t.right[n], t.left[n] + 1);
+      }
+}
+
+TEST(ForestImport, GzipAndV2Fields) {
+  // The same model gzip-compressed.
+  const std::string gz = ::testing::TempDir() + "xgb_higgs.json.gz";
+  gzFile f = gzopen(gz.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  const std::string text = slurp(dir() + "xgb_higgs.json");
+  ASSERT_EQ(gzwrite(f, text.data(), static_cast<unsigned>(text.size())), static_cast<int>(text.size()));
+  gzclose(f);
+  const Forest a = Forest::load(gz);
+  EXPECT_EQ(a.n_nodes(), model("xgb_higgs").n_nodes());
+  EXPECT_EQ(a.base_margin(), model("xgb_higgs").base_margin());
+  // The 2.x variant: base_score "[4E-1]", booleans in default_left, size_leaf_vector "1".
+  const Forest& v2 = model("xgb_higgs_v2");
+  EXPECT_EQ(v2.base_margin(), model("xgb_higgs").base_margin());
+  EXPECT_EQ(v2.n_nodes(), model("xgb_higgs").n_nodes());
+}
+
+TEST(ForestImport, NotJson) {
+  const std::string text = slurp(dir() + "xgb_higgs.json");
+  const std::string truncated = error_of(text.substr(0, text.size() / 2), "cut.json");
+  EXPECT_HAS(truncated, "cut.json: not valid JSON");
+  EXPECT_HAS(truncated, "line 1, column");
+  EXPECT_HAS(error_of(""), "m.json: not valid JSON");
+  EXPECT_HAS(error_of("[1, 2]"), "m.json: (top level): expected a JSON object");
+  EXPECT_HAS(error_of(R"({"foo": 1})"), "neither an XGBoost model");
+  EXPECT_HAS(error_of(R"({"learner": 1e999})"), "not valid JSON");
+  try {
+    Forest::load(dir() + "no_such_model.json");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_HAS(e.what(), "no_such_model.json: cannot open");
+  }
+}
+
+TEST(ForestImport, XgboostWrongTypesAndMissingFields) {
+  const int n = inner_node(xgb_higgs()["learner"]["gradient_booster"]["model"]["trees"][3]);
+  const std::string at = kTree3 + "split_indices/" + std::to_string(n);
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["split_indices"][n] = "7"; })),
+             "m.json: " + at + ": expected an integer, found string \"7\"");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["split_conditions"][n] = "x"; })),
+             kTree3 + "split_conditions/" + std::to_string(n) + ": expected a number, found string");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3).erase("split_conditions"); })),
+             "m.json: learner/gradient_booster/model/trees/3: the field 'split_conditions' is missing");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { j["learner"]["gradient_booster"]["model"]["trees"] = json::object(); })),
+             "learner/gradient_booster/model/trees: expected an array, found object");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["default_left"][n] = 2; })),
+             kTree3 + "default_left/" + std::to_string(n) + ": expected 0, 1, false or true");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { j["learner"]["learner_model_param"]["num_feature"] = "abc"; })),
+             "learner/learner_model_param/num_feature: 'abc' is not an integer");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["tree_param"]["num_nodes"] = "5"; })),
+             kTree3 + "left_children: has ");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["right_children"].erase(0); })),
+             kTree3 + "right_children: has ");
+}
+
+TEST(ForestImport, XgboostBadTopology) {
+  const json& t3 = xgb_higgs()["learner"]["gradient_booster"]["model"]["trees"][3];
+  const int n = inner_node(t3);
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["split_indices"][n] = 40; })),
+             "m.json: " + kTree3 + "split_indices/" + std::to_string(n) +
+                 ": feature 40 is out of range (the model has 28 features)");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["split_indices"][n] = -1; })), "feature -1 is out of range");
+  // A child pointing back at the root: a cycle.
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["left_children"][n] = 0; })),
+             kTree3 + "left_children/" + std::to_string(n) + ": node 0 is reached a second time");
+  // Two parents for one node.
+  const int shared = t3["left_children"][0];
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["right_children"][0] = shared; })), "is reached a second time");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["left_children"][n] = 9999; })),
+             kTree3 + "left_children/" + std::to_string(n) + ": child 9999 is out of range");
+  // A leaf with a right child.
+  int leaf = 0;
+  for (std::size_t i = 0; i < t3["left_children"].size(); ++i)
+    if (t3["left_children"][i] == -1) leaf = static_cast<int>(i);
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["right_children"][leaf] = 1; })),
+             kTree3 + "right_children/" + std::to_string(leaf) + ": node " + std::to_string(leaf) + " has no left child");
+}
+
+TEST(ForestImport, XgboostUnsupported) {
+  const int n = inner_node(xgb_higgs()["learner"]["gradient_booster"]["model"]["trees"][3]);
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["split_type"][n] = 1; })),
+             kTree3 + "split_type/" + std::to_string(n) + ": categorical splits are not supported");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["categories_nodes"] = json::array({n}); })),
+             kTree3 + "categories_nodes: categorical splits are not supported");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { j["learner"]["objective"]["name"] = "rank:pairwise"; })),
+             "learner/objective/name: objective 'rank:pairwise' is not supported");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { j["learner"]["gradient_booster"]["name"] = "dart"; })),
+             "learner/gradient_booster/name: booster 'dart' is not supported");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { j["learner"]["learner_model_param"]["num_target"] = "2"; })),
+             "multi-target models are not supported");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["tree_param"]["size_leaf_vector"] = "3"; })),
+             "vector leaves");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { j["learner"]["learner_model_param"]["base_score"] = "[1E-1,2E-1]"; })),
+             "several base scores");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { j["learner"]["learner_model_param"]["base_score"] = "1.5"; })),
+             "learner/learner_model_param/base_score: binary:logistic needs a base score strictly between 0 and 1");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { j["learner"]["gradient_booster"]["model"]["tree_info"][5] = 3; })),
+             "learner/gradient_booster/model/tree_info/5: output group 3 is out of range");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { j["learner"]["gradient_booster"]["model"]["tree_info"].erase(0); })),
+             "learner/gradient_booster/model/tree_info: has 39 entries for 40 trees");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { j["learner"]["learner_model_param"]["num_class"] = "3"; })),
+             "3 classes with objective binary:logistic");
+}
+
+TEST(ForestImport, CanopyFormatErrors) {
+  const int n = inner_node(rf_covtype()["trees"][0]);
+  EXPECT_HAS(error_of(rf_with([](json& j) { j["format"] = "other"; })), "m.json: format: 'other' is not 'canopy-forest'");
+  EXPECT_HAS(error_of(rf_with([](json& j) { j["version"] = 2; })), "version: version 2 is not supported");
+  EXPECT_HAS(error_of(rf_with([](json& j) { j["task"] = "ranking"; })), "task: 'ranking' is neither");
+  EXPECT_HAS(error_of(rf_with([](json& j) { j["trees"] = json::array(); })), "trees: the forest has no trees");
+  EXPECT_HAS(error_of(rf_with([&](json& j) { j["trees"][2]["features"][n] = 12; })),
+             "trees/2/features/" + std::to_string(n) + ": feature 12 is out of range (the model has 12 features)");
+  EXPECT_HAS(error_of(rf_with([&](json& j) { j["trees"][2]["thresholds"][n] = nullptr; })),
+             "trees/2/thresholds/" + std::to_string(n) + ": expected a number, found null");
+  EXPECT_HAS(error_of(rf_with([](json& j) {
+               j["trees"][1].erase("node_samples");
+               j["trees"][1].erase("default_left");
+             })),
+             "trees/1: needs 'default_left' or 'node_samples'");
+  EXPECT_HAS(error_of(rf_with([](json& j) { j["classes"] = json::array(); })), "classes: 0 classes");
+  // Leaf values: the first leaf of tree 4.
+  const json& t4 = rf_covtype()["trees"][4];
+  int leaf = 0;
+  while (t4["left_children"][leaf] != -1) ++leaf;
+  const std::string at = "trees/4/values/" + std::to_string(leaf);
+  EXPECT_HAS(error_of(rf_with([&](json& j) { j["trees"][4]["values"][leaf] = json::array({0.5, 0.5}); })),
+             at + ": a leaf needs 7 values (one per class), found 2");
+  EXPECT_HAS(error_of(rf_with([&](json& j) { j["trees"][4]["values"][leaf] = json::array({0.5, 0.2, 0, 0, 0, 0, 0}); })),
+             at + ": the class distribution sums to 0.7");
+  EXPECT_HAS(error_of(rf_with([&](json& j) { j["trees"][4]["values"][leaf] = json::array({1.5, -0.5, 0, 0, 0, 0, 0}); })),
+             at + "/1: a class probability must be >= 0");
+  EXPECT_HAS(error_of(rf_with([&](json& j) { j["trees"][4]["left_children"][0] = 0; })),
+             "trees/4/left_children/0: node 0 is reached a second time");
+}
+
+}  // namespace
+}  // namespace canopy

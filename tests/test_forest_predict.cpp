@@ -1,0 +1,242 @@
+// Forest predictions on the CPU executor against the training libraries' own predictions
+// (saved by tests/data/forest/make_test_data.py), for every layout.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "test_forest_util.hpp"
+
+namespace canopy {
+namespace {
+
+using namespace forest_test;
+
+// XGBoost: predict(output_margin=True) and predict(), relative 1e-5; class exactly.
+TEST(ForestPredict, XgboostMatchesPython) {
+  for (const ModelCase& c : xgboost_cases()) {
+    const Forest& f = model(c.name);
+    const ForestData& d = rows(c.rows);
+    const auto margin = read_lines(dir() + expected_name(c) + ".margin.txt");
+    const auto prob = read_lines(dir() + expected_name(c) + ".prob.txt");
+    ASSERT_EQ(margin.size(), static_cast<std::size_t>(d.n_rows)) << c.name;
+    for (const ForestConfig& cfg : cpu_layouts()) {
+      SCOPED_TRACE(c.name + " " + describe(cfg));
+      ForestPredictor p(f, cfg);
+      const auto m = predict(p, d, ForestOutput::Margin);
+      const auto pr = predict(p, d, ForestOutput::Prob);
+      const int wm = p.output_width(ForestOutput::Margin), wp = p.output_width(ForestOutput::Prob);
+      ASSERT_EQ(static_cast<std::size_t>(wm), margin[0].size());
+      ASSERT_EQ(static_cast<std::size_t>(wp), prob[0].size());
+      index_t bit_exact = 0, bad_m = 0, bad_p = 0;
+      for (index_t i = 0; i < d.n_rows; ++i) {
+        for (int k = 0; k < wm; ++k) {
+          const float ours = m[i * wm + k];
+          const float theirs = static_cast<float>(margin[i][k]);  // printed with %.9g: exact
+          bit_exact += std::memcmp(&ours, &theirs, sizeof ours) == 0;
+          if (!close(ours, theirs, 1e-5)) ++bad_m;
+        }
+        for (int k = 0; k < wp; ++k)
+          if (!close(pr[i * wp + k], prob[i][k], 1e-5)) {
+            if (bad_p++ < 5) ADD_FAILURE() << "row " << i << " prob[" << k << "] " << pr[i * wp + k] << " vs " << prob[i][k];
+          }
+      }
+      EXPECT_EQ(bad_m, 0);
+      EXPECT_EQ(bad_p, 0);
+      // Stronger than the 1e-5 the issue asks: the float32 summation order of XGBoost is
+      // reproduced, so every margin is bit-identical.
+      EXPECT_EQ(bit_exact, d.n_rows * wm);
+      if (c.klass) {
+        const auto cls = read_lines(dir() + expected_name(c) + ".class.txt");
+        const auto ours = predict(p, d, ForestOutput::Class);
+        index_t wrong = 0;
+        for (index_t i = 0; i < d.n_rows; ++i) wrong += ours[i] != cls[i][0];
+        EXPECT_EQ(wrong, 0);
+      } else {
+        EXPECT_THROW(p.output_width(ForestOutput::Class), Error);
+      }
+    }
+  }
+}
+
+// scikit-learn: predict_proba / predict within 1e-6; class exactly.
+TEST(ForestPredict, SklearnMatchesPython) {
+  for (const ModelCase& c : sklearn_cases()) {
+    const Forest& f = model(c.name);
+    const ForestData& d = rows(c.rows);
+    const auto prob = read_lines(dir() + c.name + ".prob.txt");
+    ASSERT_EQ(prob.size(), static_cast<std::size_t>(d.n_rows)) << c.name;
+    for (const ForestConfig& cfg : cpu_layouts()) {
+      SCOPED_TRACE(c.name + " " + describe(cfg));
+      ForestPredictor p(f, cfg);
+      const auto pr = predict(p, d, ForestOutput::Prob);
+      const int w = p.output_width(ForestOutput::Prob);
+      ASSERT_EQ(static_cast<std::size_t>(w), prob[0].size());
+      index_t bad = 0, bit_exact = 0;
+      for (index_t i = 0; i < d.n_rows; ++i)
+        for (int k = 0; k < w; ++k) {
+          if (!close(pr[i * w + k], prob[i][k], 1e-6)) {
+            if (bad++ < 5) ADD_FAILURE() << "row " << i << " [" << k << "] " << pr[i * w + k] << " vs " << prob[i][k];
+          }
+          bit_exact += pr[i * w + k] == static_cast<float>(prob[i][k]);  // %.17g: the exact float64
+        }
+      EXPECT_EQ(bad, 0);
+      // Stronger: scikit-learn's float64 additions are reproduced step by step, so every value
+      // is scikit-learn's, rounded once to float32.
+      EXPECT_EQ(bit_exact, d.n_rows * w);
+      // A forest has no margin: the margin output is the probability.
+      EXPECT_EQ(predict(p, d, ForestOutput::Margin), pr);
+      if (c.klass) {
+        const auto cls = read_lines(dir() + c.name + ".class.txt");
+        const auto ours = predict(p, d, ForestOutput::Class);
+        index_t wrong = 0;
+        for (index_t i = 0; i < d.n_rows; ++i) wrong += ours[i] != cls[i][0];
+        EXPECT_EQ(wrong, 0);
+      }
+    }
+  }
+}
+
+// Every layout sums the trees in the same order: identical bits for every output.
+TEST(ForestPredict, LayoutsAgreeBitForBit) {
+  auto cases = xgboost_cases();
+  for (const ModelCase& c : sklearn_cases()) cases.push_back(c);
+  for (const ModelCase& c : cases) {
+    const Forest& f = model(c.name);
+    const ForestData& d = rows(c.rows);
+    std::vector<ForestOutput> outs{ForestOutput::Margin, ForestOutput::Prob};
+    if (c.klass) outs.push_back(ForestOutput::Class);
+    std::vector<std::vector<float>> reference;
+    for (const ForestConfig& cfg : cpu_layouts()) {
+      SCOPED_TRACE(c.name + " " + describe(cfg));
+      ForestPredictor p(f, cfg);
+      for (std::size_t o = 0; o < outs.size(); ++o) {
+        const auto r = predict(p, d, outs[o]);
+        if (reference.size() <= o) reference.push_back(r);
+        else EXPECT_EQ(std::memcmp(r.data(), reference[o].data(), r.size() * sizeof(float)), 0) << to_string(outs[o]);
+      }
+    }
+  }
+}
+
+// The CPU executor's row blocks depend on the batch size: the results must not.
+TEST(ForestPredict, BatchSizeDoesNotChangeResults) {
+  for (const char* name : {"xgb_covtype", "rf_letter"}) {
+    SCOPED_TRACE(name);
+    const ModelCase c = [&] {
+      for (const ModelCase& m : xgboost_cases())
+        if (m.name == name) return m;
+      for (const ModelCase& m : sklearn_cases())
+        if (m.name == name) return m;
+      return ModelCase{};
+    }();
+    const ForestData& d = rows(c.rows);
+    ForestConfig cfg;
+    cfg.device = Device::Cpu;
+    cfg.layout = ForestLayout::Hierarchical;
+    ForestPredictor p(model(name), cfg);
+    const int w = p.output_width(ForestOutput::Prob);
+    const std::vector<float> whole = predict(p, d, ForestOutput::Prob);
+    std::vector<float> one(static_cast<std::size_t>(w));
+    for (index_t i = 0; i < d.n_rows; i += 7) {
+      p.predict(d.row(i), 1, one.data());
+      ASSERT_EQ(std::memcmp(one.data(), &whole[static_cast<std::size_t>(i * w)], w * sizeof(float)), 0) << "row " << i;
+    }
+    const index_t n = 20011;  // many blocks, a short last one
+    std::vector<float> big(static_cast<std::size_t>(n * d.n_features)), out(static_cast<std::size_t>(n * w));
+    for (index_t i = 0; i < n; ++i)
+      std::memcpy(&big[static_cast<std::size_t>(i * d.n_features)], d.row(i % d.n_rows), d.n_features * sizeof(float));
+    p.predict(big.data(), n, out.data());
+    for (index_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::memcmp(&out[static_cast<std::size_t>(i * w)], &whole[static_cast<std::size_t>((i % d.n_rows) * w)],
+                            w * sizeof(float)),
+                0)
+          << "row " << i;
+  }
+}
+
+// A forest file written by hand to pin down the documented semantics of the Canopy format:
+// left iff x <= threshold (float64), a missing value to default_left or else to the child
+// with more training samples (a tie goes right).
+Forest one_split(const std::string& extra, double threshold) {
+  char t[64];
+  std::snprintf(t, sizeof t, "%.17g", threshold);
+  const std::string json = std::string(R"({"format":"canopy-forest","version":1,"task":"regression","num_features":2,
+    "trees":[{"left_children":[1,-1,-1],"right_children":[2,-1,-1],"features":[1,-2,-2],"thresholds":[)") +
+                           t + R"(,-2,-2],"values":[[],[10.0],[20.0]])" + extra + "}]}";
+  return Forest::parse(json, "one_split.json");
+}
+
+float run_one(const Forest& f, float x) {
+  ForestConfig cfg;
+  cfg.device = Device::Cpu;
+  ForestPredictor p(f, cfg);
+  const float row[2] = {0.0f, x};
+  float out = 0;
+  p.predict(row, 1, &out);
+  return out;
+}
+
+TEST(ForestPredict, CanopyFormatThresholdIsLessOrEqualInDouble) {
+  const Forest half = one_split(R"(,"node_samples":[3,2,1])", 0.5);
+  EXPECT_EQ(run_one(half, 0.5f), 10.0f);  // 0.5 <= 0.5: left
+  EXPECT_EQ(run_one(half, std::nextafter(0.5f, 1.0f)), 20.0f);
+  // 0.1 (float64) lies between two float32 values: float32(0.1) > 0.1 goes right.
+  const Forest tenth = one_split(R"(,"node_samples":[3,2,1])", 0.1);
+  EXPECT_EQ(run_one(tenth, 0.1f), 20.0f);
+  EXPECT_EQ(run_one(tenth, std::nextafter(0.1f, 0.0f)), 10.0f);
+  EXPECT_EQ(above_float(0.1), 0.1f);
+  EXPECT_EQ(above_float(0.5), std::nextafter(0.5f, 1.0f));
+}
+
+TEST(ForestPredict, CanopyFormatMissingValues) {
+  const float nan = std::nanf("");
+  EXPECT_EQ(run_one(one_split(R"(,"node_samples":[3,2,1])", 0.5), nan), 10.0f);  // more samples left
+  EXPECT_EQ(run_one(one_split(R"(,"node_samples":[3,1,2])", 0.5), nan), 20.0f);  // more samples right
+  EXPECT_EQ(run_one(one_split(R"(,"node_samples":[4,2,2])", 0.5), nan), 20.0f);  // a tie goes right
+  EXPECT_EQ(run_one(one_split(R"(,"default_left":[1,0,0],"node_samples":[3,1,2])", 0.5), nan), 10.0f);
+  EXPECT_EQ(run_one(one_split(R"(,"default_left":[0,0,0],"node_samples":[3,2,1])", 0.5), nan), 20.0f);
+}
+
+// XGBoost: left iff x < split_condition; NaN follows default_left.
+TEST(ForestPredict, XgboostSplitSemantics) {
+  auto model_with = [](int default_left) {
+    const std::string json = R"({"learner":{"objective":{"name":"reg:squarederror"},
+      "learner_model_param":{"base_score":"0E0","num_class":"0","num_feature":"1"},
+      "gradient_booster":{"name":"gbtree","model":{"tree_info":[0],"trees":[{
+        "tree_param":{"num_nodes":"3","size_leaf_vector":"0"},
+        "left_children":[1,-1,-1],"right_children":[2,-1,-1],"split_indices":[0,0,0],
+        "split_conditions":[0.5,1.0,2.0],"default_left":[)" + std::to_string(default_left) +
+                             R"(,0,0],"split_type":[0,0,0]}]}}}})";
+    return Forest::parse(json, "tiny.json");
+  };
+  auto run = [](const Forest& f, float x) {
+    ForestConfig cfg;
+    cfg.device = Device::Cpu;
+    ForestPredictor p(f, cfg);
+    float out = 0;
+    p.predict(&x, 1, &out);
+    return out;
+  };
+  const Forest left = model_with(1), right = model_with(0);
+  EXPECT_EQ(run(left, 0.25f), 1.0f);
+  EXPECT_EQ(run(left, 0.5f), 2.0f);  // not < 0.5
+  EXPECT_EQ(run(left, std::nanf("")), 1.0f);
+  EXPECT_EQ(run(right, std::nanf("")), 2.0f);
+  EXPECT_EQ(run(left, -INFINITY), 1.0f);
+  EXPECT_EQ(run(left, INFINITY), 2.0f);
+}
+
+TEST(ForestPredict, EmptyBatchAndBadArguments) {
+  ForestConfig cfg;
+  cfg.device = Device::Cpu;
+  ForestPredictor p(model("xgb_higgs"), cfg);
+  EXPECT_NO_THROW(p.predict(nullptr, 0, nullptr));
+  EXPECT_THROW(p.predict(nullptr, 5, nullptr), Error);
+  float row[28] = {}, out = 0;
+  EXPECT_THROW(p.predict(row, -1, &out), Error);
+}
+
+}  // namespace
+}  // namespace canopy

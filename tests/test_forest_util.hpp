@@ -1,0 +1,125 @@
+// Shared by the forest tests: the test models of tests/data/forest, the predictions python
+// saved next to them, and running a predictor over a whole data file.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "layouts/forest.hpp"
+#include "runtime/forest.hpp"
+#include "runtime/forest_data.hpp"
+
+namespace canopy {
+namespace forest_test {
+
+inline std::string dir() { return std::string(CANOPY_TEST_DATA) + "/forest/"; }
+
+// One line per row, comma-separated numbers (the format of the expected-prediction files and
+// of canopy-bench --predictions).
+inline std::vector<std::vector<double>> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open");
+  std::vector<std::vector<double>> rows;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<double> r;
+    std::stringstream ss(line);
+    std::string field;
+    while (std::getline(ss, field, ',')) r.push_back(std::strtod(field.c_str(), nullptr));
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+struct ModelCase {
+  std::string name;  // <name>.json, <name>.{margin,prob,class}.txt
+  std::string rows;  // <rows>.csv
+  bool margin;       // python saved margins (XGBoost)
+  bool klass;        // a classifier
+};
+
+// Models trained by python3-xgboost 1.7 on the real data sets, rows with missing values.
+inline std::vector<ModelCase> xgboost_cases() {
+  return {{"xgb_covtype", "covtype_rows", true, true},
+          {"xgb_letter", "letter_rows", true, true},
+          {"xgb_higgs", "higgs_rows", true, true},
+          {"xgb_higgs_v2", "higgs_rows", true, true},
+          {"xgb_higgs_reg", "higgs_rows", true, false}};
+}
+// scikit-learn forests (scikit-learn 1.2 refuses NaN: rows without missing values).
+inline std::vector<ModelCase> sklearn_cases() {
+  return {{"rf_covtype", "covtype_rows_dense", false, true},
+          {"rf_letter", "letter_rows_dense", false, true},
+          {"et_higgs", "higgs_rows_dense", false, true},
+          {"rf_higgs_reg", "higgs_rows_dense", false, false},
+          {"et_letter_reg", "letter_rows_dense", false, false}};
+}
+// xgb_higgs_v2 shares xgb_higgs's expectations (it is the same model in the 2.x fields).
+inline std::string expected_name(const ModelCase& c) { return c.name == "xgb_higgs_v2" ? "xgb_higgs" : c.name; }
+
+inline const Forest& model(const std::string& name) {
+  static std::vector<std::pair<std::string, Forest>> cache;
+  for (const auto& e : cache)
+    if (e.first == name) return e.second;
+  cache.emplace_back(name, Forest::load(dir() + name + ".json"));
+  return cache.back().second;
+}
+
+inline const ForestData& rows(const std::string& name) {
+  static std::vector<std::pair<std::string, ForestData>> cache;
+  for (const auto& e : cache)
+    if (e.first == name) return e.second;
+  cache.emplace_back(name, read_forest_csv(dir() + name + ".csv", "label"));
+  return cache.back().second;
+}
+
+inline std::vector<float> predict(ForestPredictor& p, const ForestData& d, ForestOutput out,
+                                  ForestKernel kernel = ForestKernel::Direct) {
+  std::vector<float> res(static_cast<std::size_t>(d.n_rows * p.output_width(out)));
+  ForestRunOptions opt;
+  opt.output = out;
+  opt.kernel = kernel;
+  p.predict(d.values.data(), d.n_rows, res.data(), opt);
+  return res;
+}
+
+// |a - b| <= rel * max(|a|, |b|) (and an absolute floor for values that underflow float32).
+inline bool close(double a, double b, double rel, double abs_floor = 1e-30) {
+  const double d = std::fabs(a - b);
+  return d <= rel * std::max(std::fabs(a), std::fabs(b)) || d <= abs_floor;
+}
+
+inline std::vector<ForestConfig> cpu_layouts() {
+  std::vector<ForestConfig> out;
+  for (ForestLayout l : {ForestLayout::Csr, ForestLayout::Reorg, ForestLayout::Hierarchical}) {
+    ForestConfig c;
+    c.layout = l;
+    c.device = Device::Cpu;
+    out.push_back(c);
+  }
+  // Hierarchical corner cases: one-node subtrees, a one-node root, the default.
+  ForestConfig h = out.back();
+  h.hierarchical.subtree_depth = 1;
+  h.hierarchical.root_depth = 1;
+  out.push_back(h);
+  h.hierarchical.subtree_depth = 3;
+  h.hierarchical.root_depth = 4;
+  out.push_back(h);
+  return out;
+}
+
+inline std::string describe(const ForestConfig& c) {
+  std::string s = to_string(c.layout);
+  if (c.layout == ForestLayout::Hierarchical)
+    s += "(SD " + std::to_string(c.hierarchical.subtree_depth) + ", RSD " + std::to_string(c.hierarchical.root_depth) + ")";
+  return s;
+}
+
+}  // namespace forest_test
+}  // namespace canopy
