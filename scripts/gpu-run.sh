@@ -4,6 +4,7 @@
 #   tests  all tests, then compute-sanitizer memcheck and racecheck over the GPU tests
 #   bench  canopy-bench pc on covtype, cities and uniform:400000:7 (shuffled and file order)
 #   depth  the depth-sensitivity sweep (d = 4..14) on covtype and uniform
+#   forest the forest tests under compute-sanitizer and the forest benchmark (staged models)
 #   profile  Nsight Compute sections of the executor kernels (mask, FSM, independent)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,7 @@ out=$(mktemp -d)
 trap 'tar -czf "$final/results-$what.tgz" -C "$out" . ; echo "results in $final/results-$what.tgz"' EXIT
 mkdir -p "$final"
 bin=stage/bin
-gpu_tests='*Gpu*:Soundness.Gpu*:Inspector.Gpu*:CountsEqualBruteForceReal.*:CountsEqualBruteForceEdge.*'
+gpu_tests='*Gpu*:Soundness.Gpu*:Inspector.Gpu*:CountsEqualBruteForceReal.*:CountsEqualBruteForceEdge.*:ForestGpu.*'
 
 if [[ $what == tests || $what == all ]]; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
@@ -23,7 +24,7 @@ if [[ $what == tests || $what == all ]]; then
     --gtest_filter="$gpu_tests" > "$out/memcheck.txt" 2>&1
   echo "memcheck exit $?" | tee -a "$out/memcheck.txt"; tail -4 "$out/memcheck.txt"
   timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 $bin/canopy_tests --gtest_brief=1 \
-    --gtest_filter='Soundness.Gpu*:Inspector.Gpu*' > "$out/racecheck.txt" 2>&1
+    --gtest_filter='Soundness.Gpu*:Inspector.Gpu*:ForestGpu.SharedDataAgreesWithTheCpu' > "$out/racecheck.txt" 2>&1
   echo "racecheck exit $?" | tee -a "$out/racecheck.txt"; tail -4 "$out/racecheck.txt"
   $bin/pc_example | tee "$out/example.txt"
 fi
@@ -49,6 +50,17 @@ if [[ $what == depth || $what == all ]]; then
         --depths 4-14 --repeat 5 --json "$out/depth_$name.json" | tail -38
     done
   } 2>&1 | tee "$out/depth.txt"
+fi
+
+if [[ $what == forest ]]; then
+  {
+    for m in "covtype_xgb_d8.json.gz covtype.csv.gz Cover_Type" "higgs_rf_d20.json higgs.csv.gz label"; do
+      set -- $m
+      echo "== canopy-bench forest --model $1"
+      $bin/canopy-bench forest --model stage/forest/$1 --data stage/forest/$2 --label $3 --batch 1000,100000 \
+        --device gpu,cpu --repeat 10 --json "$out/forest_${1%%.*}.json"
+    done
+  } 2>&1 | tee "$out/forest.txt"
 fi
 
 if [[ $what == profile ]]; then
