@@ -200,12 +200,6 @@ struct ScalarSums {
     cur = add_rn(cur, leaf.value);
   }
   CANOPY_HD void end(const ForestCommonView&) { store(); }
-  // Shared-data kernel: group totals reduced across threads (float64), added to the base.
-  CANOPY_HD void from_totals(const ForestCommonView& c, const double* totals) {
-    CANOPY_FOREST_UNROLL
-    for (int k = 0; k < kMaxK; ++k)
-      margin[k] = k < c.n_groups ? static_cast<float>(forest_math::dadd(c.base_margin[k], totals[k])) : 0.0f;
-  }
 
   CANOPY_HD void write(const ForestCommonView& c, ForestOutput out, float* dst) const {
     const int K = c.n_groups;
@@ -277,10 +271,6 @@ struct VectorSums {
       if (k < c.leaf_width) sum[k] = forest_math::dadd(sum[k], v[k]);
   }
   CANOPY_HD void end(const ForestCommonView&) {}
-  CANOPY_HD void from_totals(const ForestCommonView& c, const double* totals) {
-    CANOPY_FOREST_UNROLL
-    for (int k = 0; k < kMaxK; ++k) sum[k] = k < c.leaf_width ? totals[k] : 0.0;
-  }
 
   CANOPY_HD void write(const ForestCommonView& c, ForestOutput out, float* dst) const {
     const double trees = static_cast<double>(c.n_trees);

@@ -7,14 +7,15 @@
 //   hybrid       (hierarchical layout) Shah et al. section 3.2: a block loads the root subtrees
 //                of a chunk of trees into shared memory, each thread walks its row through
 //                them, then continues in global memory; trees in layout order: bit-identical.
-//   shared data  FIL's / Tahoe's strategy: a block caches a tile of rows in shared memory; its
-//                threads split the trees (thread i takes trees i, i + B, ...), each keeping
-//                float64 partial sums per (row, output) in shared memory, which a CUB block
-//                reduction combines. The order of the additions differs from the sequential
-//                one, so the results agree within float32 rounding, not bit for bit.
+//   shared data  FIL's / Tahoe's strategy: a block caches a tile of rows in shared memory and
+//                its threads split the trees: for a few rows at a time, thread i walks tree
+//                c0 + i of each chunk of B trees and leaves the leaf it reaches in shared
+//                memory; then one thread per row adds the chunk's leaves in tree order with
+//                the Sums the CPU runs. A tree-shaped (CUB) reduction of the partial sums
+//                would be cheaper, but its different order of float32 additions moved
+//                XGBoost probabilities by up to 2.5e-5 relative; this way the kernel is
+//                bit-identical to the CPU like the other two.
 #pragma once
-
-#include <cub/block/block_reduce.cuh>
 
 #include <climits>
 #include <cstddef>
@@ -30,7 +31,7 @@ constexpr int kForestDirectBlock = 128;
 constexpr int kForestHybridBlock = 256;
 constexpr std::size_t kForestHybridSmemBytes = 24 * 1024;  // root subtrees per chunk (at least one)
 constexpr int kForestSharedBlock = 128;
-constexpr int kForestSharedItems = 4;                      // rows evaluated together per pass
+constexpr int kForestSharedItems = 8;                      // rows evaluated together per pass
 constexpr std::size_t kForestSmemLimit = 48 * 1024;        // per block, static + dynamic
 
 // What every forest kernel gets besides the layout view.
@@ -86,36 +87,22 @@ forest_hybrid_kernel(HierarchicalForestView v, ForestBatch b, index_t chunk_tree
 struct ForestSharedPlan {
   int rows_per_block = 0;  // rows cached per block
   int items = 1;           // rows evaluated together per pass (<= kForestSharedItems)
-  int acc_width = 1;       // partial sums per row: output groups (XGBoost) or leaf width
   std::size_t dynamic_smem = 0;
-};
-
-struct ForestPack4 {
-  double v[4];
-};
-struct ForestPack4Sum {
-  __host__ __device__ ForestPack4 operator()(const ForestPack4& a, const ForestPack4& b) const {
-    ForestPack4 r;
-    for (int q = 0; q < 4; ++q) r.v[q] = forest_math::dadd(a.v[q], b.v[q]);
-    return r;
-  }
 };
 
 template <class Sums, class View>
 __global__ void __launch_bounds__(kForestSharedBlock)
 forest_shared_data_kernel(View v, ForestBatch b, ForestSharedPlan plan) {
-  using Reduce = cub::BlockReduce<ForestPack4, kForestSharedBlock>;
-  __shared__ typename Reduce::TempStorage reduce_storage;
-  __shared__ double totals[kForestSharedItems * kMaxForestOutputs];
   extern __shared__ __align__(16) unsigned char forest_shared_smem[];
   constexpr int B = kForestSharedBlock;
   const int tid = threadIdx.x;
   const ForestCommonView& c = v.common;
   const int F = c.n_features;
-  const int W = plan.acc_width;
-  // [items * W][B] float64 partial sums (each thread owns one column), then the row tile.
-  double* acc = reinterpret_cast<double*>(forest_shared_smem);
-  float* tile = reinterpret_cast<float*>(forest_shared_smem + sizeof(double) * plan.items * W * B);
+  const int items = plan.items;
+  // [B trees][items rows] leaves of the current chunk (a row's leaves are `items` apart, so
+  // the adding threads read neighbouring words), then the row tile.
+  ForestNode* leaves = reinterpret_cast<ForestNode*>(forest_shared_smem);
+  float* tile = reinterpret_cast<float*>(forest_shared_smem + sizeof(ForestNode) * items * B);
 
   const index_t first = blockIdx.x * static_cast<index_t>(plan.rows_per_block);
   const index_t remaining = b.n_rows - first;
@@ -126,46 +113,25 @@ forest_shared_data_kernel(View v, ForestBatch b, ForestSharedPlan plan) {
   __syncthreads();
 
   const index_t trees = c.n_trees;
-  for (int r0 = 0; r0 < n; r0 += plan.items) {
-    const int m = plan.items < n - r0 ? plan.items : n - r0;
-    const int slots = m * W;
-    for (int a = 0; a < slots; ++a) acc[a * B + tid] = 0.0;
-    int group = 0;
-    for (index_t t = tid; t < trees; t += B) {
-      if constexpr (Sums::kScalarLeaves) {
-        while (t >= c.group_begin[group + 1]) ++group;
-        for (int j = 0; j < m; ++j) {
-          const ForestNode leaf = find_leaf(v, t, tile + (r0 + j) * F);
-          double& a = acc[(j * W + group) * B + tid];
-          a = forest_math::dadd(a, leaf.value);
-        }
-      } else {
-        for (int j = 0; j < m; ++j) {
-          const ForestNode leaf = find_leaf(v, t, tile + (r0 + j) * F);
-          const double* lv = c.leaf_values + (c.tree_leaf_begin[t] + static_cast<index_t>(forest_index(leaf.info))) * W;
-          for (int k = 0; k < W; ++k) {
-            double& a = acc[(j * W + k) * B + tid];
-            a = forest_math::dadd(a, lv[k]);
-          }
-        }
+  for (int r0 = 0; r0 < n; r0 += items) {
+    const int m = items < n - r0 ? items : n - r0;
+    Sums s;
+    if (tid < m) s.begin(c);
+    for (index_t c0 = 0; c0 < trees; c0 += B) {
+      const index_t t = c0 + tid;
+      if (t < trees)
+        for (int j = 0; j < m; ++j) leaves[tid * items + j] = find_leaf(v, t, tile + (r0 + j) * F);
+      __syncthreads();
+      if (tid < m) {
+        const int count = trees - c0 < B ? static_cast<int>(trees - c0) : B;
+        for (int i = 0; i < count; ++i) s.add(c, c0 + i, leaves[i * items + tid]);
       }
-    }
-    // Four partial sums per block reduction (a quarter of the barriers).
-    for (int a0 = 0; a0 < slots; a0 += 4) {
-      ForestPack4 x;
-      for (int q = 0; q < 4; ++q) x.v[q] = a0 + q < slots ? acc[(a0 + q) * B + tid] : 0.0;
-      const ForestPack4 total = Reduce(reduce_storage).Reduce(x, ForestPack4Sum());
-      if (tid == 0)
-        for (int q = 0; q < 4; ++q)
-          if (a0 + q < slots) totals[a0 + q] = total.v[q];
-      __syncthreads();  // reduce_storage is reused; totals become visible
+      __syncthreads();  // the next chunk overwrites the leaves
     }
     if (tid < m) {
-      Sums s;
-      s.from_totals(c, totals + tid * W);
+      s.end(c);
       s.write(c, b.output, b.out + (first + r0 + tid) * b.width);
     }
-    __syncthreads();  // totals are rewritten by the next pass
   }
 }
 
@@ -213,26 +179,20 @@ void launch_forest_shared_data(const View& v, const ForestBatch& b, int sm_count
   CANOPY_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
   const std::size_t limit = kForestSmemLimit - attr.sharedSizeBytes;
   ForestSharedPlan plan;
-  plan.acc_width = Sums::kScalarLeaves ? v.common.n_groups : v.common.leaf_width;
-  const std::size_t row_bytes = static_cast<std::size_t>(v.common.n_features) * sizeof(float);
-  auto acc_bytes = [&](int items) {
-    return sizeof(double) * static_cast<std::size_t>(items) * plan.acc_width * kForestSharedBlock;
-  };
-  // Partial sums take at most half of the shared memory, unless one row's alone need more.
   plan.items = kForestSharedItems;
-  while (plan.items > 1 && acc_bytes(plan.items) > limit / 2) --plan.items;
-  if (acc_bytes(plan.items) + row_bytes * plan.items > limit)
-    throw Error("shared-data kernel: " + std::to_string(plan.acc_width) + " outputs and " +
-                std::to_string(v.common.n_features) + " features per row do not fit in " + std::to_string(limit) +
-                " bytes of shared memory; use the direct kernel");
-  const index_t max_rows = static_cast<index_t>((limit - acc_bytes(plan.items)) / row_bytes);
+  const std::size_t row_bytes = static_cast<std::size_t>(v.common.n_features) * sizeof(float);
+  const std::size_t leaf_bytes = sizeof(ForestNode) * static_cast<std::size_t>(plan.items) * kForestSharedBlock;
+  if (leaf_bytes + row_bytes * plan.items > limit)
+    throw Error("shared-data kernel: rows of " + std::to_string(v.common.n_features) + " features do not fit in " +
+                std::to_string(limit) + " bytes of shared memory; use the direct kernel");
+  const index_t max_rows = static_cast<index_t>((limit - leaf_bytes) / row_bytes);
   // Enough blocks to fill the GPU (four per SM) before making tiles large.
   index_t rows = (b.n_rows + 4 * sm_count - 1) / (4 * static_cast<index_t>(sm_count));
   rows = (rows + plan.items - 1) / plan.items * plan.items;
   if (rows > max_rows) rows = max_rows;
   if (rows < plan.items) rows = plan.items;
   plan.rows_per_block = static_cast<int>(rows);
-  plan.dynamic_smem = acc_bytes(plan.items) + row_bytes * static_cast<std::size_t>(rows);
+  plan.dynamic_smem = leaf_bytes + row_bytes * static_cast<std::size_t>(rows);
   kernel<<<grid_for(b.n_rows, rows), kForestSharedBlock, plan.dynamic_smem, stream>>>(v, b, plan);
   CANOPY_CUDA_CHECK_LAUNCH("forest_shared_data_kernel");
 }

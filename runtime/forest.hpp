@@ -29,7 +29,7 @@ enum class ForestKernel {
   Hybrid,      // Shah et al.: root subtrees in shared memory, the rest from global memory;
                // hierarchical layout only
   SharedData,  // FIL / Tahoe "shared data": rows cached in shared memory, the trees split across
-               // the threads of a block, partial sums meet in a CUB block reduction
+               // the threads of a block, each chunk's leaves added in tree order
 };
 const char* to_string(ForestKernel k);
 

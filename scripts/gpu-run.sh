@@ -15,7 +15,8 @@ out=$(mktemp -d)
 trap 'tar -czf "$final/results-$what.tgz" -C "$out" . ; echo "results in $final/results-$what.tgz"' EXIT
 mkdir -p "$final"
 bin=stage/bin
-gpu_tests='*Gpu*:Soundness.Gpu*:Inspector.Gpu*:CountsEqualBruteForceReal.*:CountsEqualBruteForceEdge.*:ForestGpu.*'
+# The deliberate out-of-memory test is left out: memcheck reports its failed cudaMalloc.
+gpu_tests='*Gpu*:Soundness.Gpu*:Inspector.Gpu*:CountsEqualBruteForceReal.*:CountsEqualBruteForceEdge.*:ForestGpu.*:-RuntimeErrors.NotEnoughGpuMemoryNamesTheBuffer'
 
 if [[ $what == tests || $what == all ]]; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
@@ -24,7 +25,7 @@ if [[ $what == tests || $what == all ]]; then
     --gtest_filter="$gpu_tests" > "$out/memcheck.txt" 2>&1
   echo "memcheck exit $?" | tee -a "$out/memcheck.txt"; tail -4 "$out/memcheck.txt"
   timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 $bin/canopy_tests --gtest_brief=1 \
-    --gtest_filter='Soundness.Gpu*:Inspector.Gpu*:ForestGpu.SharedDataAgreesWithTheCpu' > "$out/racecheck.txt" 2>&1
+    --gtest_filter='Soundness.Gpu*:Inspector.Gpu*:ForestGpu.EveryKernelIsBitIdenticalToTheCpu' > "$out/racecheck.txt" 2>&1
   echo "racecheck exit $?" | tee -a "$out/racecheck.txt"; tail -4 "$out/racecheck.txt"
   $bin/pc_example | tee "$out/example.txt"
 fi
