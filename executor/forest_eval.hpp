@@ -94,27 +94,6 @@ CANOPY_HD inline ForestNode find_leaf(const View& v, index_t t, const float* row
 
 namespace forest_math {
 
-CANOPY_HD inline double dadd(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-CANOPY_HD inline double dmul(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-CANOPY_HD inline double ddiv(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
 CANOPY_HD inline double dfloor(double x) {
 #if defined(__CUDA_ARCH__)
   return ::floor(x);
@@ -139,32 +118,32 @@ CANOPY_HD inline double pow2(int k) {
 CANOPY_HD inline double exp_nonpositive(double x) {
   if (x != x) return x;
   if (!(x > -708.0)) return 0.0;
-  const double kd = dfloor(dadd(dmul(x, 1.4426950408889634), 0.5));
+  const double kd = dfloor(add_rn(mul_rn(x, 1.4426950408889634), 0.5));
   // ln 2 split so that kd * kLn2Hi is exact (fdlibm's constants).
-  const double r = dadd(dadd(x, -dmul(kd, 6.93147180369123816490e-01)), -dmul(kd, 1.90821492927058770002e-10));
+  const double r = add_rn(add_rn(x, -mul_rn(kd, 6.93147180369123816490e-01)), -mul_rn(kd, 1.90821492927058770002e-10));
   double p = 1.6059043836821613e-10;
-  p = dadd(dmul(p, r), 2.08767569878681e-09);
-  p = dadd(dmul(p, r), 2.505210838544172e-08);
-  p = dadd(dmul(p, r), 2.755731922398589e-07);
-  p = dadd(dmul(p, r), 2.7557319223985893e-06);
-  p = dadd(dmul(p, r), 2.48015873015873e-05);
-  p = dadd(dmul(p, r), 0.0001984126984126984);
-  p = dadd(dmul(p, r), 0.001388888888888889);
-  p = dadd(dmul(p, r), 0.008333333333333333);
-  p = dadd(dmul(p, r), 0.041666666666666664);
-  p = dadd(dmul(p, r), 0.16666666666666666);
-  p = dadd(dmul(p, r), 0.5);
-  p = dadd(dmul(p, r), 1.0);
-  p = dadd(dmul(p, r), 1.0);
-  return dmul(p, pow2(static_cast<int>(kd)));
+  p = add_rn(mul_rn(p, r), 2.08767569878681e-09);
+  p = add_rn(mul_rn(p, r), 2.505210838544172e-08);
+  p = add_rn(mul_rn(p, r), 2.755731922398589e-07);
+  p = add_rn(mul_rn(p, r), 2.7557319223985893e-06);
+  p = add_rn(mul_rn(p, r), 2.48015873015873e-05);
+  p = add_rn(mul_rn(p, r), 0.0001984126984126984);
+  p = add_rn(mul_rn(p, r), 0.001388888888888889);
+  p = add_rn(mul_rn(p, r), 0.008333333333333333);
+  p = add_rn(mul_rn(p, r), 0.041666666666666664);
+  p = add_rn(mul_rn(p, r), 0.16666666666666666);
+  p = add_rn(mul_rn(p, r), 0.5);
+  p = add_rn(mul_rn(p, r), 1.0);
+  p = add_rn(mul_rn(p, r), 1.0);
+  return mul_rn(p, pow2(static_cast<int>(kd)));
 }
 
 // 1 / (1 + e^-m), evaluated in float64 and rounded once.
 CANOPY_HD inline float sigmoid(float m) {
   const double x = m;
-  if (x >= 0.0) return static_cast<float>(ddiv(1.0, dadd(1.0, exp_nonpositive(-x))));
+  if (x >= 0.0) return static_cast<float>(div_rn(1.0, add_rn(1.0, exp_nonpositive(-x))));
   const double e = exp_nonpositive(x);
-  return static_cast<float>(ddiv(e, dadd(1.0, e)));
+  return static_cast<float>(div_rn(e, add_rn(1.0, e)));
 }
 
 }  // namespace forest_math
@@ -235,12 +214,12 @@ struct ScalarSums {
     double sum = 0.0;
     CANOPY_FOREST_UNROLL
     for (int k = 0; k < kMaxK; ++k) {
-      e[k] = k < K ? forest_math::exp_nonpositive(forest_math::dadd(margin[k], -static_cast<double>(top))) : 0.0;
-      sum = forest_math::dadd(sum, e[k]);
+      e[k] = k < K ? forest_math::exp_nonpositive(add_rn(static_cast<double>(margin[k]), -static_cast<double>(top))) : 0.0;
+      sum = add_rn(sum, e[k]);
     }
     CANOPY_FOREST_UNROLL
     for (int k = 0; k < kMaxK; ++k)
-      if (k < K) dst[k] = static_cast<float>(forest_math::ddiv(e[k], sum));
+      if (k < K) dst[k] = static_cast<float>(div_rn(e[k], sum));
   }
 
  private:
@@ -268,7 +247,7 @@ struct VectorSums {
     const double* v = c.leaf_values + (c.tree_leaf_begin[t] + static_cast<index_t>(forest_index(leaf.info))) * c.leaf_width;
     CANOPY_FOREST_UNROLL
     for (int k = 0; k < kMaxK; ++k)
-      if (k < c.leaf_width) sum[k] = forest_math::dadd(sum[k], v[k]);
+      if (k < c.leaf_width) sum[k] = add_rn(sum[k], v[k]);
   }
   CANOPY_HD void end(const ForestCommonView&) {}
 
@@ -276,11 +255,11 @@ struct VectorSums {
     const double trees = static_cast<double>(c.n_trees);
     if (out == ForestOutput::Class) {
       int best = 0;
-      double top = forest_math::ddiv(sum[0], trees);
+      double top = div_rn(sum[0], trees);
       CANOPY_FOREST_UNROLL
       for (int k = 1; k < kMaxK; ++k)
         if (k < c.leaf_width) {
-          const double p = forest_math::ddiv(sum[k], trees);
+          const double p = div_rn(sum[k], trees);
           if (p > top) {
             top = p;
             best = k;
@@ -291,7 +270,7 @@ struct VectorSums {
     }
     CANOPY_FOREST_UNROLL
     for (int k = 0; k < kMaxK; ++k)
-      if (k < c.leaf_width) dst[k] = static_cast<float>(forest_math::ddiv(sum[k], trees));
+      if (k < c.leaf_width) dst[k] = static_cast<float>(div_rn(sum[k], trees));
   }
 };
 

@@ -59,4 +59,27 @@ CANOPY_HD inline float sub_rn(float a, float b) {
 #endif
 }
 
+// The same for float64 (forest sums and their exp / sigmoid are computed in float64).
+CANOPY_HD inline double add_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+CANOPY_HD inline double mul_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+CANOPY_HD inline double div_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
 }  // namespace canopy
