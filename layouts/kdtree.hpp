@@ -38,7 +38,6 @@ struct KdTreeView {
   int stride = 0;  // padded_dims(dims)
   int height = 0;  // number of levels: the deepest node has depth height - 1
 
-  static constexpr int kMaxChildren = 2;
   // The rope stack holds at most one pending sibling per level plus the current node.
   static constexpr int kMaxStack = 64;
 

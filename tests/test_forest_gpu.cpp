@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "executor/forest_eval.hpp"
+#include "require_gpu.hpp"
 #include "runtime/device.hpp"
 #include "test_forest_util.hpp"
 
@@ -15,9 +16,6 @@ namespace canopy {
 namespace {
 
 using namespace forest_test;
-
-#define REQUIRE_GPU() \
-  if (!gpu_available()) GTEST_SKIP() << "no CUDA device"
 
 std::vector<ModelCase> all_cases() {
   auto c = xgboost_cases();
@@ -75,7 +73,7 @@ std::vector<ForestKernel> kernels_of(const ForestConfig& cfg) {
 }
 
 TEST(ForestGpu, EveryKernelIsBitIdenticalToTheCpu) {
-  REQUIRE_GPU();
+  CANOPY_REQUIRE_GPU();
   for (const ModelCase& c : all_cases()) {
     const Forest& f = model(c.name);
     const ForestData& d = rows(c.rows);
@@ -96,7 +94,7 @@ TEST(ForestGpu, EveryKernelIsBitIdenticalToTheCpu) {
 }
 
 TEST(ForestGpu, DirectMatchesPython) {
-  REQUIRE_GPU();
+  CANOPY_REQUIRE_GPU();
   for (const ModelCase& c : xgboost_cases()) {
     SCOPED_TRACE(c.name);
     ForestConfig cfg;
@@ -111,7 +109,7 @@ TEST(ForestGpu, DirectMatchesPython) {
 }
 
 TEST(ForestGpu, BatchShapes) {
-  REQUIRE_GPU();
+  CANOPY_REQUIRE_GPU();
   // Tails, a single row, one block, many blocks (rows repeated past the file's 1000).
   for (const char* name : {"xgb_covtype", "rf_higgs_reg", "rf_letter"}) {
     ModelCase c;
@@ -135,7 +133,7 @@ TEST(ForestGpu, BatchShapes) {
 }
 
 TEST(ForestGpu, EmptyBatchAndErrors) {
-  REQUIRE_GPU();
+  CANOPY_REQUIRE_GPU();
   ForestConfig cfg;
   cfg.device = Device::Gpu;
   ForestPredictor csr(model("xgb_higgs"), cfg);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "layouts/kdtree.hpp"
+#include "require_gpu.hpp"
 #include "runtime/canopy.hpp"
 #include "runtime/dataset.hpp"
 #include "runtime/device.hpp"
@@ -15,11 +16,6 @@
 
 namespace canopy {
 namespace test {
-
-#define CANOPY_REQUIRE_GPU()                                                  \
-  do {                                                                        \
-    if (!::canopy::gpu_available()) GTEST_SKIP() << "no CUDA device: " << ::canopy::gpu_description(); \
-  } while (0)
 
 inline std::string data_path(const std::string& name) { return std::string(CANOPY_TEST_DATA) + "/" + name; }
 

@@ -1,0 +1,11 @@
+// GPU tests skip, with the reason, on machines without a usable CUDA device.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include "runtime/device.hpp"
+
+#define CANOPY_REQUIRE_GPU()                                                                      \
+  do {                                                                                            \
+    if (!::canopy::gpu_available()) GTEST_SKIP() << "no CUDA device: " << ::canopy::gpu_description(); \
+  } while (0)
