@@ -1,6 +1,7 @@
 // The autoropes traversal of one query (the loop body shared by the CPU executor and the GPU
 // independent kernel): ask the visitor whether to go on at the current node, process a leaf
-// or push the other children in reverse order and move to child 0; pop when a path ends.
+// or push the other children in reverse visit order and move to the first; pop when a path
+// ends. A guided visitor picks the first child; an unguided one visits child 0 first.
 #pragma once
 
 #include "executor/visitor.hpp"
@@ -16,9 +17,10 @@ CANOPY_HD inline void traverse_one(const Topology& tree, const Visitor& v, index
   for (;;) {
     if (v.descend(s, n)) {
       if (!tree.is_leaf(n)) {
-        // Child 0 is visited next, so it never goes through the stack.
-        for (int i = tree.child_count(n) - 1; i > 0; --i) stack[sp++] = tree.child(n, i);
-        n = tree.child(n, 0);
+        // The first child is visited next, so it never goes through the stack.
+        const int first = preferred_child(v, s, n);
+        for (int i = tree.child_count(n) - 1; i > 0; --i) stack[sp++] = tree.child(n, visit_rank_child(first, i));
+        n = tree.child(n, first);
         continue;
       }
       v.leaf(s, n);

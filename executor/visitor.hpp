@@ -14,19 +14,55 @@
 // The traversal a visitor defines is the recursive one of the paper's Figure 1: descend()
 // at n, then leaf() if n is a leaf, else each child in order. Executors only decide who runs
 // which query when; the nodes a query visits, and their order, are the visitor's.
+//
+// A *guided* visitor (nearest neighbour and its kin) chooses, per query, which child to visit
+// first; it adds
+//   static constexpr bool kGuided = true;
+//   int first_child(const State&, node_id n);  // called after descend(n) accepted an inner n
+// and the other children follow in index order. Alone, a query visits first_child() first; in
+// a lockstep warp the non-truncated lanes vote and the majority's child goes first for all
+// (the result must not depend on that order, only the pruning may).
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "runtime/common.hpp"
 
 namespace canopy {
+
+template <class V, class = void>
+struct is_guided : std::false_type {};
+template <class V>
+struct is_guided<V, std::void_t<decltype(V::kGuided)>> : std::bool_constant<V::kGuided> {};
+template <class V>
+inline constexpr bool is_guided_v = is_guided<V>::value;
+
+// The i-th child visited when child `first` goes first and the rest follow in index order.
+CANOPY_HD inline int visit_rank_child(int first, int i) {
+  return i == 0 ? first : (i - 1 < first ? i - 1 : i);
+}
+
+// The child a query visits first at inner node n: its own choice for a guided visitor, child 0
+// for an unguided one.
+template <class Visitor>
+CANOPY_HD inline int preferred_child(const Visitor& v, const typename Visitor::State& s, node_id n) {
+  if constexpr (is_guided_v<Visitor>) {
+    return v.first_child(s, n);
+  } else {
+    (void)v;
+    (void)s;
+    (void)n;
+    return 0;
+  }
+}
 
 // Records, per query, the sequence of nodes at which descend() was called (a node id, or its
 // bitwise complement when the query truncated there). The soundness tests compare these
 // sequences across schedules, executors and devices.
 template <class Inner>
 struct TracingVisitor {
+  static constexpr bool kGuided = is_guided_v<Inner>;
   Inner inner;
   node_id* trace = nullptr;         // [queries][capacity]
   std::int32_t* lengths = nullptr;  // visits per query (may exceed capacity: then truncated)
@@ -46,6 +82,7 @@ struct TracingVisitor {
     return go;
   }
   CANOPY_HD void leaf(State& s, node_id node) const { inner.leaf(s.inner, node); }
+  CANOPY_HD int first_child(const State& s, node_id node) const { return preferred_child(inner, s.inner, node); }
   CANOPY_HD void finish(State& s, index_t q) const {
     inner.finish(s.inner, q);
     lengths[q] = s.n;

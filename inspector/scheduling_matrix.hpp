@@ -43,3 +43,49 @@ class SchedulingMatrix {
 };
 
 }  // namespace canopy
+
+namespace canopy {
+
+// The scheduling matrix of a guided traversal (the paper's Figure 5): row r lists the columns
+// (top-tree leaves) query r reached, in the order it visited them, and ends at the first
+// kRowEnd or after `width` entries. A traversal reaches each top-leaf at most once, so the
+// full width is the number of top-leaves; a copy may keep only the first `width` entries when
+// no row is longer.
+constexpr std::int32_t kRowEnd = -1;
+
+struct GuidedMatrixView {
+  const std::int32_t* entries = nullptr;  // [rows][width]
+  index_t rows = 0;
+  index_t cols = 0;   // top-tree leaves
+  index_t width = 0;  // entries stored per row (<= cols)
+
+  const std::int32_t* row(index_t r) const { return entries + r * width; }
+  index_t length(index_t r) const {
+    const std::int32_t* e = row(r);
+    index_t n = 0;
+    while (n < width && e[n] != kRowEnd) ++n;
+    return n;
+  }
+};
+
+class GuidedMatrix {
+ public:
+  GuidedMatrix() = default;
+  GuidedMatrix(index_t rows, index_t cols, index_t width)
+      : entries_(static_cast<std::size_t>(rows * width), kRowEnd), rows_(rows), cols_(cols), width_(width) {}
+
+  GuidedMatrixView view() const { return {entries_.data(), rows_, cols_, width_}; }
+  std::int32_t* data() { return entries_.data(); }
+  std::int32_t* row(index_t r) { return entries_.data() + r * width_; }
+  index_t rows() const { return rows_; }
+  index_t cols() const { return cols_; }
+  index_t width() const { return width_; }
+
+ private:
+  std::vector<std::int32_t> entries_;
+  index_t rows_ = 0;
+  index_t cols_ = 0;
+  index_t width_ = 0;
+};
+
+}  // namespace canopy

@@ -40,26 +40,35 @@ class TopTree {
     }
     TopTree t;
     t.depth_ = depth;
-    std::vector<std::pair<node_id, int>> stack{{0, 0}};
+    struct Item {
+      node_id n, parent;
+      int depth;
+    };
+    std::vector<Item> stack{{0, kNoNode, 0}};
     while (!stack.empty()) {
-      auto [n, d] = stack.back();
+      const Item it = stack.back();
       stack.pop_back();
-      if (d == depth - 1 || tree.is_leaf(n)) {
-        t.leaves_.push_back(n);
+      if (it.depth == depth - 1 || tree.is_leaf(it.n)) {
+        t.leaves_.push_back(it.n);
+        t.parents_.push_back(it.parent);
         continue;
       }
-      for (int i = tree.child_count(n) - 1; i >= 0; --i) stack.push_back({tree.child(n, i), d + 1});
+      for (int i = tree.child_count(it.n) - 1; i >= 0; --i) stack.push_back({tree.child(it.n, i), it.n, it.depth + 1});
     }
     return t;
   }
 
   TopTreeView view() const { return {leaves_.data(), static_cast<index_t>(leaves_.size()), depth_}; }
   const std::vector<node_id>& leaves() const { return leaves_; }
+  // parents()[c]: the parent node of top-leaf c (kNoNode for the root). Top-leaves with one
+  // parent are siblings; the guided scheduler treats a visit to siblings as one step.
+  const std::vector<node_id>& parents() const { return parents_; }
   index_t size() const { return static_cast<index_t>(leaves_.size()); }
   int depth() const { return depth_; }
 
  private:
   std::vector<node_id> leaves_;
+  std::vector<node_id> parents_;
   int depth_ = 0;
 };
 

@@ -1,6 +1,7 @@
 // Basic vocabulary shared by every Canopy component. Compiles with a plain C++ compiler.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -56,6 +57,23 @@ CANOPY_HD inline float sub_rn(float a, float b) {
   return __fsub_rn(a, b);
 #else
   return a - b;
+#endif
+}
+
+// Correctly rounded square root (IEEE-754 requires it on the host; on the device the _rn
+// intrinsic guarantees it whatever the compiler flags), so CPU and GPU agree bit for bit.
+CANOPY_HD inline float sqrt_rn(float a) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+CANOPY_HD inline float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
 #endif
 }
 
