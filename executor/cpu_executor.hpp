@@ -1,6 +1,7 @@
 // CPU executors: a TBB-parallel executor (one task per query, in schedule order) and the warp
 // emulator, which runs groups of 32 scheduled queries in lockstep exactly as the GPU lockstep
-// kernels do and counts the nodes each warp visits (the paper's divergence metric, Table 1).
+// kernels do (the warp's vote on the first child included) and counts the nodes each warp
+// visits (the paper's divergence metric, Table 1).
 #pragma once
 
 #include <climits>
@@ -14,6 +15,17 @@
 namespace canopy {
 
 constexpr int kWarpSize = 32;
+// The most children a node of any Canopy tree has (the octree's eight).
+constexpr int kMaxChildren = 8;
+
+// The warp's vote (the paper's Figure 11, lines 20-26): the child most of the voting lanes
+// want to visit first; a tie goes to the lower index. votes[c] counts the lanes preferring c.
+CANOPY_HD inline int majority_child(const int* votes, int n_children) {
+  int best = 0;
+  for (int c = 1; c < n_children; ++c)
+    if (votes[c] > votes[best]) best = c;
+  return best;
+}
 
 enum class LockstepMode {
   Mask,  // Goldfarb et al.: the warp's mask vector travels on the rope stack
@@ -88,8 +100,15 @@ index_t emulate_warp(const Topology& tree, const Visitor& v, const index_t* orde
         v.leaf(st[l], n);
       }
     } else {
-      for (int i = tree.child_count(n) - 1; i >= 0; --i) {
-        stack[sp] = tree.child(n, i);
+      const int nc = tree.child_count(n);
+      int first = 0;
+      if constexpr (is_guided_v<Visitor>) {
+        int votes[kMaxChildren] = {};
+        for (std::uint32_t t = cond; t; t &= t - 1) ++votes[v.first_child(st[__builtin_ctz(t)], n)];
+        first = majority_child(votes, nc);
+      }
+      for (int i = nc - 1; i >= 0; --i) {
+        stack[sp] = tree.child(n, visit_rank_child(first, i));
         mask_stack[sp] = cond;
         ++sp;
       }

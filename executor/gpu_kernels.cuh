@@ -18,6 +18,29 @@ constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kLockstepWarpsPerBlock = 4;
 constexpr int kIndependentBlock = 128;
 
+// Lockstep warps visit one child first for all lanes. For a guided visitor the lanes that
+// accepted the node (cond) vote with their own first_child(); the majority wins, a tie goes
+// to the lower index, exactly as the CPU warp emulator decides. Unguided: child 0.
+template <class Topology, class Visitor>
+__device__ __forceinline__ int warp_first_child(const Topology& tree, const Visitor& v,
+                                                const typename Visitor::State& s, node_id node, bool cond) {
+  if constexpr (is_guided_v<Visitor>) {
+    const int nc = tree.child_count(node);
+    const int mine = cond ? v.first_child(s, node) : -1;
+    int best = 0, best_votes = __popc(__ballot_sync(kFullMask, mine == 0));
+    for (int c = 1; c < nc; ++c) {
+      const int votes = __popc(__ballot_sync(kFullMask, mine == c));
+      if (votes > best_votes) {
+        best = c;
+        best_votes = votes;
+      }
+    }
+    return best;
+  } else {
+    return 0;
+  }
+}
+
 // (a) Independent: one thread per query with its own rope stack.
 template <class Topology, class Visitor>
 __global__ void __launch_bounds__(kIndependentBlock)
@@ -59,12 +82,13 @@ mask_lockstep_kernel(Topology tree, Visitor v, const index_t* order, index_t n, 
     if (next != 0) {
       if (!tree.is_leaf(node)) {
         const int nc = tree.child_count(node);
+        const int first = warp_first_child(tree, v, s, node, cond);
         if (lane > 0 && lane < nc) {
-          snode[sp + nc - 1 - lane] = tree.child(node, lane);
+          snode[sp + nc - 1 - lane] = tree.child(node, visit_rank_child(first, lane));
           smask[sp + nc - 1 - lane] = next;
         }
         sp += nc - 1;
-        node = tree.child(node, 0);
+        node = tree.child(node, first);
         mask = next;
         continue;
       }
@@ -120,10 +144,11 @@ fsm_lockstep_kernel(Topology tree, Visitor v, const index_t* order, index_t n, i
       }
       if (!tree.is_leaf(node)) {
         const int nc = tree.child_count(node);
-        if (lane > 0 && lane < nc) stack[sp + nc - 1 - lane] = tree.child(node, lane);
+        const int first = warp_first_child(tree, v, s, node, cond);
+        if (lane > 0 && lane < nc) stack[sp + nc - 1 - lane] = tree.child(node, visit_rank_child(first, lane));
         sp += nc - 1;
         pos = sp;
-        node = tree.child(node, 0);
+        node = tree.child(node, first);
         continue;
       }
       if (cond) v.leaf(s, node);

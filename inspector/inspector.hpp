@@ -59,6 +59,49 @@ CANOPY_HD inline void inspect_row(const Topology& tree, const TopTreeView& top, 
   }
 }
 
+// A guided query's row (the paper's Figure 5): the top-leaves it reaches, in the order its own
+// traversal (first_child() first) reaches them, then kRowEnd up to `width`. Returns the row's
+// length. At a top-leaf that is not a tree leaf, the inspector also follows the query's
+// preferred path down to one tree leaf and processes it, as the real traversal would first:
+// a pruning bound (nearest neighbour) then evolves as it will during execution, and later
+// top-leaves are pruned realistically instead of all being reached under an infinite bound.
+template <class Topology, class Visitor>
+CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeView& top, const Visitor& v,
+                                            index_t q, std::int32_t* row, index_t width) {
+  node_id stack[Topology::kMaxStack];
+  std::int8_t depth[Topology::kMaxStack];
+  int sp = 0;
+  stack[sp] = 0;
+  depth[sp] = 0;
+  ++sp;
+  auto s = v.init(q);
+  index_t len = 0;
+  while (sp > 0) {
+    --sp;
+    node_id n = stack[sp];
+    const int d = depth[sp];
+    if (!v.descend(s, n)) continue;
+    if (d == top.depth - 1 || tree.is_leaf(n)) {
+      if (len < width) row[len] = static_cast<std::int32_t>(top.column(n));
+      ++len;
+      while (!tree.is_leaf(n)) {  // the probe down the preferred path
+        n = tree.child(n, preferred_child(v, s, n));
+        if (!v.descend(s, n)) break;
+      }
+      if (tree.is_leaf(n)) v.leaf(s, n);
+      continue;
+    }
+    const int first = preferred_child(v, s, n);
+    for (int i = tree.child_count(n) - 1; i >= 0; --i) {
+      stack[sp] = tree.child(n, visit_rank_child(first, i));
+      depth[sp] = static_cast<std::int8_t>(d + 1);
+      ++sp;
+    }
+  }
+  for (index_t i = len; i < width; ++i) row[i] = kRowEnd;
+  return len;
+}
+
 // CPU twin of the GPU inspector: rows for queries 0..n_queries-1 in input order.
 template <class Topology, class Visitor>
 SchedulingMatrix inspect_cpu(const Topology& tree, const TopTreeView& top, const Visitor& v,
@@ -71,6 +114,20 @@ SchedulingMatrix inspect_cpu(const Topology& tree, const TopTreeView& top, const
                       for (index_t q = r.begin(); q < r.end(); ++q)
                         inspect_row(tree, top, v, q, words + q * w, w);
                     });
+  return m;
+}
+
+}  // namespace canopy
+
+namespace canopy {
+
+// CPU twin of the guided inspector: full-width rows (width = number of top-leaves).
+template <class Topology, class Visitor>
+GuidedMatrix inspect_cpu_guided(const Topology& tree, const TopTreeView& top, const Visitor& v, index_t n_queries) {
+  GuidedMatrix m(n_queries, top.n_leaves, top.n_leaves);
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, n_queries, 256), [&](const tbb::blocked_range<index_t>& r) {
+    for (index_t q = r.begin(); q < r.end(); ++q) inspect_row_guided(tree, top, v, q, m.row(q), m.width());
+  });
   return m;
 }
 

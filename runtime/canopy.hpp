@@ -16,50 +16,17 @@
 #include "layouts/kdtree.hpp"
 #include "runtime/common.hpp"
 #include "runtime/device.hpp"
+#include "runtime/traversal.hpp"
 #include "scheduler/schedule.hpp"
 
 namespace canopy {
 
-enum class ScheduleKind {
-  InputOrder,  // run the queries as given
-  Hybrid,      // inspector over the top-tree + sandpile partition-join (automatic), the
-               // sandpile on the CPU (the paper's design: the matrix crosses to the host)
-  HybridDevice,  // the same schedule, bit for bit, with the sandpile on the GPU next to the
-                 // matrix (on the CPU device: the same as Hybrid)
-  LeafSort,    // sort by the kd-tree leaf each query falls in (the hand-tuned baseline)
-};
-const char* to_string(ScheduleKind k);
-
-// Top-tree depth used when PcOptions::depth is 0 (capped at the tree's height).
-constexpr int kDefaultTopTreeDepth = 8;
-
-struct PcOptions {
+struct PcOptions : TraversalOptions {
   float radius = 0.0f;  // finite and >= 0; a point at exactly this distance counts
-  Device device = Device::Auto;
-  ExecutorKind executor = ExecutorKind::FsmLockstep;
-  ScheduleKind schedule = ScheduleKind::HybridDevice;
-  int depth = 0;             // top-tree depth for Hybrid: 1..tree height, 0 = default
-  bool count_nodes = false;  // also run the CPU warp emulator on the same schedule
-  bool gpu_count_nodes = false;  // GPU lockstep: instrumented kernel's per-warp node counts
-  bool keep_schedule = false;    // copy the schedule the executor ran into the result
 };
 
-struct PhaseTimes {
-  double inspect_ms = 0;   // GPU: inspector kernel + matrix copy to pinned host memory
-  double schedule_ms = 0;  // CPU sandpile + order upload, or the leaf sort
-  double execute_ms = 0;   // the executor alone
-  double total_ms() const { return inspect_ms + schedule_ms + execute_ms; }
-};
-
-struct PcResult {
+struct PcResult : TraversalStats {
   std::vector<index_t> counts;  // counts[i]: tree points within the radius of query i
-  PhaseTimes times;
-  Device device = Device::Cpu;  // where it ran
-  int depth = 0;                // top-tree depth used (Hybrid)
-  Schedule schedule;            // keep_schedule: the order the executor ran the queries in
-  std::vector<index_t> warp_nodes;      // count_nodes: nodes visited per lockstep warp (emulator)
-  std::vector<index_t> gpu_warp_nodes;  // gpu_count_nodes: the same, counted on the GPU
-  double nodes_per_warp() const;        // mean of warp_nodes
 };
 
 namespace detail {

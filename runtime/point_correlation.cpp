@@ -58,7 +58,7 @@ const char* to_string(ScheduleKind k) {
   return "?";
 }
 
-double PcResult::nodes_per_warp() const {
+double TraversalStats::nodes_per_warp() const {
   if (warp_nodes.empty()) return 0.0;
   return static_cast<double>(std::accumulate(warp_nodes.begin(), warp_nodes.end(), index_t{0})) /
          static_cast<double>(warp_nodes.size());

@@ -1,0 +1,165 @@
+// k-nearest-neighbour search as a guided visitor, over three trees: the kd-tree (boxes), the
+// ball tree (hyperspheres) and the vantage-point tree (distance shells). One candidate list
+// and one leaf loop serve all three; a small "metric" policy per tree says when a node can
+// hold a better candidate and which child a query visits first.
+//
+// The answer is defined independently of the visiting order: the k points with the smallest
+// (squared distance, original index) pairs, ascending. Pruning keeps a node whenever it may
+// hold a point that ties the current k-th candidate, so a lockstep warp's vote (which changes
+// the order, hence the bound at each node) changes which nodes a query visits, never its
+// result.
+#pragma once
+
+#include <cmath>
+#include <limits>
+
+#include "layouts/ball_tree.hpp"
+#include "layouts/kdtree.hpp"
+#include "layouts/vp_tree.hpp"
+#include "runtime/common.hpp"
+#include "runtime/point_correlation.hpp"
+
+namespace canopy {
+
+// The pruning tests of the ball and vp trees work on computed (rounded) distances and the
+// triangle inequality; this relative slack covers the rounding of every term (<= ~1e-6 for
+// 16 dimensions), so a node is only pruned when it provably holds no candidate.
+constexpr float kMetricSlack = 1.0f + 1e-5f;
+
+template <int MaxDim>
+CANOPY_HD inline float distance(const float (&q)[MaxDim], const float* p) {
+  return sqrt_rn(point_distance2(q, p));
+}
+
+// Kd-tree: the box distance is a lower bound of every point's distance (see box_distance2).
+struct KdMetric {
+  KdTreeView tree;
+  template <int MaxDim>
+  CANOPY_HD bool may_hold(const float (&q)[MaxDim], node_id n, float bound2) const {
+    return box_distance2(q, tree.lo(n), tree.hi(n)) <= bound2;
+  }
+  // The side of the split the query lies on (ties go left, like find_leaf).
+  template <int MaxDim>
+  CANOPY_HD int first_child(const float (&q)[MaxDim], node_id n) const {
+    const int d = tree.nodes[n].split_dim;
+    return q[d] <= tree.hi(n + 1)[d] ? 0 : 1;
+  }
+};
+
+// Ball tree: |q - p| >= |q - c| - r for every point p of a ball (c, r).
+struct BallMetric {
+  BallTreeView tree;
+  template <int MaxDim>
+  CANOPY_HD bool may_hold(const float (&q)[MaxDim], node_id n, float bound2) const {
+    if (!(bound2 < std::numeric_limits<float>::infinity())) return true;
+    const float dc = distance(q, tree.centre(n));
+    return !(dc > mul_rn(kMetricSlack, add_rn(tree.radius(n), sqrt_rn(bound2))));
+  }
+  // The child whose centre is nearer (ties go to child 0).
+  template <int MaxDim>
+  CANOPY_HD int first_child(const float (&q)[MaxDim], node_id n) const {
+    return distance(q, tree.centre(tree.child(n, 0))) <= distance(q, tree.centre(tree.child(n, 1))) ? 0 : 1;
+  }
+};
+
+// Vantage-point tree: every point p of node n lies in the shell [lo, hi] of distances from its
+// parent's vantage point v, so |q - p| >= max(d - hi, lo - d) with d = |q - v|.
+struct VpMetric {
+  VpTreeView tree;
+  template <int MaxDim>
+  CANOPY_HD bool may_hold(const float (&q)[MaxDim], node_id n, float bound2) const {
+    const node_id parent = tree.parent[n];
+    if (parent < 0 || !(bound2 < std::numeric_limits<float>::infinity())) return true;
+    const float d = distance(q, tree.vantage(parent));
+    const float b = sqrt_rn(bound2);
+    return !(d > mul_rn(kMetricSlack, add_rn(tree.shell_hi[n], b)) ||
+             tree.shell_lo[n] > mul_rn(kMetricSlack, add_rn(d, b)));
+  }
+  // Inside the split radius: the inside child first.
+  template <int MaxDim>
+  CANOPY_HD int first_child(const float (&q)[MaxDim], node_id n) const {
+    return distance(q, tree.vantage(n)) <= tree.mu[n] ? 0 : 1;
+  }
+};
+
+// The candidate list of one query lives in its rows of the result arrays (dist2 [k], index [k],
+// ascending by (dist2, index)); the k-th squared distance, the pruning bound, stays in a
+// register. finish() turns squared distances into distances.
+template <int MaxDim, class Metric>
+struct KnnVisitor {
+  static constexpr bool kGuided = true;
+
+  Metric metric;
+  const float* points = nullptr;      // the tree's points (tree order, padded)
+  const index_t* point_ids = nullptr;  // their original indices
+  const float* queries = nullptr;     // row-major [queries][dims]
+  int dims = 0;
+  int k = 1;
+  float* dist = nullptr;              // [queries][k]
+  index_t* index = nullptr;           // [queries][k]
+
+  struct State {
+    float q[MaxDim];
+    float bound2;  // +inf until k candidates are known
+    int found;
+    index_t query;
+  };
+
+  CANOPY_HD State init(index_t query) const {
+    State s;
+    load_query(queries + query * dims, dims, s.q);
+    s.bound2 = std::numeric_limits<float>::infinity();
+    s.found = 0;
+    s.query = query;
+    return s;
+  }
+  CANOPY_HD bool descend(State& s, node_id n) const { return metric.may_hold(s.q, n, s.bound2); }
+  CANOPY_HD int first_child(const State& s, node_id n) const { return metric.first_child(s.q, n); }
+
+  CANOPY_HD void leaf_range(State& s, index_t first, index_t count) const {
+    float* d = dist + s.query * k;
+    index_t* id = index + s.query * k;
+    for (index_t i = first; i < first + count; ++i) {
+      const float d2 = point_distance2(s.q, points + i * MaxDim);
+      if (d2 > s.bound2) continue;
+      const index_t pid = point_ids[i];
+      // Insert (d2, pid) if it beats the k-th candidate (ties: the lower index wins).
+      int j = s.found < k ? s.found : k - 1;
+      if (s.found == k && !(d2 < d[j] || (d2 == d[j] && pid < id[j]))) continue;
+      while (j > 0 && (d2 < d[j - 1] || (d2 == d[j - 1] && pid < id[j - 1]))) {
+        d[j] = d[j - 1];
+        id[j] = id[j - 1];
+        --j;
+      }
+      d[j] = d2;
+      id[j] = pid;
+      if (s.found < k) ++s.found;
+      if (s.found == k) s.bound2 = d[k - 1];
+    }
+  }
+  CANOPY_HD void leaf(State& s, node_id n) const {
+    const KdNode node = metric.tree.nodes[n];
+    leaf_range(s, node.first, node.count);
+  }
+  CANOPY_HD void finish(State& s, index_t query) const {
+    float* d = dist + query * k;
+    index_t* id = index + query * k;
+    for (int j = 0; j < s.found; ++j) d[j] = sqrt_rn(d[j]);
+    for (int j = s.found; j < k; ++j) {  // only when the tree has fewer than k points
+      d[j] = std::numeric_limits<float>::infinity();
+      id[j] = -1;
+    }
+  }
+};
+
+// The leaf a query's greedy descent (first_child all the way down) ends in: the key of the
+// hand-tuned "sorted" baseline for the metric trees (for the kd-tree it is find_leaf()).
+template <class Topology, class Visitor>
+CANOPY_HD inline node_id greedy_leaf(const Topology& tree, const Visitor& v, index_t query) {
+  const auto s = v.init(query);
+  node_id n = 0;
+  while (!tree.is_leaf(n)) n = tree.child(n, v.first_child(s, n));
+  return n;
+}
+
+}  // namespace canopy

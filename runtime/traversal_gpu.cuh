@@ -1,0 +1,247 @@
+// The GPU side shared by the traversal workloads (nearest neighbours on three trees,
+// Barnes-Hut): device mirrors of a tree's arrays, the inspector (unguided bit rows or guided
+// visit-order rows), the device sandpile, sorting by a per-query key, the order upload and the
+// executors, each phase timed with CUDA events on one non-blocking stream. A workload supplies
+// the topology and visitor (with device pointers); this owns the buffers, reused from call to
+// call. Include from .cu files only.
+#pragma once
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include <memory>
+#include <vector>
+
+#include "executor/gpu_kernels.cuh"
+#include "inspector/inspector.cuh"
+#include "layouts/top_tree.hpp"
+#include "runtime/cuda_support.cuh"
+#include "scheduler/sandpile_gpu.hpp"
+
+namespace canopy {
+namespace detail {
+
+// Device copies of host vectors, freed together.
+class DeviceMirror {
+ public:
+  template <class T>
+  T* copy(const std::vector<T>& v, const char* what, cudaStream_t stream) {
+    auto buf = std::make_unique<DeviceBuffer<T>>();
+    buf->reserve(std::max<std::size_t>(v.size(), 1), what);
+    copy_to_device(buf->get(), v.data(), v.size(), stream);
+    T* p = buf->get();
+    holders_.push_back(std::make_unique<Holder<T>>(std::move(buf)));
+    return p;
+  }
+
+ private:
+  struct Base {
+    virtual ~Base() = default;
+  };
+  template <class T>
+  struct Holder : Base {
+    explicit Holder(std::unique_ptr<DeviceBuffer<T>> b) : buf(std::move(b)) {}
+    std::unique_ptr<DeviceBuffer<T>> buf;
+  };
+  std::vector<std::unique_ptr<Base>> holders_;
+};
+
+constexpr int kKeyBlock = 256;
+
+template <class KeyOf>
+__global__ void __launch_bounds__(kKeyBlock)
+query_key_kernel(KeyOf key_of, index_t n, std::uint64_t* keys, index_t* ids) {
+  const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  keys[i] = key_of(i);
+  ids[i] = i;
+}
+
+inline int bits_for(std::uint64_t max_value) {
+  int b = 1;
+  while (b < 64 && (std::uint64_t{1} << b) <= max_value) ++b;
+  return b;
+}
+
+class GpuTraversal {
+ public:
+  cudaStream_t stream() const { return stream_.get(); }
+  index_t queries() const { return n_; }
+  void set_query_count(index_t n) { n_ = n; }
+  DeviceMirror& mirror() { return mirror_; }
+
+  // The top-tree's leaves on the device (the inspector's column lookup).
+  TopTreeView upload_top(const TopTree& t) {
+    top_leaves_.reserve(t.leaves().size(), "the top-tree leaves");
+    copy_to_device(top_leaves_.get(), t.leaves().data(), t.leaves().size(), stream());
+    TopTreeView v = t.view();
+    v.leaves = top_leaves_.get();
+    cols_ = t.size();
+    return v;
+  }
+
+  // Unguided inspector; the bit matrix stays on the device (for device_sandpile()).
+  template <class Topology, class Visitor>
+  double inspect_bits(const Topology& tree, const TopTree& top, const Visitor& v) {
+    const TopTreeView dtop = upload_top(top);
+    bits_.reserve(static_cast<std::size_t>(words_per_row(cols_) * n_), "the scheduling matrix");
+    start_.record(stream());
+    gpu::launch_inspector(tree, dtop, v, n_, bits_.get(), stream());
+    stop_.record(stream());
+    return stop_.since(start_);
+  }
+
+  // Unguided inspector + asynchronous copy of the matrix into pinned host memory.
+  template <class Topology, class Visitor>
+  SchedulingMatrixView inspect_bits_to_host(const Topology& tree, const TopTree& top, const Visitor& v, double* ms) {
+    const TopTreeView dtop = upload_top(top);
+    const std::size_t words = static_cast<std::size_t>(words_per_row(cols_) * n_);
+    bits_.reserve(words, "the scheduling matrix");
+    host_bits_.reserve(words);
+    start_.record(stream());
+    gpu::launch_inspector(tree, dtop, v, n_, bits_.get(), stream());
+    copy_to_host(host_bits_.get(), bits_.get(), words, stream());
+    stop_.record(stream());
+    *ms = stop_.since(start_);
+    return {host_bits_.get(), n_, cols_, words_per_row(cols_)};
+  }
+
+  SchedulingMatrixView download_bits() {
+    const std::size_t words = static_cast<std::size_t>(words_per_row(cols_) * n_);
+    host_bits_.reserve(words);
+    copy_to_host(host_bits_.get(), bits_.get(), words, stream());
+    stream_.sync();
+    return {host_bits_.get(), n_, cols_, words_per_row(cols_)};
+  }
+
+  double device_sandpile() {
+    order_.reserve(static_cast<std::size_t>(n_), "the schedule");
+    start_.record(stream());
+    sandpile_.run(bits_.get(), n_, words_per_row(cols_), order_.get(), stream());
+    stop_.record(stream());
+    return stop_.since(start_);
+  }
+
+  // Guided inspector + copy of the rows into pinned host memory. Only the first `longest row`
+  // entries of each row cross PCIe (a 2-d copy): nearest-neighbour rows are short.
+  template <class Topology, class Visitor>
+  GuidedMatrixView inspect_guided_to_host(const Topology& tree, const TopTree& top, const Visitor& v, double* ms) {
+    const TopTreeView dtop = upload_top(top);
+    guided_.reserve(static_cast<std::size_t>(cols_ * n_), "the guided scheduling matrix");
+    max_len_.reserve(1, "the longest-row counter");
+    start_.record(stream());
+    CANOPY_CUDA_CHECK(cudaMemsetAsync(max_len_.get(), 0, sizeof(unsigned long long), stream()));
+    gpu::launch_guided_inspector(tree, dtop, v, n_, guided_.get(), max_len_.get(), stream());
+    unsigned long long longest = 0;
+    copy_to_host(&longest, max_len_.get(), 1, stream());
+    stream_.sync();
+    const index_t width = static_cast<index_t>(std::min<unsigned long long>(longest, static_cast<unsigned long long>(cols_)));
+    if (width > 0) {
+      host_guided_.reserve(static_cast<std::size_t>(width * n_));
+      CANOPY_CUDA_CHECK(cudaMemcpy2DAsync(host_guided_.get(), width * sizeof(std::int32_t), guided_.get(),
+                                          cols_ * sizeof(std::int32_t), width * sizeof(std::int32_t),
+                                          static_cast<std::size_t>(n_), cudaMemcpyDeviceToHost, stream()));
+    }
+    stop_.record(stream());
+    *ms = stop_.since(start_);
+    return {host_guided_.get(), n_, cols_, width};
+  }
+
+  // Pinned host memory for a schedule; upload_order() sends it to the device.
+  index_t* order_staging() {
+    host_order_.reserve(static_cast<std::size_t>(n_));
+    return host_order_.get();
+  }
+  void upload_order() {
+    order_.reserve(static_cast<std::size_t>(n_), "the schedule");
+    copy_to_device(order_.get(), host_order_.get(), static_cast<std::size_t>(n_), stream());
+    stream_.sync();
+  }
+
+  // The hand-tuned baseline: a stable radix sort of the queries by key_of(i) (a device
+  // functor), keys below 2^end_bit. The order stays on the device.
+  template <class KeyOf>
+  double sort_by_key(const KeyOf& key_of, std::uint64_t max_key) {
+    const index_t n = n_;
+    keys_in_.reserve(n, "the sort keys");
+    keys_out_.reserve(n, "the sort keys");
+    ids_.reserve(n, "the sort ids");
+    order_.reserve(n, "the schedule");
+    const int end_bit = bits_for(max_key);
+    std::size_t temp_bytes = 0;
+    CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in_.get(), keys_out_.get(), ids_.get(),
+                                                      order_.get(), n, 0, end_bit, stream()));
+    sort_temp_.reserve(temp_bytes, "the sort scratch space");
+    start_.record(stream());
+    query_key_kernel<<<static_cast<unsigned>((n + kKeyBlock - 1) / kKeyBlock), kKeyBlock, 0, stream()>>>(
+        key_of, n, keys_in_.get(), ids_.get());
+    CANOPY_CUDA_CHECK_LAUNCH("query_key_kernel");
+    CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp_.get(), temp_bytes, keys_in_.get(), keys_out_.get(),
+                                                      ids_.get(), order_.get(), n, 0, end_bit, stream()));
+    stop_.record(stream());
+    return stop_.since(start_);
+  }
+
+  // The sorted keys of the last sort_by_key, in schedule order (for bucket boundaries).
+  std::vector<std::uint64_t> download_sorted_keys() {
+    std::vector<std::uint64_t> out(static_cast<std::size_t>(n_));
+    copy_to_host(out.data(), keys_out_.get(), out.size(), stream());
+    stream_.sync();
+    return out;
+  }
+
+  std::vector<index_t> download_order() {
+    std::vector<index_t> out(static_cast<std::size_t>(n_));
+    copy_to_host(out.data(), order_.get(), out.size(), stream());
+    stream_.sync();
+    return out;
+  }
+
+  // Runs an executor over the queries in the device order (use_order) or the input order.
+  // With warp_nodes, the instrumented lockstep kernel also counts the nodes of each warp.
+  template <class Topology, class Visitor>
+  double execute(ExecutorKind kind, const Topology& tree, const Visitor& v, bool use_order,
+                 std::vector<index_t>* warp_nodes) {
+    const index_t warps = (n_ + 31) / 32;
+    index_t* wn = nullptr;
+    if (warp_nodes && kind != ExecutorKind::Independent) {
+      warp_nodes_.reserve(static_cast<std::size_t>(warps), "the per-warp node counts");
+      wn = warp_nodes_.get();
+    }
+    start_.record(stream());
+    gpu::launch_executor(kind, tree, v, use_order ? order_.get() : nullptr, n_, wn, stream());
+    stop_.record(stream());
+    const double ms = stop_.since(start_);
+    if (wn) {
+      warp_nodes->resize(static_cast<std::size_t>(warps));
+      copy_to_host(warp_nodes->data(), wn, warp_nodes->size(), stream());
+      stream_.sync();
+    }
+    return ms;
+  }
+
+  template <class T>
+  void download(T* dst, const T* src, std::size_t n) {
+    copy_to_host(dst, src, n, stream());
+    stream_.sync();
+  }
+
+ private:
+  Stream stream_;
+  Event start_, stop_;
+  DeviceMirror mirror_;
+  DeviceSandpile sandpile_;
+  DeviceBuffer<node_id> top_leaves_;
+  DeviceBuffer<std::uint64_t> bits_, keys_in_, keys_out_;
+  DeviceBuffer<std::int32_t> guided_;
+  DeviceBuffer<unsigned long long> max_len_;
+  DeviceBuffer<index_t> order_, ids_, warp_nodes_;
+  DeviceBuffer<unsigned char> sort_temp_;
+  PinnedBuffer<std::uint64_t> host_bits_;
+  PinnedBuffer<std::int32_t> host_guided_;
+  PinnedBuffer<index_t> host_order_;
+  index_t n_ = 0;
+  index_t cols_ = 0;
+};
+
+}  // namespace detail
+}  // namespace canopy
