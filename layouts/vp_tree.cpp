@@ -1,0 +1,295 @@
+#include "layouts/vp_tree.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <string>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/parallel_invoke.h>
+
+#include "runtime/checks.hpp"
+#include "runtime/point_correlation.hpp"
+
+namespace canopy {
+namespace {
+
+// Ranges at least this large build their two halves, and run their per-point passes, as
+// parallel tasks.
+constexpr index_t kParallelGrain = 1 << 14;
+// Reductions fold fixed blocks in index order, so double sums round the same way whatever the
+// thread count.
+constexpr index_t kBlock = 4096;
+// Leaves room on the 64-entry rope stack (one pending sibling per level plus the current node).
+constexpr int kMaxHeight = 60;
+
+template <class T, class F, class C>
+T fold_blocks(index_t begin, index_t end, F&& f, C&& combine) {
+  const index_t n = end - begin;
+  if (n <= kBlock) return f(begin, end);
+  const index_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<T> part(static_cast<std::size_t>(blocks));
+  auto run = [&](index_t k) { part[k] = f(begin + k * kBlock, std::min(end, begin + (k + 1) * kBlock)); };
+  if (n >= kParallelGrain) {
+    tbb::parallel_for(index_t{0}, blocks, run);
+  } else {
+    for (index_t k = 0; k < blocks; ++k) run(k);
+  }
+  T acc = part[0];
+  for (index_t k = 1; k < blocks; ++k) acc = combine(acc, part[k]);
+  return acc;
+}
+
+// Runs f(i) for every i of [begin, end), in parallel for large ranges.
+template <class F>
+void for_range(index_t begin, index_t end, F&& f) {
+  if (end - begin >= kParallelGrain) {
+    tbb::parallel_for(tbb::blocked_range<index_t>(begin, end, kBlock), [&](const tbb::blocked_range<index_t>& r) {
+      for (index_t i = r.begin(); i < r.end(); ++i) f(i);
+    });
+  } else {
+    for (index_t i = begin; i < end; ++i) f(i);
+  }
+}
+
+// Nodes in the subtree over n points (halves n / 2 and n - n / 2). Sizes at each level take
+// at most two values, so the memo stays O(log n); it is filled before the parallel build.
+struct NodeCounter {
+  index_t leaf_size;
+  std::map<index_t, index_t> memo;
+  index_t count(index_t n) {
+    if (n <= leaf_size) return 1;
+    auto it = memo.find(n);
+    if (it != memo.end()) return it->second;
+    const index_t r = 1 + count(n / 2) + count(n - n / 2);
+    memo.emplace(n, r);
+    return r;
+  }
+  index_t cached(index_t n) const { return n <= leaf_size ? 1 : memo.at(n); }
+};
+
+struct Far {
+  float d;
+  index_t id;
+};
+// Farther wins; equal distances go to the smaller index (associative and commutative).
+inline Far farther(const Far& a, const Far& b) { return a.d > b.d || (a.d == b.d && a.id < b.id) ? a : b; }
+
+struct Shell {
+  float lo, hi;
+};
+inline Shell widen(const Shell& a, const Shell& b) { return {std::min(a.lo, b.lo), std::max(a.hi, b.hi)}; }
+
+template <int M>
+struct Builder {
+  const float* pp;  // input rows padded to M floats, original order
+  int leaf_size;
+  index_t* ids;
+  float* key;  // by original index: D(vantage, p) of the node being split
+  KdNode* nodes;
+  float* vantages;
+  float* mu;
+  node_id* parent;
+  float* shell_lo;
+  float* shell_hi;
+  const NodeCounter& counter;
+
+  const float* row(index_t id) const { return pp + id * M; }
+
+  struct Sum {
+    double s[M];
+  };
+
+  Shell shell(index_t begin, index_t end) const {
+    const Shell empty{std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+    return fold_blocks<Shell>(
+        begin, end,
+        [&](index_t b, index_t e) {
+          Shell s = empty;
+          for (index_t i = b; i < e; ++i) s = widen(s, Shell{key[ids[i]], key[ids[i]]});
+          return s;
+        },
+        widen);
+  }
+
+  // The point of [begin, end) farthest (by D) from x; ties go to the smallest original index.
+  index_t farthest_from(const float (&x)[M], index_t begin, index_t end) const {
+    return fold_blocks<Far>(
+               begin, end,
+               [&](index_t b, index_t e) {
+                 Far f{-1.0f, std::numeric_limits<index_t>::max()};
+                 for (index_t i = b; i < e; ++i)
+                   f = farther(f, Far{sqrt_rn(point_distance2<M>(x, row(ids[i]))), ids[i]});
+                 return f;
+               },
+               farther)
+        .id;
+  }
+
+  void build(node_id at, index_t begin, index_t end, int depth) {
+    const index_t n = end - begin;
+    KdNode& node = nodes[at];
+    node.depth = static_cast<std::int16_t>(depth);
+    if (n <= leaf_size) {
+      node.first = begin;
+      node.count = static_cast<std::int32_t>(n);
+      node.split_dim = -1;
+      return;  // vantage and mu stay zero
+    }
+
+    const Sum sum = fold_blocks<Sum>(
+        begin, end,
+        [&](index_t b, index_t e) {
+          Sum r;
+          std::fill(r.s, r.s + M, 0.0);
+          for (index_t i = b; i < e; ++i) {
+            const float* p = row(ids[i]);
+            for (int d = 0; d < M; ++d) r.s[d] += static_cast<double>(p[d]);
+          }
+          return r;
+        },
+        [](Sum a, const Sum& b) {
+          for (int d = 0; d < M; ++d) a.s[d] += b.s[d];
+          return a;
+        });
+    float c[M];
+    for (int d = 0; d < M; ++d) c[d] = static_cast<float>(sum.s[d] / static_cast<double>(n));
+    // Two hops towards the rim: an end of an approximate diameter sees the others at
+    // well-spread distances (measured: fewer nodes per nearest-neighbour query than the
+    // one-hop point or a sampled best-spread point).
+    const index_t hop = farthest_from(c, begin, end);
+    float ph[M];
+    std::copy(row(hop), row(hop) + M, ph);
+    const index_t v = farthest_from(ph, begin, end);
+
+    float vp[M];
+    std::copy(row(v), row(v) + M, vp);
+    std::copy(vp, vp + M, vantages + static_cast<index_t>(at) * M);
+    for_range(begin, end, [&](index_t i) { key[ids[i]] = sqrt_rn(point_distance2<M>(vp, row(ids[i]))); });
+
+    const index_t mid = begin + n / 2;
+    // (D, original index) is a total order, so identical points still split in half; the
+    // vantage point ranks first among equal distances so it always stays inside.
+    std::nth_element(ids + begin, ids + mid, ids + end, [&](index_t a, index_t b) {
+      const float ka = key[a], kb = key[b];
+      if (ka != kb) return ka < kb;
+      return (a == v ? -1 : a) < (b == v ? -1 : b);
+    });
+    const Shell inside = shell(begin, mid);
+    const Shell outside = shell(mid, end);
+    const node_id right = static_cast<node_id>(at + 1 + counter.cached(n / 2));
+    mu[at] = inside.hi;
+    // The children's shells are this node's distances; written here, before the children
+    // reuse key[] for their own vantage points.
+    parent[at + 1] = at;
+    shell_lo[at + 1] = inside.lo;
+    shell_hi[at + 1] = inside.hi;
+    parent[right] = at;
+    shell_lo[right] = outside.lo;
+    shell_hi[right] = outside.hi;
+    node.first = right;
+    node.count = 0;
+    node.split_dim = 0;
+    if (n >= kParallelGrain) {
+      tbb::parallel_invoke([&] { build(at + 1, begin, mid, depth + 1); },
+                           [&] { build(right, mid, end, depth + 1); });
+    } else {
+      build(at + 1, begin, mid, depth + 1);
+      build(right, mid, end, depth + 1);
+    }
+  }
+};
+
+}  // namespace
+
+VpTree VpTree::build(const float* points, index_t n, int dims, const VpTreeOptions& options) {
+  if (n <= 0) throw Error("vp-tree: n = " + std::to_string(n) + ": the point set is empty");
+  if (points == nullptr) throw Error("vp-tree: points is a null pointer");
+  if (dims < 1 || dims > kMaxDims)
+    throw Error("vp-tree: dims = " + std::to_string(dims) + " is outside 1.." + std::to_string(kMaxDims));
+  if (options.leaf_size < 1)
+    throw Error("vp-tree: leaf_size = " + std::to_string(options.leaf_size) + " must be at least 1");
+  const index_t total = n * dims;
+  const index_t bad = first_non_finite(points, total);
+  if (bad < total)
+    throw Error("vp-tree: point " + std::to_string(bad / dims) + " has a non-finite coordinate (" +
+                std::to_string(points[bad]) + ") in dimension " + std::to_string(bad % dims));
+
+  NodeCounter counter{options.leaf_size, {}};
+  const index_t n_nodes = counter.count(n);
+  if (n_nodes > std::numeric_limits<node_id>::max())
+    throw Error("vp-tree: " + std::to_string(n_nodes) + " nodes exceed the 2^31 node limit; raise leaf_size");
+  // Median splits: the larger half of m points has m - m / 2 of them.
+  int height = 1;
+  for (index_t m = n; m > options.leaf_size; m = m - m / 2) ++height;
+  if (height > kMaxHeight)
+    throw Error("vp-tree: height " + std::to_string(height) + " exceeds the rope-stack limit of " +
+                std::to_string(kMaxHeight) + " levels; raise leaf_size");
+
+  VpTree tree;
+  tree.dims_ = dims;
+  tree.leaf_size_ = options.leaf_size;
+  tree.height_ = height;
+  const int stride = padded_dims(dims);
+
+  std::vector<float> padded(static_cast<std::size_t>(n) * stride, 0.0f);
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 4096), [&](const tbb::blocked_range<index_t>& r) {
+    for (index_t i = r.begin(); i < r.end(); ++i)
+      std::copy(points + i * dims, points + (i + 1) * dims, padded.begin() + i * stride);
+  });
+  std::vector<index_t> ids(static_cast<std::size_t>(n));
+  std::iota(ids.begin(), ids.end(), index_t{0});
+  std::vector<float> key(static_cast<std::size_t>(n), 0.0f);
+  const auto nn = static_cast<std::size_t>(n_nodes);
+  tree.nodes_.resize(nn);
+  tree.vantages_.assign(nn * stride, 0.0f);
+  tree.mu_.assign(nn, 0.0f);
+  tree.parent_.assign(nn, kNoNode);
+  tree.shell_lo_.assign(nn, 0.0f);
+  tree.shell_hi_.assign(nn, std::numeric_limits<float>::infinity());
+
+  dispatch_dims(dims, [&](auto width) {
+    constexpr int M = decltype(width)::value;
+    Builder<M> b{padded.data(),        options.leaf_size,    ids.data(),           key.data(),
+                 tree.nodes_.data(),   tree.vantages_.data(), tree.mu_.data(),      tree.parent_.data(),
+                 tree.shell_lo_.data(), tree.shell_hi_.data(), counter};
+    b.build(0, 0, n, 0);
+  });
+
+  tree.points_.resize(static_cast<std::size_t>(n) * stride);
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 4096), [&](const tbb::blocked_range<index_t>& r) {
+    for (index_t i = r.begin(); i < r.end(); ++i)
+      std::copy(padded.begin() + ids[i] * stride, padded.begin() + (ids[i] + 1) * stride,
+                tree.points_.begin() + i * stride);
+  });
+  tree.point_ids_ = std::move(ids);
+  return tree;
+}
+
+VpTreeView VpTree::view() const {
+  VpTreeView v;
+  v.nodes = nodes_.data();
+  v.vantages = vantages_.data();
+  v.mu = mu_.data();
+  v.parent = parent_.data();
+  v.shell_lo = shell_lo_.data();
+  v.shell_hi = shell_hi_.data();
+  v.points = points_.data();
+  v.point_ids = point_ids_.data();
+  v.n_points = size();
+  v.n_nodes = node_count();
+  v.dims = dims_;
+  v.stride = padded_dims(dims_);
+  v.height = height_;
+  return v;
+}
+
+std::size_t VpTree::bytes() const {
+  return nodes_.size() * sizeof(KdNode) +
+         (vantages_.size() + mu_.size() + shell_lo_.size() + shell_hi_.size() + points_.size()) * sizeof(float) +
+         parent_.size() * sizeof(node_id) + point_ids_.size() * sizeof(index_t);
+}
+
+}  // namespace canopy
