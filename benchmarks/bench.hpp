@@ -32,6 +32,30 @@ struct PcConfig {
   bool repeat_given = false;
 };
 
+// nn, knn, bt, vp (nearest neighbours on the kd-tree, ball tree, vp-tree) and bh (Barnes-Hut).
+struct TraversalBenchConfig {
+  std::string workload;  // nn, knn, bt, vp, bh
+  std::string points;
+  std::string generate;  // default per workload: uniform:400000:7, or plummer:1000000 for bh
+  std::string queries;
+  std::string columns;
+  std::uint64_t seed = 1;
+  bool shuffle_set = false;
+  std::uint64_t shuffle_seed = 0;
+  int k = 0;  // 0: 1 for nn, bt, vp; 8 for knn
+  float theta = 0.5f;
+  float softening = 0.01f;
+  int depth = 0;
+  std::string depths;
+  int leaf_size = 8;
+  std::string device = "auto";
+  std::string variants = "all";
+  int repeat = 5;
+  std::string json;
+  bool source_given = false;
+  bool repeat_given = false;
+};
+
 struct ScheduleConfig {
   std::int64_t queries = 1000000;
   std::int64_t top_leaves = 256;
@@ -58,6 +82,8 @@ struct ForestBenchConfig {
 };
 
 void add_pc_options(CLI::App& app, PcConfig& c);
+void add_traversal_options(CLI::App& app, TraversalBenchConfig& c);
+int run_traversal(const TraversalBenchConfig& c);
 void add_schedule_options(CLI::App& app, ScheduleConfig& c);
 void add_forest_options(CLI::App& app, ForestBenchConfig& c);
 int run_pc(const PcConfig& c);

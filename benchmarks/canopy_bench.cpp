@@ -3,6 +3,8 @@
 //                                without a GPU, uniform:50000:7 once, so it ends in about a minute)
 //   canopy-bench pc [options]    point correlation, every variant side by side
 //   canopy-bench schedule [...]  the sandpile scheduler alone on a random scheduling matrix
+//   canopy-bench nn|knn|bt|vp [...]  nearest neighbours on a kd-tree, ball tree or vp-tree
+//   canopy-bench bh [...]        Barnes-Hut forces on an octree
 //   canopy-bench forest [...]    decision-forest inference, every layout x kernel x device
 #include <CLI/CLI.hpp>
 
@@ -24,6 +26,20 @@ int main(int argc, char** argv) {
   CLI::App* sc_cmd = app.add_subcommand("schedule", "the sandpile scheduler alone on a random matrix");
   canopy::bench::add_schedule_options(*sc_cmd, sc);
 
+  // The other tree-traversal workloads share one option set.
+  const char* traversal_names[][2] = {{"nn", "nearest neighbour on a kd-tree"},
+                                      {"knn", "k nearest neighbours on a kd-tree (--k, default 8)"},
+                                      {"bt", "nearest neighbour on a ball tree"},
+                                      {"vp", "nearest neighbour on a vantage-point tree"},
+                                      {"bh", "Barnes-Hut forces on an octree (--theta, --softening)"}};
+  canopy::bench::TraversalBenchConfig tc[5];
+  CLI::App* tc_cmd[5];
+  for (int i = 0; i < 5; ++i) {
+    tc[i].workload = traversal_names[i][0];
+    tc_cmd[i] = app.add_subcommand(traversal_names[i][0], traversal_names[i][1]);
+    canopy::bench::add_traversal_options(*tc_cmd[i], tc[i]);
+  }
+
   canopy::bench::ForestBenchConfig fc;
   CLI::App* fc_cmd = app.add_subcommand("forest", "decision-forest inference (XGBoost / scikit-learn models)");
   canopy::bench::add_forest_options(*fc_cmd, fc);
@@ -31,7 +47,13 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   pc.source_given = pc_cmd->count("--points") + pc_cmd->count("--generate") > 0;
   pc.repeat_given = pc_cmd->count("--repeat") > 0;
+  for (int i = 0; i < 5; ++i) {
+    tc[i].source_given = tc_cmd[i]->count("--points") + tc_cmd[i]->count("--generate") > 0;
+    tc[i].repeat_given = tc_cmd[i]->count("--repeat") > 0;
+  }
   try {
+    for (int i = 0; i < 5; ++i)
+      if (*tc_cmd[i]) return canopy::bench::run_traversal(tc[i]);
     if (*sc_cmd) return canopy::bench::run_schedule(sc);
     if (*fc_cmd) return canopy::bench::run_forest(fc);
     return canopy::bench::run_pc(pc);

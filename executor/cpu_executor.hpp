@@ -10,6 +10,7 @@
 
 #include <tbb/parallel_for.h>
 
+#include "executor/executor.hpp"
 #include "executor/traversal.hpp"
 
 namespace canopy {
@@ -31,6 +32,11 @@ enum class LockstepMode {
   Mask,  // Goldfarb et al.: the warp's mask vector travels on the rope stack
   Fsm,   // the paper's FSM: per-lane traversing/truncated state and critical stack depth
 };
+
+// The emulator mode that matches a GPU lockstep executor.
+inline LockstepMode lockstep_mode(ExecutorKind k) {
+  return k == ExecutorKind::MaskLockstep ? LockstepMode::Mask : LockstepMode::Fsm;
+}
 
 template <class Topology, class Visitor>
 void execute_cpu(const Topology& tree, const Visitor& v, const index_t* order, index_t n_queries) {

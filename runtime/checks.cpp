@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_reduce.h>
@@ -19,6 +20,16 @@ index_t first_non_finite(const float* v, index_t n) {
         return found;
       },
       [](index_t a, index_t b) { return std::min(a, b); });
+}
+
+void check_queries(const float* queries, index_t n, int dims) {
+  if (n < 0) throw Error("n_queries = " + std::to_string(n) + " is negative");
+  if (n > 0 && queries == nullptr) throw Error("queries is a null pointer");
+  const index_t total = n * dims;
+  const index_t bad = first_non_finite(queries, total);
+  if (bad < total)
+    throw Error("query " + std::to_string(bad / dims) + " has a non-finite coordinate (" +
+                std::to_string(queries[bad]) + ") in dimension " + std::to_string(bad % dims));
 }
 
 }  // namespace canopy

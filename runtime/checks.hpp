@@ -1,11 +1,22 @@
 // Input checks shared by the components that take coordinates from callers.
 #pragma once
 
+#include <chrono>
+
 #include "runtime/common.hpp"
 
 namespace canopy {
 
 // The index of the first NaN or infinite value of v[0, n), or n when every value is finite.
 index_t first_non_finite(const float* v, index_t n);
+
+// Queries of a traversal: n >= 0, a non-null pointer when n > 0, every coordinate finite (an
+// error names the first bad query and dimension).
+void check_queries(const float* queries, index_t n, int dims);
+
+// Milliseconds on the host clock since t0.
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 }  // namespace canopy

@@ -157,6 +157,36 @@ PointSet generate_uniform(index_t n, int dims, std::uint64_t seed) {
   return ps;
 }
 
+PointSet generate_plummer(index_t n, std::uint64_t seed) {
+  if (n <= 0) throw Error("generate plummer: N = " + std::to_string(n) + " must be at least 1");
+  PointSet ps;
+  ps.dims = 3;
+  ps.coords.resize(static_cast<std::size_t>(n) * 3);
+  std::mt19937_64 rng(seed);
+  // 53 random bits by hand rather than std::uniform_real_distribution, whose algorithm the
+  // standard leaves open, so the draws do not depend on the standard library.
+  auto unit = [&] { return static_cast<double>(rng() >> 11) * 0x1p-53; };  // [0, 1)
+  const double pi = 3.14159265358979323846;
+  // The Plummer model's radius has an unbounded tail (mass fraction within r is
+  // r^3 / (1 + r^2)^(3/2)); the ~0.4% of radii beyond 20 scale radii are redrawn so that a
+  // few far-out bodies do not stretch the root cell and waste octree levels.
+  const double cutoff = 20.0;
+  for (index_t i = 0; i < n; ++i) {
+    double r;
+    do {
+      const double u = unit();
+      r = 1.0 / std::sqrt(std::pow(u, -2.0 / 3.0) - 1.0);  // inverse of the cumulative mass
+    } while (!(r <= cutoff));
+    const double cos_t = 2.0 * unit() - 1.0, phi = 2.0 * pi * unit();
+    const double sin_t = std::sqrt(std::max(0.0, 1.0 - cos_t * cos_t));
+    ps.coords[i * 3] = static_cast<float>(r * sin_t * std::cos(phi));
+    ps.coords[i * 3 + 1] = static_cast<float>(r * sin_t * std::sin(phi));
+    ps.coords[i * 3 + 2] = static_cast<float>(r * cos_t);
+  }
+  for (int d = 0; d < 3; ++d) ps.names.push_back("x" + std::to_string(d));
+  return ps;
+}
+
 PointSet generate(const std::string& spec, std::uint64_t seed) {
   const std::vector<std::string> parts = split_fields([&] {
     std::string s = spec;
@@ -173,7 +203,8 @@ PointSet generate(const std::string& spec, std::uint64_t seed) {
   };
   if (parts.size() == 3 && parts[0] == "uniform")
     return generate_uniform(number(parts[1], "N"), static_cast<int>(number(parts[2], "D")), seed);
-  throw Error("--generate " + spec + ": expected uniform:N:D");
+  if (parts.size() == 2 && parts[0] == "plummer") return generate_plummer(number(parts[1], "N"), seed);
+  throw Error("--generate " + spec + ": expected uniform:N:D or plummer:N");
 }
 
 void shuffle(PointSet& ps, std::uint64_t seed) {

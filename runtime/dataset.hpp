@@ -41,7 +41,12 @@ inline void normalize_unit_cube(PointSet& points) { normalize(points, ranges_of(
 // n points uniform in [0, 1)^dims from a seeded generator.
 PointSet generate_uniform(index_t n, int dims, std::uint64_t seed);
 
-// Parses "uniform:N:D" (the paper's Rand_Dim7 is uniform:400000:7).
+// n positions of the Plummer model (scale radius 1, centred at the origin, 3 dims) from a
+// seeded generator; radii beyond 20 scale radii are redrawn. Masses are the caller's (the
+// Barnes-Hut workload gives every body 1/n).
+PointSet generate_plummer(index_t n, std::uint64_t seed);
+
+// Parses "uniform:N:D" (the paper's Rand_Dim7 is uniform:400000:7) or "plummer:N".
 PointSet generate(const std::string& spec, std::uint64_t seed);
 
 // Reorders the points by a seeded random permutation.

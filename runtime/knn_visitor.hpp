@@ -152,6 +152,27 @@ struct KnnVisitor {
   }
 };
 
+template <class View> struct metric_for;
+template <> struct metric_for<KdTreeView> { using type = KdMetric; };
+template <> struct metric_for<BallTreeView> { using type = BallMetric; };
+template <> struct metric_for<VpTreeView> { using type = VpMetric; };
+
+// The kNN visitor over a tree view (host or device pointers alike).
+template <int MaxDim, class View>
+KnnVisitor<MaxDim, typename metric_for<View>::type> make_knn_visitor(const View& tree, const float* queries, int k,
+                                                                     float* dist, index_t* index) {
+  KnnVisitor<MaxDim, typename metric_for<View>::type> v;
+  v.metric.tree = tree;
+  v.points = tree.points;
+  v.point_ids = tree.point_ids;
+  v.queries = queries;
+  v.dims = tree.dims;
+  v.k = k;
+  v.dist = dist;
+  v.index = index;
+  return v;
+}
+
 // The leaf a query's greedy descent (first_child all the way down) ends in: the key of the
 // hand-tuned "sorted" baseline for the metric trees (for the kd-tree it is find_leaf()).
 template <class Topology, class Visitor>
@@ -161,5 +182,13 @@ CANOPY_HD inline node_id greedy_leaf(const Topology& tree, const Visitor& v, ind
   while (!tree.is_leaf(n)) n = tree.child(n, v.first_child(s, n));
   return n;
 }
+
+// greedy_leaf() as a per-query key functor (the GPU sort's key kernel calls it).
+template <class Topology, class Visitor>
+struct GreedyLeafKey {
+  Topology tree;
+  Visitor v;
+  CANOPY_HD std::uint64_t operator()(index_t q) const { return static_cast<std::uint64_t>(greedy_leaf(tree, v, q)); }
+};
 
 }  // namespace canopy

@@ -19,20 +19,6 @@
 namespace canopy {
 namespace {
 
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-void check_queries(const float* queries, index_t n, int dims) {
-  if (n < 0) throw Error("n_queries = " + std::to_string(n) + " is negative");
-  if (n > 0 && queries == nullptr) throw Error("queries is a null pointer");
-  const index_t total = n * dims;
-  const index_t bad = first_non_finite(queries, total);
-  if (bad < total)
-    throw Error("query " + std::to_string(bad / dims) + " has a non-finite coordinate (" +
-                std::to_string(queries[bad]) + ") in dimension " + std::to_string(bad % dims));
-}
-
 std::vector<std::int64_t> leaf_keys(const KdTreeView& tree, const float* queries, const index_t* order, index_t n) {
   std::vector<std::int64_t> keys(static_cast<std::size_t>(n));
   tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 1024), [&](const tbb::blocked_range<index_t>& r) {
@@ -40,10 +26,6 @@ std::vector<std::int64_t> leaf_keys(const KdTreeView& tree, const float* queries
       keys[i] = tree.find_leaf(queries + (order ? order[i] : i) * tree.dims);
   });
   return keys;
-}
-
-LockstepMode lockstep_mode(ExecutorKind k) {
-  return k == ExecutorKind::MaskLockstep ? LockstepMode::Mask : LockstepMode::Fsm;
 }
 
 }  // namespace

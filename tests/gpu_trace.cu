@@ -1,4 +1,6 @@
 #include "executor/gpu_kernels.cuh"
+#include "runtime/barnes_hut.hpp"
+#include "runtime/knn_gpu.cuh"
 #include "gpu_trace.hpp"
 #include "runtime/point_correlation.hpp"
 #include "scheduler/sandpile_gpu.hpp"
@@ -81,6 +83,151 @@ Traced run_traced_gpu(const KdTree& tree, const std::vector<float>& queries, flo
     copy_to_host(out.warp_nodes.data(), warp_nodes.get(), out.warp_nodes.size(), stream.get());
   }
   stream.sync();
+  return out;
+}
+
+namespace {
+
+template <class F>
+void test_dims(int dims, F&& f) {
+  if (dims == 2) return f(std::integral_constant<int, 2>{});
+  if (dims == 7) return f(std::integral_constant<int, 8>{});
+  throw Error("the GPU trace tests are built for 2 or 7 dimensions only");
+}
+
+template <class Tree>
+KnnTraced traced_knn(const Tree& tree, const std::vector<float>& queries, int k, const std::vector<index_t>& order,
+                     ExecutorKind kind, int capacity) {
+  detail::GpuTraversal g;
+  const auto view = detail::device_view(g.mirror(), tree, g.stream());
+  const index_t n = static_cast<index_t>(queries.size()) / tree.dims();
+  g.set_query_count(n);
+  DeviceBuffer<float> dq, dist;
+  DeviceBuffer<index_t> index;
+  DeviceBuffer<node_id> trace;
+  DeviceBuffer<std::int32_t> lengths;
+  dq.reserve(queries.size(), "queries");
+  dist.reserve(static_cast<std::size_t>(n) * k, "distances");
+  index.reserve(static_cast<std::size_t>(n) * k, "indices");
+  trace.reserve(static_cast<std::size_t>(n) * capacity, "trace");
+  lengths.reserve(n, "lengths");
+  copy_to_device(dq.get(), queries.data(), queries.size(), g.stream());
+  if (!order.empty()) {
+    std::copy(order.begin(), order.end(), g.order_staging());
+    g.upload_order();
+  }
+  KnnTraced out;
+  test_dims(tree.dims(), [&](auto md) {
+    TracingVisitor<decltype(make_knn_visitor<decltype(md)::value>(view, dq.get(), k, dist.get(), index.get()))> v;
+    v.inner = make_knn_visitor<decltype(md)::value>(view, dq.get(), k, dist.get(), index.get());
+    v.trace = trace.get();
+    v.lengths = lengths.get();
+    v.capacity = capacity;
+    g.execute(kind, view, v, !order.empty(), kind == ExecutorKind::Independent ? nullptr : &out.warp_nodes);
+  });
+  out.trace.resize(static_cast<std::size_t>(n) * capacity);
+  out.lengths.resize(n);
+  out.indices.resize(static_cast<std::size_t>(n) * k);
+  out.distances.resize(static_cast<std::size_t>(n) * k);
+  g.download(out.trace.data(), trace.get(), out.trace.size());
+  g.download(out.lengths.data(), lengths.get(), out.lengths.size());
+  g.download(out.indices.data(), index.get(), out.indices.size());
+  g.download(out.distances.data(), dist.get(), out.distances.size());
+  return out;
+}
+
+template <class Tree>
+GuidedRows guided_rows(const Tree& tree, const std::vector<float>& queries, int k, int depth) {
+  detail::GpuTraversal g;
+  const auto view = detail::device_view(g.mirror(), tree, g.stream());
+  const index_t n = static_cast<index_t>(queries.size()) / tree.dims();
+  g.set_query_count(n);
+  DeviceBuffer<float> dq, dist;
+  DeviceBuffer<index_t> index;
+  dq.reserve(queries.size(), "queries");
+  dist.reserve(static_cast<std::size_t>(n) * k, "distances");
+  index.reserve(static_cast<std::size_t>(n) * k, "indices");
+  copy_to_device(dq.get(), queries.data(), queries.size(), g.stream());
+  const TopTree top = TopTree::build(tree.view(), depth);
+  GuidedRows out;
+  test_dims(tree.dims(), [&](auto md) {
+    double ms = 0;
+    const GuidedMatrixView m = g.inspect_guided_to_host(
+        view, top, make_knn_visitor<decltype(md)::value>(view, dq.get(), k, dist.get(), index.get()), &ms);
+    out.entries.assign(m.entries, m.entries + m.rows * m.width);
+    out.rows = m.rows;
+    out.cols = m.cols;
+    out.width = m.width;
+  });
+  return out;
+}
+
+}  // namespace
+
+KnnTraced run_traced_knn_gpu(const KdTree& tree, const std::vector<float>& queries, int k,
+                             const std::vector<index_t>& order, ExecutorKind kind, int capacity) {
+  return traced_knn(tree, queries, k, order, kind, capacity);
+}
+KnnTraced run_traced_knn_gpu(const BallTree& tree, const std::vector<float>& queries, int k,
+                             const std::vector<index_t>& order, ExecutorKind kind, int capacity) {
+  return traced_knn(tree, queries, k, order, kind, capacity);
+}
+KnnTraced run_traced_knn_gpu(const VpTree& tree, const std::vector<float>& queries, int k,
+                             const std::vector<index_t>& order, ExecutorKind kind, int capacity) {
+  return traced_knn(tree, queries, k, order, kind, capacity);
+}
+GuidedRows guided_matrix_gpu(const KdTree& tree, const std::vector<float>& queries, int k, int depth) {
+  return guided_rows(tree, queries, k, depth);
+}
+GuidedRows guided_matrix_gpu(const BallTree& tree, const std::vector<float>& queries, int k, int depth) {
+  return guided_rows(tree, queries, k, depth);
+}
+GuidedRows guided_matrix_gpu(const VpTree& tree, const std::vector<float>& queries, int k, int depth) {
+  return guided_rows(tree, queries, k, depth);
+}
+
+BhTraced run_traced_bh_gpu(const Octree& tree, const std::vector<float>& xyz, const std::vector<float>& mass,
+                           float theta, float softening, const std::vector<index_t>& order, ExecutorKind kind,
+                           int capacity) {
+  detail::GpuTraversal g;
+  detail::DeviceMirror& mir = g.mirror();
+  OctreeView view = tree.view();
+  view.nodes = mir.copy(tree.nodes(), "nodes", g.stream());
+  view.child_ids = mir.copy(tree.child_ids(), "child ids", g.stream());
+  view.com = mir.copy(tree.com(), "com", g.stream());
+  view.cubes = mir.copy(tree.cubes(), "cubes", g.stream());
+  view.bodies = mir.copy(tree.bodies(), "bodies", g.stream());
+  view.body_ids = mir.copy(tree.body_ids(), "body ids", g.stream());
+  const index_t n = tree.size();
+  g.set_query_count(n);
+  DeviceBuffer<float> forces;
+  DeviceBuffer<node_id> trace;
+  DeviceBuffer<std::int32_t> lengths;
+  forces.reserve(static_cast<std::size_t>(n) * 3, "forces");
+  trace.reserve(static_cast<std::size_t>(n) * capacity, "trace");
+  lengths.reserve(n, "lengths");
+  if (!order.empty()) {
+    std::copy(order.begin(), order.end(), g.order_staging());
+    g.upload_order();
+  }
+  TracingVisitor<BarnesHutVisitor> v;
+  v.inner.tree = view;
+  v.inner.bodies_xyz = mir.copy(xyz, "xyz", g.stream());
+  v.inner.masses = mir.copy(mass, "mass", g.stream());
+  v.inner.forces = forces.get();
+  v.inner.theta2 = theta * theta;
+  v.inner.eps2 = softening * softening;
+  v.trace = trace.get();
+  v.lengths = lengths.get();
+  v.capacity = capacity;
+  BhTraced out;
+  g.execute(kind, view, v, !order.empty(), kind == ExecutorKind::Independent ? nullptr : &out.warp_nodes);
+  out.trace.resize(static_cast<std::size_t>(n) * capacity);
+  out.lengths.resize(n);
+  out.forces.resize(static_cast<std::size_t>(n) * 3);
+  g.download(out.trace.data(), trace.get(), out.trace.size());
+  g.download(out.lengths.data(), lengths.get(), out.lengths.size());
+  g.download(out.forces.data(), forces.get(), out.forces.size());
   return out;
 }
 

@@ -5,7 +5,11 @@
 #include <vector>
 
 #include "executor/executor.hpp"
+#include "inspector/scheduling_matrix.hpp"
+#include "layouts/ball_tree.hpp"
 #include "layouts/kdtree.hpp"
+#include "layouts/octree.hpp"
+#include "layouts/vp_tree.hpp"
 
 namespace canopy {
 namespace test {
@@ -26,6 +30,43 @@ std::vector<index_t> device_sandpile_order(const std::vector<std::uint64_t>& wor
 // Runs point correlation on the GPU with the given executor over `order` (empty: input order).
 Traced run_traced_gpu(const KdTree& tree, const std::vector<float>& queries, float radius,
                       const std::vector<index_t>& order, ExecutorKind kind, int capacity);
+
+// Nearest neighbours on the GPU with the tracing visitor (dims 2 or 7 only, to keep the test
+// build small).
+struct KnnTraced {
+  std::vector<node_id> trace;
+  std::vector<std::int32_t> lengths;
+  std::vector<index_t> indices;
+  std::vector<float> distances;
+  std::vector<index_t> warp_nodes;
+};
+KnnTraced run_traced_knn_gpu(const KdTree& tree, const std::vector<float>& queries, int k,
+                             const std::vector<index_t>& order, ExecutorKind kind, int capacity);
+KnnTraced run_traced_knn_gpu(const BallTree& tree, const std::vector<float>& queries, int k,
+                             const std::vector<index_t>& order, ExecutorKind kind, int capacity);
+KnnTraced run_traced_knn_gpu(const VpTree& tree, const std::vector<float>& queries, int k,
+                             const std::vector<index_t>& order, ExecutorKind kind, int capacity);
+
+// The GPU guided inspector's matrix as it reaches the host (only the longest row's width).
+struct GuidedRows {
+  std::vector<std::int32_t> entries;
+  index_t rows = 0, cols = 0, width = 0;
+  GuidedMatrixView view() const { return {entries.data(), rows, cols, width}; }
+};
+GuidedRows guided_matrix_gpu(const KdTree& tree, const std::vector<float>& queries, int k, int depth);
+GuidedRows guided_matrix_gpu(const BallTree& tree, const std::vector<float>& queries, int k, int depth);
+GuidedRows guided_matrix_gpu(const VpTree& tree, const std::vector<float>& queries, int k, int depth);
+
+// Barnes-Hut on the GPU with the tracing visitor; xyz and mass in the bodies' original order.
+struct BhTraced {
+  std::vector<node_id> trace;
+  std::vector<std::int32_t> lengths;
+  std::vector<float> forces;
+  std::vector<index_t> warp_nodes;
+};
+BhTraced run_traced_bh_gpu(const Octree& tree, const std::vector<float>& xyz, const std::vector<float>& mass,
+                           float theta, float softening, const std::vector<index_t>& order, ExecutorKind kind,
+                           int capacity);
 
 }  // namespace test
 }  // namespace canopy

@@ -1,0 +1,236 @@
+#include "benchmarks/bench_common.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace canopy {
+namespace bench {
+namespace {
+
+constexpr Variant kVariants[] = {
+    {"independent", ExecutorKind::Independent, ScheduleKind::InputOrder},
+    {"mask-lockstep", ExecutorKind::MaskLockstep, ScheduleKind::InputOrder},
+    {"fsm-lockstep", ExecutorKind::FsmLockstep, ScheduleKind::InputOrder},
+    {"mask-lockstep-sorted", ExecutorKind::MaskLockstep, ScheduleKind::LeafSort},
+    {"fsm-lockstep-sorted", ExecutorKind::FsmLockstep, ScheduleKind::LeafSort},
+    {"hybrid", ExecutorKind::FsmLockstep, ScheduleKind::Hybrid},
+    {"independent-hybrid", ExecutorKind::Independent, ScheduleKind::Hybrid},
+    // The same schedule with the sandpile on the GPU: no matrix or order crosses PCIe.
+    {"hybrid-gpu-sandpile", ExecutorKind::FsmLockstep, ScheduleKind::HybridDevice},
+};
+
+bool is_lockstep(ExecutorKind k) { return k != ExecutorKind::Independent; }
+bool uses_depth(const Variant& v) {
+  return v.schedule == ScheduleKind::Hybrid || v.schedule == ScheduleKind::HybridDevice;
+}
+
+}  // namespace
+
+std::vector<Variant> parse_variants(const std::string& list, bool guided) {
+  std::vector<Variant> known;
+  for (const Variant& v : kVariants)
+    if (!guided || v.schedule != ScheduleKind::HybridDevice) known.push_back(v);
+  if (list == "all") return known;
+  std::vector<Variant> out;
+  std::stringstream ss(list);
+  std::string name;
+  while (std::getline(ss, name, ',')) {
+    auto it = std::find_if(known.begin(), known.end(), [&](const Variant& v) { return name == v.name; });
+    if (it == known.end()) {
+      std::string names;
+      for (const Variant& v : known) names += std::string(names.empty() ? "" : ", ") + v.name;
+      throw Error("--variants: unknown variant '" + name + "' (known: " + names + ", or all)");
+    }
+    out.push_back(*it);
+  }
+  if (out.empty()) throw Error("--variants: the list is empty");
+  return out;
+}
+
+Device parse_device(const std::string& s) {
+  if (s == "auto") return Device::Auto;
+  if (s == "cpu") return Device::Cpu;
+  if (s == "gpu") return Device::Gpu;
+  throw Error("--device: '" + s + "' is not one of auto, cpu, gpu");
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::vector<int> parse_depths(const std::string& spec) {
+  std::vector<int> out;
+  for (int c : parse_columns(spec)) {
+    if (c < 1) throw Error("--depths: depth " + std::to_string(c) + " must be at least 1");
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::uint64_t hash_words(const std::vector<std::uint64_t>& words) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::uint64_t w : words) {
+    for (int b = 0; b < 8; ++b) {
+      h ^= (w >> (8 * b)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  }
+  return h;
+}
+
+Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& sweep, int depth, Device device,
+                int repeat, const RunFn& run) {
+  Suite suite;
+  suite.repeat = repeat;
+  std::vector<std::uint64_t> reference;
+  auto measure = [&](const Variant& var, int d) {
+    TraversalOptions opt;
+    opt.device = device;
+    opt.executor = var.executor;
+    opt.schedule = var.schedule;
+    opt.depth = d;
+    // Untimed warm-up, which also measures nodes per warp with the emulator on its schedule.
+    opt.count_nodes = is_lockstep(var.executor);
+    const Measured first = run(opt);
+    opt.count_nodes = false;
+    Row row;
+    row.name = var.name;
+    const auto& wn = first.stats.warp_nodes;
+    row.nodes_per_warp = first.stats.nodes_per_warp();
+    if (!wn.empty()) row.nodes_per_warp_max = *std::max_element(wn.begin(), wn.end());
+    row.depth = uses_depth(var) ? first.stats.depth : 0;
+    row.checksum = first.checksum;
+    if (reference.empty()) reference = first.result;
+    row.same_results = first.result == reference;
+    std::vector<double> ins, sch, exe, tot;
+    for (int r = 0; r < repeat; ++r) {
+      const Measured m = run(opt);
+      row.same_results = row.same_results && m.result == reference;
+      ins.push_back(m.stats.times.inspect_ms);
+      sch.push_back(m.stats.times.schedule_ms);
+      exe.push_back(m.stats.times.execute_ms);
+      tot.push_back(m.stats.times.total_ms());
+    }
+    row.inspect = median(ins);
+    row.schedule = median(sch);
+    row.execute = median(exe);
+    row.total = median(tot);
+    suite.all_same = suite.all_same && row.same_results;
+    suite.rows.push_back(row);
+  };
+  std::vector<int> depths = sweep;
+  if (depths.empty()) depths.push_back(depth);
+  for (const Variant& var : variants)
+    if (!uses_depth(var)) measure(var, depths.front());
+  for (int d : depths)
+    for (const Variant& var : variants)
+      if (uses_depth(var)) measure(var, d);
+  return suite;
+}
+
+namespace {
+const Row* baseline(const Suite& s) {
+  for (const Row& r : s.rows)
+    if (r.name == "mask-lockstep") return &r;
+  return nullptr;
+}
+}  // namespace
+
+void print_suite(const Suite& s) {
+  const Row* base = baseline(s);
+  std::printf("\n%-22s %5s %10s %10s %10s %10s %12s %10s %20s %9s\n", "variant", "depth", "inspect", "schedule",
+              "execute", "total", "nodes/warp", "max", "checksum", "speedup");
+  std::printf("%-22s %5s %10s %10s %10s %10s %12s %10s %20s %9s\n", "", "", "ms", "ms", "ms", "ms", "mean", "", "",
+              "vs mask");
+  for (const Row& r : s.rows) {
+    char depth[16] = "-", npw[32] = "-", npw_max[32] = "-", speed[32] = "-";
+    if (r.depth) std::snprintf(depth, sizeof depth, "%d", r.depth);
+    if (r.nodes_per_warp > 0) {
+      std::snprintf(npw, sizeof npw, "%.1f", r.nodes_per_warp);
+      std::snprintf(npw_max, sizeof npw_max, "%lld", static_cast<long long>(r.nodes_per_warp_max));
+    }
+    if (base && r.total > 0) std::snprintf(speed, sizeof speed, "%.2fx", base->total / r.total);
+    std::printf("%-22s %5s %10.3f %10.3f %10.3f %10.3f %12s %10s %20llu %9s%s\n", r.name.c_str(), depth, r.inspect,
+                r.schedule, r.execute, r.total, npw, npw_max, static_cast<unsigned long long>(r.checksum), speed,
+                r.same_results ? "" : "  RESULTS DIFFER");
+  }
+  std::printf("\nmedian of %d runs; every variant's results %s\n", s.repeat, s.all_same ? "identical" : "DIFFER");
+}
+
+int suite_depth(const Suite& s, int fallback) {
+  for (const Row& r : s.rows)
+    if (r.depth) return r.depth;
+  return fallback;
+}
+
+void print_device_line(Device used, Device requested) {
+  if (used == Device::Gpu)
+    std::printf("device: gpu, %s\n", gpu_description().c_str());
+  else
+    std::printf("device: cpu (%s; running the CPU executors: TBB for independent threads, the warp "
+                "emulator for lockstep)\n",
+                requested == Device::Cpu ? "requested" : gpu_description().c_str());
+}
+
+nlohmann::json suite_json(const Suite& s) {
+  const Row* base = baseline(s);
+  nlohmann::json out = nlohmann::json::array();
+  for (const Row& r : s.rows) {
+    nlohmann::json v{{"name", r.name},       {"inspect_ms", r.inspect}, {"schedule_ms", r.schedule},
+                     {"execute_ms", r.execute}, {"total_ms", r.total},   {"checksum", r.checksum}};
+    if (r.depth) v["depth"] = r.depth;
+    v["nodes_per_warp"] = r.nodes_per_warp > 0 ? nlohmann::json(r.nodes_per_warp) : nlohmann::json(nullptr);
+    v["nodes_per_warp_max"] = r.nodes_per_warp > 0 ? nlohmann::json(r.nodes_per_warp_max) : nlohmann::json(nullptr);
+    if (base && r.total > 0) v["speedup_vs_mask_lockstep"] = base->total / r.total;
+    out.push_back(v);
+  }
+  return out;
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+  std::ofstream out(path);
+  if (!out) throw Error("--json " + path + ": cannot open for writing");
+  out << j.dump(2) << "\n";
+}
+
+Inputs load_inputs(const InputConfig& c, bool normalise, bool split) {
+  Inputs in;
+  in.source = c.points.empty() ? c.generate : c.points;
+  PointSet all = c.points.empty() ? generate(c.generate, c.seed) : read_csv(c.points, c.columns);
+  const Ranges ranges = ranges_of(all);
+  if (normalise) normalize(all, ranges);
+  if (!c.queries.empty()) {
+    in.queries = read_csv(c.queries, c.columns);
+    if (in.queries.dims != all.dims)
+      throw Error("--queries " + c.queries + " has " + std::to_string(in.queries.dims) + " columns, the points " +
+                  std::to_string(all.dims));
+    if (normalise) normalize(in.queries, ranges);
+    in.points = std::move(all);
+  } else if (split) {
+    // The paper's setup for the nearest-neighbour workloads: a seeded random half builds the
+    // tree, the other half queries it.
+    std::mt19937_64 rng(c.seed ^ 0x9e3779b97f4a7c15ull);
+    in.points.dims = in.queries.dims = all.dims;
+    in.points.names = in.queries.names = all.names;
+    for (index_t i = 0; i < all.size(); ++i) {
+      PointSet& half = (rng() & 1) ? in.queries : in.points;
+      half.coords.insert(half.coords.end(), all.data() + i * all.dims, all.data() + (i + 1) * all.dims);
+    }
+    if (in.points.size() == 0 || in.queries.size() == 0)
+      throw Error(in.source + ": " + std::to_string(all.size()) +
+                  " points are too few to split into a tree half and a query half");
+  } else {
+    in.queries = all;
+    in.points = std::move(all);
+  }
+  if (c.shuffle_set) shuffle(in.queries, c.shuffle_seed);
+  return in;
+}
+
+}  // namespace bench
+}  // namespace canopy

@@ -1,0 +1,92 @@
+// What every traversal workload of canopy-bench shares: the variants (schedule x executor),
+// running each one with a warm-up and timed repeats, checking that every variant's results are
+// identical, the table and the JSON.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/dataset.hpp"
+#include "runtime/traversal.hpp"
+
+namespace canopy {
+namespace bench {
+
+struct Variant {
+  const char* name;
+  ExecutorKind executor;
+  ScheduleKind schedule;
+};
+
+// All variants; guided workloads have no device sandpile, so they drop hybrid-gpu-sandpile.
+std::vector<Variant> parse_variants(const std::string& list, bool guided);
+Device parse_device(const std::string& s);
+double median(std::vector<double> v);
+std::vector<int> parse_depths(const std::string& spec);  // "4-14" or "6,8,10"; "" = none
+
+// One run of a workload: its phase times, nodes per warp (count_nodes), the depth it used, a
+// checksum, and the whole result as words, so variants can be compared exactly.
+struct Measured {
+  TraversalStats stats;
+  std::uint64_t checksum = 0;
+  std::vector<std::uint64_t> result;
+};
+using RunFn = std::function<Measured(const TraversalOptions&)>;
+
+struct Row {
+  std::string name;
+  double inspect = 0, schedule = 0, execute = 0, total = 0;
+  double nodes_per_warp = 0;
+  index_t nodes_per_warp_max = 0;
+  std::uint64_t checksum = 0;
+  bool same_results = true;
+  int depth = 0;
+};
+
+struct Suite {
+  std::vector<Row> rows;
+  bool all_same = true;
+  int repeat = 1;
+};
+
+// Runs each variant once untimed (with the warp emulator's node counts for lockstep
+// executors), then `repeat` timed runs; variants that use the inspector run at every depth.
+Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& depths, int depth, Device device,
+                int repeat, const RunFn& run);
+void print_suite(const Suite& s);
+// The depth the inspector variants used (the first one's), or `fallback`.
+int suite_depth(const Suite& s, int fallback);
+// "device: gpu, <name>" or which CPU executors run and why.
+void print_device_line(Device used, Device requested);
+nlohmann::json suite_json(const Suite& s);
+void write_json(const std::string& path, const nlohmann::json& j);
+
+// FNV-1a over 64-bit words: the checksum of result vectors that are not counts.
+std::uint64_t hash_words(const std::vector<std::uint64_t>& words);
+
+// The input options every point-set workload shares, and loading them: a CSV(.gz) file with
+// chosen columns or a generator, normalised to the unit cube (`normalise`), and the query set.
+struct InputConfig {
+  std::string points;
+  std::string generate;
+  std::string queries;
+  std::string columns;
+  std::uint64_t seed = 1;
+  bool shuffle_set = false;
+  std::uint64_t shuffle_seed = 0;
+};
+struct Inputs {
+  PointSet points;
+  PointSet queries;
+  std::string source;
+};
+// split: no --queries file: a seeded random half of the points builds the tree and the other
+// half queries it (each half keeps the file order); otherwise the points query themselves.
+Inputs load_inputs(const InputConfig& c, bool normalise, bool split);
+
+}  // namespace bench
+}  // namespace canopy

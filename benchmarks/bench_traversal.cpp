@@ -1,0 +1,195 @@
+// canopy-bench nn | knn | bt | vp | bh: the guided nearest-neighbour workloads on the kd-tree,
+// ball tree and vp-tree, and Barnes-Hut on an octree; every variant on the same tree and
+// queries, results compared word for word.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "benchmarks/bench.hpp"
+#include "benchmarks/bench_common.hpp"
+#include "runtime/knn.hpp"
+#include "runtime/nbody.hpp"
+
+namespace canopy {
+namespace bench {
+namespace {
+
+std::uint64_t float_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int finish(const TraversalBenchConfig& c, const Suite& suite, nlohmann::json j) {
+  print_suite(suite);
+  if (!c.json.empty()) {
+    j["depth"] = suite_depth(suite, c.depth);
+    j["repeat"] = c.repeat;
+    j["results_identical"] = suite.all_same;
+    j["variants"] = suite_json(suite);
+    write_json(c.json, j);
+  }
+  return suite.all_same ? 0 : 2;
+}
+
+template <class Tree>
+int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, const char* tree_name) {
+  const int k = c.k > 0 ? c.k : (c.workload == "knn" ? 8 : 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Tree tree = [&] {
+    if constexpr (std::is_same_v<Tree, KdTree>) {
+      KdTreeOptions o;
+      o.leaf_size = c.leaf_size;
+      return KdTree::build(in.points.data(), in.points.size(), in.points.dims, o);
+    } else if constexpr (std::is_same_v<Tree, BallTree>) {
+      BallTreeOptions o;
+      o.leaf_size = c.leaf_size;
+      return BallTree::build(in.points.data(), in.points.size(), in.points.dims, o);
+    } else {
+      VpTreeOptions o;
+      o.leaf_size = c.leaf_size;
+      return VpTree::build(in.points.data(), in.points.size(), in.points.dims, o);
+    }
+  }();
+  const double build_ms = ms_since(t0);
+  NearestNeighbors nn(tree, requested);
+  const Device dev = nn.device();
+  std::printf("canopy-bench %s: %s, %s, k = %d\n", c.workload.c_str(), in.source.c_str(), tree_name, k);
+  print_device_line(dev, requested);
+  std::printf("tree points %lld, queries %lld%s, dims %d, tree: %d levels, leaf size %d, built in %.1f ms\n",
+              static_cast<long long>(in.points.size()), static_cast<long long>(in.queries.size()),
+              c.shuffle_set ? " (shuffled)" : "", in.points.dims, tree.height(), tree.leaf_size(), build_ms);
+  const Suite suite = run_suite(parse_variants(c.variants, true), parse_depths(c.depths), c.depth, dev, c.repeat,
+                                [&](const TraversalOptions& t) {
+                                  KnnOptions opt;
+                                  static_cast<TraversalOptions&>(opt) = t;
+                                  opt.k = k;
+                                  KnnResult r = nn.run(in.queries.data(), in.queries.size(), opt);
+                                  Measured m;
+                                  m.result.reserve(r.indices.size() * 2);
+                                  for (index_t i : r.indices) m.result.push_back(static_cast<std::uint64_t>(i));
+                                  for (float d : r.distances) m.result.push_back(float_bits(d));
+                                  m.checksum = hash_words(m.result);
+                                  m.stats = std::move(r);
+                                  return m;
+                                });
+  nlohmann::json j;
+  j["workload"] = c.workload;
+  j["tree"] = tree_name;
+  j["device"] = to_string(dev);
+  j["device_name"] = dev == Device::Gpu ? gpu_description() : std::string("cpu");
+  j["source"] = in.source;
+  j["n_points"] = in.points.size();
+  j["n_queries"] = in.queries.size();
+  j["shuffled"] = c.shuffle_set;
+  j["dims"] = in.points.dims;
+  j["k"] = k;
+  j["leaf_size"] = tree.leaf_size();
+  return finish(c, suite, j);
+}
+
+int run_bh(const TraversalBenchConfig& c, const Inputs& in, Device requested) {
+  if (in.points.dims != 3)
+    throw Error("bh: the bodies need 3 coordinates, " + in.source + " has " + std::to_string(in.points.dims) +
+                " (use --columns to pick three)");
+  const index_t n = in.points.size();
+  const std::vector<float> mass(static_cast<std::size_t>(n), 1.0f / static_cast<float>(n));
+  OctreeOptions o;
+  o.leaf_size = c.leaf_size;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Octree tree = Octree::build(in.points.data(), mass.data(), n, o);
+  const double build_ms = ms_since(t0);
+  BarnesHut bh(tree, requested);
+  const Device dev = bh.device();
+  std::printf("canopy-bench bh: %s, theta %.3g, softening %.3g\n", in.source.c_str(), c.theta, c.softening);
+  print_device_line(dev, requested);
+  std::printf("bodies %lld (equal masses 1/N)%s, octree: %d levels, %d nodes, leaf size %d, built in %.1f ms\n",
+              static_cast<long long>(n), c.shuffle_set ? " (shuffled)" : "", tree.height(), tree.node_count(),
+              tree.leaf_size(), build_ms);
+  const Suite suite = run_suite(parse_variants(c.variants, false), parse_depths(c.depths), c.depth, dev, c.repeat,
+                                [&](const TraversalOptions& t) {
+                                  BhOptions opt;
+                                  static_cast<TraversalOptions&>(opt) = t;
+                                  opt.theta = c.theta;
+                                  opt.softening = c.softening;
+                                  BhResult r = bh.run(opt);
+                                  Measured m;
+                                  m.result.reserve(r.forces.size());
+                                  for (float f : r.forces) m.result.push_back(float_bits(f));
+                                  m.checksum = hash_words(m.result);
+                                  m.stats = std::move(r);
+                                  return m;
+                                });
+  nlohmann::json j;
+  j["workload"] = "bh";
+  j["device"] = to_string(dev);
+  j["device_name"] = dev == Device::Gpu ? gpu_description() : std::string("cpu");
+  j["source"] = in.source;
+  j["n_bodies"] = n;
+  j["shuffled"] = c.shuffle_set;
+  j["theta"] = c.theta;
+  j["softening"] = c.softening;
+  j["leaf_size"] = tree.leaf_size();
+  j["height"] = tree.height();
+  return finish(c, suite, j);
+}
+
+}  // namespace
+
+void add_traversal_options(CLI::App& app, TraversalBenchConfig& c) {
+  app.add_option("--points", c.points, "CSV or CSV.gz with a header row (nn family: normalised to [0,1])");
+  app.add_option("--generate", c.generate,
+                 "generated points instead of a file: uniform:N:D or plummer:N (default uniform:400000:7; bh: "
+                 "plummer:1000000)");
+  app.add_option("--queries", c.queries,
+                 "nn family: CSV(.gz) of queries against all the points (default: a seeded random half of the "
+                 "points builds the tree, the other half queries it)");
+  app.add_option("--columns", c.columns, "columns to use, e.g. 0-6 or 0,2,4 (default: all)");
+  app.add_option("--seed", c.seed, "seed of --generate and of the tree/query split")->capture_default_str();
+  app.add_option_function<std::uint64_t>("--shuffle", [&c](std::uint64_t s) { c.shuffle_set = true; c.shuffle_seed = s; },
+                                         "put the queries (bh: bodies) in a random order (seed)");
+  app.add_option("--k", c.k, "neighbours per query (default 1 for nn, bt, vp; 8 for knn)");
+  app.add_option("--theta", c.theta, "bh: opening angle")->capture_default_str();
+  app.add_option("--softening", c.softening, "bh: softening length epsilon")->capture_default_str();
+  app.add_option("--depth", c.depth, "top-tree depth of the inspector (0 = default: 8, bh 4)")->capture_default_str();
+  app.add_option("--depths", c.depths, "a depth sweep, e.g. 4-14: the hybrid variants run at each depth");
+  app.add_option("--leaf-size", c.leaf_size, "most points (bodies) per leaf")->capture_default_str();
+  app.add_option("--device", c.device, "auto, cpu or gpu")->capture_default_str();
+  app.add_option("--variants", c.variants,
+                 "comma list of independent, mask-lockstep, fsm-lockstep, mask-lockstep-sorted, fsm-lockstep-sorted, "
+                 "hybrid, independent-hybrid, hybrid-gpu-sandpile (bh only); or all")
+      ->capture_default_str();
+  app.add_option("--repeat", c.repeat, "timed runs per variant (the median is reported)")->capture_default_str();
+  app.add_option("--json", c.json, "write the results as JSON to this file");
+}
+
+int run_traversal(const TraversalBenchConfig& config) {
+  TraversalBenchConfig c = config;
+  if (c.repeat < 1) throw Error("--repeat " + std::to_string(c.repeat) + " must be at least 1");
+  const bool bh = c.workload == "bh";
+  if (c.generate.empty()) c.generate = bh ? "plummer:1000000" : "uniform:400000:7";
+  const Device requested = parse_device(c.device);
+  if (resolve_device(requested) == Device::Cpu && !c.source_given && !c.repeat_given) {
+    c.generate = bh ? "plummer:50000" : "uniform:50000:7";
+    c.repeat = 1;
+    std::printf("no GPU in use: the default workload shrinks to %s, one timed run per variant\n", c.generate.c_str());
+  }
+  if (bh && !c.queries.empty()) throw Error("--queries: bh computes the force on its own bodies");
+  const Inputs in = load_inputs({c.points, c.generate, c.queries, c.columns, c.seed, c.shuffle_set, c.shuffle_seed},
+                                !bh, !bh);
+  if (bh) return run_bh(c, in, requested);
+  if (c.workload == "bt") return run_knn<BallTree>(c, in, requested, "ball tree");
+  if (c.workload == "vp") return run_knn<VpTree>(c, in, requested, "vantage-point tree");
+  return run_knn<KdTree>(c, in, requested, "kd-tree");
+}
+
+}  // namespace bench
+}  // namespace canopy

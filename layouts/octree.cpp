@@ -1,0 +1,339 @@
+#include "layouts/octree.hpp"
+#include "runtime/checks.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/parallel_reduce.h>
+
+namespace canopy {
+namespace {
+
+// Subtrees over at least this many bodies build their children as parallel tasks.
+constexpr index_t kTaskGrain = 1 << 12;
+// The partition of a large cell runs in chunks of this fixed size; a fixed size (not one per
+// thread) keeps the stable order, and so the tree, independent of the thread count.
+constexpr index_t kChunk = 1 << 14;
+
+// A body as the builder moves it: coordinates and mass travel with the original index, so the
+// partitions read contiguous memory rather than gathering from the input.
+struct Rec {
+  float x, y, z, m;
+  index_t id;
+};
+
+// The pointer-linked tree of the first pass; the second pass flattens it once every subtree's
+// size is known.
+struct Cell {
+  index_t begin = 0, end = 0;  // bodies, tree order
+  double lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
+  int depth = 0;
+  std::vector<Cell> kids;  // non-empty octants, octant order
+  double sum[4] = {0, 0, 0, 0};  // m x, m y, m z, m
+  index_t nodes = 1;  // nodes in the subtree
+  index_t links = 0;  // child_ids entries in the subtree
+  int height = 1;
+};
+
+inline int octant_of(const Rec& r, const double* mid) {
+  return (r.x > mid[0] ? 1 : 0) | (r.y > mid[1] ? 2 : 0) | (r.z > mid[2] ? 4 : 0);
+}
+
+// The smallest float >= v (v >= 0), with a margin for the double rounding that produced v.
+float round_up_float(double v) {
+  v *= 1.0 + 0x1p-40;
+  float f = static_cast<float>(v);
+  if (static_cast<double>(f) < v) f = std::nextafter(f, std::numeric_limits<float>::infinity());
+  return f;
+}
+
+struct Builder {
+  Rec* final_buf;  // where the tree-ordered bodies end up
+  int leaf_size;
+  int max_depth;
+
+  // Stable counting-sort partition of src[begin, end) by octant into dst; counts per octant.
+  static void partition(const Rec* src, Rec* dst, index_t begin, index_t end, const double* mid,
+                        index_t (&counts)[8]) {
+    const index_t n = end - begin;
+    if (n < 2 * kChunk) {
+      index_t off[8] = {};
+      for (index_t i = begin; i < end; ++i) ++off[octant_of(src[i], mid)];
+      for (int o = 0; o < 8; ++o) counts[o] = off[o];
+      index_t run = begin;
+      for (int o = 0; o < 8; ++o) {
+        const index_t c = off[o];
+        off[o] = run;
+        run += c;
+      }
+      for (index_t i = begin; i < end; ++i) dst[off[octant_of(src[i], mid)]++] = src[i];
+      return;
+    }
+    const index_t chunks = (n + kChunk - 1) / kChunk;
+    std::vector<index_t> hist(static_cast<std::size_t>(chunks) * 8, 0);
+    tbb::parallel_for(tbb::blocked_range<index_t>(0, chunks, 1), [&](const tbb::blocked_range<index_t>& r) {
+      for (index_t c = r.begin(); c < r.end(); ++c) {
+        const index_t b = begin + c * kChunk, e = std::min(end, b + kChunk);
+        for (index_t i = b; i < e; ++i) ++hist[c * 8 + octant_of(src[i], mid)];
+      }
+    });
+    // Octant-major, chunk-minor offsets: the same stable order the serial loop produces.
+    index_t run = begin;
+    for (int o = 0; o < 8; ++o) {
+      counts[o] = 0;
+      for (index_t c = 0; c < chunks; ++c) {
+        const index_t h = hist[c * 8 + o];
+        hist[c * 8 + o] = run;
+        run += h;
+        counts[o] += h;
+      }
+    }
+    tbb::parallel_for(tbb::blocked_range<index_t>(0, chunks, 1), [&](const tbb::blocked_range<index_t>& r) {
+      for (index_t c = r.begin(); c < r.end(); ++c) {
+        const index_t b = begin + c * kChunk, e = std::min(end, b + kChunk);
+        index_t* off = &hist[c * 8];
+        for (index_t i = b; i < e; ++i) dst[off[octant_of(src[i], mid)]++] = src[i];
+      }
+    });
+  }
+
+  // The bodies of `cell` are in cur[begin, end); `other` is the second buffer.
+  void build(Cell& cell, Rec* cur, Rec* other) const {
+    const index_t n = cell.end - cell.begin;
+    if (n <= leaf_size || cell.depth >= max_depth) {
+      if (cur != final_buf) std::copy(cur + cell.begin, cur + cell.end, final_buf + cell.begin);
+      for (index_t i = cell.begin; i < cell.end; ++i) {
+        const Rec& r = final_buf[i];
+        const double m = r.m;
+        cell.sum[0] += m * r.x;
+        cell.sum[1] += m * r.y;
+        cell.sum[2] += m * r.z;
+        cell.sum[3] += m;
+      }
+      return;
+    }
+    double mid[3];
+    for (int a = 0; a < 3; ++a) mid[a] = 0.5 * (cell.lo[a] + cell.hi[a]);
+    index_t counts[8];
+    partition(cur, other, cell.begin, cell.end, mid, counts);
+    index_t run = cell.begin;
+    for (int o = 0; o < 8; ++o) {
+      if (counts[o] == 0) continue;
+      Cell k;
+      k.begin = run;
+      k.end = run + counts[o];
+      run = k.end;
+      k.depth = cell.depth + 1;
+      // The children's bounds share the split value exactly, so nesting holds in double
+      // whatever rounding the midpoint had.
+      for (int a = 0; a < 3; ++a) {
+        const bool high = (o >> a) & 1;
+        k.lo[a] = high ? mid[a] : cell.lo[a];
+        k.hi[a] = high ? cell.hi[a] : mid[a];
+      }
+      cell.kids.push_back(std::move(k));
+    }
+    const std::size_t nk = cell.kids.size();
+    if (n >= kTaskGrain && nk > 1) {
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, nk, 1), [&](const tbb::blocked_range<std::size_t>& r) {
+        for (std::size_t i = r.begin(); i < r.end(); ++i) build(cell.kids[i], other, cur);
+      });
+    } else {
+      for (Cell& k : cell.kids) build(k, other, cur);
+    }
+    cell.links = static_cast<index_t>(nk) - 1;
+    for (const Cell& k : cell.kids) {
+      for (int c = 0; c < 4; ++c) cell.sum[c] += k.sum[c];
+      cell.nodes += k.nodes;
+      cell.links += k.links;
+      cell.height = std::max(cell.height, k.height + 1);
+    }
+  }
+};
+
+struct Writer {
+  OctNode* nodes;
+  node_id* child_ids;
+  float* com;
+  float* cubes;
+
+  void write(const Cell& cell, node_id at, index_t link_at) const {
+    const index_t n = cell.end - cell.begin;
+    const bool leaf = cell.kids.empty();
+    if (leaf && n > std::numeric_limits<std::int32_t>::max())
+      throw Error("octree: a leaf at the maximum depth holds " + std::to_string(n) +
+                  " coincident bodies, more than 2^31 - 1");
+    OctNode& node = nodes[at];
+    node.first = leaf ? cell.begin : link_at;
+    node.count = leaf ? static_cast<std::int32_t>(n) : 0;
+    node.n_children = static_cast<std::int16_t>(cell.kids.size());
+    node.depth = static_cast<std::int16_t>(cell.depth);
+
+    float* cube = cubes + static_cast<index_t>(at) * 4;
+    double half = 0;
+    for (int a = 0; a < 3; ++a) {
+      cube[a] = static_cast<float>(0.5 * (cell.lo[a] + cell.hi[a]));
+      half = std::max({half, cell.hi[a] - cube[a], cube[a] - cell.lo[a]});
+    }
+    cube[3] = round_up_float(half);
+
+    float* c = com + static_cast<index_t>(at) * 4;
+    const double m = cell.sum[3];
+    for (int a = 0; a < 3; ++a) c[a] = m > 0 ? static_cast<float>(cell.sum[a] / m) : cube[a];
+    c[3] = static_cast<float>(m);
+
+    if (leaf) return;
+    const std::size_t nk = cell.kids.size();
+    node_id kid_at[8];
+    index_t kid_link[8];
+    index_t next_at = static_cast<index_t>(at) + 1;
+    index_t next_link = link_at + static_cast<index_t>(nk) - 1;
+    for (std::size_t i = 0; i < nk; ++i) {
+      kid_at[i] = static_cast<node_id>(next_at);
+      kid_link[i] = next_link;
+      if (i > 0) child_ids[link_at + static_cast<index_t>(i) - 1] = kid_at[i];
+      next_at += cell.kids[i].nodes;
+      next_link += cell.kids[i].links;
+    }
+    if (n >= kTaskGrain && nk > 1) {
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, nk, 1), [&](const tbb::blocked_range<std::size_t>& r) {
+        for (std::size_t i = r.begin(); i < r.end(); ++i) write(cell.kids[i], kid_at[i], kid_link[i]);
+      });
+    } else {
+      for (std::size_t i = 0; i < nk; ++i) write(cell.kids[i], kid_at[i], kid_link[i]);
+    }
+  }
+};
+
+struct Bounds {
+  float lo[3], hi[3];
+};
+
+}  // namespace
+
+Octree Octree::build(const float* xyz, const float* mass, index_t n, const OctreeOptions& options) {
+  if (n <= 0) throw Error("octree: the body set is empty (" + std::to_string(n) + " bodies)");
+  if (xyz == nullptr) throw Error("octree: xyz is a null pointer");
+  if (mass == nullptr) throw Error("octree: mass is a null pointer");
+  if (options.leaf_size < 1)
+    throw Error("octree: leaf_size = " + std::to_string(options.leaf_size) + " must be at least 1");
+  if (options.max_depth < 1 || options.max_depth > OctreeView::kMaxDepth)
+    throw Error("octree: max_depth = " + std::to_string(options.max_depth) + " is outside 1.." +
+                std::to_string(OctreeView::kMaxDepth) + " (the rope-stack bound)");
+  const index_t bad = first_non_finite(xyz, n * 3);
+  if (bad < n * 3)
+    throw Error("octree: body " + std::to_string(bad / 3) + " has a non-finite " + "xyz"[bad % 3] +
+                " coordinate (" + std::to_string(xyz[bad]) + ")");
+  const index_t bad_mass = first_non_finite(mass, n);
+  if (bad_mass < n)
+    throw Error("octree: body " + std::to_string(bad_mass) + " has a non-finite mass (" +
+                std::to_string(mass[bad_mass]) + ")");
+  for (index_t i = 0; i < n; ++i)
+    if (mass[i] < 0.0f)
+      throw Error("octree: body " + std::to_string(i) + " has a negative mass (" + std::to_string(mass[i]) + ")");
+
+  Octree tree;
+  tree.leaf_size_ = options.leaf_size;
+  tree.max_depth_ = options.max_depth;
+
+  // Bounding box (min and max are exact, so the reduction order does not matter).
+  Bounds init;
+  for (int a = 0; a < 3; ++a) {
+    init.lo[a] = std::numeric_limits<float>::infinity();
+    init.hi[a] = -std::numeric_limits<float>::infinity();
+  }
+  const Bounds box = tbb::parallel_reduce(
+      tbb::blocked_range<index_t>(0, n, 1 << 15), init,
+      [&](const tbb::blocked_range<index_t>& r, Bounds b) {
+        for (index_t i = r.begin(); i < r.end(); ++i)
+          for (int a = 0; a < 3; ++a) {
+            b.lo[a] = std::min(b.lo[a], xyz[i * 3 + a]);
+            b.hi[a] = std::max(b.hi[a], xyz[i * 3 + a]);
+          }
+        return b;
+      },
+      [](Bounds a, const Bounds& b) {
+        for (int d = 0; d < 3; ++d) {
+          a.lo[d] = std::min(a.lo[d], b.lo[d]);
+          a.hi[d] = std::max(a.hi[d], b.hi[d]);
+        }
+        return a;
+      });
+
+  // Root cube: side = the largest extent, enlarged by 2^-12 so that bodies on the far faces
+  // stay inside after the centre and half are rounded; the floors give coincident bodies (zero
+  // extent) a cell of sane size, relative to their coordinates.
+  Cell root;
+  root.begin = 0;
+  root.end = n;
+  double centre[3], extent = 0, largest = 0;
+  for (int a = 0; a < 3; ++a) {
+    centre[a] = 0.5 * (static_cast<double>(box.lo[a]) + box.hi[a]);
+    extent = std::max(extent, static_cast<double>(box.hi[a]) - box.lo[a]);
+    largest = std::max({largest, std::fabs(static_cast<double>(box.lo[a])), std::fabs(static_cast<double>(box.hi[a]))});
+  }
+  const double half = std::max({0.5 * extent * (1.0 + 0x1p-12), largest * 0x1p-20, 0x1p-60});
+  for (int a = 0; a < 3; ++a) {
+    root.lo[a] = std::min(centre[a] - half, static_cast<double>(box.lo[a]));
+    root.hi[a] = std::max(centre[a] + half, static_cast<double>(box.hi[a]));
+  }
+
+  // Default-initialised: every element is written before it is read.
+  std::unique_ptr<Rec[]> a(new Rec[static_cast<std::size_t>(n)]), b(new Rec[static_cast<std::size_t>(n)]);
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 1 << 14), [&](const tbb::blocked_range<index_t>& r) {
+    for (index_t i = r.begin(); i < r.end(); ++i) a[i] = Rec{xyz[i * 3], xyz[i * 3 + 1], xyz[i * 3 + 2], mass[i], i};
+  });
+  const Builder builder{a.get(), options.leaf_size, options.max_depth};
+  builder.build(root, a.get(), b.get());
+  b.reset();
+
+  if (root.nodes > std::numeric_limits<node_id>::max())
+    throw Error("octree: " + std::to_string(root.nodes) + " nodes exceed the 2^31 node limit; raise leaf_size");
+  tree.height_ = root.height;
+  tree.nodes_.resize(static_cast<std::size_t>(root.nodes));
+  tree.child_ids_.resize(static_cast<std::size_t>(root.links));
+  tree.com_.resize(static_cast<std::size_t>(root.nodes) * 4);
+  tree.cubes_.resize(static_cast<std::size_t>(root.nodes) * 4);
+  const Writer writer{tree.nodes_.data(), tree.child_ids_.data(), tree.com_.data(), tree.cubes_.data()};
+  writer.write(root, 0, 0);
+
+  tree.bodies_.resize(static_cast<std::size_t>(n) * 4);
+  tree.body_ids_.resize(static_cast<std::size_t>(n));
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 1 << 14), [&](const tbb::blocked_range<index_t>& r) {
+    for (index_t i = r.begin(); i < r.end(); ++i) {
+      float* p = &tree.bodies_[i * 4];
+      p[0] = a[i].x;
+      p[1] = a[i].y;
+      p[2] = a[i].z;
+      p[3] = a[i].m;
+      tree.body_ids_[i] = a[i].id;
+    }
+  });
+  return tree;
+}
+
+OctreeView Octree::view() const {
+  OctreeView v;
+  v.nodes = nodes_.data();
+  v.child_ids = child_ids_.data();
+  v.com = com_.data();
+  v.cubes = cubes_.data();
+  v.bodies = bodies_.data();
+  v.body_ids = body_ids_.data();
+  v.n_bodies = size();
+  v.n_nodes = node_count();
+  v.height = height_;
+  return v;
+}
+
+std::size_t Octree::bytes() const {
+  return nodes_.size() * sizeof(OctNode) + child_ids_.size() * sizeof(node_id) +
+         (com_.size() + cubes_.size() + bodies_.size()) * sizeof(float) + body_ids_.size() * sizeof(index_t);
+}
+
+}  // namespace canopy

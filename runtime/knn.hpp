@@ -1,0 +1,85 @@
+// Canopy's public API for exact k-nearest-neighbour search (k = 1 is nearest neighbour) over
+// a kd-tree, a ball tree or a vantage-point tree, on the GPU (guided inspector -> recursive
+// bucket scheduler -> lockstep executor with the warp's vote) or on the CPU. Compiles with a
+// plain C++ compiler.
+//
+//   canopy::KdTree tree = canopy::KdTree::build(points, n, dims);   // or BallTree / VpTree
+//   canopy::NearestNeighbors nn(tree);                              // uploads the tree once
+//   canopy::KnnOptions opt;
+//   opt.k = 8;
+//   canopy::KnnResult r = nn.run(queries, m, opt);
+//   // r.indices[i * k + j], r.distances[i * k + j]: query i's j-th nearest point
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "layouts/ball_tree.hpp"
+#include "layouts/kdtree.hpp"
+#include "layouts/vp_tree.hpp"
+#include "runtime/traversal.hpp"
+
+namespace canopy {
+
+enum class SearchTree { Kd, Ball, Vp };
+const char* to_string(SearchTree t);
+
+struct KnnOptions : TraversalOptions {
+  // Neighbours per query: 1..the number of tree points (a larger k is an error naming both).
+  int k = 8;
+};
+
+// The answer does not depend on the schedule, executor or device: per query, the k tree
+// points with the smallest (distance, original index), ascending; a tie in distance goes to
+// the lower index. Distances are Euclidean, computed in float with correctly rounded
+// operations, the same on the CPU and the GPU.
+struct KnnResult : TraversalStats {
+  int k = 0;
+  std::vector<index_t> indices;  // [queries][k]: original indices of the points
+  std::vector<float> distances;  // [queries][k]
+};
+
+namespace detail {
+class KnnGpu;
+}
+
+// Holds a tree (which must outlive it) and, on the GPU, its device copy and reusable buffers.
+// Not thread-safe: use one object per thread.
+class NearestNeighbors {
+ public:
+  explicit NearestNeighbors(const KdTree& tree, Device device = Device::Auto);
+  explicit NearestNeighbors(const BallTree& tree, Device device = Device::Auto);
+  explicit NearestNeighbors(const VpTree& tree, Device device = Device::Auto);
+  ~NearestNeighbors();
+  NearestNeighbors(const NearestNeighbors&) = delete;
+  NearestNeighbors& operator=(const NearestNeighbors&) = delete;
+
+  Device device() const { return device_; }
+  SearchTree tree_kind() const { return kind_; }
+  int dims() const;
+  index_t size() const;  // tree points
+  int height() const;
+
+  // queries: row-major [n_queries][dims()]. Errors (canopy::Error): k outside 1..size(), a
+  // NaN/infinite query coordinate, a depth outside 1..height, device gpu on a machine without
+  // one. Zero queries give an empty result.
+  KnnResult run(const float* queries, index_t n_queries, const KnnOptions& options);
+
+ private:
+  struct Run;
+  template <class F>
+  decltype(auto) with_tree(F&& f) const;
+  void schedule_on_cpu(Run& r);
+  void schedule_on_gpu(Run& r);
+  void execute(Run& r);
+
+  SearchTree kind_;
+  const KdTree* kd_ = nullptr;
+  const BallTree* ball_ = nullptr;
+  const VpTree* vp_ = nullptr;
+  Device device_;
+  std::unique_ptr<detail::KnnGpu> gpu_;
+  std::vector<index_t> order_;
+};
+
+}  // namespace canopy

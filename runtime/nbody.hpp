@@ -1,0 +1,69 @@
+// Canopy's public API for Barnes-Hut gravity: the force on every body of an octree, on the GPU
+// (inspector -> sandpile -> lockstep executor) or on the CPU. Compiles with a plain C++
+// compiler.
+//
+//   canopy::Octree tree = canopy::Octree::build(xyz, mass, n);
+//   canopy::BarnesHut bh(tree);                 // uploads the tree once
+//   canopy::BhOptions opt;                      // theta 0.5, softening 0.01
+//   canopy::BhResult r = bh.run(opt);           // r.forces[3 i .. 3 i + 2]: body i
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "layouts/octree.hpp"
+#include "runtime/traversal.hpp"
+#include "scheduler/schedule.hpp"
+
+namespace canopy {
+
+// The octree's default top-tree depth: up to 8^3 = 512 top-leaves, as many as a binary tree
+// has at depth 10.
+constexpr int kDefaultOctreeDepth = 4;
+
+struct BhOptions : TraversalOptions {
+  float theta = 0.5f;       // opening angle: a cell of side s at distance d is opened when s >= theta d
+  float softening = 0.01f;  // epsilon, in the units of the positions: 1 / (d^2 + eps^2)^(3/2)
+};
+
+// G = 1. Each body's sum runs in the order its traversal meets the nodes, which no schedule,
+// executor or device changes: the forces are bitwise identical across all of them.
+struct BhResult : TraversalStats {
+  std::vector<float> forces;  // [bodies][3], original body order
+};
+
+namespace detail {
+class BhGpu;
+}
+
+// Holds an octree (which must outlive it), the bodies in their original order and, on the GPU,
+// the device copies. Not thread-safe: use one object per thread.
+class BarnesHut {
+ public:
+  explicit BarnesHut(const Octree& tree, Device device = Device::Auto);
+  ~BarnesHut();
+  BarnesHut(const BarnesHut&) = delete;
+  BarnesHut& operator=(const BarnesHut&) = delete;
+
+  Device device() const { return device_; }
+  const Octree& tree() const { return tree_; }
+
+  // Errors (canopy::Error): theta or softening negative or not finite, a depth outside
+  // 1..height, device gpu on a machine without one.
+  BhResult run(const BhOptions& options);
+
+ private:
+  struct Run;
+  void schedule_on_cpu(Run& r);
+  void schedule_on_gpu(Run& r);
+  void execute(Run& r);
+
+  const Octree& tree_;
+  Device device_;
+  std::vector<float> xyz_, mass_;  // original order
+  std::unique_ptr<detail::BhGpu> gpu_;
+  SandpileScheduler sandpile_;  // its workspace is reused from run to run
+  std::vector<index_t> order_;
+};
+
+}  // namespace canopy

@@ -1,0 +1,455 @@
+// Nearest neighbours (k = 1) and k nearest neighbours on the kd-tree, ball tree and vp-tree:
+// exact equality with brute force for every executor, schedule and device, the soundness of
+// guided scheduling, the guided inspector, and bad input.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "executor/cpu_executor.hpp"
+#include "gpu_trace.hpp"
+#include "inspector/inspector.hpp"
+#include "runtime/knn.hpp"
+#include "runtime/knn_visitor.hpp"
+#include "scheduler/guided.hpp"
+#include "test_util.hpp"
+
+namespace canopy {
+namespace {
+
+struct Neighbours {
+  std::vector<index_t> indices;
+  std::vector<float> distances;
+};
+
+// Every query against every point; the k smallest (squared distance, index), ascending.
+Neighbours brute_knn(const std::vector<float>& points, const std::vector<float>& queries, int dims, int k) {
+  const index_t n = static_cast<index_t>(points.size()) / dims, m = static_cast<index_t>(queries.size()) / dims;
+  Neighbours out;
+  std::vector<std::pair<float, index_t>> all(static_cast<std::size_t>(n));
+  for (index_t q = 0; q < m; ++q) {
+    for (index_t i = 0; i < n; ++i) all[i] = {test::ref_point_distance2(&queries[q * dims], &points[i * dims], dims), i};
+    std::partial_sort(all.begin(), all.begin() + k, all.end());
+    for (int j = 0; j < k; ++j) {
+      out.indices.push_back(all[j].second);
+      out.distances.push_back(std::sqrt(all[j].first));
+    }
+  }
+  return out;
+}
+
+template <class Tree>
+Tree build_tree(const std::vector<float>& points, int dims) {
+  return Tree::build(points.data(), static_cast<index_t>(points.size()) / dims, dims);
+}
+
+constexpr ExecutorKind kExecutors[] = {ExecutorKind::Independent, ExecutorKind::MaskLockstep, ExecutorKind::FsmLockstep};
+constexpr ScheduleKind kSchedules[] = {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::LeafSort};
+
+template <class Tree>
+void expect_all_variants_exact(const std::vector<float>& points, const std::vector<float>& queries, int dims, int k,
+                               Device device, int depth = 0) {
+  const Tree tree = build_tree<Tree>(points, dims);
+  const Neighbours ref = brute_knn(points, queries, dims, k);
+  NearestNeighbors nn(tree, device);
+  const index_t m = static_cast<index_t>(queries.size()) / dims;
+  for (ExecutorKind e : kExecutors) {
+    for (ScheduleKind s : kSchedules) {
+      KnnOptions opt;
+      opt.k = k;
+      opt.device = device;
+      opt.executor = e;
+      opt.schedule = s;
+      opt.depth = depth;
+      const KnnResult r = nn.run(queries.data(), m, opt);
+      ASSERT_EQ(r.indices, ref.indices) << to_string(nn.tree_kind()) << " dims " << dims << " k " << k << " "
+                                        << to_string(e) << " " << to_string(s) << " on " << to_string(r.device);
+      ASSERT_EQ(r.distances, ref.distances) << to_string(nn.tree_kind()) << " " << to_string(e) << " " << to_string(s);
+    }
+  }
+}
+
+// Queries: random points plus exact copies of tree points (distance 0, ties with duplicates).
+std::vector<float> make_queries(const std::vector<float>& points, int dims, index_t m, std::uint64_t seed) {
+  std::vector<float> q = test::random_points(m, dims, seed);
+  const index_t n = static_cast<index_t>(points.size()) / dims;
+  for (index_t i = 0; i < m; i += 5) std::copy_n(&points[(i * 7 % n) * dims], dims, &q[i * dims]);
+  return q;
+}
+
+template <class Tree>
+void exact_in_every_dimension(Device device) {
+  for (int dims : {2, 3, 7, 16}) {
+    const std::vector<float> points = test::clustered_points(1200, dims, 10 + dims);
+    const std::vector<float> queries = make_queries(points, dims, 200, 20 + dims);
+    for (int k : {1, 8, 64}) expect_all_variants_exact<Tree>(points, queries, dims, k, device);
+  }
+}
+
+TEST(KnnExact, KdTreeCpu) { exact_in_every_dimension<KdTree>(Device::Cpu); }
+TEST(KnnExact, BallTreeCpu) { exact_in_every_dimension<BallTree>(Device::Cpu); }
+TEST(KnnExact, VpTreeCpu) { exact_in_every_dimension<VpTree>(Device::Cpu); }
+TEST(KnnExact, KdTreeGpu) {
+  CANOPY_REQUIRE_GPU();
+  exact_in_every_dimension<KdTree>(Device::Gpu);
+}
+TEST(KnnExact, BallTreeGpu) {
+  CANOPY_REQUIRE_GPU();
+  exact_in_every_dimension<BallTree>(Device::Gpu);
+}
+TEST(KnnExact, VpTreeGpu) {
+  CANOPY_REQUIRE_GPU();
+  exact_in_every_dimension<VpTree>(Device::Gpu);
+}
+
+// The paper's NN setup on the real subsets: a seeded random half builds the tree, the other
+// half queries it.
+void split_halves(const PointSet& ps, std::vector<float>& build, std::vector<float>& query) {
+  std::mt19937_64 rng(5);
+  for (index_t i = 0; i < ps.size(); ++i) {
+    std::vector<float>& half = rng() & 1 ? query : build;
+    half.insert(half.end(), ps.data() + i * ps.dims, ps.data() + (i + 1) * ps.dims);
+  }
+}
+
+template <class Tree>
+void exact_on_real_data(Device device) {
+  for (auto [file, cols] : {std::pair<const char*, const char*>{"covtype_4k.csv", "0-6"}, {"cities_4k.csv", ""}}) {
+    const PointSet ps = test::real_points(file, cols);
+    std::vector<float> build, query;
+    split_halves(ps, build, query);
+    for (int k : {1, 8}) expect_all_variants_exact<Tree>(build, query, ps.dims, k, device);
+  }
+}
+
+TEST(KnnExact, RealSubsetsCpu) {
+  exact_on_real_data<KdTree>(Device::Cpu);
+  exact_on_real_data<BallTree>(Device::Cpu);
+  exact_on_real_data<VpTree>(Device::Cpu);
+}
+TEST(KnnExact, RealSubsetsGpu) {
+  CANOPY_REQUIRE_GPU();
+  exact_on_real_data<KdTree>(Device::Gpu);
+  exact_on_real_data<BallTree>(Device::Gpu);
+  exact_on_real_data<VpTree>(Device::Gpu);
+}
+
+// Every depth of the top-tree gives the same answer (the schedule changes, nothing else).
+TEST(KnnExact, EveryDepth) {
+  const std::vector<float> points = test::clustered_points(600, 3, 3);
+  const std::vector<float> queries = make_queries(points, 3, 150, 4);
+  const KdTree tree = build_tree<KdTree>(points, 3);
+  for (int d = 1; d <= tree.height(); ++d) {
+    expect_all_variants_exact<KdTree>(points, queries, 3, 4, Device::Cpu, d);
+    expect_all_variants_exact<VpTree>(points, queries, 3, 4, Device::Cpu, std::min(d, VpTree::build(points.data(), 600, 3).height()));
+  }
+}
+
+TEST(KnnDegenerate, IdenticalPointsLineOnePointDuplicateQueries) {
+  const Device devices[] = {Device::Cpu, Device::Gpu};
+  for (Device dev : devices) {
+    if (dev == Device::Gpu && !gpu_available()) continue;
+    // All points identical: every distance ties, the lowest indices win.
+    std::vector<float> same(300 * 3, 0.25f);
+    std::vector<float> q = test::random_points(40, 3, 9);
+    std::copy_n(same.begin(), 3, q.begin());
+    expect_all_variants_exact<KdTree>(same, q, 3, 8, dev);
+    expect_all_variants_exact<BallTree>(same, q, 3, 8, dev);
+    expect_all_variants_exact<VpTree>(same, q, 3, 8, dev);
+    // Points on a line in 7-d.
+    std::vector<float> line(500 * 7);
+    for (int i = 0; i < 500; ++i)
+      for (int d = 0; d < 7; ++d) line[i * 7 + d] = static_cast<float>(i % 97) / 97.0f * (d + 1) / 7.0f;
+    const std::vector<float> lq = make_queries(line, 7, 60, 10);
+    expect_all_variants_exact<KdTree>(line, lq, 7, 8, dev);
+    expect_all_variants_exact<BallTree>(line, lq, 7, 8, dev);
+    expect_all_variants_exact<VpTree>(line, lq, 7, 8, dev);
+    // One point: k = 1 only.
+    const std::vector<float> one = {0.5f, 0.5f};
+    const std::vector<float> oq = test::random_points(33, 2, 11);
+    expect_all_variants_exact<KdTree>(one, oq, 2, 1, dev);
+    expect_all_variants_exact<BallTree>(one, oq, 2, 1, dev);
+    expect_all_variants_exact<VpTree>(one, oq, 2, 1, dev);
+    // Duplicate queries get identical answers.
+    const std::vector<float> pts = test::random_points(400, 2, 12);
+    std::vector<float> dq;
+    for (int i = 0; i < 70; ++i) dq.insert(dq.end(), {0.3f, 0.7f});
+    expect_all_variants_exact<KdTree>(pts, dq, 2, 8, dev);
+    expect_all_variants_exact<VpTree>(pts, dq, 2, 8, dev);
+  }
+}
+
+// k equal to the number of points returns every point, sorted; a larger k is an error.
+TEST(KnnErrors, KAtAndBeyondTheTreeSize) {
+  const std::vector<float> points = test::random_points(50, 3, 13);
+  const std::vector<float> queries = test::random_points(10, 3, 14);
+  expect_all_variants_exact<KdTree>(points, queries, 3, 50, Device::Cpu);
+  expect_all_variants_exact<BallTree>(points, queries, 3, 50, Device::Cpu);
+  const KdTree tree = build_tree<KdTree>(points, 3);
+  NearestNeighbors nn(tree, Device::Cpu);
+  KnnOptions opt;
+  opt.k = 51;
+  try {
+    nn.run(queries.data(), 10, opt);
+    FAIL() << "k > n must be an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("k = 51 is outside 1..50"), std::string::npos) << e.what();
+  }
+  opt.k = 0;
+  EXPECT_THROW(nn.run(queries.data(), 10, opt), Error);
+}
+
+TEST(KnnErrors, BadQueriesDepthAndDevice) {
+  const std::vector<float> points = test::random_points(100, 2, 15);
+  const VpTree tree = build_tree<VpTree>(points, 2);
+  NearestNeighbors nn(tree, Device::Cpu);
+  KnnOptions opt;
+  opt.k = 3;
+  std::vector<float> q = {0.1f, 0.2f, NAN, 0.4f};
+  try {
+    nn.run(q.data(), 2, opt);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("query 1 has a non-finite coordinate"), std::string::npos) << e.what();
+  }
+  q[2] = 0.3f;
+  opt.depth = tree.height() + 1;
+  try {
+    nn.run(q.data(), 2, opt);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is deeper than the tree"), std::string::npos) << e.what();
+  }
+  opt.depth = 0;
+  opt.device = Device::Gpu;
+  EXPECT_THROW(nn.run(q.data(), 2, opt), Error);  // created for the CPU
+  EXPECT_TRUE(nn.run(q.data(), 0, KnnOptions{}).indices.empty());
+}
+
+// --- Soundness -------------------------------------------------------------------------------
+
+constexpr int kCapacity = 512;
+
+struct CpuTrace {
+  std::vector<node_id> trace;
+  std::vector<std::int32_t> lengths;
+  std::vector<float> dist;
+  std::vector<index_t> index;
+};
+
+template <class View, class Inner>
+CpuTrace trace_cpu(const View& view, const Inner& inner, index_t m, int k, const std::vector<index_t>& order,
+                   bool lockstep) {
+  CpuTrace t;
+  t.trace.assign(static_cast<std::size_t>(m) * kCapacity, 0);
+  t.lengths.assign(m, 0);
+  t.dist.assign(static_cast<std::size_t>(m) * k, 0);
+  t.index.assign(static_cast<std::size_t>(m) * k, 0);
+  TracingVisitor<Inner> v;
+  v.inner = inner;
+  v.inner.dist = t.dist.data();
+  v.inner.index = t.index.data();
+  v.trace = t.trace.data();
+  v.lengths = t.lengths.data();
+  v.capacity = kCapacity;
+  if (lockstep)
+    emulate_lockstep(view, v, order.empty() ? nullptr : order.data(), m, LockstepMode::Fsm);
+  else
+    execute_cpu(view, v, order.empty() ? nullptr : order.data(), m);
+  return t;
+}
+
+// The recursive traversal of the paper's Figure 1 with the query's own child order.
+template <class View, class V>
+void reference_visits(const View& tree, const V& v, typename V::State& s, node_id n, std::vector<node_id>& out) {
+  const bool go = v.descend(s, n);
+  out.push_back(go ? n : ~n);
+  if (!go) return;
+  if (tree.is_leaf(n)) {
+    v.leaf(s, n);
+    return;
+  }
+  const int first = v.first_child(s, n);
+  for (int i = 0; i < tree.child_count(n); ++i) reference_visits(tree, v, s, tree.child(n, visit_rank_child(first, i)), out);
+}
+
+template <class Tree>
+void guided_soundness(int dims) {
+  const std::vector<float> points = test::clustered_points(2000, dims, 30 + dims);
+  const std::vector<float> queries = make_queries(points, dims, 300, 31 + dims);
+  const index_t m = 300;
+  const int k = 8;
+  const Tree tree = build_tree<Tree>(points, dims);
+  const auto view = tree.view();
+  std::vector<float> dist(m * k);
+  std::vector<index_t> index(m * k);
+  dispatch_dims(dims, [&](auto md) {
+    const auto v = make_knn_visitor<decltype(md)::value>(view, queries.data(), k, dist.data(), index.data());
+    // Schedules: input, reversed, random, guided, greedy-leaf sorted.
+    std::vector<std::vector<index_t>> orders(5, std::vector<index_t>(m));
+    std::iota(orders[0].begin(), orders[0].end(), 0);
+    std::reverse_copy(orders[0].begin(), orders[0].end(), orders[1].begin());
+    orders[2] = orders[0];
+    std::shuffle(orders[2].begin(), orders[2].end(), std::mt19937_64(3));
+    const TopTree top = TopTree::build(view, std::min(6, view.height));
+    const GuidedMatrix gm = inspect_cpu_guided(view, top.view(), v, m);
+    orders[3] = guided_schedule(gm.view(), top.parents().data()).order;
+    std::vector<std::int64_t> keys(m);
+    for (index_t i = 0; i < m; ++i) keys[i] = greedy_leaf(view, v, i);
+    orders[4] = sort_by_key(keys.data(), m).order;
+
+    const CpuTrace base = trace_cpu(view, v, m, k, {}, false);
+    for (index_t q = 0; q < m; ++q) {
+      std::vector<node_id> ref;
+      auto s = v.init(q);
+      reference_visits(view, v, s, 0, ref);
+      ASSERT_EQ(base.lengths[q], static_cast<std::int32_t>(ref.size()));
+      ASSERT_TRUE(std::equal(ref.begin(), ref.end(), base.trace.begin() + q * kCapacity)) << "query " << q;
+    }
+    const Neighbours bf = brute_knn(points, queries, dims, k);
+    for (const auto& order : orders) {
+      const CpuTrace t = trace_cpu(view, v, m, k, order, false);
+      EXPECT_EQ(t.trace, base.trace) << "independent executor: visits depend on the schedule";
+      EXPECT_EQ(t.lengths, base.lengths);
+      EXPECT_EQ(t.index, bf.indices);
+      // Lockstep: the vote may reorder a query's visits, never change its result.
+      const CpuTrace l = trace_cpu(view, v, m, k, order, true);
+      EXPECT_EQ(l.index, bf.indices);
+      if (gpu_available()) {
+        const test::KnnTraced g = test::run_traced_knn_gpu(tree, queries, k, order, ExecutorKind::Independent, kCapacity);
+        EXPECT_EQ(g.trace, base.trace) << "GPU independent executor visits differ from the CPU";
+        EXPECT_EQ(g.lengths, base.lengths);
+        EXPECT_EQ(g.indices, bf.indices);
+        for (ExecutorKind e : {ExecutorKind::MaskLockstep, ExecutorKind::FsmLockstep}) {
+          const test::KnnTraced gl = test::run_traced_knn_gpu(tree, queries, k, order, e, kCapacity);
+          EXPECT_EQ(gl.indices, bf.indices);
+          EXPECT_EQ(gl.distances, bf.distances);
+          // The GPU warp takes the same votes as the emulator: the same visits, the same counts.
+          TracingVisitor<std::decay_t<decltype(v)>> tv;
+          std::vector<node_id> tr(static_cast<std::size_t>(m) * kCapacity);
+          std::vector<std::int32_t> ln(m);
+          tv.inner = v;
+          tv.trace = tr.data();
+          tv.lengths = ln.data();
+          tv.capacity = kCapacity;
+          const std::vector<index_t> emu = emulate_lockstep(view, tv, order.data(), m, lockstep_mode(e));
+          EXPECT_EQ(gl.warp_nodes, emu) << to_string(e);
+          EXPECT_EQ(gl.trace, tr) << to_string(e);
+        }
+      }
+    }
+  });
+}
+
+TEST(KnnSoundness, KdTree) {
+  guided_soundness<KdTree>(2);
+  guided_soundness<KdTree>(7);
+}
+TEST(KnnSoundness, BallTree) {
+  guided_soundness<BallTree>(2);
+  guided_soundness<BallTree>(7);
+}
+TEST(KnnSoundness, VpTree) {
+  guided_soundness<VpTree>(2);
+  guided_soundness<VpTree>(7);
+}
+
+// --- The guided inspector --------------------------------------------------------------------
+
+// The paper's Figure 5 written recursively: the top-leaves in the query's own visit order,
+// and at each one the probe down the preferred path to a leaf.
+template <class View, class V>
+void reference_row(const View& tree, const TopTreeView& top, const V& v, typename V::State& s, node_id n, int depth,
+                   std::vector<std::int32_t>& row) {
+  if (!v.descend(s, n)) return;
+  if (depth == top.depth - 1 || tree.is_leaf(n)) {
+    row.push_back(static_cast<std::int32_t>(top.column(n)));
+    node_id p = n;
+    bool reached = true;
+    while (!tree.is_leaf(p)) {
+      p = tree.child(p, v.first_child(s, p));
+      if (!v.descend(s, p)) {
+        reached = false;
+        break;
+      }
+    }
+    if (reached) v.leaf(s, p);
+    return;
+  }
+  const int first = v.first_child(s, n);
+  for (int i = 0; i < tree.child_count(n); ++i)
+    reference_row(tree, top, v, s, tree.child(n, visit_rank_child(first, i)), depth + 1, row);
+}
+
+template <class Tree>
+void guided_inspector_rows(int dims) {
+  const std::vector<float> points = test::clustered_points(3000, dims, 40 + dims);
+  const std::vector<float> queries = make_queries(points, dims, 400, 41 + dims);
+  const index_t m = 400;
+  const int k = 4;
+  const Tree tree = build_tree<Tree>(points, dims);
+  const auto view = tree.view();
+  std::vector<float> dist(m * k);
+  std::vector<index_t> index(m * k);
+  dispatch_dims(dims, [&](auto md) {
+    const auto v = make_knn_visitor<decltype(md)::value>(view, queries.data(), k, dist.data(), index.data());
+    for (int depth : {1, 4, 7}) {
+      const TopTree top = TopTree::build(view, depth);
+      const GuidedMatrix gm = inspect_cpu_guided(view, top.view(), v, m);
+      index_t longest = 0;
+      for (index_t q = 0; q < m; ++q) {
+        std::vector<std::int32_t> row;
+        auto s = v.init(q);
+        reference_row(view, top.view(), v, s, 0, 0, row);
+        ASSERT_EQ(gm.view().length(q), static_cast<index_t>(row.size())) << "query " << q << " depth " << depth;
+        ASSERT_TRUE(std::equal(row.begin(), row.end(), gm.view().row(q)));
+        std::vector<std::int32_t> sorted = row;
+        std::sort(sorted.begin(), sorted.end());
+        EXPECT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) << "a top-leaf twice";
+        longest = std::max<index_t>(longest, row.size());
+      }
+      if (gpu_available()) {
+        const test::GuidedRows g = test::guided_matrix_gpu(tree, queries, k, depth);
+        ASSERT_EQ(g.width, longest) << "only the longest row's width crosses to the host";
+        for (index_t q = 0; q < m; ++q)
+          for (index_t c = 0; c < longest; ++c)
+            ASSERT_EQ(g.view().row(q)[c], gm.view().row(q)[c]) << "query " << q << " entry " << c;
+      }
+    }
+  });
+}
+
+TEST(GuidedInspector, RowsAreTheVisitOrderOfTopLeaves) {
+  guided_inspector_rows<KdTree>(2);
+  guided_inspector_rows<KdTree>(7);
+  guided_inspector_rows<BallTree>(7);
+  guided_inspector_rows<VpTree>(2);
+}
+
+// The guided schedule groups queries that walk alike: fewer nodes per lockstep warp than a
+// random order, on every tree.
+TEST(KnnSchedule, GuidedScheduleBeatsRandomOrder) {
+  const std::vector<float> points = test::random_points(20000, 3, 50);
+  std::vector<float> queries = test::random_points(8000, 3, 51);
+  auto check = [&](const auto& tree) {
+    NearestNeighbors nn(tree, Device::Cpu);
+    KnnOptions opt;
+    opt.k = 8;
+    opt.device = Device::Cpu;
+    opt.count_nodes = true;
+    opt.schedule = ScheduleKind::InputOrder;
+    const double input = nn.run(queries.data(), 8000, opt).nodes_per_warp();
+    opt.schedule = ScheduleKind::Hybrid;
+    const double hybrid = nn.run(queries.data(), 8000, opt).nodes_per_warp();
+    EXPECT_LT(hybrid * 2, input) << to_string(nn.tree_kind()) << ": " << hybrid << " vs " << input;
+  };
+  check(build_tree<KdTree>(points, 3));
+  check(build_tree<BallTree>(points, 3));
+  check(build_tree<VpTree>(points, 3));
+}
+
+}  // namespace
+}  // namespace canopy
