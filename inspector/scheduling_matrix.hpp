@@ -49,17 +49,20 @@ namespace canopy {
 // The scheduling matrix of a guided traversal (the paper's Figure 5): row r lists the columns
 // (top-tree leaves) query r reached, in the order it visited them, and ends at the first
 // kRowEnd or after `width` entries. A traversal reaches each top-leaf at most once, so the
-// full width is the number of top-leaves; a copy may keep only the first `width` entries when
-// no row is longer.
+// full width is the number of top-leaves. Nearest-neighbour rows are short, so the GPU packs
+// them (each row then its kRowEnd, back to back, with row offsets) before the copy to the host.
 constexpr std::int32_t kRowEnd = -1;
 
 struct GuidedMatrixView {
-  const std::int32_t* entries = nullptr;  // [rows][width]
+  const std::int32_t* entries = nullptr;  // [rows][width], or packed rows (see offsets)
   index_t rows = 0;
   index_t cols = 0;   // top-tree leaves
-  index_t width = 0;  // entries stored per row (<= cols)
+  index_t width = 0;  // entries stored per row (<= cols + 1)
+  // Packed form (what crosses PCIe): row r starts at entries + offsets[r] and ends with a
+  // kRowEnd before `width` entries; null for the rectangular form.
+  const index_t* offsets = nullptr;
 
-  const std::int32_t* row(index_t r) const { return entries + r * width; }
+  const std::int32_t* row(index_t r) const { return entries + (offsets ? offsets[r] : r * width); }
   index_t length(index_t r) const {
     const std::int32_t* e = row(r);
     index_t n = 0;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include <memory>
 #include <vector>
@@ -121,29 +122,44 @@ class GpuTraversal {
     return stop_.since(start_);
   }
 
-  // Guided inspector + copy of the rows into pinned host memory. Only the first `longest row`
-  // entries of each row cross PCIe (a 2-d copy): nearest-neighbour rows are short.
+  // Guided inspector + copy of the rows into pinned host memory, packed: nearest-neighbour
+  // rows are short, so only their entries (and one offset per row) cross PCIe.
   template <class Topology, class Visitor>
   GuidedMatrixView inspect_guided_to_host(const Topology& tree, const TopTree& top, const Visitor& v, double* ms) {
     const TopTreeView dtop = upload_top(top);
-    guided_.reserve(static_cast<std::size_t>(cols_ * n_), "the guided scheduling matrix");
+    const std::size_t n = static_cast<std::size_t>(n_);
+    guided_.reserve(static_cast<std::size_t>(cols_) * n, "the guided scheduling matrix");
+    sizes_.reserve(n + 1, "the guided row sizes");
+    offsets_.reserve(n + 1, "the guided row offsets");
     max_len_.reserve(1, "the longest-row counter");
+    std::size_t scan_bytes = 0;
+    CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, sizes_.get(), offsets_.get(), n + 1, stream()));
+    sort_temp_.reserve(scan_bytes, "the row-offset scan scratch space");
+    host_offsets_.reserve(n + 1);
     start_.record(stream());
     CANOPY_CUDA_CHECK(cudaMemsetAsync(max_len_.get(), 0, sizeof(unsigned long long), stream()));
-    gpu::launch_guided_inspector(tree, dtop, v, n_, guided_.get(), max_len_.get(), stream());
+    CANOPY_CUDA_CHECK(cudaMemsetAsync(sizes_.get() + n, 0, sizeof(index_t), stream()));
+    gpu::launch_guided_inspector(tree, dtop, v, n_, guided_.get(), sizes_.get(), max_len_.get(), stream());
+    CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(sort_temp_.get(), scan_bytes, sizes_.get(), offsets_.get(), n + 1,
+                                                    stream()));
+    copy_to_host(host_offsets_.get(), offsets_.get(), n + 1, stream());
     unsigned long long longest = 0;
     copy_to_host(&longest, max_len_.get(), 1, stream());
     stream_.sync();
-    const index_t width = static_cast<index_t>(std::min<unsigned long long>(longest, static_cast<unsigned long long>(cols_)));
-    if (width > 0) {
-      host_guided_.reserve(static_cast<std::size_t>(width * n_));
-      CANOPY_CUDA_CHECK(cudaMemcpy2DAsync(host_guided_.get(), width * sizeof(std::int32_t), guided_.get(),
-                                          cols_ * sizeof(std::int32_t), width * sizeof(std::int32_t),
-                                          static_cast<std::size_t>(n_), cudaMemcpyDeviceToHost, stream()));
-    }
+    const index_t total = host_offsets_.get()[n];
+    packed_.reserve(static_cast<std::size_t>(total), "the packed guided rows");
+    host_guided_.reserve(static_cast<std::size_t>(total));
+    gpu::launch_pack_guided_rows(guided_.get(), cols_, n_, offsets_.get(), packed_.get(), stream());
+    copy_to_host(host_guided_.get(), packed_.get(), static_cast<std::size_t>(total), stream());
     stop_.record(stream());
     *ms = stop_.since(start_);
-    return {host_guided_.get(), n_, cols_, width};
+    GuidedMatrixView m;
+    m.entries = host_guided_.get();
+    m.rows = n_;
+    m.cols = cols_;
+    m.width = static_cast<index_t>(longest) + 1;
+    m.offsets = host_offsets_.get();
+    return m;
   }
 
   // Pinned host memory for a schedule; upload_order() sends it to the device.
@@ -232,7 +248,9 @@ class GpuTraversal {
   DeviceSandpile sandpile_;
   DeviceBuffer<node_id> top_leaves_;
   DeviceBuffer<std::uint64_t> bits_, keys_in_, keys_out_;
-  DeviceBuffer<std::int32_t> guided_;
+  DeviceBuffer<std::int32_t> guided_, packed_;
+  DeviceBuffer<index_t> sizes_, offsets_;
+  PinnedBuffer<index_t> host_offsets_;
   DeviceBuffer<unsigned long long> max_len_;
   DeviceBuffer<index_t> order_, ids_, warp_nodes_;
   DeviceBuffer<unsigned char> sort_temp_;

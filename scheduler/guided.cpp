@@ -71,7 +71,8 @@ class KeyTable {
 
   // The slot of key k, or -1 when it would be one distinct key too many.
   int find_or_add(std::uint64_t k) {
-    std::uint64_t h = (k * 0x9E3779B97F4A7C15ull) >> shift_;
+    // Keys keep their columns in the top bits; fold them down before the multiplicative hash.
+    std::uint64_t h = ((k ^ (k >> 31)) * 0x9E3779B97F4A7C15ull) >> shift_;
     for (;;) {
       const int s = table_[h];
       if (s < 0) {
@@ -140,15 +141,16 @@ void copy_range(const T* from, T* to, index_t n, bool parallel) {
 // Entries past the window come from the matrix.
 //
 // Key at cursor p: compares as the steps at p do among queries with one row prefix, which is
-// all it needs. Inside the window: the step's fields, its first flag cleared (every further
-// flag is set), then zero fields; past the window: the first column, then each further column
+// all it needs. Inside the window: the step's fields (the first flag clear, every further
+// one set), then zero fields; past the window: the first column, then each further column
 // c as c + 1, then zero fields, in `bits`-bit fields; at p = 0: the first column. A step
 // longer than the key (here at most `head(p)` columns) is flagged long and ties are broken from
-// the rows. No key equals kEnded: the top bit is clear or the first field is below its maximum.
+// the rows. No key equals kEnded: its top bit is clear or its first field is below its maximum.
 //
 // The hot loops work on a local copy, so that their stores do not make the compiler reload it.
 struct StepReader {
   const std::int32_t* entries;
+  const index_t* offsets;  // packed rows (see GuidedMatrixView), or null
   index_t width, cols;
   const node_id* parent;
   int bits = 1;        // a column
@@ -161,7 +163,7 @@ struct StepReader {
   static constexpr std::uint64_t kTop = std::uint64_t{1} << 63;
 
   StepReader(const GuidedMatrixView& m, const node_id* column_parent)
-      : entries(m.entries), width(m.width), cols(m.cols), parent(column_parent) {
+      : entries(m.entries), offsets(m.offsets), width(m.width), cols(m.cols), parent(column_parent) {
     const index_t largest = std::min<index_t>(cols, INT32_MAX);
     while ((index_t{1} << bits) <= largest) ++bits;
     field = bits + 1;
@@ -171,7 +173,7 @@ struct StepReader {
     for (index_t i = 1; i < window; ++i) flags |= kTop >> (field * i);
   }
 
-  const std::int32_t* row(index_t q) const { return entries + q * width; }
+  const std::int32_t* row(index_t q) const { return entries + (offsets ? offsets[q] : q * width); }
 
   std::int32_t column(const std::int32_t* e, index_t q, index_t j) const {
     const std::int32_t c = e[j];
@@ -220,15 +222,18 @@ struct StepReader {
 
   // Key of query q (window w) at cursor p.
   std::uint64_t key(index_t q, std::uint64_t w, index_t p, bool& is_long) const {
-    if (p >= 1 && p <= window) {
-      std::uint64_t x = w << (field * (p - 1));
-      if ((x >> (64 - field)) == 0) return kEnded;
-      x &= ~kTop;
-      const std::uint64_t stop = ~x & flags;
-      const index_t s = stop ? __builtin_clzll(stop) / field : window - (p - 1);
-      if (p - 1 + s == window && continues(q, w, window + 1, parent[entry(q, w, window)])) is_long = true;
-      return x & ~((std::uint64_t{1} << (64 - field * s)) - 1) ;
-    }
+    if (p < 1 || p > window) return key_from_matrix(q, w, p, is_long);
+    const std::uint64_t x = w << (field * (p - 1));
+    if ((x >> (64 - field)) == 0) return kEnded;
+    // The step's first flag is clear: entry 1's is packed clear, and at any later cursor the
+    // previous step would have gone on had its parent been the same.
+    const std::uint64_t stop = ~x & flags;
+    const index_t s = stop ? __builtin_clzll(stop) / field : window - (p - 1);
+    if (p - 1 + s == window && continues(q, w, window + 1, parent[entry(q, w, window)])) is_long = true;
+    return x & ~((std::uint64_t{1} << (64 - field * s)) - 1);
+  }
+
+  __attribute__((noinline)) std::uint64_t key_from_matrix(index_t q, std::uint64_t w, index_t p, bool& is_long) const {
     const std::int32_t* e = row(q);
     if (p >= width || e[p] == kRowEnd) return kEnded;
     const std::int32_t c0 = column(e, q, p);
@@ -320,9 +325,9 @@ class GuidedSorter {
     if (starts_) starts_[off] = 1;
   }
 
-  // Level 0: a stable counting sort of all rows by their first column (ended rows last),
-  // which also packs each row's window while the rows are read in order. Small buckets are
-  // final; the others go to `big`.
+  // Level 0: a stable counting sort of all rows by their first column (ended rows last). The
+  // one pass over the matrix also packs each row's window (into tmp_win_, by row, with the
+  // first column in tmp_idx_) for the scatter. Small buckets are final; the others go to `big`.
   void split_first_level(std::vector<Child>& big) {
     const index_t rows = m_.rows, cols = m_.cols;
     const index_t radix = cols + 1;  // key `cols`: ended
@@ -334,8 +339,15 @@ class GuidedSorter {
     };
     for_chunks(rows, chunks, [&](index_t ch, index_t b, index_t e) {
       const StepReader rd = rd_;
+      index_t* first = tmp_idx_;
+      std::uint64_t* packed = tmp_win_;
       index_t* h = hist.data() + ch * radix;
-      for (index_t r = b; r < e; ++r) ++h[first_key(rd, r)];
+      for (index_t r = b; r < e; ++r) {
+        const index_t k = first_key(rd, r);
+        ++h[k];
+        first[r] = k;
+        packed[r] = rd.pack_window(r);
+      }
     });
     index_t sum = 0;
     for (index_t k = 0; k < radix; ++k) {
@@ -351,14 +363,15 @@ class GuidedSorter {
       else big.push_back({begin, n, false});
     }
     for_chunks(rows, chunks, [&](index_t ch, index_t b, index_t e) {
-      const StepReader rd = rd_;
+      const index_t* first = tmp_idx_;
+      const std::uint64_t* packed = tmp_win_;
       index_t* order = order_;
       std::uint64_t* win = win_;
       index_t* h = hist.data() + ch * radix;
       for (index_t r = b; r < e; ++r) {
-        const index_t dest = h[first_key(rd, r)]++;
+        const index_t dest = h[first[r]]++;
         order[dest] = r;
-        win[dest] = rd.pack_window(r);
+        win[dest] = packed[r];
       }
     });
   }
@@ -399,8 +412,9 @@ class GuidedSorter {
   }
 
   // Stable sort of the bucket at positions [off, off + n) by key at p; its sub-buckets, in
-  // order, into `children`. One pass finds each query's key slot, a second scatters.
-  void split(index_t off, index_t n, index_t p, Children& children) {
+  // order, into `children`. One pass finds each query's key slot, a second scatters. Not
+  // inlined: its tables stay off the frames of the recursion.
+  __attribute__((noinline)) void split(index_t off, index_t n, index_t p, Children& children) {
     const bool parallel = n >= kParallelRange;
     const index_t chunks = chunks_for(n, parallel);
     std::uint8_t* slot = slot_ + off;
@@ -451,7 +465,8 @@ class GuidedSorter {
     }
 
     if (overflow.load()) {
-      comparison_sort(off, n, p, parallel, children);
+      // The first pass stopped early, maybe before a long step.
+      if (comparison_sort(off, n, p, parallel, children)) long_seen.store(true);
     } else if (d == 1) {
       children.push({off, n, sorted[0] == kEnded});
     } else {
@@ -463,7 +478,8 @@ class GuidedSorter {
         std::int16_t* map = slot_of + ch * kMaxDistinct;
         const KeyTable& t = tables[ch];
         std::fill(map, map + d, std::int16_t{-1});
-        for (int j = 0; j < t.d; ++j) map[std::lower_bound(sorted, sorted + d, t.keys[j]) - sorted] = static_cast<std::int16_t>(j);
+        for (int j = 0; j < t.d; ++j)
+          map[std::lower_bound(sorted, sorted + d, t.keys[j]) - sorted] = static_cast<std::int16_t>(j);
       }
       // Positions: by key, then by chunk, which keeps the order within a key.
       index_t sum = 0;
@@ -496,10 +512,10 @@ class GuidedSorter {
   }
 
   // Too many distinct keys for the counting sort: sort (key, position) pairs, which orders
-  // equal keys by position, i.e. stably.
-  void comparison_sort(index_t off, index_t n, index_t p, bool parallel, Children& children) {
+  // equal keys by position, i.e. stably. Returns whether some step was long.
+  bool comparison_sort(index_t off, index_t n, index_t p, bool parallel, Children& children) {
     std::vector<std::pair<std::uint64_t, index_t>> kv(static_cast<std::size_t>(n));
-    bool is_long = false;  // found again by the caller
+    bool is_long = false;
     for (index_t i = 0; i < n; ++i) kv[i] = {rd_.key(order_[off + i], win_[off + i], p, is_long), i};
     if (parallel) tbb::parallel_sort(kv.begin(), kv.end());
     else std::sort(kv.begin(), kv.end());
@@ -518,6 +534,7 @@ class GuidedSorter {
         begin = i + 1;
       }
     }
+    return is_long;
   }
 
   // Sub-buckets whose steps only agree on their first head(p) columns: a stable sort by the

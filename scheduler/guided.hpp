@@ -26,8 +26,14 @@
 // A final bucket with more than max_bucket queries therefore holds queries with identical
 // rows (all ended at once).
 //
-// Errors: an entry read by the algorithm that is neither kRowEnd nor a column in [0, cols),
-// max_bucket < 1, or a null column_parent with cols > 0, throw canopy::Error.
+// Every entry before a row's end must be a column in [0, cols). An entry that the algorithm
+// reads and that is not throws canopy::Error (the implementation reads each row's first
+// entries whenever rows > max_bucket); so do max_bucket < 1 and a null column_parent with
+// cols > 0.
+//
+// Scratch memory (about 26 bytes per row) is kept per calling thread and reused by its later
+// calls: on the host, between two GPU kernels, page faults on fresh buffers cost about as much
+// as the scheduling itself.
 #pragma once
 
 #include <vector>

@@ -154,7 +154,8 @@ GuidedRows guided_rows(const Tree& tree, const std::vector<float>& queries, int 
     double ms = 0;
     const GuidedMatrixView m = g.inspect_guided_to_host(
         view, top, make_knn_visitor<decltype(md)::value>(view, dq.get(), k, dist.get(), index.get()), &ms);
-    out.entries.assign(m.entries, m.entries + m.rows * m.width);
+    out.offsets.assign(m.offsets, m.offsets + m.rows + 1);
+    out.entries.assign(m.entries, m.entries + out.offsets.back());
     out.rows = m.rows;
     out.cols = m.cols;
     out.width = m.width;

@@ -47,11 +47,12 @@ KnnTraced run_traced_knn_gpu(const BallTree& tree, const std::vector<float>& que
 KnnTraced run_traced_knn_gpu(const VpTree& tree, const std::vector<float>& queries, int k,
                              const std::vector<index_t>& order, ExecutorKind kind, int capacity);
 
-// The GPU guided inspector's matrix as it reaches the host (only the longest row's width).
+// The GPU guided inspector's matrix as it reaches the host (packed rows and their offsets).
 struct GuidedRows {
   std::vector<std::int32_t> entries;
+  std::vector<index_t> offsets;
   index_t rows = 0, cols = 0, width = 0;
-  GuidedMatrixView view() const { return {entries.data(), rows, cols, width}; }
+  GuidedMatrixView view() const { return {entries.data(), rows, cols, width, offsets.data()}; }
 };
 GuidedRows guided_matrix_gpu(const KdTree& tree, const std::vector<float>& queries, int k, int depth);
 GuidedRows guided_matrix_gpu(const BallTree& tree, const std::vector<float>& queries, int k, int depth);

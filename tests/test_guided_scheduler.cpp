@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
 #include "inspector/scheduling_matrix.hpp"
@@ -253,7 +254,8 @@ TEST(GuidedScheduler, EqualsReferenceOnRandomRows) {
     for (index_t rows : {1, 2, 31, 32, 33, 100, 1000, 6000})
       for (index_t max_len : {2, 5, 12}) {
         const index_t width = std::min(cols, max_len + 3);
-        expect_equals_reference(traversal_rows(rows, cols, width, max_len, 2, seed++), kGuidedBucketLimit, rows <= 1000);
+        expect_equals_reference(traversal_rows(rows, cols, width, max_len, 2, seed++), kGuidedBucketLimit,
+                                rows <= 1000);
       }
   for (index_t rows : {500, 5000})
     for (index_t max_bucket : {1, 4, 32}) {
@@ -332,7 +334,8 @@ TEST(GuidedScheduler, RowsEndingAtDifferentPoints) {
   for (std::size_t b = 0; b + 1 < s.bucket_offsets.size(); ++b) {
     const index_t len = in.view().length(s.order[s.bucket_offsets[b]]);
     lengths.push_back(len);
-    for (index_t i = s.bucket_offsets[b]; i < s.bucket_offsets[b + 1]; ++i) EXPECT_EQ(in.view().length(s.order[i]), len);
+    for (index_t i = s.bucket_offsets[b]; i < s.bucket_offsets[b + 1]; ++i)
+      EXPECT_EQ(in.view().length(s.order[i]), len);
   }
   EXPECT_EQ(lengths, (std::vector<index_t>{3, 5, 7, 9, 10, 8, 6, 4, 2, 1, 0}));
   expect_equals_reference(in);
@@ -388,9 +391,24 @@ TEST(GuidedScheduler, ManyRowsFewFirstLeaves) {
   for (index_t rows : {5000, 40000}) {
     std::mt19937_64 rng(rows);
     std::vector<std::vector<std::int32_t>> all(static_cast<std::size_t>(rows));
-    for (auto& row : all) row = {0, static_cast<std::int32_t>(2 + rng() % 4000), static_cast<std::int32_t>(rng() % 4096)};
+    for (auto& row : all)
+      row = {0, static_cast<std::int32_t>(2 + rng() % 4000), static_cast<std::int32_t>(rng() % 4096)};
     expect_equals_reference(with_rows(4096, 3, all));
   }
+}
+
+TEST(GuidedScheduler, ManyDistinctStepsThenLongOnes) {
+  // A bucket with more distinct steps than the counting sort takes, whose long steps (8
+  // siblings; 4096 columns leave room for 4 in a key) come only after the others.
+  std::vector<std::vector<std::int32_t>> all;
+  for (std::int32_t i = 0; i < 3000; ++i) all.push_back({0, 16 + 8 * (i % 500)});
+  for (std::int32_t i = 0; i < 300; ++i) {
+    std::vector<std::int32_t> row{0, 8, 9, 10, 11, 12, 13, 14, 15};
+    if (i % 2) std::swap(row[7], row[8]);
+    if (i % 3 == 0) row.pop_back();
+    all.push_back(row);
+  }
+  for (index_t max_bucket : {1, 32}) expect_equals_reference(with_rows(4096, 10, all, 8), max_bucket);
 }
 
 TEST(GuidedScheduler, OctreeLikeSiblingGroups) {
@@ -420,6 +438,59 @@ TEST(GuidedScheduler, OctreeLikeSiblingGroups) {
   for (index_t cols : {64, 4096}) {
     expect_equals_reference(with_rows(cols, 13, all, 8));
     expect_equals_reference(with_rows(cols, 13, all, 8), 1);
+  }
+}
+
+TEST(GuidedScheduler, StepsAcrossTheWindowEdge) {
+  // A group of 8 siblings (columns 8..15, in one of a few orders, some cut short) after the
+  // first leaf 0 and k single leaves of other groups: as k varies the group's step starts at
+  // every position, so it lies inside the implementation's packed copy of the row's first
+  // entries, straddles its end, or lies past it. Queries with equal steps up to the edge and
+  // different ones after it must still be told apart.
+  const std::vector<std::vector<std::int32_t>> groups{{8, 9, 10, 11, 12, 13, 14, 15},
+                                                      {8, 9, 10, 11, 12, 13, 14},
+                                                      {8, 9, 10, 11, 12, 13, 15, 14},
+                                                      {8, 9, 10, 11, 12, 13, 15},
+                                                      {8, 9, 10, 11, 12},
+                                                      {9, 8, 10, 11, 12, 13, 14, 15}};
+  for (index_t cols : {64, 128, 4096}) {
+    const index_t max_k = std::min<index_t>(cols / 8 - 2, 10);
+    std::mt19937_64 rng(static_cast<std::uint64_t>(cols));
+    std::vector<std::vector<std::int32_t>> all(3000);
+    for (auto& row : all) {
+      const index_t k = static_cast<index_t>(rng() % static_cast<std::uint64_t>(max_k + 1));
+      row = {0};
+      for (index_t i = 0; i < k; ++i) row.push_back(static_cast<std::int32_t>(16 + 8 * i));
+      const auto& g = groups[rng() % groups.size()];
+      row.insert(row.end(), g.begin(), g.end());
+      if (rng() % 3 == 0) row.push_back(static_cast<std::int32_t>(16 + 8 * (rng() % max_k)));
+    }
+    for (index_t max_bucket : {1, 32}) expect_equals_reference(with_rows(cols, 20, all, 8), max_bucket);
+  }
+}
+
+TEST(GuidedScheduler, ConcurrentAndRepeatedCalls) {
+  // Calls from many tasks at once (each thread keeps its own scratch; a call nested in another
+  // on one thread by work stealing takes fresh scratch), and calls of growing and shrinking
+  // sizes on one thread.
+  std::vector<Input> inputs;
+  for (index_t i = 0; i < 8; ++i)
+    inputs.push_back(clustered_rows(i % 2 ? 40000 : 3000, 128, 12, 3 + i, 2, 900 + static_cast<std::uint64_t>(i)));
+  std::vector<Schedule> expected;
+  for (const Input& in : inputs)
+    expected.push_back(reference_schedule(in.view(), in.parent.data(), kGuidedBucketLimit));
+  std::vector<Schedule> got(inputs.size());
+  tbb::parallel_for(std::size_t{0}, inputs.size(), [&](std::size_t i) {
+    got[i] = guided_schedule(inputs[i].view(), inputs[i].parent.data());
+  });
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    EXPECT_EQ(got[i].order, expected[i].order) << i;
+    EXPECT_EQ(got[i].bucket_offsets, expected[i].bucket_offsets) << i;
+  }
+  for (std::size_t i : {1u, 0u, 3u, 2u}) {
+    const Schedule s = guided_schedule(inputs[i].view(), inputs[i].parent.data());
+    EXPECT_EQ(s.order, expected[i].order) << i;
+    EXPECT_EQ(s.bucket_offsets, expected[i].bucket_offsets) << i;
   }
 }
 

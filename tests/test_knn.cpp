@@ -413,10 +413,19 @@ void guided_inspector_rows(int dims) {
       }
       if (gpu_available()) {
         const test::GuidedRows g = test::guided_matrix_gpu(tree, queries, k, depth);
-        ASSERT_EQ(g.width, longest) << "only the longest row's width crosses to the host";
-        for (index_t q = 0; q < m; ++q)
-          for (index_t c = 0; c < longest; ++c)
+        ASSERT_EQ(g.width, longest + 1) << "packed rows: the longest row and its end marker";
+        for (index_t q = 0; q < m; ++q) {
+          const index_t len = gm.view().length(q);
+          ASSERT_EQ(g.view().length(q), len) << "query " << q;
+          ASSERT_EQ(g.offsets[q + 1] - g.offsets[q], len + 1) << "rows are packed back to back";
+          for (index_t c = 0; c < len; ++c)
             ASSERT_EQ(g.view().row(q)[c], gm.view().row(q)[c]) << "query " << q << " entry " << c;
+        }
+        // The scheduler gives the same schedule from the packed rows as from the full matrix.
+        const Schedule a = guided_schedule(g.view(), top.parents().data());
+        const Schedule b = guided_schedule(gm.view(), top.parents().data());
+        EXPECT_EQ(a.order, b.order);
+        EXPECT_EQ(a.bucket_offsets, b.bucket_offsets);
       }
     }
   });
