@@ -18,8 +18,9 @@ constexpr Variant kVariants[] = {
     {"fsm-lockstep-sorted", ExecutorKind::FsmLockstep, ScheduleKind::LeafSort},
     {"hybrid", ExecutorKind::FsmLockstep, ScheduleKind::Hybrid},
     {"independent-hybrid", ExecutorKind::Independent, ScheduleKind::Hybrid},
-    // The same schedule with the sandpile on the GPU: no matrix or order crosses PCIe.
+    // The same schedule with the scheduler on the GPU: no matrix or order crosses PCIe.
     {"hybrid-gpu-sandpile", ExecutorKind::FsmLockstep, ScheduleKind::HybridDevice},
+    {"hybrid-gpu-buckets", ExecutorKind::FsmLockstep, ScheduleKind::HybridDevice},
 };
 
 bool is_lockstep(ExecutorKind k) { return k != ExecutorKind::Independent; }
@@ -31,8 +32,10 @@ bool uses_depth(const Variant& v) {
 
 std::vector<Variant> parse_variants(const std::string& list, bool guided) {
   std::vector<Variant> known;
+  // The device scheduler is the sandpile for unguided traversals, the buckets for guided ones.
   for (const Variant& v : kVariants)
-    if (!guided || v.schedule != ScheduleKind::HybridDevice) known.push_back(v);
+    if (v.schedule != ScheduleKind::HybridDevice || std::string(v.name) == (guided ? "hybrid-gpu-buckets" : "hybrid-gpu-sandpile"))
+      known.push_back(v);
   if (list == "all") return known;
   std::vector<Variant> out;
   std::stringstream ss(list);

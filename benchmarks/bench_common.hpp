@@ -22,7 +22,8 @@ struct Variant {
   ScheduleKind schedule;
 };
 
-// All variants; guided workloads have no device sandpile, so they drop hybrid-gpu-sandpile.
+// All variants of a workload: unguided ones schedule on the device with the sandpile
+// (hybrid-gpu-sandpile), guided ones with the recursive buckets (hybrid-gpu-buckets).
 std::vector<Variant> parse_variants(const std::string& list, bool guided);
 Device parse_device(const std::string& s);
 double median(std::vector<double> v);

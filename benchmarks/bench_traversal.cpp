@@ -165,7 +165,7 @@ void add_traversal_options(CLI::App& app, TraversalBenchConfig& c) {
   app.add_option("--device", c.device, "auto, cpu or gpu")->capture_default_str();
   app.add_option("--variants", c.variants,
                  "comma list of independent, mask-lockstep, fsm-lockstep, mask-lockstep-sorted, fsm-lockstep-sorted, "
-                 "hybrid, independent-hybrid, hybrid-gpu-sandpile (bh only); or all")
+                 "hybrid, independent-hybrid, hybrid-gpu-sandpile (bh) or hybrid-gpu-buckets (nn, knn, bt, vp); or all")
       ->capture_default_str();
   app.add_option("--repeat", c.repeat, "timed runs per variant (the median is reported)")->capture_default_str();
   app.add_option("--json", c.json, "write the results as JSON to this file");

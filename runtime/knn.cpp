@@ -13,6 +13,7 @@
 #include "runtime/knn_gpu.hpp"
 #include "runtime/knn_visitor.hpp"
 #include "scheduler/guided.hpp"
+#include "scheduler/guided_gpu.hpp"
 
 namespace canopy {
 
@@ -161,6 +162,19 @@ void NearestNeighbors::schedule_on_cpu(Run& r) {
 
 void NearestNeighbors::schedule_on_gpu(Run& r) {
   const ScheduleKind kind = r.opt.schedule;
+  if (kind == ScheduleKind::HybridDevice) {
+    const TopTree top = with_tree([&](const auto& tree) { return TopTree::build(tree.view(), r.res.depth); });
+    if (DeviceGuidedScheduler::supports(top.parents().data(), top.size(), r.n)) {
+      r.res.times.inspect_ms = gpu_->inspect_on_device(top);
+      r.res.times.schedule_ms = gpu_->device_schedule(top);
+      // The order stays on the device; fetch it only when asked, outside the timed regions.
+      if (!r.opt.keep_schedule && !r.opt.count_nodes) return;
+      order_ = gpu_->download_order();
+      r.order = order_.data();
+      r.buckets = gpu_->device_buckets();
+      return;
+    }
+  }
   if (kind == ScheduleKind::Hybrid || kind == ScheduleKind::HybridDevice) {
     const TopTree top = with_tree([&](const auto& tree) { return TopTree::build(tree.view(), r.res.depth); });
     const GuidedMatrixView matrix = gpu_->inspect(top, &r.res.times.inspect_ms);

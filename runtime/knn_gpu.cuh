@@ -63,6 +63,13 @@ class KnnGpuImpl final : public KnnGpu {
     with_visitor([&](const auto& v) { m = g_.inspect_guided_to_host(view_, top, v, ms); });
     return m;
   }
+  double inspect_on_device(const TopTree& top) override {
+    double ms = 0;
+    with_visitor([&](const auto& v) { ms = g_.inspect_guided_on_device(view_, top, v); });
+    return ms;
+  }
+  double device_schedule(const TopTree& top) override { return g_.device_guided_schedule(top); }
+  std::vector<index_t> device_buckets() override { return g_.device_guided_buckets(); }
   index_t* order_staging() override { return g_.order_staging(); }
   void upload_order() override { g_.upload_order(); }
   double leaf_sort() override {

@@ -22,6 +22,11 @@ class KnnGpu {
   virtual void set_queries(const float* queries, index_t n, int k) = 0;
   // Guided inspector + copy of the rows into pinned host memory (valid until the next call).
   virtual GuidedMatrixView inspect(const TopTree& top, double* ms) = 0;
+  // The guided inspector and scheduler both on the device (DeviceGuidedScheduler::supports()
+  // must hold for the top-tree); the order stays there.
+  virtual double inspect_on_device(const TopTree& top) = 0;
+  virtual double device_schedule(const TopTree& top) = 0;
+  virtual std::vector<index_t> device_buckets() = 0;
   // Pinned memory for a schedule of the current queries; upload_order() sends it.
   virtual index_t* order_staging() = 0;
   virtual void upload_order() = 0;

@@ -17,9 +17,9 @@ enum class ScheduleKind {
   Hybrid,      // inspector over the top-tree + the CPU scheduler (the paper's design: the
                // matrix crosses to the host): the sandpile for unguided traversals, the
                // recursive buckets for guided ones
-  HybridDevice,  // unguided: the same sandpile, bit for bit, on the GPU next to the matrix;
-                 // guided traversals have no device scheduler and run Hybrid; on the CPU
-                 // device the same as Hybrid
+  HybridDevice,  // the same schedule, bit for bit, computed on the GPU next to the matrix
+                 // (the sandpile, or the recursive buckets for binary top-trees; otherwise the
+                 // CPU's); on the CPU device the same as Hybrid
   LeafSort,    // the hand-tuned baseline: sort by the leaf each query falls in (kd, ball and
                // vp trees) or by Morton code (Barnes-Hut)
 };

@@ -16,6 +16,7 @@
 #include "inspector/inspector.cuh"
 #include "layouts/top_tree.hpp"
 #include "runtime/cuda_support.cuh"
+#include "scheduler/guided_gpu.hpp"
 #include "scheduler/sandpile_gpu.hpp"
 
 namespace canopy {
@@ -162,6 +163,31 @@ class GpuTraversal {
     return m;
   }
 
+  // The guided inspector alone: the rows stay on the device for device_guided_schedule().
+  template <class Topology, class Visitor>
+  double inspect_guided_on_device(const Topology& tree, const TopTree& top, const Visitor& v) {
+    const TopTreeView dtop = upload_top(top);
+    const std::size_t n = static_cast<std::size_t>(n_);
+    guided_.reserve(static_cast<std::size_t>(cols_) * n, "the guided scheduling matrix");
+    sizes_.reserve(n + 1, "the guided row sizes");
+    max_len_.reserve(1, "the longest-row counter");
+    start_.record(stream());
+    gpu::launch_guided_inspector(tree, dtop, v, n_, guided_.get(), sizes_.get(), max_len_.get(), stream());
+    stop_.record(stream());
+    return stop_.since(start_);
+  }
+
+  // The guided scheduler on the device rows of the last inspection (DeviceGuidedScheduler::
+  // supports() must hold for the top-tree); the order stays on the device.
+  double device_guided_schedule(const TopTree& top) {
+    order_.reserve(static_cast<std::size_t>(n_), "the schedule");
+    start_.record(stream());
+    guided_scheduler_.run(guided_.get(), n_, cols_, top.parents().data(), order_.get(), stream());
+    stop_.record(stream());
+    return stop_.since(start_);
+  }
+  std::vector<index_t> device_guided_buckets() { return guided_scheduler_.bucket_offsets(stream()); }
+
   // Pinned host memory for a schedule; upload_order() sends it to the device.
   index_t* order_staging() {
     host_order_.reserve(static_cast<std::size_t>(n_));
@@ -246,6 +272,7 @@ class GpuTraversal {
   Event start_, stop_;
   DeviceMirror mirror_;
   DeviceSandpile sandpile_;
+  DeviceGuidedScheduler guided_scheduler_;
   DeviceBuffer<node_id> top_leaves_;
   DeviceBuffer<std::uint64_t> bits_, keys_in_, keys_out_;
   DeviceBuffer<std::int32_t> guided_, packed_;

@@ -88,6 +88,20 @@ if [[ $what == bh || $what == quick || $what == all ]]; then
   } 2>&1 | tee "$out/bh.txt"
 fi
 
+if [[ $what == guided-depth ]]; then
+  {
+    for w in nn knn vp; do
+      for input in "${inputs[@]}"; do
+        set -- $input
+        name=$1; shift
+        echo "== depth sweep: canopy-bench $w $* --shuffle 1"
+        timeout 200 $bin/canopy-bench $w "$@" --shuffle 1 --variants mask-lockstep,hybrid --depths 4-11 \
+          --repeat 3 --json "$out/depth_${w}_$name.json" | tail -11
+      done
+    done
+  } 2>&1 | tee "$out/guided_depth.txt"
+fi
+
 if [[ $what == forest ]]; then
   {
     for m in "covtype_xgb_d8.json.gz covtype.csv.gz Cover_Type" "higgs_rf_d20.json higgs.csv.gz label"; do

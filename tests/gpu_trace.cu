@@ -1,6 +1,7 @@
 #include "executor/gpu_kernels.cuh"
 #include "runtime/barnes_hut.hpp"
 #include "runtime/knn_gpu.cuh"
+#include "scheduler/guided_gpu.hpp"
 #include "gpu_trace.hpp"
 #include "runtime/point_correlation.hpp"
 #include "scheduler/sandpile_gpu.hpp"
@@ -185,6 +186,24 @@ GuidedRows guided_matrix_gpu(const BallTree& tree, const std::vector<float>& que
 }
 GuidedRows guided_matrix_gpu(const VpTree& tree, const std::vector<float>& queries, int k, int depth) {
   return guided_rows(tree, queries, k, depth);
+}
+
+Schedule device_guided_schedule(const std::vector<std::int32_t>& entries, index_t rows, index_t cols,
+                                const std::vector<node_id>& parents, index_t max_bucket) {
+  Stream stream;
+  DeviceBuffer<std::int32_t> matrix;
+  DeviceBuffer<index_t> order;
+  matrix.reserve(std::max<std::size_t>(entries.size(), 1), "matrix");
+  order.reserve(std::max<index_t>(rows, 1), "order");
+  copy_to_device(matrix.get(), entries.data(), entries.size(), stream.get());
+  DeviceGuidedScheduler sched;
+  sched.run(matrix.get(), rows, cols, parents.data(), order.get(), stream.get(), max_bucket);
+  Schedule out;
+  out.order.resize(static_cast<std::size_t>(rows));
+  copy_to_host(out.order.data(), order.get(), out.order.size(), stream.get());
+  stream.sync();
+  out.bucket_offsets = sched.bucket_offsets(stream.get());
+  return out;
 }
 
 BhTraced run_traced_bh_gpu(const Octree& tree, const std::vector<float>& xyz, const std::vector<float>& mass,

@@ -10,6 +10,7 @@
 #include "layouts/kdtree.hpp"
 #include "layouts/octree.hpp"
 #include "layouts/vp_tree.hpp"
+#include "scheduler/schedule.hpp"
 
 namespace canopy {
 namespace test {
@@ -57,6 +58,10 @@ struct GuidedRows {
 GuidedRows guided_matrix_gpu(const KdTree& tree, const std::vector<float>& queries, int k, int depth);
 GuidedRows guided_matrix_gpu(const BallTree& tree, const std::vector<float>& queries, int k, int depth);
 GuidedRows guided_matrix_gpu(const VpTree& tree, const std::vector<float>& queries, int k, int depth);
+
+// The device guided scheduler over a full-width host matrix (uploaded first).
+Schedule device_guided_schedule(const std::vector<std::int32_t>& entries, index_t rows, index_t cols,
+                                const std::vector<node_id>& parents, index_t max_bucket);
 
 // Barnes-Hut on the GPU with the tracing visitor; xyz and mass in the bodies' original order.
 struct BhTraced {

@@ -47,7 +47,8 @@ Tree build_tree(const std::vector<float>& points, int dims) {
 }
 
 constexpr ExecutorKind kExecutors[] = {ExecutorKind::Independent, ExecutorKind::MaskLockstep, ExecutorKind::FsmLockstep};
-constexpr ScheduleKind kSchedules[] = {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::LeafSort};
+constexpr ScheduleKind kSchedules[] = {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::HybridDevice,
+                                       ScheduleKind::LeafSort};
 
 template <class Tree>
 void expect_all_variants_exact(const std::vector<float>& points, const std::vector<float>& queries, int dims, int k,
@@ -436,6 +437,72 @@ TEST(GuidedInspector, RowsAreTheVisitOrderOfTopLeaves) {
   guided_inspector_rows<KdTree>(7);
   guided_inspector_rows<BallTree>(7);
   guided_inspector_rows<VpTree>(2);
+}
+
+// The device guided scheduler returns the CPU scheduler's order and buckets, bit for bit.
+TEST(GuidedSchedulerGpu, EqualsTheCpuScheduler) {
+  CANOPY_REQUIRE_GPU();
+  std::mt19937_64 rng(77);
+  for (int cols : {1, 2, 16, 128, 1024}) {
+    // Binary sibling structure: columns 2i and 2i + 1 share a parent (an odd last one alone).
+    std::vector<node_id> parents(cols);
+    for (int c = 0; c < cols; ++c) parents[c] = c / 2;
+    for (index_t rows : {0, 1, 31, 32, 33, 1000, 60000}) {
+      for (int maxlen : {0, 1, 3, 12}) {
+        std::vector<std::int32_t> entries(static_cast<std::size_t>(rows) * cols, kRowEnd);
+        for (index_t r = 0; r < rows; ++r) {
+          // Rows of a few clustered columns, often a sibling pair, each column once.
+          const int len = maxlen == 0 ? 0 : static_cast<int>(rng() % (maxlen + 1));
+          std::vector<char> used(cols, 0);
+          int c = static_cast<int>(rng() % 4) * (cols / 4 + 1) % cols;
+          for (int j = 0; j < len; ++j) {
+            c = (c + static_cast<int>(rng() % 3)) % cols;
+            int tries = 0;
+            while (used[c] && tries++ < cols) c = (c + 1) % cols;
+            if (used[c]) break;
+            used[c] = 1;
+            entries[r * cols + j] = c;
+          }
+        }
+        const GuidedMatrixView view{entries.data(), rows, cols, cols};
+        for (index_t max_bucket : {1, 4, 32}) {
+          const Schedule cpu = guided_schedule(view, parents.data(), max_bucket);
+          const Schedule gpu = test::device_guided_schedule(entries, rows, cols, parents, max_bucket);
+          ASSERT_EQ(gpu.order, cpu.order) << cols << " cols, " << rows << " rows, max length " << maxlen
+                                          << ", max bucket " << max_bucket;
+          ASSERT_EQ(gpu.bucket_offsets, cpu.bucket_offsets);
+        }
+      }
+    }
+  }
+}
+
+// Through the API, on real inspector rows: HybridDevice's schedule is Hybrid's.
+TEST(GuidedSchedulerGpu, ApiDeviceScheduleEqualsHybrid) {
+  CANOPY_REQUIRE_GPU();
+  const PointSet ps = test::real_points("covtype_4k.csv", "0-6");
+  std::vector<float> build, query;
+  split_halves(ps, build, query);
+  const KdTree kd = build_tree<KdTree>(build, 7);
+  const VpTree vp = build_tree<VpTree>(build, 7);
+  for (int k : {1, 8}) {
+    for (int which = 0; which < 2; ++which) {
+      NearestNeighbors nn = which == 0 ? NearestNeighbors(kd, Device::Gpu) : NearestNeighbors(vp, Device::Gpu);
+      KnnOptions opt;
+      opt.k = k;
+      opt.keep_schedule = true;
+      for (int depth : {2, 5, 8}) {
+        opt.depth = depth;
+        opt.schedule = ScheduleKind::Hybrid;
+        const KnnResult a = nn.run(query.data(), static_cast<index_t>(query.size() / 7), opt);
+        opt.schedule = ScheduleKind::HybridDevice;
+        const KnnResult b = nn.run(query.data(), static_cast<index_t>(query.size() / 7), opt);
+        EXPECT_EQ(a.schedule.order, b.schedule.order) << "k " << k << " depth " << depth;
+        EXPECT_EQ(a.schedule.bucket_offsets, b.schedule.bucket_offsets);
+        EXPECT_EQ(a.indices, b.indices);
+      }
+    }
+  }
 }
 
 // The guided schedule groups queries that walk alike: fewer nodes per lockstep warp than a

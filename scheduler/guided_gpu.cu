@@ -1,0 +1,223 @@
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+#include <cub/device/device_select.cuh>
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "inspector/scheduling_matrix.hpp"
+#include "runtime/cuda_support.cuh"
+#include "scheduler/guided_gpu.hpp"
+
+namespace canopy {
+namespace {
+
+constexpr int kBlock = 256;
+unsigned grid_for(index_t n) { return static_cast<unsigned>((n + kBlock - 1) / kBlock); }
+
+// Bits to hold every value in 0 .. max_value.
+int bits_to_hold(std::uint64_t max_value) {
+  int b = 0;
+  while (b < 64 && (max_value >> b) != 0) ++b;
+  return b;
+}
+
+__global__ void __launch_bounds__(kBlock)
+init_kernel(index_t n, index_t* order, std::int32_t* cur, index_t* bstart, std::uint8_t* bhead, index_t* act) {
+  const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  order[i] = i;
+  cur[i] = 0;
+  bstart[i] = 0;
+  bhead[i] = i == 0;
+  act[i] = i;
+}
+
+// The step of the query in active slot act[j] at its cursor, as a key: two fields of fb bits,
+// the first column + 1 and the second (its sibling, visited next) + 1 or 0; all ones when the
+// row has ended, so ended queries sort last. At cursor 0 the first entry alone (level 0).
+__global__ void __launch_bounds__(kBlock)
+key_kernel(index_t m, const index_t* act, const index_t* order, const std::int32_t* cur, const index_t* bstart,
+           const std::int32_t* matrix, index_t cols, const node_id* parent, int fb, std::uint64_t* keys,
+           index_t* vals, std::int32_t* next_cur) {
+  const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (j >= m) return;
+  const index_t slot = act[j];
+  const std::int32_t* row = matrix + order[slot] * cols;
+  const std::int32_t p = cur[slot];
+  std::uint64_t k;
+  std::int32_t np = p;
+  if (p >= cols || row[p] == kRowEnd) {
+    k = (std::uint64_t{1} << (2 * fb)) - 1;
+  } else {
+    const std::int32_t c0 = row[p];
+    std::uint64_t second = 0;
+    np = p + 1;
+    if (p > 0 && p + 1 < cols) {
+      const std::int32_t c1 = row[p + 1];
+      if (c1 != kRowEnd && parent[c1] == parent[c0]) {
+        second = static_cast<std::uint64_t>(c1) + 1;
+        np = p + 2;
+      }
+    }
+    k = ((static_cast<std::uint64_t>(c0) + 1) << fb) | second;
+  }
+  keys[j] = (static_cast<std::uint64_t>(bstart[slot]) << (2 * fb)) | k;
+  vals[j] = j;
+  next_cur[j] = np;
+}
+
+__global__ void __launch_bounds__(kBlock)
+gather_kernel(index_t m, const index_t* sorted_vals, const std::uint64_t* sorted_keys, const index_t* act,
+              const index_t* order, const std::int32_t* next_cur, index_t* tmp_q, std::int32_t* tmp_c,
+              index_t* head) {
+  const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (j >= m) return;
+  const index_t src = sorted_vals[j];
+  tmp_q[j] = order[act[src]];
+  tmp_c[j] = next_cur[src];
+  head[j] = j == 0 || sorted_keys[j] != sorted_keys[j - 1];
+}
+
+__global__ void __launch_bounds__(kBlock)
+scatter_kernel(index_t m, const index_t* act, const index_t* tmp_q, const std::int32_t* tmp_c, index_t* order,
+               std::int32_t* cur) {
+  const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (j >= m) return;
+  order[act[j]] = tmp_q[j];
+  cur[act[j]] = tmp_c[j];
+}
+
+// seg_id: inclusive sum of the head flags (1-based segment numbers).
+__global__ void __launch_bounds__(kBlock)
+segment_begin_kernel(index_t m, const index_t* head, const index_t* seg_id, index_t* seg_begin) {
+  const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (j >= m) return;
+  if (head[j]) seg_begin[seg_id[j] - 1] = j;
+  if (j == m - 1) seg_begin[seg_id[j]] = m;
+}
+
+// Each new sub-bucket starts at the slot of its first query; it is final when it holds at most
+// max_bucket queries or its queries' rows have ended, and stays active otherwise.
+__global__ void __launch_bounds__(kBlock)
+mark_kernel(index_t m, const index_t* act, const index_t* seg_id, const index_t* seg_begin,
+            const std::uint64_t* sorted_keys, int fb, index_t max_bucket, index_t* bstart, std::uint8_t* bhead,
+            std::uint8_t* still_active) {
+  const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (j >= m) return;
+  const index_t id = seg_id[j] - 1;
+  const index_t b = seg_begin[id];
+  const index_t size = seg_begin[id + 1] - b;
+  const std::uint64_t all_ones = (std::uint64_t{1} << (2 * fb)) - 1;
+  const bool ended = (sorted_keys[j] & all_ones) == all_ones;
+  const bool final = ended || size <= max_bucket;
+  const index_t slot = act[j];
+  bstart[slot] = act[b];
+  if (final && j == b) bhead[slot] = 1;
+  still_active[j] = !final;
+}
+
+}  // namespace
+
+struct DeviceGuidedScheduler::Impl {
+  DeviceBuffer<std::int32_t> cur, next_cur, tmp_c;
+  DeviceBuffer<index_t> bstart, act, act_next, vals_in, vals_out, tmp_q, head, seg_id, seg_begin, count;
+  DeviceBuffer<std::uint64_t> keys_in, keys_out;
+  DeviceBuffer<std::uint8_t> bhead, still_active;
+  DeviceBuffer<node_id> parent;
+  DeviceBuffer<unsigned char> temp;
+  PinnedBuffer<index_t> host_count;
+  index_t rows = 0;
+};
+
+DeviceGuidedScheduler::DeviceGuidedScheduler() : impl_(std::make_unique<Impl>()) {}
+DeviceGuidedScheduler::~DeviceGuidedScheduler() = default;
+
+bool DeviceGuidedScheduler::supports(const node_id* column_parent, index_t cols, index_t rows) {
+  std::map<node_id, int> leaves_per_parent;
+  for (index_t c = 0; c < cols; ++c)
+    if (++leaves_per_parent[column_parent[c]] > 2) return false;
+  const int fb = bits_to_hold(static_cast<std::uint64_t>(cols) + 1);
+  return 2 * fb + bits_to_hold(static_cast<std::uint64_t>(std::max<index_t>(rows, 1))) <= 64;
+}
+
+void DeviceGuidedScheduler::run(const std::int32_t* matrix, index_t rows, index_t cols, const node_id* column_parent,
+                                index_t* order, CUstream_st* stream, index_t max_bucket) {
+  Impl& s = *impl_;
+  s.rows = rows;
+  if (rows <= 0) return;
+  const cudaStream_t st = stream;
+  const std::size_t n = static_cast<std::size_t>(rows);
+  s.cur.reserve(n, "the guided scheduler cursors");
+  s.next_cur.reserve(n, "the guided scheduler cursors");
+  s.tmp_c.reserve(n, "the guided scheduler cursors");
+  for (DeviceBuffer<index_t>* b : {&s.bstart, &s.act, &s.act_next, &s.vals_in, &s.vals_out, &s.tmp_q, &s.head, &s.seg_id})
+    b->reserve(n, "the guided scheduler workspace");
+  s.seg_begin.reserve(n + 1, "the guided scheduler segments");
+  s.count.reserve(1, "the guided scheduler count");
+  s.keys_in.reserve(n, "the guided scheduler keys");
+  s.keys_out.reserve(n, "the guided scheduler keys");
+  s.bhead.reserve(n, "the guided scheduler buckets");
+  s.still_active.reserve(n, "the guided scheduler flags");
+  s.parent.reserve(static_cast<std::size_t>(std::max<index_t>(cols, 1)), "the top-leaf parents");
+  s.host_count.reserve(1);
+  copy_to_device(s.parent.get(), column_parent, static_cast<std::size_t>(cols), st);
+
+  const int fb = bits_to_hold(static_cast<std::uint64_t>(cols) + 1);
+  const int end_bit = 2 * fb + bits_to_hold(static_cast<std::uint64_t>(rows - 1));
+  std::size_t sort_bytes = 0, scan_bytes = 0, select_bytes = 0;
+  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, s.keys_in.get(), s.keys_out.get(),
+                                                    s.vals_in.get(), s.vals_out.get(), rows, 0, end_bit, st));
+  CANOPY_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, s.head.get(), s.seg_id.get(), rows, st));
+  CANOPY_CUDA_CHECK(cub::DeviceSelect::Flagged(nullptr, select_bytes, s.act.get(), s.still_active.get(),
+                                               s.act_next.get(), s.count.get(), rows, st));
+  s.temp.reserve(std::max(sort_bytes, std::max(scan_bytes, select_bytes)), "the guided scheduler scratch space");
+
+  init_kernel<<<grid_for(rows), kBlock, 0, st>>>(rows, order, s.cur.get(), s.bstart.get(), s.bhead.get(), s.act.get());
+  CANOPY_CUDA_CHECK_LAUNCH("init_kernel");
+  index_t m = rows > max_bucket ? rows : 0;
+  while (m > 0) {
+    key_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.act.get(), order, s.cur.get(), s.bstart.get(), matrix, cols,
+                                               s.parent.get(), fb, s.keys_in.get(), s.vals_in.get(), s.next_cur.get());
+    CANOPY_CUDA_CHECK_LAUNCH("key_kernel");
+    std::size_t bytes = sort_bytes;
+    // Stable: queries with one step keep their order, as the recursive partition keeps it.
+    CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.temp.get(), bytes, s.keys_in.get(), s.keys_out.get(),
+                                                      s.vals_in.get(), s.vals_out.get(), m, 0, end_bit, st));
+    gather_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.vals_out.get(), s.keys_out.get(), s.act.get(), order,
+                                                  s.next_cur.get(), s.tmp_q.get(), s.tmp_c.get(), s.head.get());
+    CANOPY_CUDA_CHECK_LAUNCH("gather_kernel");
+    scatter_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.act.get(), s.tmp_q.get(), s.tmp_c.get(), order, s.cur.get());
+    CANOPY_CUDA_CHECK_LAUNCH("scatter_kernel");
+    bytes = scan_bytes;
+    CANOPY_CUDA_CHECK(cub::DeviceScan::InclusiveSum(s.temp.get(), bytes, s.head.get(), s.seg_id.get(), m, st));
+    segment_begin_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.head.get(), s.seg_id.get(), s.seg_begin.get());
+    CANOPY_CUDA_CHECK_LAUNCH("segment_begin_kernel");
+    mark_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.act.get(), s.seg_id.get(), s.seg_begin.get(), s.keys_out.get(),
+                                                fb, max_bucket, s.bstart.get(), s.bhead.get(), s.still_active.get());
+    CANOPY_CUDA_CHECK_LAUNCH("mark_kernel");
+    bytes = select_bytes;
+    CANOPY_CUDA_CHECK(cub::DeviceSelect::Flagged(s.temp.get(), bytes, s.act.get(), s.still_active.get(),
+                                                 s.act_next.get(), s.count.get(), m, st));
+    copy_to_host(s.host_count.get(), s.count.get(), 1, st);
+    CANOPY_CUDA_CHECK(cudaStreamSynchronize(st));
+    m = *s.host_count.get();
+    std::swap(s.act, s.act_next);
+  }
+}
+
+std::vector<index_t> DeviceGuidedScheduler::bucket_offsets(CUstream_st* stream) {
+  const Impl& s = *impl_;
+  if (s.rows <= 0) return {0, 0};
+  std::vector<std::uint8_t> head(static_cast<std::size_t>(s.rows));
+  copy_to_host(head.data(), s.bhead.get(), head.size(), stream);
+  CANOPY_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<index_t> offsets;
+  for (index_t i = 0; i < s.rows; ++i)
+    if (head[i]) offsets.push_back(i);
+  offsets.push_back(s.rows);
+  return offsets;
+}
+
+}  // namespace canopy

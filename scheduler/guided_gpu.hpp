@@ -1,0 +1,44 @@
+// The guided scheduler on the GPU: the same recursive bucket partition as guided_schedule()
+// (scheduler/guided.hpp), order and buckets bit for bit, computed where the inspector left the
+// matrix, so neither the rows nor the order cross PCIe. CUDA-free.
+//
+// It runs level by level: every bucket still larger than max_bucket is split at once by one
+// stable radix sort of (bucket start, step key) over the queries of all such buckets. A step
+// key holds at most two top-leaves, so it serves top-trees whose leaves come at most two to a
+// parent (every binary tree); supports() says whether a top-tree qualifies.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "runtime/common.hpp"
+
+struct CUstream_st;
+
+namespace canopy {
+
+class DeviceGuidedScheduler {
+ public:
+  DeviceGuidedScheduler();
+  ~DeviceGuidedScheduler();
+  DeviceGuidedScheduler(const DeviceGuidedScheduler&) = delete;
+  DeviceGuidedScheduler& operator=(const DeviceGuidedScheduler&) = delete;
+
+  // column_parent: host array [cols] (TopTree::parents()).
+  static bool supports(const node_id* column_parent, index_t cols, index_t rows);
+
+  // matrix: device rows [rows][cols] (kRowEnd-terminated, the guided inspector's output);
+  // column_parent: host [cols]. Writes the order into device memory order[rows]; the buckets
+  // stay on the device until bucket_offsets() fetches them.
+  void run(const std::int32_t* matrix, index_t rows, index_t cols, const node_id* column_parent, index_t* order,
+           CUstream_st* stream, index_t max_bucket = 32);
+  // The bucket offsets of the last run (0, each final bucket's start, rows), like Schedule's.
+  std::vector<index_t> bucket_offsets(CUstream_st* stream);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace canopy
