@@ -38,11 +38,17 @@ init_kernel(index_t n, index_t* order, std::int32_t* cur, index_t* bstart, std::
 // the first column + 1 and the second (its sibling, visited next) + 1 or 0; all ones when the
 // row has ended, so ended queries sort last. At cursor 0 the first entry alone (level 0).
 __global__ void __launch_bounds__(kBlock)
-key_kernel(index_t m, const index_t* act, const index_t* order, const std::int32_t* cur, const index_t* bstart,
-           const std::int32_t* matrix, index_t cols, const node_id* parent, int fb, std::uint64_t* keys,
+key_kernel(index_t m, const index_t* live, const index_t* act, const index_t* order, const std::int32_t* cur, const index_t* bstart,
+           const std::int32_t* matrix, index_t cols, const node_id* parent, int fb, std::uint64_t pad_key,
+           std::uint64_t* keys,
            index_t* vals, std::int32_t* next_cur) {
   const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
   if (j >= m) return;
+  vals[j] = j;
+  if (j >= *live) {  // past the active queries: sorts last, changes nothing
+    keys[j] = pad_key;
+    return;
+  }
   const index_t slot = act[j];
   const std::int32_t* row = matrix + order[slot] * cols;
   const std::int32_t p = cur[slot];
@@ -64,16 +70,19 @@ key_kernel(index_t m, const index_t* act, const index_t* order, const std::int32
     k = ((static_cast<std::uint64_t>(c0) + 1) << fb) | second;
   }
   keys[j] = (static_cast<std::uint64_t>(bstart[slot]) << (2 * fb)) | k;
-  vals[j] = j;
   next_cur[j] = np;
 }
 
 __global__ void __launch_bounds__(kBlock)
-gather_kernel(index_t m, const index_t* sorted_vals, const std::uint64_t* sorted_keys, const index_t* act,
+gather_kernel(index_t m, const index_t* live, const index_t* sorted_vals, const std::uint64_t* sorted_keys, const index_t* act,
               const index_t* order, const std::int32_t* next_cur, index_t* tmp_q, std::int32_t* tmp_c,
               index_t* head) {
   const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
   if (j >= m) return;
+  if (j >= *live) {
+    head[j] = 0;
+    return;
+  }
   const index_t src = sorted_vals[j];
   tmp_q[j] = order[act[src]];
   tmp_c[j] = next_cur[src];
@@ -81,31 +90,36 @@ gather_kernel(index_t m, const index_t* sorted_vals, const std::uint64_t* sorted
 }
 
 __global__ void __launch_bounds__(kBlock)
-scatter_kernel(index_t m, const index_t* act, const index_t* tmp_q, const std::int32_t* tmp_c, index_t* order,
+scatter_kernel(index_t m, const index_t* live, const index_t* act, const index_t* tmp_q, const std::int32_t* tmp_c, index_t* order,
                std::int32_t* cur) {
   const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
-  if (j >= m) return;
+  if (j >= m || j >= *live) return;
   order[act[j]] = tmp_q[j];
   cur[act[j]] = tmp_c[j];
 }
 
 // seg_id: inclusive sum of the head flags (1-based segment numbers).
 __global__ void __launch_bounds__(kBlock)
-segment_begin_kernel(index_t m, const index_t* head, const index_t* seg_id, index_t* seg_begin) {
+segment_begin_kernel(index_t m, const index_t* live, const index_t* head, const index_t* seg_id, index_t* seg_begin) {
   const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
-  if (j >= m) return;
+  const index_t n_live = *live;
+  if (j >= m || j >= n_live) return;
   if (head[j]) seg_begin[seg_id[j] - 1] = j;
-  if (j == m - 1) seg_begin[seg_id[j]] = m;
+  if (j == n_live - 1) seg_begin[seg_id[j]] = n_live;
 }
 
 // Each new sub-bucket starts at the slot of its first query; it is final when it holds at most
 // max_bucket queries or its queries' rows have ended, and stays active otherwise.
 __global__ void __launch_bounds__(kBlock)
-mark_kernel(index_t m, const index_t* act, const index_t* seg_id, const index_t* seg_begin,
+mark_kernel(index_t m, const index_t* live, const index_t* act, const index_t* seg_id, const index_t* seg_begin,
             const std::uint64_t* sorted_keys, int fb, index_t max_bucket, index_t* bstart, std::uint8_t* bhead,
             std::uint8_t* still_active) {
   const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
   if (j >= m) return;
+  if (j >= *live) {
+    still_active[j] = 0;
+    return;
+  }
   const index_t id = seg_id[j] - 1;
   const index_t b = seg_begin[id];
   const index_t size = seg_begin[id + 1] - b;
@@ -166,6 +180,9 @@ void DeviceGuidedScheduler::run(const std::int32_t* matrix, index_t rows, index_
 
   const int fb = bits_to_hold(static_cast<std::uint64_t>(cols) + 1);
   const int end_bit = 2 * fb + bits_to_hold(static_cast<std::uint64_t>(rows - 1));
+  // The largest key of end_bit bits: padding entries past the active ones sort after them
+  // (a real key can equal it only at the very end, and the sort is stable).
+  const std::uint64_t pad_key = end_bit >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << end_bit) - 1;
   std::size_t sort_bytes = 0, scan_bytes = 0, select_bytes = 0;
   CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, s.keys_in.get(), s.keys_out.get(),
                                                     s.vals_in.get(), s.vals_out.get(), rows, 0, end_bit, st));
@@ -176,34 +193,49 @@ void DeviceGuidedScheduler::run(const std::int32_t* matrix, index_t rows, index_
 
   init_kernel<<<grid_for(rows), kBlock, 0, st>>>(rows, order, s.cur.get(), s.bstart.get(), s.bhead.get(), s.act.get());
   CANOPY_CUDA_CHECK_LAUNCH("init_kernel");
+  // Levels run on an upper bound m of the active queries; the kernels read the true count
+  // (`live`, which each level's selection rewrites) from the device. While the levels are
+  // large the host learns the count after each one; once they are small it reads it only
+  // every kBatch levels, so long rows of identical prefixes do not cost a round trip a level.
+  constexpr int kBatch = 8;
+  constexpr index_t kSmallLevel = 1 << 15;
   index_t m = rows > max_bucket ? rows : 0;
+  *s.host_count.get() = m;
+  copy_to_device(s.count.get(), s.host_count.get(), 1, st);
   while (m > 0) {
-    key_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.act.get(), order, s.cur.get(), s.bstart.get(), matrix, cols,
-                                               s.parent.get(), fb, s.keys_in.get(), s.vals_in.get(), s.next_cur.get());
-    CANOPY_CUDA_CHECK_LAUNCH("key_kernel");
-    std::size_t bytes = sort_bytes;
-    // Stable: queries with one step keep their order, as the recursive partition keeps it.
-    CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.temp.get(), bytes, s.keys_in.get(), s.keys_out.get(),
-                                                      s.vals_in.get(), s.vals_out.get(), m, 0, end_bit, st));
-    gather_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.vals_out.get(), s.keys_out.get(), s.act.get(), order,
-                                                  s.next_cur.get(), s.tmp_q.get(), s.tmp_c.get(), s.head.get());
-    CANOPY_CUDA_CHECK_LAUNCH("gather_kernel");
-    scatter_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.act.get(), s.tmp_q.get(), s.tmp_c.get(), order, s.cur.get());
-    CANOPY_CUDA_CHECK_LAUNCH("scatter_kernel");
-    bytes = scan_bytes;
-    CANOPY_CUDA_CHECK(cub::DeviceScan::InclusiveSum(s.temp.get(), bytes, s.head.get(), s.seg_id.get(), m, st));
-    segment_begin_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.head.get(), s.seg_id.get(), s.seg_begin.get());
-    CANOPY_CUDA_CHECK_LAUNCH("segment_begin_kernel");
-    mark_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.act.get(), s.seg_id.get(), s.seg_begin.get(), s.keys_out.get(),
-                                                fb, max_bucket, s.bstart.get(), s.bhead.get(), s.still_active.get());
-    CANOPY_CUDA_CHECK_LAUNCH("mark_kernel");
-    bytes = select_bytes;
-    CANOPY_CUDA_CHECK(cub::DeviceSelect::Flagged(s.temp.get(), bytes, s.act.get(), s.still_active.get(),
-                                                 s.act_next.get(), s.count.get(), m, st));
+    const int levels = m > kSmallLevel ? 1 : kBatch;
+    for (int level = 0; level < levels; ++level) {
+      const index_t* live = s.count.get();
+      key_kernel<<<grid_for(m), kBlock, 0, st>>>(m, live, s.act.get(), order, s.cur.get(), s.bstart.get(), matrix,
+                                                 cols, s.parent.get(), fb, pad_key, s.keys_in.get(), s.vals_in.get(),
+                                                 s.next_cur.get());
+      CANOPY_CUDA_CHECK_LAUNCH("key_kernel");
+      std::size_t bytes = sort_bytes;
+      // Stable: queries with one step keep their order, as the recursive partition keeps it.
+      CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.temp.get(), bytes, s.keys_in.get(), s.keys_out.get(),
+                                                        s.vals_in.get(), s.vals_out.get(), m, 0, end_bit, st));
+      gather_kernel<<<grid_for(m), kBlock, 0, st>>>(m, live, s.vals_out.get(), s.keys_out.get(), s.act.get(), order,
+                                                    s.next_cur.get(), s.tmp_q.get(), s.tmp_c.get(), s.head.get());
+      CANOPY_CUDA_CHECK_LAUNCH("gather_kernel");
+      scatter_kernel<<<grid_for(m), kBlock, 0, st>>>(m, live, s.act.get(), s.tmp_q.get(), s.tmp_c.get(), order,
+                                                     s.cur.get());
+      CANOPY_CUDA_CHECK_LAUNCH("scatter_kernel");
+      bytes = scan_bytes;
+      CANOPY_CUDA_CHECK(cub::DeviceScan::InclusiveSum(s.temp.get(), bytes, s.head.get(), s.seg_id.get(), m, st));
+      segment_begin_kernel<<<grid_for(m), kBlock, 0, st>>>(m, live, s.head.get(), s.seg_id.get(), s.seg_begin.get());
+      CANOPY_CUDA_CHECK_LAUNCH("segment_begin_kernel");
+      mark_kernel<<<grid_for(m), kBlock, 0, st>>>(m, live, s.act.get(), s.seg_id.get(), s.seg_begin.get(),
+                                                  s.keys_out.get(), fb, max_bucket, s.bstart.get(), s.bhead.get(),
+                                                  s.still_active.get());
+      CANOPY_CUDA_CHECK_LAUNCH("mark_kernel");
+      bytes = select_bytes;
+      CANOPY_CUDA_CHECK(cub::DeviceSelect::Flagged(s.temp.get(), bytes, s.act.get(), s.still_active.get(),
+                                                   s.act_next.get(), s.count.get(), m, st));
+      std::swap(s.act, s.act_next);
+    }
     copy_to_host(s.host_count.get(), s.count.get(), 1, st);
     CANOPY_CUDA_CHECK(cudaStreamSynchronize(st));
     m = *s.host_count.get();
-    std::swap(s.act, s.act_next);
   }
 }
 
