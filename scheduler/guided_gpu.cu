@@ -1,5 +1,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
+#include <cub/block/block_radix_sort.cuh>
+#include <cub/block/block_scan.cuh>
 #include <cub/device/device_select.cuh>
 
 #include <algorithm>
@@ -34,55 +36,47 @@ init_kernel(index_t n, index_t* order, std::int32_t* cur, index_t* bstart, std::
   act[i] = i;
 }
 
-// The step of the query in active slot act[j] at its cursor, as a key: two fields of fb bits,
-// the first column + 1 and the second (its sibling, visited next) + 1 or 0; all ones when the
-// row has ended, so ended queries sort last. At cursor 0 the first entry alone (level 0).
+// The step of a row at cursor p, as a key: two fields of fb bits, the first column + 1 and the
+// second (its sibling, visited next) + 1 or 0; all ones when the row has ended, so ended
+// queries sort last. At cursor 0 the first entry alone (level 0). *np: the cursor after it.
+__device__ __forceinline__ std::uint64_t step_key(const std::int32_t* row, std::int32_t p, index_t cols,
+                                                  const node_id* parent, int fb, std::int32_t* np) {
+  *np = p;
+  if (p >= cols || row[p] == kRowEnd) return (std::uint64_t{1} << (2 * fb)) - 1;
+  const std::int32_t c0 = row[p];
+  std::uint64_t second = 0;
+  *np = p + 1;
+  if (p > 0 && p + 1 < cols) {
+    const std::int32_t c1 = row[p + 1];
+    if (c1 != kRowEnd && parent[c1] == parent[c0]) {
+      second = static_cast<std::uint64_t>(c1) + 1;
+      *np = p + 2;
+    }
+  }
+  return ((static_cast<std::uint64_t>(c0) + 1) << fb) | second;
+}
+
+// Keys (bucket start, step) of the active queries of one level; vals[j] = j.
 __global__ void __launch_bounds__(kBlock)
-key_kernel(index_t m, const index_t* live, const index_t* act, const index_t* order, const std::int32_t* cur, const index_t* bstart,
-           const std::int32_t* matrix, index_t cols, const node_id* parent, int fb, std::uint64_t pad_key,
-           std::uint64_t* keys,
+key_kernel(index_t m, const index_t* act, const index_t* order, const std::int32_t* cur, const index_t* bstart,
+           const std::int32_t* matrix, index_t cols, const node_id* parent, int fb, std::uint64_t* keys,
            index_t* vals, std::int32_t* next_cur) {
   const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
   if (j >= m) return;
-  vals[j] = j;
-  if (j >= *live) {  // past the active queries: sorts last, changes nothing
-    keys[j] = pad_key;
-    return;
-  }
   const index_t slot = act[j];
-  const std::int32_t* row = matrix + order[slot] * cols;
-  const std::int32_t p = cur[slot];
-  std::uint64_t k;
-  std::int32_t np = p;
-  if (p >= cols || row[p] == kRowEnd) {
-    k = (std::uint64_t{1} << (2 * fb)) - 1;
-  } else {
-    const std::int32_t c0 = row[p];
-    std::uint64_t second = 0;
-    np = p + 1;
-    if (p > 0 && p + 1 < cols) {
-      const std::int32_t c1 = row[p + 1];
-      if (c1 != kRowEnd && parent[c1] == parent[c0]) {
-        second = static_cast<std::uint64_t>(c1) + 1;
-        np = p + 2;
-      }
-    }
-    k = ((static_cast<std::uint64_t>(c0) + 1) << fb) | second;
-  }
+  std::int32_t np;
+  const std::uint64_t k = step_key(matrix + order[slot] * cols, cur[slot], cols, parent, fb, &np);
   keys[j] = (static_cast<std::uint64_t>(bstart[slot]) << (2 * fb)) | k;
+  vals[j] = j;
   next_cur[j] = np;
 }
 
 __global__ void __launch_bounds__(kBlock)
-gather_kernel(index_t m, const index_t* live, const index_t* sorted_vals, const std::uint64_t* sorted_keys, const index_t* act,
+gather_kernel(index_t m, const index_t* sorted_vals, const std::uint64_t* sorted_keys, const index_t* act,
               const index_t* order, const std::int32_t* next_cur, index_t* tmp_q, std::int32_t* tmp_c,
               index_t* head) {
   const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
   if (j >= m) return;
-  if (j >= *live) {
-    head[j] = 0;
-    return;
-  }
   const index_t src = sorted_vals[j];
   tmp_q[j] = order[act[src]];
   tmp_c[j] = next_cur[src];
@@ -90,36 +84,31 @@ gather_kernel(index_t m, const index_t* live, const index_t* sorted_vals, const 
 }
 
 __global__ void __launch_bounds__(kBlock)
-scatter_kernel(index_t m, const index_t* live, const index_t* act, const index_t* tmp_q, const std::int32_t* tmp_c, index_t* order,
+scatter_kernel(index_t m, const index_t* act, const index_t* tmp_q, const std::int32_t* tmp_c, index_t* order,
                std::int32_t* cur) {
   const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
-  if (j >= m || j >= *live) return;
+  if (j >= m) return;
   order[act[j]] = tmp_q[j];
   cur[act[j]] = tmp_c[j];
 }
 
 // seg_id: inclusive sum of the head flags (1-based segment numbers).
 __global__ void __launch_bounds__(kBlock)
-segment_begin_kernel(index_t m, const index_t* live, const index_t* head, const index_t* seg_id, index_t* seg_begin) {
+segment_begin_kernel(index_t m, const index_t* head, const index_t* seg_id, index_t* seg_begin) {
   const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
-  const index_t n_live = *live;
-  if (j >= m || j >= n_live) return;
+  if (j >= m) return;
   if (head[j]) seg_begin[seg_id[j] - 1] = j;
-  if (j == n_live - 1) seg_begin[seg_id[j]] = n_live;
+  if (j == m - 1) seg_begin[seg_id[j]] = m;
 }
 
 // Each new sub-bucket starts at the slot of its first query; it is final when it holds at most
 // max_bucket queries or its queries' rows have ended, and stays active otherwise.
 __global__ void __launch_bounds__(kBlock)
-mark_kernel(index_t m, const index_t* live, const index_t* act, const index_t* seg_id, const index_t* seg_begin,
+mark_kernel(index_t m, const index_t* act, const index_t* seg_id, const index_t* seg_begin,
             const std::uint64_t* sorted_keys, int fb, index_t max_bucket, index_t* bstart, std::uint8_t* bhead,
             std::uint8_t* still_active) {
   const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
   if (j >= m) return;
-  if (j >= *live) {
-    still_active[j] = 0;
-    return;
-  }
   const index_t id = seg_id[j] - 1;
   const index_t b = seg_begin[id];
   const index_t size = seg_begin[id + 1] - b;
@@ -130,6 +119,107 @@ mark_kernel(index_t m, const index_t* live, const index_t* act, const index_t* s
   bstart[slot] = act[b];
   if (final && j == b) bhead[slot] = 1;
   still_active[j] = !final;
+}
+
+// The last levels, once at most kTail queries are still active: one block runs every level
+// that remains in shared memory (the same steps as the kernels above, block-wide), so many
+// small levels cost one launch instead of a dozen launches and a round trip each.
+constexpr int kTailThreads = 256;
+constexpr int kTailItems = 4;
+constexpr int kTail = kTailThreads * kTailItems;
+
+__global__ void __launch_bounds__(kTailThreads)
+tail_kernel(index_t m0, const index_t* act_in, index_t* order, std::int32_t* cur, index_t* bstart,
+            std::uint8_t* bhead, const std::int32_t* matrix, index_t cols, const node_id* parent, int fb, int end_bit,
+            index_t max_bucket) {
+  using Sort = cub::BlockRadixSort<std::uint64_t, kTailThreads, kTailItems, int>;
+  using Scan = cub::BlockScan<int, kTailThreads>;
+  __shared__ union {
+    typename Sort::TempStorage sort;
+    typename Scan::TempStorage scan;
+  } temp;
+  __shared__ index_t s_act[kTail];
+  __shared__ std::uint64_t s_key[kTail];
+  __shared__ std::int32_t s_next[kTail];
+  __shared__ int s_begin[kTail + 1];
+  __shared__ int s_count;
+  const int t = threadIdx.x;
+  const std::uint64_t all_ones = (std::uint64_t{1} << (2 * fb)) - 1;
+  const std::uint64_t pad = end_bit >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << end_bit) - 1;
+  for (int j = t; j < m0; j += kTailThreads) s_act[j] = act_in[j];
+  int m = static_cast<int>(m0);
+  __syncthreads();
+  while (m > 0) {
+    std::uint64_t key[kTailItems];
+    int val[kTailItems];
+    for (int i = 0; i < kTailItems; ++i) {
+      const int j = t * kTailItems + i;
+      val[i] = j;
+      key[i] = pad;  // past the active queries: sorts after them, and the sort is stable
+      if (j < m) {
+        const index_t slot = s_act[j];
+        std::int32_t np;
+        key[i] = (static_cast<std::uint64_t>(bstart[slot]) << (2 * fb)) |
+                 step_key(matrix + order[slot] * cols, cur[slot], cols, parent, fb, &np);
+        s_next[j] = np;
+      }
+    }
+    __syncthreads();
+    Sort(temp.sort).Sort(key, val, 0, end_bit);
+    __syncthreads();
+    index_t q[kTailItems];
+    std::int32_t c[kTailItems];
+    for (int i = 0; i < kTailItems; ++i) {
+      const int j = t * kTailItems + i;
+      s_key[j] = key[i];
+      if (j < m) {
+        q[i] = order[s_act[val[i]]];
+        c[i] = s_next[val[i]];
+      }
+    }
+    __syncthreads();
+    int head[kTailItems], seg[kTailItems];
+    for (int i = 0; i < kTailItems; ++i) {
+      const int j = t * kTailItems + i;
+      head[i] = j < m && (j == 0 || s_key[j] != s_key[j - 1]);
+      if (j < m) {
+        order[s_act[j]] = q[i];
+        cur[s_act[j]] = c[i];
+      }
+    }
+    int n_seg;
+    Scan(temp.scan).InclusiveSum(head, seg, n_seg);
+    for (int i = 0; i < kTailItems; ++i) {
+      const int j = t * kTailItems + i;
+      if (head[i]) s_begin[seg[i] - 1] = j;
+    }
+    if (t == 0) s_begin[n_seg] = m;
+    __syncthreads();
+    int keep[kTailItems], pos[kTailItems];
+    index_t slot_of[kTailItems];
+    for (int i = 0; i < kTailItems; ++i) {
+      const int j = t * kTailItems + i;
+      keep[i] = 0;
+      if (j >= m) continue;
+      const int b = s_begin[seg[i] - 1];
+      const int size = s_begin[seg[i]] - b;
+      const bool final = (s_key[j] & all_ones) == all_ones || size <= max_bucket;
+      slot_of[i] = s_act[j];
+      bstart[slot_of[i]] = s_act[b];
+      if (final && j == b) bhead[slot_of[i]] = 1;
+      keep[i] = !final;
+    }
+    int kept;
+    __syncthreads();
+    Scan(temp.scan).ExclusiveSum(keep, pos, kept);
+    __syncthreads();
+    for (int i = 0; i < kTailItems; ++i)
+      if (keep[i]) s_act[pos[i]] = slot_of[i];  // compaction keeps slot order
+    if (t == 0) s_count = kept;
+    __syncthreads();
+    m = s_count;
+    __syncthreads();
+  }
 }
 
 }  // namespace
@@ -180,9 +270,6 @@ void DeviceGuidedScheduler::run(const std::int32_t* matrix, index_t rows, index_
 
   const int fb = bits_to_hold(static_cast<std::uint64_t>(cols) + 1);
   const int end_bit = 2 * fb + bits_to_hold(static_cast<std::uint64_t>(rows - 1));
-  // The largest key of end_bit bits: padding entries past the active ones sort after them
-  // (a real key can equal it only at the very end, and the sort is stable).
-  const std::uint64_t pad_key = end_bit >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << end_bit) - 1;
   std::size_t sort_bytes = 0, scan_bytes = 0, select_bytes = 0;
   CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, s.keys_in.get(), s.keys_out.get(),
                                                     s.vals_in.get(), s.vals_out.get(), rows, 0, end_bit, st));
@@ -193,49 +280,39 @@ void DeviceGuidedScheduler::run(const std::int32_t* matrix, index_t rows, index_
 
   init_kernel<<<grid_for(rows), kBlock, 0, st>>>(rows, order, s.cur.get(), s.bstart.get(), s.bhead.get(), s.act.get());
   CANOPY_CUDA_CHECK_LAUNCH("init_kernel");
-  // Levels run on an upper bound m of the active queries; the kernels read the true count
-  // (`live`, which each level's selection rewrites) from the device. While the levels are
-  // large the host learns the count after each one; once they are small it reads it only
-  // every kBatch levels, so long rows of identical prefixes do not cost a round trip a level.
-  constexpr int kBatch = 8;
-  constexpr index_t kSmallLevel = 1 << 15;
   index_t m = rows > max_bucket ? rows : 0;
-  *s.host_count.get() = m;
-  copy_to_device(s.count.get(), s.host_count.get(), 1, st);
-  while (m > 0) {
-    const int levels = m > kSmallLevel ? 1 : kBatch;
-    for (int level = 0; level < levels; ++level) {
-      const index_t* live = s.count.get();
-      key_kernel<<<grid_for(m), kBlock, 0, st>>>(m, live, s.act.get(), order, s.cur.get(), s.bstart.get(), matrix,
-                                                 cols, s.parent.get(), fb, pad_key, s.keys_in.get(), s.vals_in.get(),
-                                                 s.next_cur.get());
-      CANOPY_CUDA_CHECK_LAUNCH("key_kernel");
-      std::size_t bytes = sort_bytes;
-      // Stable: queries with one step keep their order, as the recursive partition keeps it.
-      CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.temp.get(), bytes, s.keys_in.get(), s.keys_out.get(),
-                                                        s.vals_in.get(), s.vals_out.get(), m, 0, end_bit, st));
-      gather_kernel<<<grid_for(m), kBlock, 0, st>>>(m, live, s.vals_out.get(), s.keys_out.get(), s.act.get(), order,
-                                                    s.next_cur.get(), s.tmp_q.get(), s.tmp_c.get(), s.head.get());
-      CANOPY_CUDA_CHECK_LAUNCH("gather_kernel");
-      scatter_kernel<<<grid_for(m), kBlock, 0, st>>>(m, live, s.act.get(), s.tmp_q.get(), s.tmp_c.get(), order,
-                                                     s.cur.get());
-      CANOPY_CUDA_CHECK_LAUNCH("scatter_kernel");
-      bytes = scan_bytes;
-      CANOPY_CUDA_CHECK(cub::DeviceScan::InclusiveSum(s.temp.get(), bytes, s.head.get(), s.seg_id.get(), m, st));
-      segment_begin_kernel<<<grid_for(m), kBlock, 0, st>>>(m, live, s.head.get(), s.seg_id.get(), s.seg_begin.get());
-      CANOPY_CUDA_CHECK_LAUNCH("segment_begin_kernel");
-      mark_kernel<<<grid_for(m), kBlock, 0, st>>>(m, live, s.act.get(), s.seg_id.get(), s.seg_begin.get(),
-                                                  s.keys_out.get(), fb, max_bucket, s.bstart.get(), s.bhead.get(),
-                                                  s.still_active.get());
-      CANOPY_CUDA_CHECK_LAUNCH("mark_kernel");
-      bytes = select_bytes;
-      CANOPY_CUDA_CHECK(cub::DeviceSelect::Flagged(s.temp.get(), bytes, s.act.get(), s.still_active.get(),
-                                                   s.act_next.get(), s.count.get(), m, st));
-      std::swap(s.act, s.act_next);
-    }
+  while (m > kTail) {
+    key_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.act.get(), order, s.cur.get(), s.bstart.get(), matrix, cols,
+                                               s.parent.get(), fb, s.keys_in.get(), s.vals_in.get(), s.next_cur.get());
+    CANOPY_CUDA_CHECK_LAUNCH("key_kernel");
+    std::size_t bytes = sort_bytes;
+    // Stable: queries with one step keep their order, as the recursive partition keeps it.
+    CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.temp.get(), bytes, s.keys_in.get(), s.keys_out.get(),
+                                                      s.vals_in.get(), s.vals_out.get(), m, 0, end_bit, st));
+    gather_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.vals_out.get(), s.keys_out.get(), s.act.get(), order,
+                                                  s.next_cur.get(), s.tmp_q.get(), s.tmp_c.get(), s.head.get());
+    CANOPY_CUDA_CHECK_LAUNCH("gather_kernel");
+    scatter_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.act.get(), s.tmp_q.get(), s.tmp_c.get(), order, s.cur.get());
+    CANOPY_CUDA_CHECK_LAUNCH("scatter_kernel");
+    bytes = scan_bytes;
+    CANOPY_CUDA_CHECK(cub::DeviceScan::InclusiveSum(s.temp.get(), bytes, s.head.get(), s.seg_id.get(), m, st));
+    segment_begin_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.head.get(), s.seg_id.get(), s.seg_begin.get());
+    CANOPY_CUDA_CHECK_LAUNCH("segment_begin_kernel");
+    mark_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.act.get(), s.seg_id.get(), s.seg_begin.get(), s.keys_out.get(),
+                                                fb, max_bucket, s.bstart.get(), s.bhead.get(), s.still_active.get());
+    CANOPY_CUDA_CHECK_LAUNCH("mark_kernel");
+    bytes = select_bytes;
+    CANOPY_CUDA_CHECK(cub::DeviceSelect::Flagged(s.temp.get(), bytes, s.act.get(), s.still_active.get(),
+                                                 s.act_next.get(), s.count.get(), m, st));
     copy_to_host(s.host_count.get(), s.count.get(), 1, st);
     CANOPY_CUDA_CHECK(cudaStreamSynchronize(st));
     m = *s.host_count.get();
+    std::swap(s.act, s.act_next);
+  }
+  if (m > 0) {
+    tail_kernel<<<1, kTailThreads, 0, st>>>(m, s.act.get(), order, s.cur.get(), s.bstart.get(), s.bhead.get(), matrix,
+                                            cols, s.parent.get(), fb, end_bit, max_bucket);
+    CANOPY_CUDA_CHECK_LAUNCH("tail_kernel");
   }
 }
 
