@@ -121,42 +121,6 @@ mark_kernel(index_t m, const index_t* act, const index_t* seg_id, const index_t*
   still_active[j] = !final;
 }
 
-// A sub-bucket that stays active but whose rows are identical from its cursor on can never
-// split again: every later level keeps it whole until its rows end together, and then it is
-// one final bucket in its present order. Finding such buckets now (duplicate queries are
-// common) saves a level per remaining step. differ[segment] is set where a row differs from
-// the segment's first.
-__global__ void __launch_bounds__(kBlock)
-compare_rest_kernel(index_t m, const index_t* act, const index_t* seg_id, const index_t* seg_begin,
-                    const std::uint8_t* still_active, const index_t* order, const std::int32_t* cur,
-                    const std::int32_t* matrix, index_t cols, std::uint8_t* differ) {
-  const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
-  if (j >= m || !still_active[j]) return;
-  const index_t id = seg_id[j] - 1;
-  const index_t b = seg_begin[id];
-  if (j == b) return;
-  const std::int32_t* x = matrix + order[act[j]] * cols;
-  const std::int32_t* y = matrix + order[act[b]] * cols;
-  for (index_t c = cur[act[j]]; c < cols; ++c) {
-    if (x[c] != y[c]) {
-      differ[id] = 1;
-      return;
-    }
-    if (x[c] == kRowEnd) return;
-  }
-}
-
-__global__ void __launch_bounds__(kBlock)
-finish_identical_kernel(index_t m, const index_t* act, const index_t* seg_id, const index_t* seg_begin,
-                        const std::uint8_t* differ, std::uint8_t* bhead, std::uint8_t* still_active) {
-  const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
-  if (j >= m || !still_active[j]) return;
-  const index_t id = seg_id[j] - 1;
-  if (differ[id]) return;
-  still_active[j] = 0;
-  if (j == seg_begin[id]) bhead[act[j]] = 1;
-}
-
 // The last levels, once at most kTail queries are still active: one block runs every level
 // that remains in shared memory (the same steps as the kernels above, block-wide), so many
 // small levels cost one launch instead of a dozen launches and a round trip each.
@@ -264,7 +228,7 @@ struct DeviceGuidedScheduler::Impl {
   DeviceBuffer<std::int32_t> cur, next_cur, tmp_c;
   DeviceBuffer<index_t> bstart, act, act_next, vals_in, vals_out, tmp_q, head, seg_id, seg_begin, count;
   DeviceBuffer<std::uint64_t> keys_in, keys_out;
-  DeviceBuffer<std::uint8_t> bhead, still_active, differ;
+  DeviceBuffer<std::uint8_t> bhead, still_active;
   DeviceBuffer<node_id> parent;
   DeviceBuffer<unsigned char> temp;
   PinnedBuffer<index_t> host_count;
@@ -300,7 +264,6 @@ void DeviceGuidedScheduler::run(const std::int32_t* matrix, index_t rows, index_
   s.keys_out.reserve(n, "the guided scheduler keys");
   s.bhead.reserve(n, "the guided scheduler buckets");
   s.still_active.reserve(n, "the guided scheduler flags");
-  s.differ.reserve(n, "the guided scheduler flags");
   s.parent.reserve(static_cast<std::size_t>(std::max<index_t>(cols, 1)), "the top-leaf parents");
   s.host_count.reserve(1);
   copy_to_device(s.parent.get(), column_parent, static_cast<std::size_t>(cols), st);
@@ -338,14 +301,6 @@ void DeviceGuidedScheduler::run(const std::int32_t* matrix, index_t rows, index_
     mark_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.act.get(), s.seg_id.get(), s.seg_begin.get(), s.keys_out.get(),
                                                 fb, max_bucket, s.bstart.get(), s.bhead.get(), s.still_active.get());
     CANOPY_CUDA_CHECK_LAUNCH("mark_kernel");
-    CANOPY_CUDA_CHECK(cudaMemsetAsync(s.differ.get(), 0, static_cast<std::size_t>(m), st));
-    compare_rest_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.act.get(), s.seg_id.get(), s.seg_begin.get(),
-                                                        s.still_active.get(), order, s.cur.get(), matrix, cols,
-                                                        s.differ.get());
-    CANOPY_CUDA_CHECK_LAUNCH("compare_rest_kernel");
-    finish_identical_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.act.get(), s.seg_id.get(), s.seg_begin.get(),
-                                                            s.differ.get(), s.bhead.get(), s.still_active.get());
-    CANOPY_CUDA_CHECK_LAUNCH("finish_identical_kernel");
     bytes = select_bytes;
     CANOPY_CUDA_CHECK(cub::DeviceSelect::Flagged(s.temp.get(), bytes, s.act.get(), s.still_active.get(),
                                                  s.act_next.get(), s.count.get(), m, st));
