@@ -1,22 +1,22 @@
 #include "layouts/kdtree.hpp"
-#include "runtime/checks.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
-#include <map>
 #include <numeric>
 #include <string>
+#include <utility>
+#include <vector>
 
-#include <tbb/parallel_for.h>
-#include <tbb/parallel_invoke.h>
+#include <tbb/blocked_range.h>
 #include <tbb/parallel_reduce.h>
+
+#include "layouts/median_tree_build.hpp"
 
 namespace canopy {
 namespace {
 
-// Ranges at least this large build their two halves as parallel tasks.
-constexpr index_t kParallelGrain = 1 << 14;
+using detail::kParallelGrain;
+using detail::NodeCounter;
 
 struct Builder {
   const float* pts;
@@ -26,21 +26,7 @@ struct Builder {
   std::vector<index_t>& ids;
   std::vector<KdNode>& nodes;
   std::vector<float>& boxes;
-  std::map<index_t, index_t> subtree_nodes_memo;
-
-  // Nodes in the subtree over n points. Halves at each level take at most two distinct
-  // sizes, so the memo stays O(log n); it is filled before the parallel build reads it.
-  index_t subtree_nodes(index_t n) {
-    if (n <= leaf_size) return 1;
-    auto it = subtree_nodes_memo.find(n);
-    if (it != subtree_nodes_memo.end()) return it->second;
-    const index_t r = 1 + subtree_nodes(n / 2) + subtree_nodes(n - n / 2);
-    subtree_nodes_memo.emplace(n, r);
-    return r;
-  }
-  index_t subtree_nodes_cached(index_t n) const {
-    return n <= leaf_size ? 1 : subtree_nodes_memo.at(n);
-  }
+  const NodeCounter& counter;
 
   void bounding_box(index_t begin, index_t end, float* lo, float* hi) const {
     struct Box {
@@ -86,9 +72,7 @@ struct Builder {
     node.depth = static_cast<std::int16_t>(depth);
     const index_t n = end - begin;
     if (n <= leaf_size) {
-      node.first = begin;
-      node.count = static_cast<std::int32_t>(n);
-      node.split_dim = -1;
+      detail::make_leaf(node, begin, n);
       return;
     }
     int dim = 0;
@@ -101,17 +85,8 @@ struct Builder {
                        const float ca = pts[a * dims + dim], cb = pts[b * dims + dim];
                        return ca < cb || (ca == cb && a < b);
                      });
-    const index_t right = at + 1 + subtree_nodes_cached(n / 2);
-    node.first = right;
-    node.count = 0;
-    node.split_dim = static_cast<std::int16_t>(dim);
-    if (n >= kParallelGrain) {
-      tbb::parallel_invoke([&] { build(at + 1, begin, mid, depth + 1); },
-                           [&] { build(right, mid, end, depth + 1); });
-    } else {
-      build(at + 1, begin, mid, depth + 1);
-      build(right, mid, end, depth + 1);
-    }
+    const index_t right = at + 1 + counter.cached(n / 2);
+    detail::build_halves(*this, node, at, right, dim, begin, mid, end, depth);
   }
 };
 
@@ -119,18 +94,7 @@ struct Builder {
 
 KdTree KdTree::build(const float* points, index_t n, int dims, const KdTreeOptions& options) {
   if (n <= 0) throw Error("kd-tree: the point set is empty (0 points)");
-  if (points == nullptr) throw Error("kd-tree: points is a null pointer");
-  if (dims < 1 || dims > kMaxDims)
-    throw Error("kd-tree: dims = " + std::to_string(dims) + " is outside 1.." +
-                std::to_string(kMaxDims));
-  if (options.leaf_size < 1)
-    throw Error("kd-tree: leaf_size = " + std::to_string(options.leaf_size) + " must be at least 1");
-
-  const index_t total = n * dims;
-  const index_t bad = first_non_finite(points, total);
-  if (bad < total)
-    throw Error("kd-tree: point " + std::to_string(bad / dims) + " has a non-finite coordinate (" +
-                std::to_string(points[bad]) + ") in dimension " + std::to_string(bad % dims));
+  detail::check_points("kd-tree: ", points, n, dims, options.leaf_size);
 
   KdTree tree;
   tree.dims_ = dims;
@@ -139,26 +103,19 @@ KdTree KdTree::build(const float* points, index_t n, int dims, const KdTreeOptio
   std::iota(ids.begin(), ids.end(), index_t{0});
 
   const int stride = padded_dims(dims);
-  Builder b{points, dims, stride, options.leaf_size, ids, tree.nodes_, tree.boxes_, {}};
-  const index_t n_nodes = b.subtree_nodes(n);
-  if (n_nodes > std::numeric_limits<node_id>::max())
-    throw Error("kd-tree: " + std::to_string(n_nodes) + " nodes exceed the 2^31 node limit; " +
-                "raise leaf_size");
+  NodeCounter counter{options.leaf_size, {}};
+  const index_t n_nodes = detail::count_nodes("kd-tree: ", counter, n);
   // Median splits give height ceil(log2(n / leaf_size)) + 1; check it fits the rope stack.
-  int height = 1;
-  for (index_t m = n; m > options.leaf_size; m = m - m / 2) ++height;
+  const int height = detail::median_height(n, options.leaf_size);
   if (height > KdTreeView::kMaxStack - 1)
     throw Error("kd-tree: height " + std::to_string(height) + " exceeds the rope-stack limit");
   tree.height_ = height;
   tree.nodes_.resize(static_cast<std::size_t>(n_nodes));
   tree.boxes_.assign(static_cast<std::size_t>(n_nodes) * 2 * stride, 0.0f);
+  Builder b{points, dims, stride, options.leaf_size, ids, tree.nodes_, tree.boxes_, counter};
   b.build(0, 0, n, 0);
 
-  tree.points_.assign(static_cast<std::size_t>(n) * stride, 0.0f);
-  tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 4096), [&](const tbb::blocked_range<index_t>& r) {
-    for (index_t i = r.begin(); i < r.end(); ++i)
-      std::copy(points + ids[i] * dims, points + (ids[i] + 1) * dims, tree.points_.begin() + i * stride);
-  });
+  tree.points_ = detail::copy_rows(points, dims, dims, n, stride, [&](index_t i) { return ids[i]; });
   tree.point_ids_ = std::move(ids);
   return tree;
 }

@@ -2,45 +2,22 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
-#include <numeric>
-#include <string>
+#include <utility>
+#include <vector>
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
-#include <tbb/parallel_invoke.h>
 
-#include "runtime/checks.hpp"
+#include "layouts/median_tree_build.hpp"
 #include "runtime/point_correlation.hpp"
 
 namespace canopy {
 namespace {
 
-// Ranges at least this large build their two halves, and run their per-point passes, as
-// parallel tasks.
-constexpr index_t kParallelGrain = 1 << 14;
-// Reductions fold fixed blocks in index order, so double sums round the same way whatever the
-// thread count.
-constexpr index_t kBlock = 4096;
-// Leaves room on the 64-entry rope stack (one pending sibling per level plus the current node).
-constexpr int kMaxHeight = 60;
-
-template <class T, class F, class C>
-T fold_blocks(index_t begin, index_t end, F&& f, C&& combine) {
-  const index_t n = end - begin;
-  if (n <= kBlock) return f(begin, end);
-  const index_t blocks = (n + kBlock - 1) / kBlock;
-  std::vector<T> part(static_cast<std::size_t>(blocks));
-  auto run = [&](index_t k) { part[k] = f(begin + k * kBlock, std::min(end, begin + (k + 1) * kBlock)); };
-  if (n >= kParallelGrain) {
-    tbb::parallel_for(index_t{0}, blocks, run);
-  } else {
-    for (index_t k = 0; k < blocks; ++k) run(k);
-  }
-  T acc = part[0];
-  for (index_t k = 1; k < blocks; ++k) acc = combine(acc, part[k]);
-  return acc;
-}
+using detail::fold_blocks;
+using detail::kBlock;
+using detail::kParallelGrain;
+using detail::NodeCounter;
 
 // Runs f(i) for every i of [begin, end), in parallel for large ranges.
 template <class F>
@@ -53,22 +30,6 @@ void for_range(index_t begin, index_t end, F&& f) {
     for (index_t i = begin; i < end; ++i) f(i);
   }
 }
-
-// Nodes in the subtree over n points (halves n / 2 and n - n / 2). Sizes at each level take
-// at most two values, so the memo stays O(log n); it is filled before the parallel build.
-struct NodeCounter {
-  index_t leaf_size;
-  std::map<index_t, index_t> memo;
-  index_t count(index_t n) {
-    if (n <= leaf_size) return 1;
-    auto it = memo.find(n);
-    if (it != memo.end()) return it->second;
-    const index_t r = 1 + count(n / 2) + count(n - n / 2);
-    memo.emplace(n, r);
-    return r;
-  }
-  index_t cached(index_t n) const { return n <= leaf_size ? 1 : memo.at(n); }
-};
 
 struct Far {
   float d;
@@ -133,9 +94,7 @@ struct Builder {
     KdNode& node = nodes[at];
     node.depth = static_cast<std::int16_t>(depth);
     if (n <= leaf_size) {
-      node.first = begin;
-      node.count = static_cast<std::int32_t>(n);
-      node.split_dim = -1;
+      detail::make_leaf(node, begin, n);
       return;  // vantage and mu stay zero
     }
 
@@ -189,60 +148,23 @@ struct Builder {
     parent[right] = at;
     shell_lo[right] = outside.lo;
     shell_hi[right] = outside.hi;
-    node.first = right;
-    node.count = 0;
-    node.split_dim = 0;
-    if (n >= kParallelGrain) {
-      tbb::parallel_invoke([&] { build(at + 1, begin, mid, depth + 1); },
-                           [&] { build(right, mid, end, depth + 1); });
-    } else {
-      build(at + 1, begin, mid, depth + 1);
-      build(right, mid, end, depth + 1);
-    }
+    detail::build_halves(*this, node, at, right, 0, begin, mid, end, depth);
   }
 };
 
 }  // namespace
 
 VpTree VpTree::build(const float* points, index_t n, int dims, const VpTreeOptions& options) {
-  if (n <= 0) throw Error("vp-tree: n = " + std::to_string(n) + ": the point set is empty");
-  if (points == nullptr) throw Error("vp-tree: points is a null pointer");
-  if (dims < 1 || dims > kMaxDims)
-    throw Error("vp-tree: dims = " + std::to_string(dims) + " is outside 1.." + std::to_string(kMaxDims));
-  if (options.leaf_size < 1)
-    throw Error("vp-tree: leaf_size = " + std::to_string(options.leaf_size) + " must be at least 1");
-  const index_t total = n * dims;
-  const index_t bad = first_non_finite(points, total);
-  if (bad < total)
-    throw Error("vp-tree: point " + std::to_string(bad / dims) + " has a non-finite coordinate (" +
-                std::to_string(points[bad]) + ") in dimension " + std::to_string(bad % dims));
-
-  NodeCounter counter{options.leaf_size, {}};
-  const index_t n_nodes = counter.count(n);
-  if (n_nodes > std::numeric_limits<node_id>::max())
-    throw Error("vp-tree: " + std::to_string(n_nodes) + " nodes exceed the 2^31 node limit; raise leaf_size");
-  // Median splits: the larger half of m points has m - m / 2 of them.
-  int height = 1;
-  for (index_t m = n; m > options.leaf_size; m = m - m / 2) ++height;
-  if (height > kMaxHeight)
-    throw Error("vp-tree: height " + std::to_string(height) + " exceeds the rope-stack limit of " +
-                std::to_string(kMaxHeight) + " levels; raise leaf_size");
+  detail::MedianTreeInput in = detail::prepare_median_tree("vp-tree", points, n, dims, options.leaf_size);
 
   VpTree tree;
   tree.dims_ = dims;
   tree.leaf_size_ = options.leaf_size;
-  tree.height_ = height;
+  tree.height_ = in.height;
   const int stride = padded_dims(dims);
 
-  std::vector<float> padded(static_cast<std::size_t>(n) * stride, 0.0f);
-  tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 4096), [&](const tbb::blocked_range<index_t>& r) {
-    for (index_t i = r.begin(); i < r.end(); ++i)
-      std::copy(points + i * dims, points + (i + 1) * dims, padded.begin() + i * stride);
-  });
-  std::vector<index_t> ids(static_cast<std::size_t>(n));
-  std::iota(ids.begin(), ids.end(), index_t{0});
   std::vector<float> key(static_cast<std::size_t>(n), 0.0f);
-  const auto nn = static_cast<std::size_t>(n_nodes);
+  const auto nn = static_cast<std::size_t>(in.n_nodes);
   tree.nodes_.resize(nn);
   tree.vantages_.assign(nn * stride, 0.0f);
   tree.mu_.assign(nn, 0.0f);
@@ -252,19 +174,14 @@ VpTree VpTree::build(const float* points, index_t n, int dims, const VpTreeOptio
 
   dispatch_dims(dims, [&](auto width) {
     constexpr int M = decltype(width)::value;
-    Builder<M> b{padded.data(),        options.leaf_size,    ids.data(),           key.data(),
-                 tree.nodes_.data(),   tree.vantages_.data(), tree.mu_.data(),      tree.parent_.data(),
-                 tree.shell_lo_.data(), tree.shell_hi_.data(), counter};
+    Builder<M> b{in.padded.data(),      options.leaf_size,     in.ids.data(),   key.data(),
+                 tree.nodes_.data(),    tree.vantages_.data(), tree.mu_.data(), tree.parent_.data(),
+                 tree.shell_lo_.data(), tree.shell_hi_.data(), in.counter};
     b.build(0, 0, n, 0);
   });
 
-  tree.points_.resize(static_cast<std::size_t>(n) * stride);
-  tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 4096), [&](const tbb::blocked_range<index_t>& r) {
-    for (index_t i = r.begin(); i < r.end(); ++i)
-      std::copy(padded.begin() + ids[i] * stride, padded.begin() + (ids[i] + 1) * stride,
-                tree.points_.begin() + i * stride);
-  });
-  tree.point_ids_ = std::move(ids);
+  tree.points_ = detail::tree_order_rows(in, stride);
+  tree.point_ids_ = std::move(in.ids);
   return tree;
 }
 

@@ -91,17 +91,10 @@ KnnResult NearestNeighbors::run(const float* queries, index_t n, const KnnOption
     throw Error("k = " + std::to_string(opt.k) + " is outside 1.." + std::to_string(points) + " (the " +
                 to_string(kind_) + " has " + std::to_string(points) + " points)");
   check_queries(queries, n, dims());
-  if (opt.depth < 0 || opt.depth > height())
-    throw Error("depth = " + std::to_string(opt.depth) + " is deeper than the tree (it has " +
-                std::to_string(height()) + " levels; use 1.." + std::to_string(height()) + ")");
-  if (opt.device == Device::Gpu && device_ != Device::Gpu)
-    throw Error("device gpu was requested but this NearestNeighbors was created for the cpu (" +
-                gpu_description() + ")");
 
   KnnResult res;
+  res.begin(opt, device_, "NearestNeighbors", height(), kDefaultTopTreeDepth);
   res.k = opt.k;
-  res.device = opt.device == Device::Cpu ? Device::Cpu : device_;
-  res.depth = opt.depth > 0 ? opt.depth : std::min(kDefaultTopTreeDepth, height());
   const std::size_t slots = static_cast<std::size_t>(n) * static_cast<std::size_t>(opt.k);
   res.indices.assign(slots, -1);
   res.distances.assign(slots, 0.0f);
@@ -116,14 +109,7 @@ KnnResult NearestNeighbors::run(const float* queries, index_t n, const KnnOption
     gpu_->set_queries(queries, n, opt.k);
     schedule_on_gpu(r);
   }
-  if (opt.keep_schedule) {
-    if (r.order) {
-      res.schedule.order.assign(r.order, r.order + n);
-      res.schedule.bucket_offsets = std::move(r.buckets);
-    } else {
-      res.schedule = input_order(n);
-    }
-  }
+  if (opt.keep_schedule) res.keep(r.order, n, std::move(r.buckets));
   execute(r);
   return res;
 }

@@ -46,16 +46,8 @@ BhResult BarnesHut::run(const BhOptions& opt) {
     throw Error("theta = " + std::to_string(opt.theta) + " must be finite and >= 0");
   if (!std::isfinite(opt.softening) || opt.softening < 0.0f)
     throw Error("softening = " + std::to_string(opt.softening) + " must be finite and >= 0");
-  const int height = tree_.height();
-  if (opt.depth < 0 || opt.depth > height)
-    throw Error("depth = " + std::to_string(opt.depth) + " is deeper than the tree (it has " + std::to_string(height) +
-                " levels; use 1.." + std::to_string(height) + ")");
-  if (opt.device == Device::Gpu && device_ != Device::Gpu)
-    throw Error("device gpu was requested but this BarnesHut was created for the cpu (" + gpu_description() + ")");
-
   BhResult res;
-  res.device = opt.device == Device::Cpu ? Device::Cpu : device_;
-  res.depth = opt.depth > 0 ? opt.depth : std::min(kDefaultOctreeDepth, height);
+  res.begin(opt, device_, "BarnesHut", tree_.height(), kDefaultOctreeDepth);
   const index_t n = tree_.size();
   res.forces.assign(static_cast<std::size_t>(n) * 3, 0.0f);
   Run r{opt, res, n, nullptr, {}, {}};
@@ -71,14 +63,7 @@ BhResult BarnesHut::run(const BhOptions& opt) {
     gpu_->set_parameters(r.v.theta2, r.v.eps2);
     schedule_on_gpu(r);
   }
-  if (opt.keep_schedule) {
-    if (r.order) {
-      res.schedule.order.assign(r.order, r.order + n);
-      res.schedule.bucket_offsets = std::move(r.buckets);
-    } else {
-      res.schedule = input_order(n);
-    }
-  }
+  if (opt.keep_schedule) res.keep(r.order, n, std::move(r.buckets));
   execute(r);
   return res;
 }

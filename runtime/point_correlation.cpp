@@ -40,11 +40,6 @@ const char* to_string(ScheduleKind k) {
   return "?";
 }
 
-double TraversalStats::nodes_per_warp() const {
-  if (warp_nodes.empty()) return 0.0;
-  return static_cast<double>(std::accumulate(warp_nodes.begin(), warp_nodes.end(), index_t{0})) /
-         static_cast<double>(warp_nodes.size());
-}
 
 PointCorrelation::PointCorrelation(const KdTree& tree, Device device)
     : tree_(tree), device_(resolve_device(device)) {
@@ -80,16 +75,9 @@ PcResult PointCorrelation::run(const float* queries, index_t n, const PcOptions&
     throw Error("radius = " + std::to_string(opt.radius) + " must be finite and >= 0");
   const KdTreeView view = tree_.view();
   check_queries(queries, n, view.dims);
-  if (opt.depth < 0 || opt.depth > view.height)
-    throw Error("depth = " + std::to_string(opt.depth) + " is deeper than the tree (it has " +
-                std::to_string(view.height) + " levels; use 1.." + std::to_string(view.height) + ")");
-  if (opt.device == Device::Gpu && device_ != Device::Gpu)
-    throw Error("device gpu was requested but this PointCorrelation was created for the cpu (" +
-                gpu_description() + ")");
 
   PcResult res;
-  res.device = opt.device == Device::Cpu ? Device::Cpu : device_;
-  res.depth = opt.depth > 0 ? opt.depth : std::min(kDefaultTopTreeDepth, view.height);
+  res.begin(opt, device_, "PointCorrelation", view.height, kDefaultTopTreeDepth);
   res.counts.assign(static_cast<std::size_t>(n), 0);
   if (n == 0) {
     if (opt.keep_schedule) res.schedule = input_order(0);
@@ -102,14 +90,7 @@ PcResult PointCorrelation::run(const float* queries, index_t n, const PcOptions&
     gpu_->set_queries(queries, n);
     schedule_on_gpu(r);
   }
-  if (opt.keep_schedule) {
-    if (r.order) {
-      res.schedule.order.assign(r.order, r.order + n);
-      res.schedule.bucket_offsets = std::move(r.buckets);
-    } else {
-      res.schedule = input_order(n);
-    }
-  }
+  if (opt.keep_schedule) res.keep(r.order, n, std::move(r.buckets));
   execute(r);
   return res;
 }

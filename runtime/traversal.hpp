@@ -54,6 +54,13 @@ struct TraversalStats {
   std::vector<index_t> warp_nodes;      // count_nodes: nodes visited per lockstep warp (emulator)
   std::vector<index_t> gpu_warp_nodes;  // gpu_count_nodes: the same, counted on the GPU
   double nodes_per_warp() const;        // mean of warp_nodes
+
+  // Checks the options every workload shares and fills device and depth: a depth outside
+  // 0..height, or device gpu on an object made for the cpu (`who` names it), is an error.
+  // Depth 0 becomes default_depth capped at the height.
+  void begin(const TraversalOptions& opt, Device held, const char* who, int height, int default_depth);
+  // keep_schedule: the order the executor ran (null: the input order) and its buckets.
+  void keep(const index_t* order, index_t n, std::vector<index_t>&& bucket_offsets);
 };
 
 }  // namespace canopy
