@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "runtime/common.hpp"
 
@@ -37,6 +38,25 @@ template <class V>
 struct is_guided<V, std::void_t<decltype(V::kGuided)>> : std::bool_constant<V::kGuided> {};
 template <class V>
 inline constexpr bool is_guided_v = is_guided<V>::value;
+
+// The guided inspector's probe (inspector/inspector.hpp) walks a reached top-leaf's subtree
+// until the visitor has what it needs to prune (a nearest-neighbour search: k candidates); a
+// visitor says so with an optional `bool probe_satisfied(const State&)`, else one leaf is enough.
+template <class V, class = void>
+struct has_probe_satisfied : std::false_type {};
+template <class V>
+struct has_probe_satisfied<V, std::void_t<decltype(std::declval<const V&>().probe_satisfied(
+                                  std::declval<const typename V::State&>()))>> : std::true_type {};
+template <class Visitor>
+CANOPY_HD inline bool probe_satisfied(const Visitor& v, const typename Visitor::State& s) {
+  if constexpr (has_probe_satisfied<Visitor>::value) {
+    return v.probe_satisfied(s);
+  } else {
+    (void)v;
+    (void)s;
+    return true;
+  }
+}
 
 // The i-th child visited when child `first` goes first and the rest follow in index order.
 CANOPY_HD inline int visit_rank_child(int first, int i) {
@@ -83,6 +103,7 @@ struct TracingVisitor {
   }
   CANOPY_HD void leaf(State& s, node_id node) const { inner.leaf(s.inner, node); }
   CANOPY_HD int first_child(const State& s, node_id node) const { return preferred_child(inner, s.inner, node); }
+  CANOPY_HD bool probe_satisfied(const State& s) const { return canopy::probe_satisfied(inner, s.inner); }
   CANOPY_HD void finish(State& s, index_t q) const {
     inner.finish(s.inner, q);
     lengths[q] = s.n;

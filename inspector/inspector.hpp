@@ -61,10 +61,11 @@ CANOPY_HD inline void inspect_row(const Topology& tree, const TopTreeView& top, 
 
 // A guided query's row (the paper's Figure 5): the top-leaves it reaches, in the order its own
 // traversal (first_child() first) reaches them, then kRowEnd up to `width`. Returns the row's
-// length. At a top-leaf that is not a tree leaf, the inspector also follows the query's
-// preferred path down to one tree leaf and processes it, as the real traversal would first:
-// a pruning bound (nearest neighbour) then evolves as it will during execution, and later
-// top-leaves are pruned realistically instead of all being reached under an infinite bound.
+// length. At each reached top-leaf the inspector also probes its subtree as the real traversal
+// would walk it first (preferred children first), processing leaves until the visitor's
+// probe_satisfied() holds (by default after one leaf): a pruning bound (nearest neighbour:
+// k candidates) then forms as it will during execution, and later top-leaves are pruned
+// realistically instead of all being reached under an infinite bound.
 template <class Topology, class Visitor>
 CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeView& top, const Visitor& v,
                                             index_t q, std::int32_t* row, index_t width) {
@@ -84,11 +85,27 @@ CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeV
     if (d == top.depth - 1 || tree.is_leaf(n)) {
       if (len < width) row[len] = static_cast<std::int32_t>(top.column(n));
       ++len;
-      while (!tree.is_leaf(n)) {  // the probe down the preferred path
-        n = tree.child(n, preferred_child(v, s, n));
-        if (!v.descend(s, n)) break;
+      // The probe: a depth-first walk of n's subtree (n is accepted) until satisfied.
+      node_id probe[Topology::kMaxStack];
+      int psp = 0;
+      bool accepted = true;
+      for (;;) {
+        if (accepted) {
+          if (tree.is_leaf(n)) {
+            v.leaf(s, n);
+            if (probe_satisfied(v, s)) break;
+          } else {
+            const int first = preferred_child(v, s, n);
+            for (int i = tree.child_count(n) - 1; i > 0; --i) probe[psp++] = tree.child(n, visit_rank_child(first, i));
+            n = tree.child(n, first);
+            accepted = v.descend(s, n);
+            continue;
+          }
+        }
+        if (psp == 0) break;
+        n = probe[--psp];
+        accepted = v.descend(s, n);
       }
-      if (tree.is_leaf(n)) v.leaf(s, n);
       continue;
     }
     const int first = preferred_child(v, s, n);

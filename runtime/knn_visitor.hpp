@@ -115,6 +115,8 @@ struct KnnVisitor {
   }
   CANOPY_HD bool descend(State& s, node_id n) const { return metric.may_hold(s.q, n, s.bound2); }
   CANOPY_HD int first_child(const State& s, node_id n) const { return metric.first_child(s.q, n); }
+  // The inspector's probe goes on until k candidates give a pruning bound.
+  CANOPY_HD bool probe_satisfied(const State& s) const { return s.found == k; }
 
   CANOPY_HD void leaf_range(State& s, index_t first, index_t count) const {
     float* d = dist + s.query * k;

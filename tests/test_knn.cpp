@@ -360,24 +360,31 @@ TEST(KnnSoundness, VpTree) {
 
 // --- The guided inspector --------------------------------------------------------------------
 
+// The probe below a reached top-leaf n (accepted): the subtree walked recursively in the
+// query's order until k candidates are known. Returns true once satisfied.
+template <class View, class V>
+bool reference_probe(const View& tree, const V& v, typename V::State& s, node_id n) {
+  if (tree.is_leaf(n)) {
+    v.leaf(s, n);
+    return s.found == v.k;
+  }
+  const int first = v.first_child(s, n);
+  for (int i = 0; i < tree.child_count(n); ++i) {
+    const node_id c = tree.child(n, visit_rank_child(first, i));
+    if (v.descend(s, c) && reference_probe(tree, v, s, c)) return true;
+  }
+  return false;
+}
+
 // The paper's Figure 5 written recursively: the top-leaves in the query's own visit order,
-// and at each one the probe down the preferred path to a leaf.
+// and at each one the probe of its subtree.
 template <class View, class V>
 void reference_row(const View& tree, const TopTreeView& top, const V& v, typename V::State& s, node_id n, int depth,
                    std::vector<std::int32_t>& row) {
   if (!v.descend(s, n)) return;
   if (depth == top.depth - 1 || tree.is_leaf(n)) {
     row.push_back(static_cast<std::int32_t>(top.column(n)));
-    node_id p = n;
-    bool reached = true;
-    while (!tree.is_leaf(p)) {
-      p = tree.child(p, v.first_child(s, p));
-      if (!v.descend(s, p)) {
-        reached = false;
-        break;
-      }
-    }
-    if (reached) v.leaf(s, p);
+    reference_probe(tree, v, s, n);
     return;
   }
   const int first = v.first_child(s, n);
@@ -386,11 +393,10 @@ void reference_row(const View& tree, const TopTreeView& top, const V& v, typenam
 }
 
 template <class Tree>
-void guided_inspector_rows(int dims) {
+void guided_inspector_rows(int dims, int k) {
   const std::vector<float> points = test::clustered_points(3000, dims, 40 + dims);
   const std::vector<float> queries = make_queries(points, dims, 400, 41 + dims);
   const index_t m = 400;
-  const int k = 4;
   const Tree tree = build_tree<Tree>(points, dims);
   const auto view = tree.view();
   std::vector<float> dist(m * k);
@@ -433,10 +439,12 @@ void guided_inspector_rows(int dims) {
 }
 
 TEST(GuidedInspector, RowsAreTheVisitOrderOfTopLeaves) {
-  guided_inspector_rows<KdTree>(2);
-  guided_inspector_rows<KdTree>(7);
-  guided_inspector_rows<BallTree>(7);
-  guided_inspector_rows<VpTree>(2);
+  for (int k : {4, 32}) {  // k = 32 needs several leaves before the probe has a bound
+    guided_inspector_rows<KdTree>(2, k);
+    guided_inspector_rows<KdTree>(7, k);
+    guided_inspector_rows<BallTree>(7, k);
+    guided_inspector_rows<VpTree>(2, k);
+  }
 }
 
 // The device guided scheduler returns the CPU scheduler's order and buckets, bit for bit.
