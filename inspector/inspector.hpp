@@ -62,10 +62,11 @@ CANOPY_HD inline void inspect_row(const Topology& tree, const TopTreeView& top, 
 // A guided query's row (the paper's Figure 5): the top-leaves it reaches, in the order its own
 // traversal (first_child() first) reaches them, then kRowEnd up to `width`. Returns the row's
 // length. At each reached top-leaf the inspector also probes its subtree as the real traversal
-// would walk it first (preferred children first), processing leaves until the visitor's
-// probe_satisfied() holds (by default after one leaf): a pruning bound (nearest neighbour:
-// k candidates) then forms as it will during execution, and later top-leaves are pruned
-// realistically instead of all being reached under an infinite bound.
+// would walk it first (preferred children first): until the visitor's probe_satisfied() holds
+// (by default after one leaf), and, once it holds, down the preferred path to the first
+// rejected node or a leaf. A pruning bound (nearest neighbour: k candidates) then forms as it
+// will during execution, and later top-leaves are pruned realistically instead of all being
+// reached under an infinite bound.
 template <class Topology, class Visitor>
 CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeView& top, const Visitor& v,
                                             index_t q, std::int32_t* row, index_t width) {
@@ -85,10 +86,12 @@ CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeV
     if (d == top.depth - 1 || tree.is_leaf(n)) {
       if (len < width) row[len] = static_cast<std::int32_t>(top.column(n));
       ++len;
-      // The probe: a depth-first walk of n's subtree (n is accepted) until satisfied.
+      // The probe: a depth-first walk of n's subtree (n is accepted) until satisfied. A
+      // visitor satisfied already only follows its preferred path, to its first rejection.
       node_id probe[Topology::kMaxStack];
       int psp = 0;
       bool accepted = true;
+      const bool hungry = !probe_satisfied(v, s);
       for (;;) {
         if (accepted) {
           if (tree.is_leaf(n)) {
@@ -102,7 +105,7 @@ CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeV
             continue;
           }
         }
-        if (psp == 0) break;
+        if (!hungry || psp == 0) break;
         n = probe[--psp];
         accepted = v.descend(s, n);
       }

@@ -360,10 +360,19 @@ TEST(KnnSoundness, VpTree) {
 
 // --- The guided inspector --------------------------------------------------------------------
 
-// The probe below a reached top-leaf n (accepted): the subtree walked recursively in the
-// query's order until k candidates are known. Returns true once satisfied.
+// The probe below a reached top-leaf n (accepted): with fewer than k candidates, the subtree
+// walked recursively in the query's order until k are known (returns true then); with k,
+// the preferred path down to the first rejected node or a leaf.
 template <class View, class V>
 bool reference_probe(const View& tree, const V& v, typename V::State& s, node_id n) {
+  if (s.found == v.k) {
+    while (!tree.is_leaf(n)) {
+      n = tree.child(n, v.first_child(s, n));
+      if (!v.descend(s, n)) return true;
+    }
+    v.leaf(s, n);
+    return true;
+  }
   if (tree.is_leaf(n)) {
     v.leaf(s, n);
     return s.found == v.k;
