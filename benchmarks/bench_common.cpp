@@ -101,7 +101,7 @@ Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& sw
     opt.count_nodes = is_lockstep(var.executor);
     const Measured first = run(opt);
     opt.count_nodes = false;
-    Row row;
+    VariantRow row;
     row.name = var.name;
     const auto& wn = first.stats.warp_nodes;
     row.nodes_per_warp = first.stats.nodes_per_warp();
@@ -137,20 +137,20 @@ Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& sw
 }
 
 namespace {
-const Row* baseline(const Suite& s) {
-  for (const Row& r : s.rows)
+const VariantRow* baseline(const Suite& s) {
+  for (const VariantRow& r : s.rows)
     if (r.name == "mask-lockstep") return &r;
   return nullptr;
 }
 }  // namespace
 
 void print_suite(const Suite& s) {
-  const Row* base = baseline(s);
+  const VariantRow* base = baseline(s);
   std::printf("\n%-22s %5s %10s %10s %10s %10s %12s %10s %20s %9s\n", "variant", "depth", "inspect", "schedule",
               "execute", "total", "nodes/warp", "max", "checksum", "speedup");
   std::printf("%-22s %5s %10s %10s %10s %10s %12s %10s %20s %9s\n", "", "", "ms", "ms", "ms", "ms", "mean", "", "",
               "vs mask");
-  for (const Row& r : s.rows) {
+  for (const VariantRow& r : s.rows) {
     char depth[16] = "-", npw[32] = "-", npw_max[32] = "-", speed[32] = "-";
     if (r.depth) std::snprintf(depth, sizeof depth, "%d", r.depth);
     if (r.nodes_per_warp > 0) {
@@ -166,7 +166,7 @@ void print_suite(const Suite& s) {
 }
 
 int suite_depth(const Suite& s, int fallback) {
-  for (const Row& r : s.rows)
+  for (const VariantRow& r : s.rows)
     if (r.depth) return r.depth;
   return fallback;
 }
@@ -181,9 +181,9 @@ void print_device_line(Device used, Device requested) {
 }
 
 nlohmann::json suite_json(const Suite& s) {
-  const Row* base = baseline(s);
+  const VariantRow* base = baseline(s);
   nlohmann::json out = nlohmann::json::array();
-  for (const Row& r : s.rows) {
+  for (const VariantRow& r : s.rows) {
     nlohmann::json v{{"name", r.name},       {"inspect_ms", r.inspect}, {"schedule_ms", r.schedule},
                      {"execute_ms", r.execute}, {"total_ms", r.total},   {"checksum", r.checksum}};
     if (r.depth) v["depth"] = r.depth;

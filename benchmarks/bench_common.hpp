@@ -38,7 +38,7 @@ struct Measured {
 };
 using RunFn = std::function<Measured(const TraversalOptions&)>;
 
-struct Row {
+struct VariantRow {
   std::string name;
   double inspect = 0, schedule = 0, execute = 0, total = 0;
   double nodes_per_warp = 0;
@@ -49,7 +49,7 @@ struct Row {
 };
 
 struct Suite {
-  std::vector<Row> rows;
+  std::vector<VariantRow> rows;
   bool all_same = true;
   int repeat = 1;
 };

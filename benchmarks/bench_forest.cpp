@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "benchmarks/bench.hpp"
+#include "benchmarks/bench_common.hpp"
+#include "runtime/checks.hpp"
 #include "runtime/forest.hpp"
 #include "runtime/forest_data.hpp"
 
@@ -88,16 +90,6 @@ std::vector<index_t> parse_batches(const std::string& s) {
   }
   if (out.empty()) throw Error("--batch: the list is empty");
   return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // FNV-1a over the bits of the predictions: equal checksums <=> (almost surely) equal bits.

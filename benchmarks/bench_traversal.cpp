@@ -11,6 +11,7 @@
 
 #include "benchmarks/bench.hpp"
 #include "benchmarks/bench_common.hpp"
+#include "runtime/checks.hpp"
 #include "runtime/knn.hpp"
 #include "runtime/nbody.hpp"
 
@@ -22,10 +23,6 @@ std::uint64_t float_bits(float f) {
   std::uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return u;
-}
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 int finish(const TraversalBenchConfig& c, const Suite& suite, nlohmann::json j) {
