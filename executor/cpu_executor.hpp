@@ -16,15 +16,20 @@
 namespace canopy {
 
 constexpr int kWarpSize = 32;
-// The most children a node of any Canopy tree has (the octree's eight).
-constexpr int kMaxChildren = 8;
-
 // The warp's vote (the paper's Figure 11, lines 20-26): the child most of the voting lanes
-// want to visit first; a tie goes to the lower index. votes[c] counts the lanes preferring c.
-CANOPY_HD inline int majority_child(const int* votes, int n_children) {
-  int best = 0;
-  for (int c = 1; c < n_children; ++c)
-    if (votes[c] > votes[best]) best = c;
+// want to visit first; a tie goes to the lower index. pref[l] is lane l's preferred child, for
+// the lanes set in `voters`. Counted child by child, as the GPU's ballots do, so a node may
+// have any number of children.
+inline int majority_child(const int* pref, std::uint32_t voters, int n_children) {
+  int best = 0, best_votes = -1;
+  for (int c = 0; c < n_children; ++c) {
+    int votes = 0;
+    for (std::uint32_t t = voters; t; t &= t - 1) votes += pref[__builtin_ctz(t)] == c;
+    if (votes > best_votes) {
+      best = c;
+      best_votes = votes;
+    }
+  }
   return best;
 }
 
@@ -109,9 +114,9 @@ index_t emulate_warp(const Topology& tree, const Visitor& v, const index_t* orde
       const int nc = tree.child_count(n);
       int first = 0;
       if constexpr (is_guided_v<Visitor>) {
-        int votes[kMaxChildren] = {};
-        for (std::uint32_t t = cond; t; t &= t - 1) ++votes[v.first_child(st[__builtin_ctz(t)], n)];
-        first = majority_child(votes, nc);
+        int pref[kWarpSize];
+        for (std::uint32_t t = cond; t; t &= t - 1) pref[__builtin_ctz(t)] = v.first_child(st[__builtin_ctz(t)], n);
+        first = majority_child(pref, cond, nc);
       }
       for (int i = nc - 1; i >= 0; --i) {
         stack[sp] = tree.child(n, visit_rank_child(first, i));

@@ -38,6 +38,8 @@ class TopTree {
                   std::to_string(tree.height) + " (the tree has " + std::to_string(tree.height) +
                   " levels)");
     }
+    // The inspectors keep each stack entry's depth in one signed byte.
+    if (depth > 127) throw Error("top-tree depth " + std::to_string(depth) + " is larger than 127, the deepest Canopy inspects");
     TopTree t;
     t.depth_ = depth;
     struct Item {

@@ -6,11 +6,15 @@
 
 namespace canopy {
 
-double TraversalStats::nodes_per_warp() const {
-  if (warp_nodes.empty()) return 0.0;
-  return static_cast<double>(std::accumulate(warp_nodes.begin(), warp_nodes.end(), index_t{0})) /
-         static_cast<double>(warp_nodes.size());
+namespace {
+double mean(const std::vector<index_t>& v) {
+  if (v.empty()) return 0.0;
+  return static_cast<double>(std::accumulate(v.begin(), v.end(), index_t{0})) / static_cast<double>(v.size());
 }
+}  // namespace
+
+double TraversalStats::nodes_per_warp() const { return mean(warp_nodes); }
+double TraversalStats::gpu_nodes_per_warp() const { return mean(gpu_warp_nodes); }
 
 void TraversalStats::begin(const TraversalOptions& opt, Device held, const char* who, int height, int default_depth) {
   if (opt.depth < 0 || opt.depth > height)

@@ -54,6 +54,7 @@ struct TraversalStats {
   std::vector<index_t> warp_nodes;      // count_nodes: nodes visited per lockstep warp (emulator)
   std::vector<index_t> gpu_warp_nodes;  // gpu_count_nodes: the same, counted on the GPU
   double nodes_per_warp() const;        // mean of warp_nodes
+  double gpu_nodes_per_warp() const;    // mean of gpu_warp_nodes
 
   // Checks the options every workload shares and fills device and depth: a depth outside
   // 0..height, or device gpu on an object made for the cpu (`who` names it), is an error.
