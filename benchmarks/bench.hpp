@@ -81,7 +81,30 @@ struct ForestBenchConfig {
   std::string predictions;
 };
 
+// canopy-bench quality <workload>: schedules against the MST lower bound of the paper's Sched.
+struct QualityConfig {
+  std::string workload;  // pc, nn, knn, bt, vp, bh
+  std::string points;
+  std::string generate;  // default uniform:100000:7, bh plummer:100000
+  std::string queries;
+  std::string columns;
+  std::uint64_t seed = 1;
+  bool shuffle_set = false;
+  std::uint64_t shuffle_seed = 0;
+  std::string radius = "auto:32";
+  int k = 0;
+  float theta = 0.5f;
+  float softening = 0.01f;
+  std::string depths = "6,8,10,12";
+  int leaf_size = 8;
+  std::int64_t sample = 4096;
+  std::uint64_t sample_seed = 1;
+  std::string json;
+};
+
 void add_pc_options(CLI::App& app, PcConfig& c);
+void add_quality_options(CLI::App& app, QualityConfig& c);
+int run_quality(const QualityConfig& c);
 void add_traversal_options(CLI::App& app, TraversalBenchConfig& c);
 int run_traversal(const TraversalBenchConfig& c);
 void add_schedule_options(CLI::App& app, ScheduleConfig& c);

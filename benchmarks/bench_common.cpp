@@ -1,6 +1,9 @@
 #include "benchmarks/bench_common.hpp"
 
+#include "runtime/canopy.hpp"
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -233,6 +236,21 @@ Inputs load_inputs(const InputConfig& c, bool normalise, bool split) {
   }
   if (c.shuffle_set) shuffle(in.queries, c.shuffle_seed);
   return in;
+}
+
+float parse_radius(const std::string& spec, const KdTree& tree, const PointSet& queries, std::uint64_t seed) {
+  if (spec.rfind("auto:", 0) == 0) {
+    const std::string k = spec.substr(5);
+    char* end = nullptr;
+    const double target = std::strtod(k.c_str(), &end);
+    if (k.empty() || *end != '\0' || !(target > 0))
+      throw Error("--radius " + spec + ": auto:K needs a positive mean count K");
+    return estimate_radius(tree, queries.data(), queries.size(), target, seed);
+  }
+  char* end = nullptr;
+  const float radius = std::strtof(spec.c_str(), &end);
+  if (spec.empty() || *end != '\0') throw Error("--radius '" + spec + "' is neither a number nor auto:K");
+  return radius;
 }
 
 }  // namespace bench

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "layouts/kdtree.hpp"
 #include "runtime/dataset.hpp"
 #include "runtime/traversal.hpp"
 
@@ -88,6 +89,10 @@ struct Inputs {
 // split: no --queries file: a seeded random half of the points builds the tree and the other
 // half queries it (each half keeps the file order); otherwise the points query themselves.
 Inputs load_inputs(const InputConfig& c, bool normalise, bool split);
+
+// Point correlation's radius: a number, or auto:K for a mean count of about K over a seeded
+// sample of the queries.
+float parse_radius(const std::string& spec, const KdTree& tree, const PointSet& queries, std::uint64_t seed);
 
 }  // namespace bench
 }  // namespace canopy

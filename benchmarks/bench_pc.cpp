@@ -64,20 +64,7 @@ int run_pc(const PcConfig& config) {
   const KdTree tree = KdTree::build(points.data(), points.size(), points.dims, topt);
   const double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
-  float radius = 0;
-  if (c.radius.rfind("auto:", 0) == 0) {
-    const std::string k = c.radius.substr(5);
-    char* end = nullptr;
-    const double target = std::strtod(k.c_str(), &end);
-    if (k.empty() || *end != '\0' || !(target > 0))
-      throw Error("--radius " + c.radius + ": auto:K needs a positive mean count K");
-    radius = estimate_radius(tree, queries.data(), queries.size(), target, c.seed);
-  } else {
-    char* end = nullptr;
-    radius = std::strtof(c.radius.c_str(), &end);
-    if (c.radius.empty() || *end != '\0')
-      throw Error("--radius '" + c.radius + "' is neither a number nor auto:K");
-  }
+  const float radius = parse_radius(c.radius, tree, queries, c.seed);
 
   PointCorrelation pc(tree, requested);
   const Device dev = pc.device();

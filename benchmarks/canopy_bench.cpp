@@ -5,6 +5,7 @@
 //   canopy-bench schedule [...]  the sandpile scheduler alone on a random scheduling matrix
 //   canopy-bench nn|knn|bt|vp [...]  nearest neighbours on a kd-tree, ball tree or vp-tree
 //   canopy-bench bh [...]        Barnes-Hut forces on an octree
+//   canopy-bench quality <workload> [...]  each schedule's Δ against the MST lower bound
 //   canopy-bench forest [...]    decision-forest inference, every layout x kernel x device
 #include <CLI/CLI.hpp>
 
@@ -40,6 +41,10 @@ int main(int argc, char** argv) {
     canopy::bench::add_traversal_options(*tc_cmd[i], tc[i]);
   }
 
+  canopy::bench::QualityConfig qc;
+  CLI::App* qc_cmd = app.add_subcommand("quality", "schedules against the MST lower bound on the optimal schedule");
+  canopy::bench::add_quality_options(*qc_cmd, qc);
+
   canopy::bench::ForestBenchConfig fc;
   CLI::App* fc_cmd = app.add_subcommand("forest", "decision-forest inference (XGBoost / scikit-learn models)");
   canopy::bench::add_forest_options(*fc_cmd, fc);
@@ -55,6 +60,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 5; ++i)
       if (*tc_cmd[i]) return canopy::bench::run_traversal(tc[i]);
     if (*sc_cmd) return canopy::bench::run_schedule(sc);
+    if (*qc_cmd) return canopy::bench::run_quality(qc);
     if (*fc_cmd) return canopy::bench::run_forest(fc);
     return canopy::bench::run_pc(pc);
   } catch (const std::exception& e) {

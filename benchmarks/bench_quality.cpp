@@ -1,0 +1,283 @@
+// canopy-bench quality <workload>: how far each schedule is from the best possible one, in the
+// paper's own terms (§3.1). Per variant: Δ over a fixed random sample of the queries (the
+// sample in the order the variant runs it) against the minimum spanning tree of the sample's
+// difference graph (a lower bound on the sample's optimal Δ), Δ over all queries, and the
+// per-warp union of visit sets (the nodes a lockstep warp visits). Schedules are computed on
+// the CPU; the GPU's are the same, bit for bit (the tests check it).
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "benchmarks/bench.hpp"
+#include "benchmarks/bench_common.hpp"
+#include "runtime/canopy.hpp"
+#include "runtime/barnes_hut.hpp"
+#include "runtime/checks.hpp"
+#include "runtime/custom.hpp"
+#include "runtime/knn.hpp"
+#include "runtime/knn_visitor.hpp"
+#include "runtime/nbody.hpp"
+#include "runtime/schedule_quality.hpp"
+
+namespace canopy {
+namespace bench {
+namespace {
+
+struct QualityRow {
+  std::string name;
+  int depth = 0;
+  std::int64_t sample_delta = 0;
+  double ratio = 0;           // sample Δ / MST weight
+  double delta_per_query = 0; // Δ over all queries / (queries - 1)
+  double union_per_warp = 0;
+  double schedule_ms = 0;
+};
+
+// Runs every variant for one workload: tree view, visitor with host buffers, n queries, the
+// workload's leaf-sorted order and its top-tree height.
+template <class View, class Visitor>
+std::vector<QualityRow> quality_rows(const QualityConfig& c, const View& view, const Visitor& v, index_t n,
+                                     const std::vector<index_t>& leaf_order, double leaf_ms, nlohmann::json& j) {
+  auto t0 = std::chrono::steady_clock::now();
+  const std::vector<index_t> sample = sample_indices(n, c.sample, c.sample_seed);
+  const VisitSets sets = collect_visit_sets(view, v, sample);
+  const double trace_ms = ms_since(t0);
+  const MstBound mst = mst_bound(sets);
+  std::printf("sample: %zu queries (seed %llu), %.1f visited nodes per query; traced in %.0f ms\n", sample.size(),
+              static_cast<unsigned long long>(c.sample_seed),
+              sample.empty() ? 0.0 : static_cast<double>(sets.nodes.size()) / static_cast<double>(sample.size()),
+              trace_ms);
+  std::printf("MST of the sample's difference graph (Boost.Graph Prim): weight %lld (lower bound on the optimal Δ), "
+              "its preorder's Δ %lld; edge weights %.0f ms, Prim %.0f ms\n\n",
+              static_cast<long long>(mst.weight), static_cast<long long>(mst.preorder_delta), mst.graph_ms, mst.mst_ms);
+  j["sample"] = sample.size();
+  j["sample_seed"] = c.sample_seed;
+  j["mst_weight"] = mst.weight;
+  j["mst_preorder_delta"] = mst.preorder_delta;
+  j["mst_ms"] = mst.graph_ms + mst.mst_ms;
+
+  std::vector<QualityRow> rows;
+  auto add = [&](const std::string& name, int depth, const index_t* order, double ms) {
+    QualityRow r;
+    r.name = name;
+    r.depth = depth;
+    r.schedule_ms = ms;
+    const std::vector<index_t> in_sample = order ? restrict_order(order, n, sample) : [&] {
+      std::vector<index_t> id(sample.size());
+      for (std::size_t i = 0; i < id.size(); ++i) id[i] = static_cast<index_t>(i);
+      return id;
+    }();
+    r.sample_delta = schedule_delta(sets, in_sample.data(), static_cast<index_t>(in_sample.size()));
+    const ScheduleQuality q = measure_schedule(view, v, order, n);
+    r.delta_per_query = n > 1 ? static_cast<double>(q.delta) / static_cast<double>(n - 1) : 0.0;
+    r.union_per_warp = q.union_per_warp();
+    r.ratio = mst.weight > 0 ? static_cast<double>(r.sample_delta) / static_cast<double>(mst.weight) : 1.0;
+    rows.push_back(r);
+  };
+  add("input order", 0, nullptr, 0.0);
+  add("leaf-sorted", 0, leaf_order.data(), leaf_ms);
+  for (int d : parse_depths(c.depths)) {
+    if (d > view.height) {
+      std::printf("(depth %d skipped: the tree has %d levels)\n", d, view.height);
+      continue;
+    }
+    std::vector<index_t> order;
+    PhaseTimes times;
+    detail::schedule_custom_cpu(view, v, n, d, order, nullptr, times);
+    add("hybrid", d, order.data(), times.inspect_ms + times.schedule_ms);
+  }
+  QualityRow m;
+  m.name = "mst-preorder (sample only)";
+  m.sample_delta = mst.preorder_delta;
+  m.ratio = mst.weight > 0 ? static_cast<double>(mst.preorder_delta) / static_cast<double>(mst.weight) : 1.0;
+  m.delta_per_query = -1;
+  m.union_per_warp = -1;
+  rows.push_back(m);
+  return rows;
+}
+
+void print_rows(const std::vector<QualityRow>& rows) {
+  std::printf("%-28s %5s %14s %12s %14s %14s %12s\n", "variant", "depth", "sample Δ", "Δ / MST", "Δ/query (all)",
+              "nodes/warp", "sched ms");
+  for (const QualityRow& r : rows) {
+    std::printf("%-28s %5s %14lld %12.3f ", r.name.c_str(), r.depth ? std::to_string(r.depth).c_str() : "-",
+                static_cast<long long>(r.sample_delta), r.ratio);
+    if (r.delta_per_query < 0)
+      std::printf("%14s %14s %12s\n", "-", "-", "-");
+    else
+      std::printf("%14.1f %14.1f %12.1f\n", r.delta_per_query, r.union_per_warp, r.schedule_ms);
+  }
+}
+
+nlohmann::json rows_json(const std::vector<QualityRow>& rows) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const QualityRow& r : rows) {
+    nlohmann::json o;
+    o["variant"] = r.name;
+    o["depth"] = r.depth;
+    o["sample_delta"] = r.sample_delta;
+    o["delta_over_mst"] = r.ratio;
+    if (r.delta_per_query >= 0) {
+      o["delta_per_query"] = r.delta_per_query;
+      o["nodes_per_warp"] = r.union_per_warp;
+      o["schedule_ms"] = r.schedule_ms;
+    }
+    a.push_back(o);
+  }
+  return a;
+}
+
+// The workload's own leaf-sorted schedule, through its public API on the CPU.
+template <class Api, class Options>
+std::vector<index_t> leaf_sorted(Api&& run, Options opt, double* ms) {
+  opt.device = Device::Cpu;
+  opt.executor = ExecutorKind::Independent;
+  opt.schedule = ScheduleKind::LeafSort;
+  opt.keep_schedule = true;
+  auto r = run(opt);
+  *ms = r.times.schedule_ms;
+  return std::move(r.schedule.order);
+}
+
+}  // namespace
+
+void add_quality_options(CLI::App& app, QualityConfig& c) {
+  app.add_option("workload", c.workload, "pc, nn, knn, bt, vp or bh")->required();
+  app.add_option("--points", c.points, "CSV or CSV.gz with a header row (normalised to [0,1]; bh: as is)");
+  app.add_option("--generate", c.generate, "generated points: uniform:N:D or plummer:N")->capture_default_str();
+  app.add_option("--queries", c.queries, "nn family, pc: CSV(.gz) of queries (default: pc the points themselves, "
+                                         "nn family a seeded random half of the points)");
+  app.add_option("--columns", c.columns, "columns to use, e.g. 0-6 or 0,2,4 (default: all)");
+  app.add_option("--seed", c.seed, "seed of --generate, of the tree/query split and of the radius sample")
+      ->capture_default_str();
+  app.add_option_function<std::uint64_t>("--shuffle", [&c](std::uint64_t s) { c.shuffle_set = true; c.shuffle_seed = s; },
+                                         "put the queries in a random order (seed)");
+  app.add_option("--radius", c.radius, "pc: radius R, or auto:K for a mean count of about K")->capture_default_str();
+  app.add_option("--k", c.k, "neighbours per query (default 1 for nn, bt, vp; 8 for knn)");
+  app.add_option("--theta", c.theta, "bh: opening angle")->capture_default_str();
+  app.add_option("--softening", c.softening, "bh: softening length epsilon")->capture_default_str();
+  app.add_option("--depths", c.depths, "top-tree depths of the hybrid variants")->capture_default_str();
+  app.add_option("--leaf-size", c.leaf_size, "most points (bodies) per leaf")->capture_default_str();
+  app.add_option("--sample", c.sample, "queries in the sample whose MST bounds the optimum")->capture_default_str();
+  app.add_option("--sample-seed", c.sample_seed, "seed of the sample (the same sample serves every variant)")
+      ->capture_default_str();
+  app.add_option("--json", c.json, "write the results as JSON to this file");
+}
+
+int run_quality(const QualityConfig& config) {
+  QualityConfig c = config;
+  const std::string& w = c.workload;
+  if (w != "pc" && w != "nn" && w != "knn" && w != "bt" && w != "vp" && w != "bh")
+    throw Error("quality: unknown workload '" + w + "' (pc, nn, knn, bt, vp or bh)");
+  if (c.sample < 2) throw Error("--sample " + std::to_string(c.sample) + " must be at least 2");
+  const bool bh = w == "bh", pc = w == "pc";
+  if (c.generate.empty()) c.generate = bh ? "plummer:100000" : "uniform:100000:7";
+  if (bh && !c.queries.empty()) throw Error("--queries: bh computes the force on its own bodies");
+  const Inputs in = load_inputs({c.points, c.generate, c.queries, c.columns, c.seed, c.shuffle_set, c.shuffle_seed},
+                                !bh, !bh && !pc);
+  std::printf("canopy-bench quality %s: %s\n", w.c_str(), in.source.c_str());
+  nlohmann::json j;
+  j["workload"] = w;
+  j["source"] = in.source;
+  std::vector<QualityRow> rows;
+  const index_t nq = in.queries.size();
+  if (pc) {
+    KdTreeOptions o;
+    o.leaf_size = c.leaf_size;
+    const KdTree tree = KdTree::build(in.points.data(), in.points.size(), in.points.dims, o);
+    const float radius = parse_radius(c.radius, tree, in.queries, c.seed);
+    std::printf("points %lld, queries %lld, dims %d, radius %.6g, kd-tree of %d levels\n",
+                static_cast<long long>(in.points.size()), static_cast<long long>(nq), in.points.dims, radius,
+                tree.height());
+    j["radius"] = radius;
+    PointCorrelation api(tree, Device::Cpu);
+    PcOptions po;
+    po.radius = radius;
+    double leaf_ms = 0;
+    const std::vector<index_t> leaf = leaf_sorted([&](const PcOptions& o2) { return api.run(in.queries.data(), nq, o2); },
+                                                  po, &leaf_ms);
+    std::vector<index_t> counts(static_cast<std::size_t>(nq));
+    dispatch_dims(tree.dims(), [&](auto md) {
+      PointCorrelationVisitor<decltype(md)::value> v;
+      v.tree = tree.view();
+      v.queries = in.queries.data();
+      v.counts = counts.data();
+      v.radius2 = radius * radius;
+      rows = quality_rows(c, tree.view(), v, nq, leaf, leaf_ms, j);
+    });
+  } else if (bh) {
+    const index_t n = in.points.size();
+    if (in.points.dims != 3)
+      throw Error("bh: the bodies need 3 coordinates, " + in.source + " has " + std::to_string(in.points.dims));
+    const std::vector<float> mass(static_cast<std::size_t>(n), 1.0f / static_cast<float>(n));
+    OctreeOptions o;
+    o.leaf_size = c.leaf_size;
+    const Octree tree = Octree::build(in.points.data(), mass.data(), n, o);
+    std::printf("bodies %lld, octree of %d levels, theta %.3g\n", static_cast<long long>(n), tree.height(), c.theta);
+    BarnesHut api(tree, Device::Cpu);
+    BhOptions bo;
+    bo.theta = c.theta;
+    bo.softening = c.softening;
+    double leaf_ms = 0;
+    const std::vector<index_t> leaf = leaf_sorted([&](const BhOptions& o2) { return api.run(o2); }, bo, &leaf_ms);
+    // The visitor reads bodies in their original order, as BarnesHut does.
+    std::vector<float> xyz(static_cast<std::size_t>(n) * 3), m(static_cast<std::size_t>(n)),
+        forces(static_cast<std::size_t>(n) * 3);
+    for (index_t i = 0; i < n; ++i) {
+      const index_t id = tree.body_ids()[i];
+      std::copy_n(&tree.bodies()[i * 4], 3, &xyz[id * 3]);
+      m[id] = tree.bodies()[i * 4 + 3];
+    }
+    BarnesHutVisitor v;
+    v.tree = tree.view();
+    v.bodies_xyz = xyz.data();
+    v.masses = m.data();
+    v.forces = forces.data();
+    v.theta2 = c.theta * c.theta;
+    v.eps2 = c.softening * c.softening;
+    rows = quality_rows(c, tree.view(), v, n, leaf, leaf_ms, j);
+  } else {
+    const int k = c.k > 0 ? c.k : (w == "knn" ? 8 : 1);
+    auto go = [&](const auto& tree) {
+      std::printf("tree points %lld, queries %lld, dims %d, k = %d, tree of %d levels\n",
+                  static_cast<long long>(in.points.size()), static_cast<long long>(nq), in.points.dims, k,
+                  tree.height());
+      NearestNeighbors api(tree, Device::Cpu);
+      KnnOptions ko;
+      ko.k = k;
+      double leaf_ms = 0;
+      const std::vector<index_t> leaf =
+          leaf_sorted([&](const KnnOptions& o2) { return api.run(in.queries.data(), nq, o2); }, ko, &leaf_ms);
+      std::vector<float> dist(static_cast<std::size_t>(nq) * k);
+      std::vector<index_t> index(static_cast<std::size_t>(nq) * k);
+      dispatch_dims(tree.dims(), [&](auto md) {
+        const auto v = make_knn_visitor<decltype(md)::value>(tree.view(), in.queries.data(), k, dist.data(), index.data());
+        rows = quality_rows(c, tree.view(), v, nq, leaf, leaf_ms, j);
+      });
+    };
+    if (w == "bt") {
+      BallTreeOptions o;
+      o.leaf_size = c.leaf_size;
+      go(BallTree::build(in.points.data(), in.points.size(), in.points.dims, o));
+    } else if (w == "vp") {
+      VpTreeOptions o;
+      o.leaf_size = c.leaf_size;
+      go(VpTree::build(in.points.data(), in.points.size(), in.points.dims, o));
+    } else {
+      KdTreeOptions o;
+      o.leaf_size = c.leaf_size;
+      go(KdTree::build(in.points.data(), in.points.size(), in.points.dims, o));
+    }
+    j["k"] = k;
+  }
+  print_rows(rows);
+  j["variants"] = rows_json(rows);
+  if (!c.json.empty()) write_json(c.json, j);
+  return 0;
+}
+
+}  // namespace bench
+}  // namespace canopy
