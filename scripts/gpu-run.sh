@@ -9,6 +9,7 @@
 #   bh     canopy-bench bh on plummer:1000000 and uniform:1000000:3
 #   quick  the tests once (no sanitizers), then guided and bh with 3 repeats
 #   knn-qps  kNN queries per second, GPU hybrid against the CPU executor, k = 1, 8, 32
+#   graph  the quadtree-over-cities example (a user tree as a Boost.Graph) on the full cities file
 #   profile  Nsight Compute sections of the executor kernels (mask, FSM, independent)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +40,11 @@ if [[ $what == tests || $what == all ]]; then
     --gtest_filter='Soundness.Gpu*:Inspector.Gpu*:ForestGpu.EveryKernelIsBitIdenticalToTheCpu:GuidedSchedulerGpu.*:KnnSoundness.KdTree:BhSoundness.*' > "$out/racecheck.txt" 2>&1
   echo "racecheck exit $?" | tee -a "$out/racecheck.txt"; tail -4 "$out/racecheck.txt"
   { $bin/pc_example; $bin/knn_example; } | tee "$out/example.txt"
+fi
+
+if [[ $what == tests || $what == graph || $what == all ]]; then
+  # Any tree given as a graph: the quadtree example on the full cities file, CPU and GPU.
+  $bin/quadtree_cities stage/data/cities_171k.csv.gz 1000000 2>&1 | tee "$out/quadtree_cities.txt"
 fi
 
 if [[ $what == bench || $what == all ]]; then

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 build_dir=${CANOPY_BUILD_DIR:-build}
 rm -rf stage && mkdir -p stage/bin stage/lib stage/data
 cp "$build_dir"/tests/canopy_tests "$build_dir"/benchmarks/canopy-bench "$build_dir"/examples/pc_example \
-   "$build_dir"/examples/knn_example stage/bin/
+   "$build_dir"/examples/knn_example "$build_dir"/examples/quadtree_cities stage/bin/
 cp -L "$(ldconfig -p | awk '/libtbb.so.12 /{print $NF; exit}')" stage/lib/
 data=${CANOPY_DATA:-../shared/data}
 cp "$data"/covtype_points_254k.csv.gz "$data"/cities_171k.csv.gz stage/data/
