@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
     if (*fc_cmd) return canopy::bench::run_forest(fc);
     return canopy::bench::run_pc(pc);
   } catch (const std::exception& e) {
+    std::fflush(stdout);  // what was printed before the error comes first
     std::fprintf(stderr, "canopy-bench: error: %s\n", e.what());
     return 1;
   }
