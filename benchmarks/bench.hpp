@@ -27,6 +27,9 @@ struct PcConfig {
   std::string variants = "all";
   int repeat = 5;
   std::string json;
+  std::string pipeline = "off";
+  std::int64_t chunk = 0;
+  double memory_budget_mib = 0;
   // Set by the command line parser: whether the user chose the input and the repeat count.
   bool source_given = false;
   bool repeat_given = false;
@@ -52,6 +55,9 @@ struct TraversalBenchConfig {
   std::string variants = "all";
   int repeat = 5;
   std::string json;
+  std::string pipeline = "off";
+  std::int64_t chunk = 0;
+  double memory_budget_mib = 0;
   bool source_given = false;
   bool repeat_given = false;
 };

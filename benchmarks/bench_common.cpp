@@ -71,11 +71,30 @@ double median(std::vector<double> v) {
 
 std::vector<int> parse_depths(const std::string& spec) {
   std::vector<int> out;
-  for (int c : parse_columns(spec)) {
+  // "auto" among the depths: the automatic choice runs next to the fixed ones.
+  std::string rest;
+  std::size_t start = 0;
+  while (start <= spec.size()) {
+    const std::size_t end = std::min(spec.find(',', start), spec.size());
+    const std::string part = spec.substr(start, end - start);
+    if (part == "auto") out.push_back(kAutoDepth);
+    else if (!part.empty()) rest += (rest.empty() ? "" : ",") + part;
+    start = end + 1;
+  }
+  for (int c : parse_columns(rest)) {
     if (c < 1) throw Error("--depths: depth " + std::to_string(c) + " must be at least 1");
     out.push_back(c);
   }
   return out;
+}
+
+int parse_depth(const std::string& spec) {
+  if (spec == "auto") return kAutoDepth;
+  char* end = nullptr;
+  const long d = std::strtol(spec.c_str(), &end, 10);
+  if (spec.empty() || *end != '\0' || d < 0 || d > 1000)
+    throw Error("--depth '" + spec + "' is neither a depth (0 = the default) nor auto");
+  return static_cast<int>(d);
 }
 
 std::uint64_t hash_words(const std::vector<std::uint64_t>& words) {
@@ -89,8 +108,19 @@ std::uint64_t hash_words(const std::vector<std::uint64_t>& words) {
   return h;
 }
 
+PipelineSetting parse_pipeline(const std::string& on_off, index_t chunk, double budget_mib) {
+  PipelineSetting p;
+  if (on_off == "on") p.on = true;
+  else if (on_off != "off") throw Error("--pipeline '" + on_off + "' is neither on nor off");
+  if (chunk < 0) throw Error("--chunk " + std::to_string(chunk) + " must be >= 0 (0: automatic)");
+  if (!(budget_mib >= 0)) throw Error("--memory-budget " + std::to_string(budget_mib) + " must be >= 0 MiB (0: none)");
+  p.chunk = chunk;
+  p.memory_budget = static_cast<std::size_t>(budget_mib * 1048576.0);
+  return p;
+}
+
 Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& sweep, int depth, Device device,
-                int repeat, const RunFn& run) {
+                int repeat, const RunFn& run, const PipelineSetting& pipeline) {
   Suite suite;
   suite.repeat = repeat;
   std::vector<std::uint64_t> reference;
@@ -100,6 +130,10 @@ Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& sw
     opt.executor = var.executor;
     opt.schedule = var.schedule;
     opt.depth = d;
+    const bool hybrid = var.schedule == ScheduleKind::Hybrid || var.schedule == ScheduleKind::HybridDevice;
+    opt.pipeline = pipeline.on && hybrid;
+    opt.chunk = pipeline.chunk;
+    opt.memory_budget = pipeline.memory_budget;
     // Untimed warm-up, which also measures nodes per warp with the emulator on its schedule.
     opt.count_nodes = is_lockstep(var.executor);
     const Measured first = run(opt);
@@ -110,22 +144,30 @@ Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& sw
     row.nodes_per_warp = first.stats.nodes_per_warp();
     if (!wn.empty()) row.nodes_per_warp_max = *std::max_element(wn.begin(), wn.end());
     row.depth = uses_depth(var) ? first.stats.depth : 0;
+    row.auto_depth = uses_depth(var) && d == kAutoDepth;
+    row.depth_trial = first.stats.depth_trial_ms;
     row.checksum = first.checksum;
     if (reference.empty()) reference = first.result;
     row.same_results = first.result == reference;
-    std::vector<double> ins, sch, exe, tot;
+    opt.measure_overlap = true;
+    std::vector<double> ins, sch, exe, tot, only;
     for (int r = 0; r < repeat; ++r) {
       const Measured m = run(opt);
       row.same_results = row.same_results && m.result == reference;
       ins.push_back(m.stats.times.inspect_ms);
       sch.push_back(m.stats.times.schedule_ms);
       exe.push_back(m.stats.times.execute_ms);
-      tot.push_back(m.stats.times.total_ms());
+      const PipelineStats& p = m.stats.pipeline;
+      tot.push_back(p.chunks ? p.wall_ms : m.stats.times.total_ms());
+      only.push_back(p.execute_only_ms);
+      row.chunks = p.chunks;
+      row.chunk = p.chunk;
     }
     row.inspect = median(ins);
     row.schedule = median(sch);
     row.execute = median(exe);
     row.total = median(tot);
+    row.execute_only = median(only);
     suite.all_same = suite.all_same && row.same_results;
     suite.rows.push_back(row);
   };
@@ -155,7 +197,7 @@ void print_suite(const Suite& s) {
               "vs mask");
   for (const VariantRow& r : s.rows) {
     char depth[16] = "-", npw[32] = "-", npw_max[32] = "-", speed[32] = "-";
-    if (r.depth) std::snprintf(depth, sizeof depth, "%d", r.depth);
+    if (r.depth) std::snprintf(depth, sizeof depth, r.auto_depth ? "a%d" : "%d", r.depth);
     if (r.nodes_per_warp > 0) {
       std::snprintf(npw, sizeof npw, "%.1f", r.nodes_per_warp);
       std::snprintf(npw_max, sizeof npw_max, "%lld", static_cast<long long>(r.nodes_per_warp_max));
@@ -166,6 +208,24 @@ void print_suite(const Suite& s) {
                 r.same_results ? "" : "  RESULTS DIFFER");
   }
   std::printf("\nmedian of %d runs; every variant's results %s\n", s.repeat, s.all_same ? "identical" : "DIFFER");
+  for (const VariantRow& r : s.rows)
+    if (r.auto_depth)
+      std::printf("%s: depth auto chose %d; its trial took %.1f ms once (the timed runs reuse the choice)\n",
+                  r.name.c_str(), r.depth, r.depth_trial);
+  bool any = false;
+  for (const VariantRow& r : s.rows) any = any || r.chunks > 0;
+  if (!any) return;
+  std::printf("\npipelined (inspect, schedule, execute above are busy times summed over chunks; total is the wall time)\n");
+  std::printf("%-22s %5s %16s %10s %14s %12s\n", "variant", "depth", "chunks x size", "wall ms", "execute-only ms",
+              "efficiency");
+  for (const VariantRow& r : s.rows) {
+    if (!r.chunks) continue;
+    char cs[48];
+    std::snprintf(cs, sizeof cs, "%lld x %lld", static_cast<long long>(r.chunks), static_cast<long long>(r.chunk));
+    std::printf("%-22s %5d %16s %10.3f %14.3f %12.3f\n", r.name.c_str(), r.depth, cs, r.total, r.execute_only,
+                r.total > 0 ? r.execute_only / r.total : 0.0);
+  }
+  std::printf("efficiency = execute-only time of the same schedule / pipelined wall time\n");
 }
 
 int suite_depth(const Suite& s, int fallback) {
@@ -190,9 +250,20 @@ nlohmann::json suite_json(const Suite& s) {
     nlohmann::json v{{"name", r.name},       {"inspect_ms", r.inspect}, {"schedule_ms", r.schedule},
                      {"execute_ms", r.execute}, {"total_ms", r.total},   {"checksum", r.checksum}};
     if (r.depth) v["depth"] = r.depth;
+    if (r.auto_depth) {
+      v["depth_auto"] = true;
+      v["depth_trial_ms"] = r.depth_trial;
+    }
     v["nodes_per_warp"] = r.nodes_per_warp > 0 ? nlohmann::json(r.nodes_per_warp) : nlohmann::json(nullptr);
     v["nodes_per_warp_max"] = r.nodes_per_warp > 0 ? nlohmann::json(r.nodes_per_warp_max) : nlohmann::json(nullptr);
     if (base && r.total > 0) v["speedup_vs_mask_lockstep"] = base->total / r.total;
+    if (r.chunks) {
+      v["pipeline"] = {{"chunks", r.chunks},
+                       {"chunk", r.chunk},
+                       {"wall_ms", r.total},
+                       {"execute_only_ms", r.execute_only},
+                       {"overlap_efficiency", r.total > 0 ? r.execute_only / r.total : 0.0}};
+    }
     out.push_back(v);
   }
   return out;
@@ -211,7 +282,10 @@ Inputs load_inputs(const InputConfig& c, bool normalise, bool split) {
   const Ranges ranges = ranges_of(all);
   if (normalise) normalize(all, ranges);
   if (!c.queries.empty()) {
-    in.queries = read_csv(c.queries, c.columns);
+    // A generator spec instead of a file: independent queries (seed + 1), e.g. 4,000,000
+    // against a 400,000-point tree.
+    const bool generated = c.queries.rfind("uniform:", 0) == 0 || c.queries.rfind("plummer:", 0) == 0;
+    in.queries = generated ? generate(c.queries, c.seed + 1) : read_csv(c.queries, c.columns);
     if (in.queries.dims != all.dims)
       throw Error("--queries " + c.queries + " has " + std::to_string(in.queries.dims) + " columns, the points " +
                   std::to_string(all.dims));

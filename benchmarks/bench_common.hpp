@@ -28,7 +28,8 @@ struct Variant {
 std::vector<Variant> parse_variants(const std::string& list, bool guided);
 Device parse_device(const std::string& s);
 double median(std::vector<double> v);
-std::vector<int> parse_depths(const std::string& spec);  // "4-14" or "6,8,10"; "" = none
+std::vector<int> parse_depths(const std::string& spec);  // "4-14" or "6,8,10,auto"; "" = none
+int parse_depth(const std::string& spec);                 // a number or auto (kAutoDepth)
 
 // One run of a workload: its phase times, nodes per warp (count_nodes), the depth it used, a
 // checksum, and the whole result as words, so variants can be compared exactly.
@@ -41,12 +42,16 @@ using RunFn = std::function<Measured(const TraversalOptions&)>;
 
 struct VariantRow {
   std::string name;
-  double inspect = 0, schedule = 0, execute = 0, total = 0;
+  double inspect = 0, schedule = 0, execute = 0, total = 0;  // pipelined: busy times; total = wall
+  index_t chunks = 0, chunk = 0;                              // pipelined runs only
+  double execute_only = 0;  // pipelined: the executor alone over the same schedule
   double nodes_per_warp = 0;
   index_t nodes_per_warp_max = 0;
   std::uint64_t checksum = 0;
   bool same_results = true;
   int depth = 0;
+  bool auto_depth = false;   // the depth was chosen by --depth auto
+  double depth_trial = 0;    // what that choice's trial cost
 };
 
 struct Suite {
@@ -55,10 +60,21 @@ struct Suite {
   int repeat = 1;
 };
 
+// The pipeline and memory options of a run (--pipeline, --chunk, --memory-budget).
+struct PipelineSetting {
+  bool on = false;
+  index_t chunk = 0;
+  std::size_t memory_budget = 0;
+};
+
 // Runs each variant once untimed (with the warp emulator's node counts for lockstep
 // executors), then `repeat` timed runs; variants that use the inspector run at every depth.
+// With the pipeline on, the inspector variants run pipelined and each timed run also times the
+// executor alone over the same schedule.
 Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& depths, int depth, Device device,
-                int repeat, const RunFn& run);
+                int repeat, const RunFn& run, const PipelineSetting& pipeline = {});
+// "on" / "off"; --chunk and --memory-budget (MiB) as given.
+PipelineSetting parse_pipeline(const std::string& on_off, index_t chunk, double budget_mib);
 void print_suite(const Suite& s);
 // The depth the inspector variants used (the first one's), or `fallback`.
 int suite_depth(const Suite& s, int fallback);

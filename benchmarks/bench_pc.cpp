@@ -22,14 +22,16 @@ namespace bench {
 void add_pc_options(CLI::App& app, PcConfig& c) {
   app.add_option("--points", c.points, "CSV or CSV.gz with a header row (every dimension is normalised to [0,1])");
   app.add_option("--generate", c.generate, "generated points instead of a file: uniform:N:D")->capture_default_str();
-  app.add_option("--queries", c.queries, "CSV(.gz) of queries, same columns (default: the points themselves)");
+  app.add_option("--queries", c.queries, "CSV(.gz) of queries, same columns, or a generator such as uniform:4000000:7 (default: the points themselves)");
   app.add_option("--columns", c.columns, "columns to use, e.g. 0-6 or 0,2,4 (default: all)");
   app.add_option("--seed", c.seed, "seed of --generate and of the radius sample")->capture_default_str();
   app.add_option_function<std::uint64_t>("--shuffle", [&c](std::uint64_t s) { c.shuffle_set = true; c.shuffle_seed = s; },
                                          "put the queries in a random order (seed)");
   app.add_option("--radius", c.radius, "radius R, or auto:K for a mean count of about K")->capture_default_str();
-  app.add_option("--depth", c.depth, "top-tree depth of the inspector (0 = default)")->capture_default_str();
-  app.add_option("--depths", c.depths, "a depth sweep, e.g. 4-14: the hybrid variants run at each depth");
+  app.add_option_function<std::string>(
+      "--depth", [&c](const std::string& d) { c.depth = parse_depth(d); },
+      "top-tree depth of the inspector, or auto (a quick trial on a sample) (0 = default)");
+  app.add_option("--depths", c.depths, "a depth sweep, e.g. 4-14 or 4-12,auto: the hybrid variants run at each depth");
   app.add_option("--leaf-size", c.leaf_size, "most points per kd-tree leaf")->capture_default_str();
   app.add_option("--device", c.device, "auto, cpu or gpu")->capture_default_str();
   app.add_option("--variants", c.variants,
@@ -38,6 +40,13 @@ void add_pc_options(CLI::App& app, PcConfig& c) {
       ->capture_default_str();
   app.add_option("--repeat", c.repeat, "timed runs per variant (the median is reported)")->capture_default_str();
   app.add_option("--json", c.json, "write the results as JSON to this file");
+  app.add_option("--pipeline", c.pipeline,
+                 "on: the hybrid variants run pipelined (chunks overlapping inspection, scheduling and execution)")
+      ->capture_default_str();
+  app.add_option("--chunk", c.chunk, "queries per pipeline chunk (0: n / 8, at least 65,536)")->capture_default_str();
+  app.add_option("--memory-budget", c.memory_budget_mib,
+                 "MiB of GPU memory a call may use (0: no budget); a matrix that does not fit is chunked")
+      ->capture_default_str();
 }
 
 int run_pc(const PcConfig& config) {
@@ -85,7 +94,7 @@ int run_pc(const PcConfig& config) {
     m.result.assign(r.counts.begin(), r.counts.end());
     m.stats = std::move(r);
     return m;
-  });
+  }, parse_pipeline(c.pipeline, c.chunk, c.memory_budget_mib));
   print_suite(suite);
 
   if (!c.json.empty()) {

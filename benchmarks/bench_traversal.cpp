@@ -77,7 +77,7 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
                                   m.checksum = hash_words(m.result);
                                   m.stats = std::move(r);
                                   return m;
-                                });
+                                }, parse_pipeline(c.pipeline, c.chunk, c.memory_budget_mib));
   nlohmann::json j;
   j["workload"] = c.workload;
   j["tree"] = tree_name;
@@ -124,7 +124,7 @@ int run_bh(const TraversalBenchConfig& c, const Inputs& in, Device requested) {
                                   m.checksum = hash_words(m.result);
                                   m.stats = std::move(r);
                                   return m;
-                                });
+                                }, parse_pipeline(c.pipeline, c.chunk, c.memory_budget_mib));
   nlohmann::json j;
   j["workload"] = "bh";
   j["device"] = to_string(dev);
@@ -147,8 +147,8 @@ void add_traversal_options(CLI::App& app, TraversalBenchConfig& c) {
                  "generated points instead of a file: uniform:N:D or plummer:N (default uniform:400000:7; bh: "
                  "plummer:1000000)");
   app.add_option("--queries", c.queries,
-                 "nn family: CSV(.gz) of queries against all the points (default: a seeded random half of the "
-                 "points builds the tree, the other half queries it)");
+                 "nn family: CSV(.gz) of queries against all the points, or a generator such as uniform:4000000:7 "
+                 "(default: a seeded random half of the points builds the tree, the other half queries it)");
   app.add_option("--columns", c.columns, "columns to use, e.g. 0-6 or 0,2,4 (default: all)");
   app.add_option("--seed", c.seed, "seed of --generate and of the tree/query split")->capture_default_str();
   app.add_option_function<std::uint64_t>("--shuffle", [&c](std::uint64_t s) { c.shuffle_set = true; c.shuffle_seed = s; },
@@ -156,8 +156,10 @@ void add_traversal_options(CLI::App& app, TraversalBenchConfig& c) {
   app.add_option("--k", c.k, "neighbours per query (default 1 for nn, bt, vp; 8 for knn)");
   app.add_option("--theta", c.theta, "bh: opening angle")->capture_default_str();
   app.add_option("--softening", c.softening, "bh: softening length epsilon")->capture_default_str();
-  app.add_option("--depth", c.depth, "top-tree depth of the inspector (0 = default: 8, bh 4)")->capture_default_str();
-  app.add_option("--depths", c.depths, "a depth sweep, e.g. 4-14: the hybrid variants run at each depth");
+  app.add_option_function<std::string>(
+      "--depth", [&c](const std::string& d) { c.depth = parse_depth(d); },
+      "top-tree depth of the inspector, or auto (a quick trial on a sample) (0 = default: 8, bh 4)");
+  app.add_option("--depths", c.depths, "a depth sweep, e.g. 4-14 or 4-12,auto: the hybrid variants run at each depth");
   app.add_option("--leaf-size", c.leaf_size, "most points (bodies) per leaf")->capture_default_str();
   app.add_option("--device", c.device, "auto, cpu or gpu")->capture_default_str();
   app.add_option("--variants", c.variants,
@@ -166,6 +168,13 @@ void add_traversal_options(CLI::App& app, TraversalBenchConfig& c) {
       ->capture_default_str();
   app.add_option("--repeat", c.repeat, "timed runs per variant (the median is reported)")->capture_default_str();
   app.add_option("--json", c.json, "write the results as JSON to this file");
+  app.add_option("--pipeline", c.pipeline,
+                 "on: the hybrid variants run pipelined (chunks overlapping inspection, scheduling and execution)")
+      ->capture_default_str();
+  app.add_option("--chunk", c.chunk, "queries per pipeline chunk (0: n / 8, at least 65,536)")->capture_default_str();
+  app.add_option("--memory-budget", c.memory_budget_mib,
+                 "MiB of GPU memory a call may use (0: no budget); a matrix that does not fit is chunked")
+      ->capture_default_str();
 }
 
 int run_traversal(const TraversalBenchConfig& config) {

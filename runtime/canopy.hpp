@@ -63,6 +63,7 @@ class PointCorrelation {
   // Kept from run to run so scheduling touches no fresh memory.
   SandpileScheduler sandpile_;
   std::vector<index_t> order_;
+  AutoDepth auto_depth_;
 };
 
 // Picks r so that the mean count over a seeded sample of the queries is about target_mean

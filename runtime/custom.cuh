@@ -84,9 +84,26 @@ class Traverser {
     }
     const index_t* order = nullptr;  // host copy of the order, when one exists
     std::vector<index_t> buckets;
-    if (opt.schedule != ScheduleKind::InputOrder) order = schedule(host_tree, device_tree, v, opt, res, buckets);
-    if (opt.keep_schedule) res.keep(order, n_queries, std::move(buckets));
     const bool reordered = opt.schedule != ScheduleKind::InputOrder;
+    if (reordered) {
+      // The caller's data sizes are not known here: a budget bounds the matrix alone.
+      const TopTree top = TopTree::build(host_tree, res.depth);
+      const RunPlan plan = plan_run(opt, n_queries, 0, 0, pipeline_bytes_per_query(is_guided_v<Visitor>, top.size()),
+                                    gpu_free_memory());
+      if (plan.pipelined) {
+        res.take_pipeline(g_.pipelined(device_tree, top, v, opt, plan.chunk));
+        if (opt.measure_overlap) res.pipeline.execute_only_ms = g_.execute(opt.executor, device_tree, v, true, nullptr);
+        if (opt.keep_schedule) {
+          order_ = g_.download_order();
+          res.keep(order_.data(), n_queries, chunk_boundaries(n_queries, plan.chunk));
+        }
+        if (opt.gpu_count_nodes && opt.executor != ExecutorKind::Independent)
+          g_.execute(opt.executor, device_tree, v, true, &res.gpu_warp_nodes);
+        return res;
+      }
+      order = schedule(host_tree, device_tree, v, opt, res, buckets);
+    }
+    if (opt.keep_schedule) res.keep(order, n_queries, std::move(buckets));
     res.times.execute_ms = g_.execute(opt.executor, device_tree, v, reordered, nullptr);
     if (opt.gpu_count_nodes && opt.executor != ExecutorKind::Independent)
       g_.execute(opt.executor, device_tree, v, reordered, &res.gpu_warp_nodes);

@@ -36,6 +36,12 @@ std::string gpu_description() {
          std::to_string(p.multiProcessorCount) + " SMs)";
 }
 
+std::size_t gpu_free_memory() {
+  std::size_t free_b = 0, total_b = 0;
+  CANOPY_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return free_b;
+}
+
 Device resolve_device(Device requested) {
   if (requested == Device::Cpu) return Device::Cpu;
   const bool have = gpu_available();

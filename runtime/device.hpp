@@ -1,6 +1,7 @@
 // Which executors a machine offers. CUDA-free: callable from any C++ code.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace canopy {
@@ -11,6 +12,9 @@ enum class Device { Auto, Cpu, Gpu };
 bool gpu_available();
 // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" or why there is none.
 std::string gpu_description();
+
+// Bytes of device memory free now (cudaMemGetInfo).
+std::size_t gpu_free_memory();
 
 // Auto becomes Gpu when one is available, else Cpu; Gpu without one is an error.
 Device resolve_device(Device requested);

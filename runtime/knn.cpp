@@ -68,6 +68,7 @@ struct NearestNeighbors::Run {
   KnnResult& res;
   index_t* order = nullptr;  // the executor's order on the host; null = input order
   std::vector<index_t> buckets;
+  bool pipelined = false;    // the pipeline has executed the schedule already
 
   // f(host view, host visitor) writing into (dist, index).
   template <class F>
@@ -91,6 +92,22 @@ KnnResult NearestNeighbors::run(const float* queries, index_t n, const KnnOption
     throw Error("k = " + std::to_string(opt.k) + " is outside 1.." + std::to_string(points) + " (the " +
                 to_string(kind_) + " has " + std::to_string(points) + " points)");
   check_queries(queries, n, dims());
+  if (opt.depth == kAutoDepth) {
+    double trial_ms = 0;
+    const Device dev = opt.device == Device::Cpu ? Device::Cpu : device_;
+    KnnOptions o = opt;
+    o.depth = auto_depth_.choose(opt, dev, n, height(), kDefaultTopTreeDepth,
+                                 [&](int d, const std::vector<index_t>& rows) {
+                                   KnnOptions t = opt;
+                                   static_cast<TraversalOptions&>(t) = trial_options(opt, d);
+                                   const std::vector<float> sample = gather_rows(queries, dims(), rows);
+                                   return run_ms(run(sample.data(), static_cast<index_t>(rows.size()), t));
+                                 },
+                                 &trial_ms);
+    KnnResult r = run(queries, n, o);
+    r.depth_trial_ms = trial_ms;
+    return r;
+  }
 
   KnnResult res;
   res.begin(opt, device_, "NearestNeighbors", height(), kDefaultTopTreeDepth);
@@ -148,6 +165,23 @@ void NearestNeighbors::schedule_on_cpu(Run& r) {
 
 void NearestNeighbors::schedule_on_gpu(Run& r) {
   const ScheduleKind kind = r.opt.schedule;
+  if (kind == ScheduleKind::Hybrid || kind == ScheduleKind::HybridDevice) {
+    const TopTree top = with_tree([&](const auto& tree) { return TopTree::build(tree.view(), r.res.depth); });
+    const std::size_t tree_bytes = with_tree([](const auto& tree) { return tree.bytes(); });
+    const std::size_t fixed = tree_bytes + static_cast<std::size_t>(r.n) *
+                                               (dims() * sizeof(float) + r.opt.k * (sizeof(float) + sizeof(index_t)));
+    const RunPlan plan = plan_run(r.opt, r.n, tree_bytes, fixed, pipeline_bytes_per_query(true, top.size()),
+                                  gpu_free_memory());
+    if (plan.pipelined) {
+      r.res.take_pipeline(gpu_->pipelined(top, r.opt, plan.chunk));
+      r.pipelined = true;
+      if (!r.opt.keep_schedule && !r.opt.count_nodes) return;
+      order_ = gpu_->download_order();
+      r.order = order_.data();
+      r.buckets = chunk_boundaries(r.n, plan.chunk);
+      return;
+    }
+  }
   if (kind == ScheduleKind::HybridDevice) {
     const TopTree top = with_tree([&](const auto& tree) { return TopTree::build(tree.view(), r.res.depth); });
     if (DeviceGuidedScheduler::supports(top.parents().data(), top.size(), r.n)) {
@@ -195,7 +229,8 @@ void NearestNeighbors::execute(Run& r) {
     if (!opt.count_nodes) res.warp_nodes.clear();
   } else {
     const bool reordered = opt.schedule != ScheduleKind::InputOrder;
-    res.times.execute_ms = gpu_->execute(opt.executor, reordered, nullptr);
+    if (!r.pipelined) res.times.execute_ms = gpu_->execute(opt.executor, reordered, nullptr);
+    else if (opt.measure_overlap) res.pipeline.execute_only_ms = gpu_->execute(opt.executor, true, nullptr);
     gpu_->download(res.distances.data(), res.indices.data());
     if (opt.gpu_count_nodes && opt.executor != ExecutorKind::Independent)
       gpu_->execute(opt.executor, reordered, &res.gpu_warp_nodes);

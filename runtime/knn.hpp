@@ -80,6 +80,7 @@ class NearestNeighbors {
   Device device_;
   std::unique_ptr<detail::KnnGpu> gpu_;
   std::vector<index_t> order_;
+  AutoDepth auto_depth_;
 };
 
 }  // namespace canopy

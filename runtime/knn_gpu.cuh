@@ -92,6 +92,11 @@ class KnnGpuImpl final : public KnnGpu {
     copy_to_host(distances, dist_.get(), slots, g_.stream());
     g_.download(indices, index_.get(), slots);
   }
+  PipelineStats pipelined(const TopTree& top, const TraversalOptions& opt, index_t chunk) override {
+    PipelineStats st;
+    with_visitor([&](const auto& v) { st = g_.pipelined(view_, top, v, opt, chunk); });
+    return st;
+  }
 
  private:
   template <class F>

@@ -10,6 +10,7 @@
 #include "layouts/ball_tree.hpp"
 #include "layouts/kdtree.hpp"
 #include "layouts/top_tree.hpp"
+#include "runtime/traversal.hpp"
 #include "layouts/vp_tree.hpp"
 
 namespace canopy {
@@ -36,6 +37,8 @@ class KnnGpu {
   virtual std::vector<std::uint64_t> download_sorted_keys() = 0;
   virtual double execute(ExecutorKind kind, bool use_order, std::vector<index_t>* gpu_warp_nodes) = 0;
   virtual void download(float* distances, index_t* indices) = 0;
+  // The pipelined hybrid run over the current queries; the order stays on the device.
+  virtual PipelineStats pipelined(const TopTree& top, const TraversalOptions& opt, index_t chunk) = 0;
 };
 
 std::unique_ptr<KnnGpu> make_knn_gpu(const KdTree& tree);

@@ -39,6 +39,7 @@ struct BarnesHut::Run {
   index_t* order = nullptr;  // the executor's order on the host; null = input order
   std::vector<index_t> buckets;
   BarnesHutVisitor v;  // host pointers
+  bool pipelined = false;  // the pipeline has executed the schedule already
 };
 
 BhResult BarnesHut::run(const BhOptions& opt) {
@@ -46,6 +47,22 @@ BhResult BarnesHut::run(const BhOptions& opt) {
     throw Error("theta = " + std::to_string(opt.theta) + " must be finite and >= 0");
   if (!std::isfinite(opt.softening) || opt.softening < 0.0f)
     throw Error("softening = " + std::to_string(opt.softening) + " must be finite and >= 0");
+  if (opt.depth == kAutoDepth) {
+    // The bodies are the queries: the trial runs on all of them.
+    double trial_ms = 0;
+    const Device dev = opt.device == Device::Cpu ? Device::Cpu : device_;
+    BhOptions o = opt;
+    o.depth = auto_depth_.choose(opt, dev, tree_.size(), tree_.height(), kDefaultOctreeDepth,
+                                 [&](int d, const std::vector<index_t>&) {
+                                   BhOptions t = opt;
+                                   static_cast<TraversalOptions&>(t) = trial_options(opt, d);
+                                   return run_ms(run(t));
+                                 },
+                                 &trial_ms);
+    BhResult r = run(o);
+    r.depth_trial_ms = trial_ms;
+    return r;
+  }
   BhResult res;
   res.begin(opt, device_, "BarnesHut", tree_.height(), kDefaultOctreeDepth);
   const index_t n = tree_.size();
@@ -98,6 +115,22 @@ void BarnesHut::schedule_on_cpu(Run& r) {
 
 void BarnesHut::schedule_on_gpu(Run& r) {
   const ScheduleKind kind = r.opt.schedule;
+  if (kind == ScheduleKind::Hybrid || kind == ScheduleKind::HybridDevice) {
+    const TopTree top = TopTree::build(r.v.tree, r.res.depth);
+    // The bodies, masses and forces are the queries and results.
+    const std::size_t fixed = tree_.bytes() + static_cast<std::size_t>(r.n) * 7 * sizeof(float);
+    const RunPlan plan = plan_run(r.opt, r.n, tree_.bytes(), fixed, pipeline_bytes_per_query(false, top.size()),
+                                  gpu_free_memory());
+    if (plan.pipelined) {
+      r.res.take_pipeline(gpu_->pipelined(top, r.opt, plan.chunk));
+      r.pipelined = true;
+      if (!r.opt.keep_schedule && !r.opt.count_nodes) return;
+      order_ = gpu_->download_order();
+      r.order = order_.data();
+      r.buckets = chunk_boundaries(r.n, plan.chunk);
+      return;
+    }
+  }
   if (kind == ScheduleKind::Hybrid) {
     const TopTree top = TopTree::build(r.v.tree, r.res.depth);
     const SchedulingMatrixView matrix = gpu_->inspect(top, &r.res.times.inspect_ms);
@@ -143,7 +176,8 @@ void BarnesHut::execute(Run& r) {
     if (!opt.count_nodes) res.warp_nodes.clear();
   } else {
     const bool reordered = opt.schedule != ScheduleKind::InputOrder;
-    res.times.execute_ms = gpu_->execute(opt.executor, reordered, nullptr);
+    if (!r.pipelined) res.times.execute_ms = gpu_->execute(opt.executor, reordered, nullptr);
+    else if (opt.measure_overlap) res.pipeline.execute_only_ms = gpu_->execute(opt.executor, true, nullptr);
     gpu_->download(res.forces.data());
     if (opt.gpu_count_nodes && opt.executor != ExecutorKind::Independent)
       gpu_->execute(opt.executor, reordered, &res.gpu_warp_nodes);

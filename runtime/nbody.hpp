@@ -64,6 +64,7 @@ class BarnesHut {
   std::unique_ptr<detail::BhGpu> gpu_;
   SandpileScheduler sandpile_;  // its workspace is reused from run to run
   std::vector<index_t> order_;
+  AutoDepth auto_depth_;
 };
 
 }  // namespace canopy

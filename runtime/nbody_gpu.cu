@@ -86,6 +86,10 @@ double BhGpu::execute(ExecutorKind kind, bool use_order, std::vector<index_t>* g
   return impl_->g.execute(kind, impl_->view, impl_->visitor(), use_order, gpu_warp_nodes);
 }
 
+PipelineStats BhGpu::pipelined(const TopTree& top, const TraversalOptions& opt, index_t chunk) {
+  return impl_->g.pipelined(impl_->view, top, impl_->visitor(), opt, chunk);
+}
+
 void BhGpu::download(float* forces) {
   impl_->g.download(forces, impl_->forces.get(), static_cast<std::size_t>(impl_->g.queries()) * 3);
 }

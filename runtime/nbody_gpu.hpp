@@ -8,6 +8,7 @@
 #include "inspector/scheduling_matrix.hpp"
 #include "layouts/octree.hpp"
 #include "layouts/top_tree.hpp"
+#include "runtime/traversal.hpp"
 
 namespace canopy {
 namespace detail {
@@ -32,6 +33,8 @@ class BhGpu {
   std::vector<std::uint64_t> download_sorted_keys();
   double execute(ExecutorKind kind, bool use_order, std::vector<index_t>* gpu_warp_nodes);
   void download(float* forces);
+  // The pipelined hybrid run; the order stays on the device.
+  PipelineStats pipelined(const TopTree& top, const TraversalOptions& opt, index_t chunk);
 
  private:
   struct Impl;

@@ -4,6 +4,7 @@
 #include "inspector/inspector.cuh"
 #include "runtime/cuda_support.cuh"
 #include "runtime/pc_gpu.hpp"
+#include "runtime/pipeline.cuh"
 #include "runtime/point_correlation.hpp"
 #include "scheduler/sandpile_gpu.hpp"
 
@@ -42,6 +43,7 @@ struct PcGpuEngine::Impl {
   Stream stream;
   Event start, stop;
   DeviceSandpile sandpile;
+  std::unique_ptr<Pipeline> pipeline;
   index_t n_queries = 0;
   index_t matrix_cols = 0;
 
@@ -204,6 +206,18 @@ double PcGpuEngine::execute(ExecutorKind kind, float radius2, bool use_order,
     m.stream.sync();
   }
   return ms;
+}
+
+PipelineStats PcGpuEngine::pipelined(const TopTree& top, float radius2, const TraversalOptions& opt, index_t chunk) {
+  Impl& m = *impl_;
+  m.order.reserve(static_cast<std::size_t>(m.n_queries), "the schedule");
+  if (!m.pipeline) m.pipeline = std::make_unique<Pipeline>();
+  PipelineStats st;
+  m.with_visitor(radius2, [&](const auto& v) {
+    st = m.pipeline->run(m.view, top, v, m.n_queries, chunk, opt.schedule, opt.executor, m.order.get(),
+                         static_cast<cudaStream_t>(opt.stream));
+  });
+  return st;
 }
 
 void PcGpuEngine::download_counts(index_t* out) {

@@ -10,6 +10,7 @@
 #include "inspector/scheduling_matrix.hpp"
 #include "layouts/kdtree.hpp"
 #include "layouts/top_tree.hpp"
+#include "runtime/traversal.hpp"
 
 namespace canopy {
 namespace detail {
@@ -39,6 +40,8 @@ class PcGpuEngine {
   // Runs the executor in the uploaded order (use_order) or the input order.
   double execute(ExecutorKind kind, float radius2, bool use_order, std::vector<index_t>* gpu_warp_nodes);
   void download_counts(index_t* out);
+  // The pipelined hybrid run over the current queries; the order stays on the device.
+  PipelineStats pipelined(const TopTree& top, float radius2, const TraversalOptions& opt, index_t chunk);
 
  private:
   struct Impl;

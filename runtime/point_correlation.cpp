@@ -58,6 +58,7 @@ struct PointCorrelation::Run {
   PcResult& res;
   index_t* order = nullptr;  // the executor's order on the host; null = input order
   std::vector<index_t> buckets;
+  bool pipelined = false;    // the pipeline has executed the schedule already
 
   template <class MaxDim>
   PointCorrelationVisitor<MaxDim::value> visitor(MaxDim, index_t* counts) const {
@@ -75,6 +76,22 @@ PcResult PointCorrelation::run(const float* queries, index_t n, const PcOptions&
     throw Error("radius = " + std::to_string(opt.radius) + " must be finite and >= 0");
   const KdTreeView view = tree_.view();
   check_queries(queries, n, view.dims);
+  if (opt.depth == kAutoDepth) {
+    double trial_ms = 0;
+    const Device dev = opt.device == Device::Cpu ? Device::Cpu : device_;
+    PcOptions o = opt;
+    o.depth = auto_depth_.choose(opt, dev, n, view.height, kDefaultTopTreeDepth,
+                                 [&](int d, const std::vector<index_t>& rows) {
+                                   PcOptions t = opt;
+                                   static_cast<TraversalOptions&>(t) = trial_options(opt, d);
+                                   const std::vector<float> sample = gather_rows(queries, view.dims, rows);
+                                   return run_ms(run(sample.data(), static_cast<index_t>(rows.size()), t));
+                                 },
+                                 &trial_ms);
+    PcResult r = run(queries, n, o);
+    r.depth_trial_ms = trial_ms;
+    return r;
+  }
 
   PcResult res;
   res.begin(opt, device_, "PointCorrelation", view.height, kDefaultTopTreeDepth);
@@ -121,6 +138,21 @@ void PointCorrelation::schedule_on_cpu(Run& r) {
 
 void PointCorrelation::schedule_on_gpu(Run& r) {
   const ScheduleKind kind = r.opt.schedule;
+  if (kind == ScheduleKind::Hybrid || kind == ScheduleKind::HybridDevice) {
+    const TopTree top = TopTree::build(r.view, r.res.depth);
+    const std::size_t fixed = tree_.bytes() + static_cast<std::size_t>(r.n) * (r.view.dims * sizeof(float) + sizeof(index_t));
+    const RunPlan plan = plan_run(r.opt, r.n, tree_.bytes(), fixed, pipeline_bytes_per_query(false, top.size()),
+                                  gpu_free_memory());
+    if (plan.pipelined) {
+      r.res.take_pipeline(gpu_->pipelined(top, r.radius2, r.opt, plan.chunk));
+      r.pipelined = true;
+      if (!r.opt.keep_schedule && !r.opt.count_nodes) return;
+      order_ = gpu_->download_order();
+      r.order = order_.data();
+      r.buckets = chunk_boundaries(r.n, plan.chunk);
+      return;
+    }
+  }
   if (kind == ScheduleKind::Hybrid) {
     const TopTree top = TopTree::build(r.view, r.res.depth);
     const SchedulingMatrixView matrix = gpu_->inspect(top, r.radius2, &r.res.times.inspect_ms);
@@ -169,7 +201,8 @@ void PointCorrelation::execute(Run& r) {
     res.times.execute_ms = ms_since(t0);
     if (!opt.count_nodes) res.warp_nodes.clear();
   } else {
-    res.times.execute_ms = gpu_->execute(opt.executor, r.radius2, reordered, nullptr);
+    if (!r.pipelined) res.times.execute_ms = gpu_->execute(opt.executor, r.radius2, reordered, nullptr);
+    else if (opt.measure_overlap) res.pipeline.execute_only_ms = gpu_->execute(opt.executor, r.radius2, true, nullptr);
     gpu_->download_counts(res.counts.data());
     if (opt.gpu_count_nodes && opt.executor != ExecutorKind::Independent)
       gpu_->execute(opt.executor, r.radius2, reordered, &res.gpu_warp_nodes);

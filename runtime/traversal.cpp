@@ -4,6 +4,8 @@
 #include <numeric>
 #include <string>
 
+#include "inspector/scheduling_matrix.hpp"
+
 namespace canopy {
 
 namespace {
@@ -17,6 +19,8 @@ double TraversalStats::nodes_per_warp() const { return mean(warp_nodes); }
 double TraversalStats::gpu_nodes_per_warp() const { return mean(gpu_warp_nodes); }
 
 void TraversalStats::begin(const TraversalOptions& opt, Device held, const char* who, int height, int default_depth) {
+  if (opt.depth == kAutoDepth)
+    throw Error(std::string(who) + ": depth auto is resolved before the run; this entry point takes a fixed depth");
   if (opt.depth < 0 || opt.depth > height)
     throw Error("depth = " + std::to_string(opt.depth) + " is deeper than the tree (it has " + std::to_string(height) +
                 " levels; use 1.." + std::to_string(height) + ")");
@@ -34,6 +38,85 @@ void TraversalStats::keep(const index_t* order, index_t n, std::vector<index_t>&
   } else {
     schedule = input_order(n);
   }
+}
+
+void TraversalStats::take_pipeline(const PipelineStats& p) {
+  pipeline = p;
+  times.inspect_ms = p.inspect_ms;
+  times.schedule_ms = p.schedule_ms;
+  times.execute_ms = p.execute_ms;
+}
+
+std::vector<index_t> spread_sample(index_t n, index_t m) {
+  m = std::max<index_t>(1, std::min(m, n));
+  std::vector<index_t> rows(static_cast<std::size_t>(m));
+  for (index_t i = 0; i < m; ++i) rows[i] = i * n / m;
+  return rows;
+}
+
+std::vector<float> gather_rows(const float* data, int dims, const std::vector<index_t>& rows) {
+  std::vector<float> out(rows.size() * static_cast<std::size_t>(dims));
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    std::copy(data + rows[i] * dims, data + (rows[i] + 1) * dims, out.begin() + static_cast<std::ptrdiff_t>(i) * dims);
+  return out;
+}
+
+TraversalOptions trial_options(const TraversalOptions& opt, int depth) {
+  TraversalOptions o = opt;
+  o.depth = depth;
+  o.keep_schedule = false;
+  o.count_nodes = false;
+  o.gpu_count_nodes = false;
+  o.measure_overlap = false;
+  return o;
+}
+
+double run_ms(const TraversalStats& s) { return s.pipeline.chunks ? s.pipeline.wall_ms : s.times.total_ms(); }
+
+std::vector<index_t> chunk_boundaries(index_t n, index_t chunk) {
+  std::vector<index_t> b;
+  for (index_t i = 0; i < n; i += chunk) b.push_back(i);
+  b.push_back(n);
+  return b;
+}
+
+std::size_t pipeline_bytes_per_query(bool guided, index_t top_leaves) {
+  // Two slots; guided rows at full width plus their packed copy; the device schedulers' sorts.
+  const std::size_t sort = 6 * sizeof(index_t) + 2 * sizeof(std::uint64_t);
+  const std::size_t cols = static_cast<std::size_t>(top_leaves);
+  if (guided) return 2 * (2 * sizeof(std::int32_t) * cols + 3 * sizeof(index_t)) + sort;
+  return 2 * sizeof(std::uint64_t) * static_cast<std::size_t>(words_per_row(top_leaves)) + sort;
+}
+
+namespace {
+std::string mib(std::size_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; }
+}  // namespace
+
+RunPlan plan_run(const TraversalOptions& opt, index_t n, std::size_t tree_bytes, std::size_t fixed_bytes,
+                 std::size_t per_query_bytes, std::size_t free_bytes) {
+  // Without a budget the tree, queries and results are already on the device: what is free
+  // is what the matrix may take.
+  const bool budgeted = opt.memory_budget > 0;
+  const std::size_t budget = budgeted ? opt.memory_budget : free_bytes;
+  const std::string what = budgeted ? "the memory budget (memory_budget = " + mib(budget) + ")"
+                                    : "the GPU's free memory (" + mib(budget) + ")";
+  if (budgeted && tree_bytes > budget)
+    throw Error("the tree needs " + mib(tree_bytes) + " of GPU memory, more than " + what);
+  if (budgeted && fixed_bytes > budget)
+    throw Error("the tree, queries and results need " + mib(fixed_bytes) + " of GPU memory, more than " + what +
+                "; pass fewer queries per call");
+  const std::size_t room = budgeted ? budget - fixed_bytes : free_bytes;
+  const index_t fit = per_query_bytes ? static_cast<index_t>(room / per_query_bytes) : n;
+  RunPlan p;
+  // Whole (one slot's worth per query), the matrix needs n / 2 of `fit`'s two-slot queries.
+  p.pipelined = opt.pipeline || 2 * fit < n;
+  if (!p.pipelined) return p;
+  if (fit < 1)
+    throw Error("the scheduling matrix needs " + std::to_string(per_query_bytes) + " bytes per query and only " +
+                std::to_string(room) + " bytes of " + what + " are left after the tree, queries and results");
+  p.chunk = opt.chunk > 0 ? opt.chunk : std::max<index_t>(65536, (n + 7) / 8);
+  p.chunk = std::max<index_t>(1, std::min({p.chunk, n, fit}));
+  return p;
 }
 
 }  // namespace canopy

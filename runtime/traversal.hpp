@@ -3,6 +3,9 @@
 // cost. CUDA-free.
 #pragma once
 
+#include <cstddef>
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "executor/executor.hpp"
@@ -29,15 +32,123 @@ const char* to_string(ScheduleKind k);
 // up to eight children per node, uses kDefaultOctreeDepth.
 constexpr int kDefaultTopTreeDepth = 8;
 
+// Depth value that asks for the automatic choice (AutoDepth below).
+constexpr int kAutoDepth = -1;
+
 struct TraversalOptions {
   Device device = Device::Auto;
   ExecutorKind executor = ExecutorKind::FsmLockstep;
   ScheduleKind schedule = ScheduleKind::HybridDevice;
-  int depth = 0;                 // top-tree depth for Hybrid: 1..tree height, 0 = default
+  int depth = 0;                 // top-tree depth for Hybrid: 1..tree height, 0 = default,
+                                 // kAutoDepth = a quick trial (AutoDepth)
   bool count_nodes = false;      // also run the CPU warp emulator on the same schedule
   bool gpu_count_nodes = false;  // GPU lockstep: instrumented kernel's per-warp node counts
   bool keep_schedule = false;    // copy the schedule the executor ran into the result
+
+  // The pipeline (GPU; schedule Hybrid or HybridDevice): the queries in chunks; chunk i+1's
+  // inspection, chunk i's scheduling (on TBB threads) and chunk i-1's execution overlap, on
+  // two CUDA streams. Results are those of any other schedule; the schedule is the chunks'
+  // schedules one after the other.
+  bool pipeline = false;
+  index_t chunk = 0;  // queries per chunk; 0: n / 8, at least 65,536 (never more than n)
+  // Device memory this call may use, the tree, queries and results included; 0: what the
+  // device has free. A scheduling matrix that does not fit is chunked (the pipeline runs even
+  // when `pipeline` is off); a tree that does not fit is an error.
+  std::size_t memory_budget = 0;
+  bool measure_overlap = false;  // pipeline: also time the executor alone over the same schedule
+  // A cudaStream_t of the caller's (null: Canopy's own non-blocking streams only). The call's
+  // GPU work starts after the work queued there, and the stream waits for the call's work.
+  void* stream = nullptr;
 };
+
+// What a pipelined run cost: busy time per phase (GPU phases timed with CUDA events per chunk,
+// the CPU scheduler with a host clock) and the wall time of the whole pipeline.
+struct PipelineStats {
+  index_t chunks = 0;  // 0: the run was not pipelined
+  index_t chunk = 0;
+  double wall_ms = 0;
+  double inspect_ms = 0, schedule_ms = 0, execute_ms = 0;
+  double execute_only_ms = 0;  // measure_overlap: the executor alone over the same schedule
+  // execute-only time / wall time: 1 when inspection and scheduling hide completely.
+  double overlap_efficiency() const { return wall_ms > 0 ? execute_only_ms / wall_ms : 0.0; }
+};
+
+// --depth auto. A quick trial: each candidate depth (the default - 3 .. the default + 3,
+// within the tree) runs the whole call, with the caller's options, on an evenly spread sample
+// of the queries (kAutoDepthSample on the GPU, a tenth of it on the CPU; all when fewer), once
+// to warm up and once timed; the fastest total (the wall time when pipelined) wins. Choices are
+// remembered per schedule, executor, pipeline setting and power of two of the query count, so
+// a program streaming batches through one tree pays for the trial once.
+constexpr index_t kAutoDepthSample = 131072;
+class AutoDepth {
+ public:
+  // trial(depth, sample_rows) -> total ms of the call on those rows (ascending query indices).
+  template <class Trial>
+  int choose(const TraversalOptions& opt, Device device, index_t n, int height, int default_depth, Trial&& trial,
+             double* trial_ms);
+
+ private:
+  struct Key {
+    int schedule, executor, pipeline, scale;
+    bool operator==(const Key& o) const {
+      return schedule == o.schedule && executor == o.executor && pipeline == o.pipeline && scale == o.scale;
+    }
+  };
+  std::vector<std::pair<Key, int>> chosen_;
+};
+// m query indices spread evenly over 0..n-1 (all of them when m >= n): row i is i * n / m.
+std::vector<index_t> spread_sample(index_t n, index_t m);
+// The rows of a row-major [n][dims] array at `rows`.
+std::vector<float> gather_rows(const float* data, int dims, const std::vector<index_t>& rows);
+// The options of one trial run at `depth`: nothing kept, nothing counted.
+TraversalOptions trial_options(const TraversalOptions& opt, int depth);
+struct TraversalStats;
+// A run's total time: the wall time when pipelined, else inspect + schedule + execute.
+double run_ms(const TraversalStats& s);
+
+template <class Trial>
+int AutoDepth::choose(const TraversalOptions& opt, Device device, index_t n, int height, int default_depth,
+                      Trial&& trial, double* trial_ms) {
+  *trial_ms = 0;
+  if (n == 0 || (opt.schedule != ScheduleKind::Hybrid && opt.schedule != ScheduleKind::HybridDevice))
+    return std::min(default_depth, height);
+  int scale = 0;
+  while ((index_t{1} << scale) < n) ++scale;
+  const Key key{static_cast<int>(opt.schedule), static_cast<int>(opt.executor), opt.pipeline ? 1 : 0, scale};
+  for (const auto& [k, d] : chosen_)
+    if (k == key) return d;
+  const std::vector<index_t> rows =
+      spread_sample(n, device == Device::Gpu ? kAutoDepthSample : kAutoDepthSample / 10);
+  int best = std::min(default_depth, height);
+  double best_ms = 0;
+  for (int d = std::max(1, default_depth - 3); d <= std::min(height, default_depth + 3); ++d) {
+    *trial_ms += trial(d, rows);
+    const double ms = trial(d, rows);
+    *trial_ms += ms;
+    if (best_ms == 0 || ms < best_ms) {
+      best = d;
+      best_ms = ms;
+    }
+  }
+  chosen_.push_back({key, best});
+  return best;
+}
+
+// How a GPU run of n queries is carried out under the options and the memory budget.
+struct RunPlan {
+  bool pipelined = false;
+  index_t chunk = 0;
+};
+// fixed_bytes: the tree, queries and results on the device; per_query_bytes: what the pipeline
+// holds per query of a chunk (pipeline_bytes_per_query); free_bytes: the device's free memory.
+// Errors name the sizes: a budget (or device) too small for the tree, or for the tree plus the
+// queries and results, or for one query's matrix row.
+RunPlan plan_run(const TraversalOptions& opt, index_t n, std::size_t tree_bytes, std::size_t fixed_bytes,
+                 std::size_t per_query_bytes, std::size_t free_bytes);
+// The boundaries 0, chunk, 2 chunk, ..., n: a pipelined schedule's buckets are its chunks.
+std::vector<index_t> chunk_boundaries(index_t n, index_t chunk);
+// Device bytes per query of a chunk the pipeline's two buffer slots need.
+std::size_t pipeline_bytes_per_query(bool guided, index_t top_leaves);
 
 struct PhaseTimes {
   double inspect_ms = 0;   // GPU: inspector kernel + matrix copy to pinned host memory
@@ -50,9 +161,11 @@ struct TraversalStats {
   PhaseTimes times;
   Device device = Device::Cpu;  // where it ran
   int depth = 0;                // top-tree depth used (Hybrid)
+  double depth_trial_ms = 0;    // kAutoDepth: what the trial cost (0 when a cached choice was used)
   Schedule schedule;            // keep_schedule: the order the executor ran the queries in
   std::vector<index_t> warp_nodes;      // count_nodes: nodes visited per lockstep warp (emulator)
   std::vector<index_t> gpu_warp_nodes;  // gpu_count_nodes: the same, counted on the GPU
+  PipelineStats pipeline;               // a pipelined run's busy and wall times
   double nodes_per_warp() const;        // mean of warp_nodes
   double gpu_nodes_per_warp() const;    // mean of gpu_warp_nodes
 
@@ -60,6 +173,8 @@ struct TraversalStats {
   // 0..height, or device gpu on an object made for the cpu (`who` names it), is an error.
   // Depth 0 becomes default_depth capped at the height.
   void begin(const TraversalOptions& opt, Device held, const char* who, int height, int default_depth);
+  // A pipelined run: its statistics, and its busy times as the phase times.
+  void take_pipeline(const PipelineStats& p);
   // keep_schedule: the order the executor ran (null: the input order) and its buckets.
   void keep(const index_t* order, index_t n, std::vector<index_t>&& bucket_offsets);
 };

@@ -18,6 +18,7 @@
 #include "runtime/cuda_support.cuh"
 #include "scheduler/guided_gpu.hpp"
 #include "scheduler/sandpile_gpu.hpp"
+#include "runtime/pipeline.cuh"
 
 namespace canopy {
 namespace detail {
@@ -261,6 +262,17 @@ class GpuTraversal {
     return ms;
   }
 
+  // The pipelined hybrid run (runtime/pipeline.cuh) in chunks of `chunk`; the schedule lands
+  // in the order buffer, so execute(kind, ..., use_order = true, ...) re-runs it.
+  template <class Topology, class Visitor>
+  PipelineStats pipelined(const Topology& tree, const TopTree& top, const Visitor& v, const TraversalOptions& opt,
+                          index_t chunk) {
+    order_.reserve(static_cast<std::size_t>(n_), "the schedule");
+    if (!pipeline_) pipeline_ = std::make_unique<Pipeline>();
+    return pipeline_->run(tree, top, v, n_, chunk, opt.schedule, opt.executor, order_.get(),
+                          static_cast<cudaStream_t>(opt.stream));
+  }
+
   template <class T>
   void download(T* dst, const T* src, std::size_t n) {
     copy_to_host(dst, src, n, stream());
@@ -271,6 +283,7 @@ class GpuTraversal {
   Stream stream_;
   Event start_, stop_;
   DeviceMirror mirror_;
+  std::unique_ptr<Pipeline> pipeline_;
   DeviceSandpile sandpile_;
   DeviceGuidedScheduler guided_scheduler_;
   DeviceBuffer<node_id> top_leaves_;

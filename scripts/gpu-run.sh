@@ -9,6 +9,7 @@
 #   bh     canopy-bench bh on plummer:1000000 and uniform:1000000:3
 #   quick  the tests once (no sanitizers), then guided and bh with 3 repeats
 #   knn-qps  kNN queries per second, GPU hybrid against the CPU executor, k = 1, 8, 32
+#   pipeline  4M queries against a 400k tree, pc and knn, pipelined and not
 #   graph  the quadtree-over-cities example (a user tree as a Boost.Graph) on the full cities file
 #   profile  Nsight Compute sections of the executor kernels (mask, FSM, independent)
 set -uo pipefail
@@ -132,6 +133,22 @@ if [[ $what == forest ]]; then
         --device gpu,cpu --repeat 10 --json "$out/forest_${1%%.*}.json"
     done
   } 2>&1 | tee "$out/forest.txt"
+fi
+
+if [[ $what == pipeline ]]; then
+  # 4,000,000 queries against a 400,000-point tree, pipelined and not (the execute-only time of
+  # the pipelined schedule is in the pipelined table).
+  {
+    for w in pc knn; do
+      v=hybrid,hybrid-gpu-sandpile
+      [[ $w == knn ]] && v=hybrid,hybrid-gpu-buckets
+      for p in on off; do
+        echo "== canopy-bench $w --generate uniform:400000:7 --queries uniform:4000000:7 --pipeline $p"
+        timeout 280 $bin/canopy-bench $w --generate uniform:400000:7 --queries uniform:4000000:7 --variants $v \
+          --pipeline $p --repeat 3 --json "$out/pipeline_${w}_$p.json" | tail -14
+      done
+    done
+  } 2>&1 | tee "$out/pipeline.txt"
 fi
 
 if [[ $what == profile ]]; then

@@ -1,0 +1,379 @@
+// The pipeline (runtime/pipeline.cuh) and the library-use guarantees: pipelined results equal
+// unpipelined ones bit for bit for every workload and chunk size, memory budgets chunk instead
+// of failing, concurrent calls from several threads agree with serial ones, no work ever runs
+// on the legacy default stream, and a caller's stream is honoured.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <thread>
+
+#include "layouts/top_tree.hpp"
+#include "runtime/canopy.hpp"
+#include "runtime/knn.hpp"
+#include "runtime/nbody.hpp"
+#include "runtime/traversal.hpp"
+#include "tests/interval_tree.hpp"
+#include "tests/require_gpu.hpp"
+#include "tests/stream_probe.hpp"
+#include "tests/test_util.hpp"
+
+namespace canopy {
+namespace {
+
+using Words = std::vector<std::uint64_t>;
+
+std::uint64_t bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+struct Inputs {
+  PointSet covtype = test::real_points("covtype_4k.csv", "0-6");
+  std::vector<float> tree_points, queries;  // kNN: halves of covtype_4k, 1,500 queries
+  std::vector<float> pc_queries;            // 1,500 covtype points
+  std::vector<float> xyz, mass;             // 1,500 Plummer bodies
+  int dims = 7;
+  Inputs() {
+    tree_points.assign(covtype.coords.begin(), covtype.coords.begin() + 2000 * dims);
+    queries.assign(covtype.coords.begin() + 2000 * dims, covtype.coords.begin() + 3500 * dims);
+    pc_queries.assign(covtype.coords.begin(), covtype.coords.begin() + 1500 * dims);
+    xyz = generate("plummer:1500", 3).coords;
+    mass.assign(1500, 1.0f / 1500);
+  }
+};
+const Inputs& inputs() {
+  static const Inputs in;
+  return in;
+}
+
+// Each workload as "options -> result words (+ the stats)".
+struct Workload {
+  std::string name;
+  index_t n;
+  std::function<Words(const TraversalOptions&, TraversalStats*)> run;
+};
+
+struct Objects {
+  KdTree pc_tree, kd;
+  BallTree ball;
+  VpTree vp;
+  Octree oct;
+  float radius = 0;
+  Objects()
+      : pc_tree(KdTree::build(inputs().covtype.data(), inputs().covtype.size(), 7)),
+        kd(KdTree::build(inputs().tree_points.data(), 2000, 7)),
+        ball(BallTree::build(inputs().tree_points.data(), 2000, 7)),
+        vp(VpTree::build(inputs().tree_points.data(), 2000, 7)),
+        oct(Octree::build(inputs().xyz.data(), inputs().mass.data(), 1500)) {
+    radius = estimate_radius(pc_tree, inputs().pc_queries.data(), 1500, 32.0);
+  }
+};
+const Objects& objects() {
+  static const Objects o;
+  return o;
+}
+
+// The API objects of one host thread.
+struct Apis {
+  PointCorrelation pc{objects().pc_tree};
+  NearestNeighbors kd{objects().kd}, ball{objects().ball}, vp{objects().vp};
+  BarnesHut bh{objects().oct};
+
+  std::vector<Workload> workloads() {
+    std::vector<Workload> w;
+    w.push_back({"pc", 1500, [this](const TraversalOptions& t, TraversalStats* st) {
+                   PcOptions o;
+                   static_cast<TraversalOptions&>(o) = t;
+                   o.radius = objects().radius;
+                   PcResult r = pc.run(inputs().pc_queries.data(), 1500, o);
+                   if (st) *st = r;
+                   return Words(r.counts.begin(), r.counts.end());
+                 }});
+    for (auto [name, api] : {std::pair<const char*, NearestNeighbors*>{"knn kd", &kd}, {"knn ball", &ball}, {"knn vp", &vp}}) {
+      w.push_back({name, 1500, [api = api](const TraversalOptions& t, TraversalStats* st) {
+                     KnnOptions o;
+                     static_cast<TraversalOptions&>(o) = t;
+                     o.k = 5;
+                     KnnResult r = api->run(inputs().queries.data(), 1500, o);
+                     if (st) *st = r;
+                     Words out(r.indices.begin(), r.indices.end());
+                     for (float d : r.distances) out.push_back(bits(d));
+                     return out;
+                   }});
+    }
+    w.push_back({"bh", 1500, [this](const TraversalOptions& t, TraversalStats* st) {
+                   BhOptions o;
+                   static_cast<TraversalOptions&>(o) = t;
+                   BhResult r = bh.run(o);
+                   if (st) *st = r;
+                   Words out;
+                   for (float f : r.forces) out.push_back(bits(f));
+                   return out;
+                 }});
+    return w;
+  }
+};
+
+void expect_chunked_permutation(const std::vector<index_t>& order, index_t n, index_t chunk) {
+  ASSERT_EQ(static_cast<index_t>(order.size()), n);
+  for (index_t c0 = 0; c0 < n; c0 += chunk) {
+    std::vector<index_t> part(order.begin() + c0, order.begin() + std::min(n, c0 + chunk));
+    std::sort(part.begin(), part.end());
+    for (std::size_t i = 0; i < part.size(); ++i) ASSERT_EQ(part[i], c0 + static_cast<index_t>(i));
+  }
+}
+
+TEST(PipelineGpu, PipelinedResultsEqualUnpipelinedBitForBitForEveryWorkloadAndChunkSize) {
+  CANOPY_REQUIRE_GPU();
+  Apis apis;
+  for (Workload& w : apis.workloads()) {
+    TraversalOptions base;
+    base.device = Device::Gpu;
+    base.schedule = ScheduleKind::Hybrid;
+    const Words reference = w.run(base, nullptr);
+    for (ScheduleKind s : {ScheduleKind::Hybrid, ScheduleKind::HybridDevice}) {
+      for (index_t chunk : {index_t{1}, index_t{31}, index_t{32}, index_t{1000}, w.n + 5}) {
+        SCOPED_TRACE(w.name + ", " + to_string(s) + ", chunk " + std::to_string(chunk));
+        TraversalOptions o = base;
+        o.schedule = s;
+        o.pipeline = true;
+        o.chunk = chunk;
+        o.keep_schedule = true;
+        o.measure_overlap = true;
+        TraversalStats st;
+        EXPECT_EQ(w.run(o, &st), reference);
+        const index_t c = std::min(chunk, w.n);
+        EXPECT_EQ(st.pipeline.chunk, c);
+        EXPECT_EQ(st.pipeline.chunks, (w.n + c - 1) / c);
+        EXPECT_GT(st.pipeline.wall_ms, 0.0);
+        EXPECT_GT(st.pipeline.execute_only_ms, 0.0);
+        expect_chunked_permutation(st.schedule.order, w.n, c);
+      }
+    }
+  }
+}
+
+TEST(PipelineGpu, CustomVisitorsPipelineToo) {
+  CANOPY_REQUIRE_GPU();
+  for (bool guided : {false, true}) {
+    const GraphTree<test::Interval> t = test::build_interval_tree(test::random_interval_tree(3000, guided ? 10 : 4, 41));
+    std::vector<float> xs(1200);
+    for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f;
+    TraversalOptions o;
+    o.schedule = ScheduleKind::Hybrid;
+    o.depth = 4;
+    const test::IntervalRun ref = test::run_interval_gpu(t, xs, guided, o, 1024);
+    for (index_t chunk : {index_t{1}, index_t{31}, index_t{32}, index_t{1000}, index_t{5000}}) {
+      for (ScheduleKind s : {ScheduleKind::Hybrid, ScheduleKind::HybridDevice}) {
+        o.schedule = s;
+        o.pipeline = true;
+        o.chunk = chunk;
+        o.keep_schedule = true;
+        const test::IntervalRun r = test::run_interval_gpu(t, xs, guided, o, 1024);
+        EXPECT_EQ(r.counts, ref.counts);
+        EXPECT_EQ(r.sums, ref.sums);
+        if (!guided) {
+          EXPECT_EQ(r.trace, ref.trace);  // unguided: the same visits in the same order
+        }
+        expect_chunked_permutation(r.order, static_cast<index_t>(xs.size()), std::min<index_t>(chunk, 1200));
+      }
+    }
+  }
+}
+
+TEST(PipelineGpu, ABudgetTooSmallForTheMatrixChunksAndOneTooSmallForTheTreeIsAnError) {
+  CANOPY_REQUIRE_GPU();
+  Apis apis;
+  Workload pc = apis.workloads()[0];
+  TraversalOptions o;
+  o.device = Device::Gpu;
+  o.schedule = ScheduleKind::Hybrid;
+  o.depth = 8;
+  const Words reference = pc.run(o, nullptr);
+  const std::size_t fixed = objects().pc_tree.bytes() + 1500 * (7 * sizeof(float) + sizeof(index_t));
+  const TopTree top = TopTree::build(objects().pc_tree.view(), 8);
+  o.memory_budget = fixed + 40 * pipeline_bytes_per_query(false, top.size());
+  TraversalStats st;
+  EXPECT_EQ(pc.run(o, &st), reference);  // pipeline off, but the matrix does not fit: chunks
+  EXPECT_EQ(st.pipeline.chunk, 40);
+  EXPECT_EQ(st.pipeline.chunks, (1500 + 39) / 40);
+  o.memory_budget = objects().pc_tree.bytes() / 2;
+  try {
+    pc.run(o, nullptr);
+    ADD_FAILURE() << "a budget smaller than the tree was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the tree needs"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("memory_budget"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PipelineGpu, ConcurrentCallsFromSeveralThreadsEqualSerialCalls) {
+  CANOPY_REQUIRE_GPU();
+  std::vector<Words> serial;
+  {
+    Apis apis;
+    for (Workload& w : apis.workloads()) {
+      TraversalOptions o;
+      o.device = Device::Gpu;
+      serial.push_back(w.run(o, nullptr));
+    }
+  }
+  constexpr int kThreads = 4;
+  std::vector<std::vector<Words>> got(kThreads);
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        Apis apis;  // one set of API objects per thread, the trees shared
+        for (int round = 0; round < 3; ++round)
+          for (Workload& w : apis.workloads()) {
+            TraversalOptions o;
+            o.device = Device::Gpu;
+            o.pipeline = (round + t) % 2 == 1;
+            o.chunk = 97 + t;
+            o.schedule = round == 2 ? ScheduleKind::Hybrid : ScheduleKind::HybridDevice;
+            got[t].push_back(w.run(o, nullptr));
+          }
+      } catch (const std::exception& e) {
+        errors[t] = e.what();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    ASSERT_EQ(errors[t], "");
+    ASSERT_EQ(got[t].size(), 3 * serial.size());
+    for (std::size_t i = 0; i < got[t].size(); ++i) EXPECT_EQ(got[t][i], serial[i % serial.size()]) << "thread " << t;
+  }
+}
+
+TEST(PipelineGpu, NoWorkRunsOnTheLegacyDefaultStream) {
+  CANOPY_REQUIRE_GPU();
+  // The probe itself: work on the legacy stream waits for the spinning kernel.
+  EXPECT_FALSE(test::finishes_beside_a_blocking_stream(test::legacy_stream_work, 2.0));
+  Apis apis;
+  for (Workload& w : apis.workloads()) {
+    for (ScheduleKind s : {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::HybridDevice, ScheduleKind::LeafSort})
+      for (bool pipelined : {false, true}) {
+        SCOPED_TRACE(w.name + ", " + to_string(s) + (pipelined ? ", pipelined" : ""));
+        TraversalOptions o;
+        o.device = Device::Gpu;
+        o.schedule = s;
+        o.pipeline = pipelined;
+        o.chunk = 500;
+        o.keep_schedule = true;
+        const Words reference = w.run(o, nullptr);  // warm: every buffer exists
+        Words got;
+        EXPECT_TRUE(test::finishes_beside_a_blocking_stream([&] { got = w.run(o, nullptr); }, 20.0));
+        EXPECT_EQ(got, reference);
+      }
+  }
+}
+
+TEST(PipelineGpu, TheCallersStreamIsHonoured) {
+  CANOPY_REQUIRE_GPU();
+  Apis apis;
+  void* s = test::make_stream();
+  for (Workload& w : apis.workloads()) {
+    TraversalOptions o;
+    o.device = Device::Gpu;
+    const Words reference = w.run(o, nullptr);
+    o.stream = s;
+    o.pipeline = true;
+    o.chunk = 256;
+    EXPECT_EQ(w.run(o, nullptr), reference) << w.name;
+    test::sync_stream(s);
+  }
+  test::destroy_stream(s);
+}
+
+// --- the CPU side ---------------------------------------------------------------------------
+
+TEST(Pipeline, OnTheCpuThePipelineOptionChangesNothing) {
+  Apis apis;
+  for (Workload& w : apis.workloads()) {
+    TraversalOptions o;
+    o.device = Device::Cpu;
+    o.schedule = ScheduleKind::Hybrid;
+    const Words reference = w.run(o, nullptr);
+    o.pipeline = true;
+    o.chunk = 31;
+    TraversalStats st;
+    EXPECT_EQ(w.run(o, &st), reference) << w.name;
+    EXPECT_EQ(st.pipeline.chunks, 0);
+  }
+}
+
+void auto_depth_picks_a_candidate_and_remembers_it(Device device) {
+  Apis apis;
+  for (Workload& w : apis.workloads()) {
+    SCOPED_TRACE(w.name);
+    TraversalOptions o;
+    o.device = device;
+    o.schedule = ScheduleKind::Hybrid;
+    const Words reference = w.run(o, nullptr);
+    o.depth = kAutoDepth;
+    TraversalStats first, second;
+    EXPECT_EQ(w.run(o, &first), reference);
+    EXPECT_GT(first.depth_trial_ms, 0.0);
+    const int def = w.name == "bh" ? kDefaultOctreeDepth : kDefaultTopTreeDepth;
+    EXPECT_GE(first.depth, std::max(1, def - 3));
+    EXPECT_LE(first.depth, def + 3);
+    EXPECT_EQ(w.run(o, &second), reference);
+    EXPECT_EQ(second.depth, first.depth);
+    EXPECT_EQ(second.depth_trial_ms, 0.0);  // remembered
+    o.schedule = ScheduleKind::InputOrder;  // nothing to choose: no trial
+    EXPECT_EQ(w.run(o, &second), reference);
+    EXPECT_EQ(second.depth_trial_ms, 0.0);
+  }
+}
+
+TEST(AutoDepth, PicksACandidateDepthGivesTheSameResultsAndRemembersItsChoiceCpu) {
+  auto_depth_picks_a_candidate_and_remembers_it(Device::Cpu);
+}
+
+TEST(AutoDepthGpu, PicksACandidateDepthGivesTheSameResultsAndRemembersItsChoice) {
+  CANOPY_REQUIRE_GPU();
+  auto_depth_picks_a_candidate_and_remembers_it(Device::Gpu);
+}
+
+TEST(Pipeline, RunPlansChunkWithinTheBudgetAndNameTheSizesWhenNothingFits) {
+  TraversalOptions o;
+  RunPlan p = plan_run(o, 1000000, 1 << 20, 2 << 20, 100, std::size_t{1} << 34);
+  EXPECT_FALSE(p.pipelined);
+  o.pipeline = true;
+  p = plan_run(o, 1000000, 1 << 20, 2 << 20, 100, std::size_t{1} << 34);
+  EXPECT_TRUE(p.pipelined);
+  EXPECT_EQ(p.chunk, 125000);  // n / 8
+  p = plan_run(o, 100000, 1 << 20, 2 << 20, 100, std::size_t{1} << 34);
+  EXPECT_EQ(p.chunk, 65536);  // at least 65,536
+  o.chunk = 1000;
+  EXPECT_EQ(plan_run(o, 500, 0, 0, 100, 1 << 30).chunk, 500);  // never more than n
+  o.pipeline = false;
+  o.chunk = 0;
+  o.memory_budget = (2 << 20) + 100 * 300;  // room for 300 queries' rows
+  p = plan_run(o, 1000000, 1 << 20, 2 << 20, 100, std::size_t{1} << 34);
+  EXPECT_TRUE(p.pipelined);
+  EXPECT_EQ(p.chunk, 300);
+  o.memory_budget = (2 << 20) + 50;
+  EXPECT_THROW(plan_run(o, 1000, 1 << 20, 2 << 20, 100, 1 << 30), Error);
+  o.memory_budget = 1 << 19;
+  try {
+    plan_run(o, 1000, 1 << 20, 2 << 20, 100, 1 << 30);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the tree needs 1 MiB of GPU memory, more than the memory budget"),
+              std::string::npos)
+        << e.what();
+  }
+  o.memory_budget = (1 << 20) + 10;
+  EXPECT_THROW(plan_run(o, 1000, 1 << 20, 2 << 20, 100, 1 << 30), Error);  // tree fits, queries do not
+}
+
+}  // namespace
+}  // namespace canopy
