@@ -8,6 +8,8 @@ function(canopy_missing what package)
     "or run scripts/install-deps.sh as root, which installs everything Canopy needs.")
 endfunction()
 
+find_package(CUDAToolkit REQUIRED)
+
 find_package(TBB CONFIG QUIET)
 if(NOT TBB_FOUND)
   canopy_missing("oneTBB" "libtbb-dev")
