@@ -50,6 +50,10 @@ class PointCorrelation {
   // non-finite radius, a NaN/infinite query coordinate, a depth outside 1..height, device gpu
   // on a machine without one. Zero queries give an empty result.
   PcResult run(const float* queries, index_t n_queries, const PcOptions& options);
+  // The same, with the counts written to the caller's buffer counts[n_queries]; queries and
+  // counts may each be host or device memory (device queries are staged through the host for
+  // the checks; the result's `counts` vector stays empty).
+  TraversalStats run(const float* queries, index_t n_queries, const PcOptions& options, index_t* counts);
 
  private:
   struct Run;

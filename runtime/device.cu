@@ -1,6 +1,8 @@
 #include "runtime/cuda_support.cuh"
 #include "runtime/device.hpp"
 
+#include <cstring>
+
 namespace canopy {
 
 void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
@@ -40,6 +42,27 @@ std::size_t gpu_free_memory() {
   std::size_t free_b = 0, total_b = 0;
   CANOPY_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   return free_b;
+}
+
+bool is_device_pointer(const void* p) {
+  if (!p || !gpu_available()) return false;
+  cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();  // an unregistered host pointer is not an error worth keeping
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+void copy_memory(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (!is_device_pointer(dst) && !is_device_pointer(src)) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  thread_local Stream stream;
+  CANOPY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream.get()));
+  stream.sync();
 }
 
 Device resolve_device(Device requested) {

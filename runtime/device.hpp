@@ -16,6 +16,12 @@ std::string gpu_description();
 // Bytes of device memory free now (cudaMemGetInfo).
 std::size_t gpu_free_memory();
 
+// Whether p points into device memory (false for host memory, and on machines without a GPU).
+bool is_device_pointer(const void* p);
+// Copies bytes between any two of host and device memory, on a non-blocking stream of the
+// calling thread (never the legacy default stream), and waits for the copy.
+void copy_memory(void* dst, const void* src, std::size_t bytes);
+
 // Auto becomes Gpu when one is available, else Cpu; Gpu without one is an error.
 Device resolve_device(Device requested);
 const char* to_string(Device d);

@@ -244,4 +244,14 @@ void NearestNeighbors::execute(Run& r) {
   }
 }
 
+TraversalStats NearestNeighbors::run(const float* queries, index_t n, const KnnOptions& opt, index_t* indices,
+                                     float* distances) {
+  if ((!indices || !distances) && n > 0) throw Error("NearestNeighbors::run: an output buffer is null");
+  const std::vector<float> staged = stage_queries(queries, n, dims());
+  KnnResult r = run(staged.empty() ? queries : staged.data(), n, opt);
+  copy_memory(indices, r.indices.data(), r.indices.size() * sizeof(index_t));
+  copy_memory(distances, r.distances.data(), r.distances.size() * sizeof(float));
+  return std::move(static_cast<TraversalStats&>(r));
+}
+
 }  // namespace canopy

@@ -64,6 +64,11 @@ class NearestNeighbors {
   // NaN/infinite query coordinate, a depth outside 1..height, device gpu on a machine without
   // one. Zero queries give an empty result.
   KnnResult run(const float* queries, index_t n_queries, const KnnOptions& options);
+  // The same into the caller's buffers indices[n_queries][k] and distances[n_queries][k]; the
+  // queries and both outputs may each be host or device memory (device queries are staged
+  // through the host for the checks).
+  TraversalStats run(const float* queries, index_t n_queries, const KnnOptions& options, index_t* indices,
+                     float* distances);
 
  private:
   struct Run;

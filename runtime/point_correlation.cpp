@@ -216,6 +216,14 @@ void PointCorrelation::execute(Run& r) {
   }
 }
 
+TraversalStats PointCorrelation::run(const float* queries, index_t n, const PcOptions& opt, index_t* counts) {
+  if (!counts && n > 0) throw Error("PointCorrelation::run: the counts buffer is null");
+  const std::vector<float> staged = stage_queries(queries, n, tree_.view().dims);
+  PcResult r = run(staged.empty() ? queries : staged.data(), n, opt);
+  copy_memory(counts, r.counts.data(), r.counts.size() * sizeof(index_t));
+  return std::move(static_cast<TraversalStats&>(r));
+}
+
 float estimate_radius(const KdTree& tree, const float* queries, index_t n_queries, double target_mean,
                       std::uint64_t seed, index_t sample) {
   if (!(target_mean > 0.0)) throw Error("radius auto: the target mean count must be > 0");

@@ -71,6 +71,15 @@ TraversalOptions trial_options(const TraversalOptions& opt, int depth) {
   return o;
 }
 
+std::vector<float> stage_queries(const float* queries, index_t n, int dims) {
+  std::vector<float> host;
+  if (n > 0 && is_device_pointer(queries)) {
+    host.resize(static_cast<std::size_t>(n) * static_cast<std::size_t>(dims));
+    copy_memory(host.data(), queries, host.size() * sizeof(float));
+  }
+  return host;
+}
+
 double run_ms(const TraversalStats& s) { return s.pipeline.chunks ? s.pipeline.wall_ms : s.times.total_ms(); }
 
 std::vector<index_t> chunk_boundaries(index_t n, index_t chunk) {

@@ -103,6 +103,9 @@ std::vector<float> gather_rows(const float* data, int dims, const std::vector<in
 // The options of one trial run at `depth`: nothing kept, nothing counted.
 TraversalOptions trial_options(const TraversalOptions& opt, int depth);
 struct TraversalStats;
+// Host copy of n x dims query floats that may live in device memory (empty when they are on
+// the host: use the pointer as it is).
+std::vector<float> stage_queries(const float* queries, index_t n, int dims);
 // A run's total time: the wall time when pipelined, else inspect + schedule + execute.
 double run_ms(const TraversalStats& s);
 

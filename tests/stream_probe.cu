@@ -52,6 +52,13 @@ void legacy_stream_work() {
   CANOPY_CUDA_CHECK(cudaFree(d));
 }
 
+void* device_alloc(std::size_t bytes) {
+  void* p = nullptr;
+  CANOPY_CUDA_CHECK(cudaMalloc(&p, bytes));
+  return p;
+}
+void device_free(void* p) { CANOPY_CUDA_CHECK(cudaFree(p)); }
+
 void* make_stream() {
   cudaStream_t s = nullptr;
   CANOPY_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

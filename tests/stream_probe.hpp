@@ -2,6 +2,7 @@
 // stream, and caller-owned streams.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 
 namespace canopy {
@@ -25,5 +26,8 @@ namespace canopy {
 namespace test {
 // Work that does use the legacy default stream (a memset on stream 0): the probe's own check.
 void legacy_stream_work();
+// Device memory for caller-buffer tests.
+void* device_alloc(std::size_t bytes);
+void device_free(void* p);
 }  // namespace test
 }  // namespace canopy

@@ -292,7 +292,67 @@ TEST(PipelineGpu, TheCallersStreamIsHonoured) {
   test::destroy_stream(s);
 }
 
+void results_land_in_the_callers_buffers(Device device) {
+  Apis apis;
+  const std::vector<float>& pq = inputs().pc_queries;
+  const std::vector<float>& kq = inputs().queries;
+  const bool gpu = device == Device::Gpu;
+  PcOptions po;
+  po.device = device;
+  po.radius = objects().radius;
+  const PcResult pref = apis.pc.run(pq.data(), 1500, po);
+  KnnOptions ko;
+  ko.device = device;
+  ko.k = 5;
+  const KnnResult kref = apis.kd.run(kq.data(), 1500, ko);
+  // Queries and outputs in host memory, or (on the GPU) in device memory.
+  const float* pcq = pq.data();
+  const float* knq = kq.data();
+  std::vector<index_t> counts(1500), idx(1500 * 5);
+  std::vector<float> dist(1500 * 5);
+  index_t* c_out = counts.data();
+  index_t* i_out = idx.data();
+  float* d_out = dist.data();
+  std::vector<void*> owned;
+  if (gpu) {
+    auto upload = [&](const void* src, std::size_t bytes) {
+      void* d = test::device_alloc(bytes);
+      copy_memory(d, src, bytes);
+      owned.push_back(d);
+      return d;
+    };
+    pcq = static_cast<const float*>(upload(pq.data(), pq.size() * sizeof(float)));
+    knq = static_cast<const float*>(upload(kq.data(), kq.size() * sizeof(float)));
+    c_out = static_cast<index_t*>(test::device_alloc(counts.size() * sizeof(index_t)));
+    i_out = static_cast<index_t*>(test::device_alloc(idx.size() * sizeof(index_t)));
+    d_out = static_cast<float*>(test::device_alloc(dist.size() * sizeof(float)));
+    owned.insert(owned.end(), {c_out, i_out, d_out});
+    EXPECT_TRUE(is_device_pointer(c_out));
+  }
+  const TraversalStats ps = apis.pc.run(pcq, 1500, po, c_out);
+  const TraversalStats ks = apis.kd.run(knq, 1500, ko, i_out, d_out);
+  EXPECT_EQ(ps.device, device);
+  EXPECT_EQ(ks.device, device);
+  if (gpu) {
+    copy_memory(counts.data(), c_out, counts.size() * sizeof(index_t));
+    copy_memory(idx.data(), i_out, idx.size() * sizeof(index_t));
+    copy_memory(dist.data(), d_out, dist.size() * sizeof(float));
+  }
+  EXPECT_EQ(counts, pref.counts);
+  EXPECT_EQ(idx, kref.indices);
+  EXPECT_EQ(dist, kref.distances);
+  for (void* p : owned) test::device_free(p);
+}
+
+TEST(PipelineGpu, ResultsLandInTheCallersDeviceBuffers) {
+  CANOPY_REQUIRE_GPU();
+  results_land_in_the_callers_buffers(Device::Gpu);
+}
+
 // --- the CPU side ---------------------------------------------------------------------------
+
+TEST(Pipeline, ResultsLandInTheCallersHostBuffers) { results_land_in_the_callers_buffers(Device::Cpu); }
+
 
 TEST(Pipeline, OnTheCpuThePipelineOptionChangesNothing) {
   Apis apis;
