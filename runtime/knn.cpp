@@ -109,6 +109,32 @@ KnnResult NearestNeighbors::run(const float* queries, index_t n, const KnnOption
     return r;
   }
 
+  if (opt.memory_budget > 0 && opt.device != Device::Cpu && device_ == Device::Gpu && opt.depth >= 0 &&
+      opt.depth <= height() && opt.k >= 1 && opt.k <= size()) {
+    // Queries and results that do not fit the budget beside the tree: one call per batch,
+    // each leaving room for its whole matrix.
+    const int d = opt.depth > 0 ? opt.depth : std::min(kDefaultTopTreeDepth, height());
+    const TopTree top = with_tree([&](const auto& tree) { return TopTree::build(tree.view(), d); });
+    const std::size_t k = static_cast<std::size_t>(opt.k);
+    const index_t batch = budget_batch(opt, n, with_tree([](const auto& t) { return t.bytes(); }),
+                                       dims() * sizeof(float) + k * (sizeof(float) + sizeof(index_t)),
+                                       pipeline_bytes_per_query(true, top.size()));
+    if (batch < n) {
+      KnnResult all;
+      all.k = opt.k;
+      all.indices.resize(static_cast<std::size_t>(n) * k);
+      all.distances.resize(static_cast<std::size_t>(n) * k);
+      for (index_t a = 0; a < n; a += batch) {
+        const index_t m = std::min(batch, n - a);
+        KnnResult part = run(queries + a * dims(), m, opt);
+        std::copy(part.indices.begin(), part.indices.end(), all.indices.begin() + a * opt.k);
+        std::copy(part.distances.begin(), part.distances.end(), all.distances.begin() + a * opt.k);
+        append_batch(all, std::move(part), a, a == 0);
+      }
+      return all;
+    }
+  }
+
   KnnResult res;
   res.begin(opt, device_, "NearestNeighbors", height(), kDefaultTopTreeDepth);
   res.k = opt.k;

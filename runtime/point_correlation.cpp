@@ -93,6 +93,26 @@ PcResult PointCorrelation::run(const float* queries, index_t n, const PcOptions&
     return r;
   }
 
+  if (opt.memory_budget > 0 && opt.device != Device::Cpu && device_ == Device::Gpu && opt.depth >= 0 &&
+      opt.depth <= view.height) {
+    // Queries and results that do not fit the budget beside the tree: one call per batch,
+    // each leaving room for its whole matrix.
+    const TopTree top = TopTree::build(view, opt.depth > 0 ? opt.depth : std::min(kDefaultTopTreeDepth, view.height));
+    const index_t batch = budget_batch(opt, n, tree_.bytes(), view.dims * sizeof(float) + sizeof(index_t),
+                                       pipeline_bytes_per_query(false, top.size()));
+    if (batch < n) {
+      PcResult all;
+      all.counts.resize(static_cast<std::size_t>(n));
+      for (index_t a = 0; a < n; a += batch) {
+        const index_t m = std::min(batch, n - a);
+        PcResult part = run(queries + a * view.dims, m, opt);
+        std::copy(part.counts.begin(), part.counts.end(), all.counts.begin() + a);
+        append_batch(all, std::move(part), a, a == 0);
+      }
+      return all;
+    }
+  }
+
   PcResult res;
   res.begin(opt, device_, "PointCorrelation", view.height, kDefaultTopTreeDepth);
   res.counts.assign(static_cast<std::size_t>(n), 0);

@@ -101,6 +101,46 @@ namespace {
 std::string mib(std::size_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; }
 }  // namespace
 
+index_t budget_batch(const TraversalOptions& opt, index_t n, std::size_t tree_bytes, std::size_t per_query_bytes,
+                     std::size_t matrix_bytes_per_query) {
+  if (opt.memory_budget == 0 || n == 0) return n;
+  const std::size_t budget = opt.memory_budget;
+  if (tree_bytes >= budget)
+    throw Error("the tree needs " + mib(tree_bytes) + " of GPU memory, more than the memory budget (memory_budget = " +
+                mib(budget) + ")");
+  const std::size_t each = per_query_bytes + matrix_bytes_per_query;
+  if (tree_bytes + static_cast<std::size_t>(n) * each <= budget) return n;
+  const index_t batch = static_cast<index_t>((budget - tree_bytes) / each);
+  if (batch < 1)
+    throw Error("one query needs " + std::to_string(each) + " bytes of GPU memory and only " +
+                std::to_string(budget - tree_bytes) + " bytes of the memory budget are left after the tree");
+  return batch;
+}
+
+void append_batch(TraversalStats& all, TraversalStats&& part, index_t first, bool first_batch) {
+  if (first_batch) {
+    all.device = part.device;
+    all.depth = part.depth;
+  }
+  all.times.inspect_ms += part.times.inspect_ms;
+  all.times.schedule_ms += part.times.schedule_ms;
+  all.times.execute_ms += part.times.execute_ms;
+  all.pipeline.chunks += part.pipeline.chunks;
+  all.pipeline.chunk = std::max(all.pipeline.chunk, part.pipeline.chunk);
+  all.pipeline.wall_ms += part.pipeline.wall_ms;
+  all.pipeline.inspect_ms += part.pipeline.inspect_ms;
+  all.pipeline.schedule_ms += part.pipeline.schedule_ms;
+  all.pipeline.execute_ms += part.pipeline.execute_ms;
+  all.pipeline.execute_only_ms += part.pipeline.execute_only_ms;
+  all.warp_nodes.insert(all.warp_nodes.end(), part.warp_nodes.begin(), part.warp_nodes.end());
+  all.gpu_warp_nodes.insert(all.gpu_warp_nodes.end(), part.gpu_warp_nodes.begin(), part.gpu_warp_nodes.end());
+  const index_t base = static_cast<index_t>(all.schedule.order.size());
+  for (index_t q : part.schedule.order) all.schedule.order.push_back(q + first);
+  if (all.schedule.bucket_offsets.empty()) all.schedule.bucket_offsets.push_back(0);
+  for (std::size_t i = 1; i < part.schedule.bucket_offsets.size(); ++i)
+    all.schedule.bucket_offsets.push_back(part.schedule.bucket_offsets[i] + base);
+}
+
 RunPlan plan_run(const TraversalOptions& opt, index_t n, std::size_t tree_bytes, std::size_t fixed_bytes,
                  std::size_t per_query_bytes, std::size_t free_bytes) {
   // Without a budget the tree, queries and results are already on the device: what is free

@@ -148,6 +148,15 @@ struct RunPlan {
 // queries and results, or for one query's matrix row.
 RunPlan plan_run(const TraversalOptions& opt, index_t n, std::size_t tree_bytes, std::size_t fixed_bytes,
                  std::size_t per_query_bytes, std::size_t free_bytes);
+// Queries per call when the queries and results themselves must be split to fit the memory
+// budget: each query needs per_query_bytes (its coordinates and results) plus
+// matrix_bytes_per_query while it is scheduled, and the tree takes tree_bytes. n when there is
+// no budget or all fits; an error naming the sizes when not even one query fits beside the tree.
+index_t budget_batch(const TraversalOptions& opt, index_t n, std::size_t tree_bytes, std::size_t per_query_bytes,
+                     std::size_t matrix_bytes_per_query);
+// Appends one batch's statistics (the queries first .. first + batch) to the whole call's.
+void append_batch(TraversalStats& all, TraversalStats&& part, index_t first, bool first_batch);
+
 // The boundaries 0, chunk, 2 chunk, ..., n: a pipelined schedule's buckets are its chunks.
 std::vector<index_t> chunk_boundaries(index_t n, index_t chunk);
 // Device bytes per query of a chunk the pipeline's two buffer slots need.

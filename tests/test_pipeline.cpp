@@ -211,6 +211,27 @@ TEST(PipelineGpu, ABudgetTooSmallForTheMatrixChunksAndOneTooSmallForTheTreeIsAnE
   }
 }
 
+TEST(PipelineGpu, QueriesAndResultsThatDoNotFitTheBudgetRunInBatches) {
+  CANOPY_REQUIRE_GPU();
+  Apis apis;
+  std::vector<Workload> w = apis.workloads();
+  TraversalOptions o;
+  o.device = Device::Gpu;
+  o.schedule = ScheduleKind::Hybrid;
+  o.depth = 8;
+  const Words pc_ref = w[0].run(o, nullptr), knn_ref = w[1].run(o, nullptr);
+  const std::size_t pc_row = pipeline_bytes_per_query(false, TopTree::build(objects().pc_tree.view(), 8).size());
+  const std::size_t knn_row = pipeline_bytes_per_query(true, TopTree::build(objects().kd.view(), 8).size());
+  o.keep_schedule = true;
+  TraversalStats st;
+  o.memory_budget = objects().pc_tree.bytes() + 200 * (7 * sizeof(float) + sizeof(index_t) + pc_row);
+  EXPECT_EQ(w[0].run(o, &st), pc_ref);
+  expect_chunked_permutation(st.schedule.order, 1500, 200);  // batches of 200, each scheduled alone
+  o.memory_budget = objects().kd.bytes() + 300 * (7 * sizeof(float) + 5 * (sizeof(float) + sizeof(index_t)) + knn_row);
+  EXPECT_EQ(w[1].run(o, &st), knn_ref);
+  expect_chunked_permutation(st.schedule.order, 1500, 300);
+}
+
 TEST(PipelineGpu, ConcurrentCallsFromSeveralThreadsEqualSerialCalls) {
   CANOPY_REQUIRE_GPU();
   std::vector<Words> serial;
