@@ -108,8 +108,9 @@ index_t budget_batch(const TraversalOptions& opt, index_t n, std::size_t tree_by
   if (tree_bytes >= budget)
     throw Error("the tree needs " + mib(tree_bytes) + " of GPU memory, more than the memory budget (memory_budget = " +
                 mib(budget) + ")");
+  // While the queries and results fit, the matrix is what gets chunked (plan_run).
+  if (tree_bytes + static_cast<std::size_t>(n) * per_query_bytes <= budget) return n;
   const std::size_t each = per_query_bytes + matrix_bytes_per_query;
-  if (tree_bytes + static_cast<std::size_t>(n) * each <= budget) return n;
   const index_t batch = static_cast<index_t>((budget - tree_bytes) / each);
   if (batch < 1)
     throw Error("one query needs " + std::to_string(each) + " bytes of GPU memory and only " +

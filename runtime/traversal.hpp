@@ -148,10 +148,10 @@ struct RunPlan {
 // queries and results, or for one query's matrix row.
 RunPlan plan_run(const TraversalOptions& opt, index_t n, std::size_t tree_bytes, std::size_t fixed_bytes,
                  std::size_t per_query_bytes, std::size_t free_bytes);
-// Queries per call when the queries and results themselves must be split to fit the memory
-// budget: each query needs per_query_bytes (its coordinates and results) plus
-// matrix_bytes_per_query while it is scheduled, and the tree takes tree_bytes. n when there is
-// no budget or all fits; an error naming the sizes when not even one query fits beside the tree.
+// Queries per call when the queries and results themselves (per_query_bytes each) do not fit
+// the memory budget beside the tree (tree_bytes): batches that leave room for their whole
+// matrix (matrix_bytes_per_query). n when there is no budget or the queries and results fit
+// (the matrix is then chunked instead); an error naming the sizes when not even one query fits.
 index_t budget_batch(const TraversalOptions& opt, index_t n, std::size_t tree_bytes, std::size_t per_query_bytes,
                      std::size_t matrix_bytes_per_query);
 // Appends one batch's statistics (the queries first .. first + batch) to the whole call's.

@@ -224,12 +224,15 @@ TEST(PipelineGpu, QueriesAndResultsThatDoNotFitTheBudgetRunInBatches) {
   const std::size_t knn_row = pipeline_bytes_per_query(true, TopTree::build(objects().kd.view(), 8).size());
   o.keep_schedule = true;
   TraversalStats st;
+  ASSERT_LT(200 * (7 * sizeof(float) + sizeof(index_t) + pc_row), 1500 * (7 * sizeof(float) + sizeof(index_t)));
   o.memory_budget = objects().pc_tree.bytes() + 200 * (7 * sizeof(float) + sizeof(index_t) + pc_row);
   EXPECT_EQ(w[0].run(o, &st), pc_ref);
   expect_chunked_permutation(st.schedule.order, 1500, 200);  // batches of 200, each scheduled alone
-  o.memory_budget = objects().kd.bytes() + 300 * (7 * sizeof(float) + 5 * (sizeof(float) + sizeof(index_t)) + knn_row);
+  const std::size_t knn_data = 7 * sizeof(float) + 5 * (sizeof(float) + sizeof(index_t));
+  ASSERT_LT(30 * (knn_data + knn_row), 1500 * knn_data);  // the queries and results do not fit
+  o.memory_budget = objects().kd.bytes() + 30 * (knn_data + knn_row);
   EXPECT_EQ(w[1].run(o, &st), knn_ref);
-  expect_chunked_permutation(st.schedule.order, 1500, 300);
+  expect_chunked_permutation(st.schedule.order, 1500, 30);
 }
 
 TEST(PipelineGpu, ConcurrentCallsFromSeveralThreadsEqualSerialCalls) {
