@@ -1,5 +1,7 @@
 #include "benchmarks/bench_common.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include "runtime/canopy.hpp"
 
 #include <algorithm>
@@ -106,6 +108,16 @@ std::uint64_t hash_words(const std::vector<std::uint64_t>& words) {
     }
   }
   return h;
+}
+
+void add_pipeline_options(CLI::App& app, std::string& pipeline, std::int64_t& chunk, double& budget_mib) {
+  app.add_option("--pipeline", pipeline,
+                 "on: the hybrid variants run pipelined (chunks overlapping inspection, scheduling and execution)")
+      ->capture_default_str();
+  app.add_option("--chunk", chunk, "queries per pipeline chunk (0: n / 8, at least 65,536)")->capture_default_str();
+  app.add_option("--memory-budget", budget_mib,
+                 "MiB of GPU memory a call may use (0: no budget); a matrix that does not fit is chunked")
+      ->capture_default_str();
 }
 
 PipelineSetting parse_pipeline(const std::string& on_off, index_t chunk, double budget_mib) {

@@ -14,6 +14,10 @@
 #include "runtime/dataset.hpp"
 #include "runtime/traversal.hpp"
 
+namespace CLI {
+class App;
+}
+
 namespace canopy {
 namespace bench {
 
@@ -73,6 +77,8 @@ struct PipelineSetting {
 // executor alone over the same schedule.
 Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& depths, int depth, Device device,
                 int repeat, const RunFn& run, const PipelineSetting& pipeline = {});
+// Adds --pipeline, --chunk and --memory-budget (MiB) to a workload's command line.
+void add_pipeline_options(CLI::App& app, std::string& pipeline, std::int64_t& chunk, double& budget_mib);
 // "on" / "off"; --chunk and --memory-budget (MiB) as given.
 PipelineSetting parse_pipeline(const std::string& on_off, index_t chunk, double budget_mib);
 void print_suite(const Suite& s);

@@ -168,13 +168,7 @@ void add_traversal_options(CLI::App& app, TraversalBenchConfig& c) {
       ->capture_default_str();
   app.add_option("--repeat", c.repeat, "timed runs per variant (the median is reported)")->capture_default_str();
   app.add_option("--json", c.json, "write the results as JSON to this file");
-  app.add_option("--pipeline", c.pipeline,
-                 "on: the hybrid variants run pipelined (chunks overlapping inspection, scheduling and execution)")
-      ->capture_default_str();
-  app.add_option("--chunk", c.chunk, "queries per pipeline chunk (0: n / 8, at least 65,536)")->capture_default_str();
-  app.add_option("--memory-budget", c.memory_budget_mib,
-                 "MiB of GPU memory a call may use (0: no budget); a matrix that does not fit is chunked")
-      ->capture_default_str();
+  add_pipeline_options(app, c.pipeline, c.chunk, c.memory_budget_mib);
 }
 
 int run_traversal(const TraversalBenchConfig& config) {

@@ -88,20 +88,18 @@ class Traverser {
     if (reordered) {
       // The caller's data sizes are not known here: a budget bounds the matrix alone.
       const TopTree top = TopTree::build(host_tree, res.depth);
-      const RunPlan plan = plan_run(opt, n_queries, 0, 0, pipeline_bytes_per_query(is_guided_v<Visitor>, top.size()),
-                                    gpu_free_memory());
-      if (plan.pipelined) {
-        res.take_pipeline(g_.pipelined(device_tree, top, v, opt, plan.chunk));
+      index_t* kept = nullptr;
+      if (pipeline_if_planned(
+              opt, n_queries, 0, 0, pipeline_bytes_per_query(is_guided_v<Visitor>, top.size()), res,
+              [&](index_t chunk) { return g_.pipelined(device_tree, top, v, opt, chunk); },
+              [&] { return g_.download_order(); }, order_, kept, buckets)) {
         if (opt.measure_overlap) res.pipeline.execute_only_ms = g_.execute(opt.executor, device_tree, v, true, nullptr);
-        if (opt.keep_schedule) {
-          order_ = g_.download_order();
-          res.keep(order_.data(), n_queries, chunk_boundaries(n_queries, plan.chunk));
-        }
+        if (opt.keep_schedule) res.keep(kept, n_queries, std::move(buckets));
         if (opt.gpu_count_nodes && opt.executor != ExecutorKind::Independent)
           g_.execute(opt.executor, device_tree, v, true, &res.gpu_warp_nodes);
         return res;
       }
-      order = schedule(host_tree, device_tree, v, opt, res, buckets);
+      order = schedule(top, device_tree, v, opt, res, buckets);
     }
     if (opt.keep_schedule) res.keep(order, n_queries, std::move(buckets));
     res.times.execute_ms = g_.execute(opt.executor, device_tree, v, reordered, nullptr);
@@ -112,9 +110,8 @@ class Traverser {
 
  private:
   template <class Topology, class Visitor>
-  const index_t* schedule(const Topology& host_tree, const Topology& device_tree, const Visitor& v,
+  const index_t* schedule(const TopTree& top, const Topology& device_tree, const Visitor& v,
                           const TraversalOptions& opt, TraversalStats& res, std::vector<index_t>& buckets) {
-    const TopTree top = TopTree::build(host_tree, res.depth);
     const index_t n = g_.queries();
     std::vector<index_t>* want_buckets = opt.keep_schedule ? &buckets : nullptr;
     bool on_device = opt.schedule == ScheduleKind::HybridDevice;

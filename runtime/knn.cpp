@@ -93,20 +93,12 @@ KnnResult NearestNeighbors::run(const float* queries, index_t n, const KnnOption
                 to_string(kind_) + " has " + std::to_string(points) + " points)");
   check_queries(queries, n, dims());
   if (opt.depth == kAutoDepth) {
-    double trial_ms = 0;
-    const Device dev = opt.device == Device::Cpu ? Device::Cpu : device_;
-    KnnOptions o = opt;
-    o.depth = auto_depth_.choose(opt, dev, n, height(), kDefaultTopTreeDepth,
-                                 [&](int d, const std::vector<index_t>& rows) {
-                                   KnnOptions t = opt;
-                                   static_cast<TraversalOptions&>(t) = trial_options(opt, d);
-                                   const std::vector<float> sample = gather_rows(queries, dims(), rows);
-                                   return run_ms(run(sample.data(), static_cast<index_t>(rows.size()), t));
-                                 },
-                                 &trial_ms);
-    KnnResult r = run(queries, n, o);
-    r.depth_trial_ms = trial_ms;
-    return r;
+    return auto_depth_.run(opt, opt.device == Device::Cpu ? Device::Cpu : device_, n, height(), kDefaultTopTreeDepth,
+                           [&](const KnnOptions& o, const std::vector<index_t>* rows) {
+                             if (!rows) return run(queries, n, o);
+                             const std::vector<float> sample = gather_rows(queries, dims(), *rows);
+                             return run(sample.data(), static_cast<index_t>(rows->size()), o);
+                           });
   }
 
   if (opt.memory_budget > 0 && opt.device != Device::Cpu && device_ == Device::Gpu && opt.depth >= 0 &&
@@ -196,21 +188,12 @@ void NearestNeighbors::schedule_on_gpu(Run& r) {
     const std::size_t tree_bytes = with_tree([](const auto& tree) { return tree.bytes(); });
     const std::size_t fixed = tree_bytes + static_cast<std::size_t>(r.n) *
                                                (dims() * sizeof(float) + r.opt.k * (sizeof(float) + sizeof(index_t)));
-    const RunPlan plan = plan_run(r.opt, r.n, tree_bytes, fixed, pipeline_bytes_per_query(true, top.size()),
-                                  gpu_free_memory());
-    if (plan.pipelined) {
-      r.res.take_pipeline(gpu_->pipelined(top, r.opt, plan.chunk));
-      r.pipelined = true;
-      if (!r.opt.keep_schedule && !r.opt.count_nodes) return;
-      order_ = gpu_->download_order();
-      r.order = order_.data();
-      r.buckets = chunk_boundaries(r.n, plan.chunk);
-      return;
-    }
-  }
-  if (kind == ScheduleKind::HybridDevice) {
-    const TopTree top = with_tree([&](const auto& tree) { return TopTree::build(tree.view(), r.res.depth); });
-    if (DeviceGuidedScheduler::supports(top.parents().data(), top.size(), r.n)) {
+    r.pipelined = pipeline_if_planned(
+        r.opt, r.n, tree_bytes, fixed, pipeline_bytes_per_query(true, top.size()), r.res,
+        [&](index_t chunk) { return gpu_->pipelined(top, r.opt, chunk); }, [&] { return gpu_->download_order(); },
+        order_, r.order, r.buckets);
+    if (r.pipelined) return;
+    if (kind == ScheduleKind::HybridDevice && DeviceGuidedScheduler::supports(top.parents().data(), top.size(), r.n)) {
       r.res.times.inspect_ms = gpu_->inspect_on_device(top);
       r.res.times.schedule_ms = gpu_->device_schedule(top);
       // The order stays on the device; fetch it only when asked, outside the timed regions.
@@ -220,9 +203,6 @@ void NearestNeighbors::schedule_on_gpu(Run& r) {
       r.buckets = gpu_->device_buckets();
       return;
     }
-  }
-  if (kind == ScheduleKind::Hybrid || kind == ScheduleKind::HybridDevice) {
-    const TopTree top = with_tree([&](const auto& tree) { return TopTree::build(tree.view(), r.res.depth); });
     const GuidedMatrixView matrix = gpu_->inspect(top, &r.res.times.inspect_ms);
     const auto t0 = std::chrono::steady_clock::now();
     r.order = gpu_->order_staging();  // the scheduler writes straight into pinned memory

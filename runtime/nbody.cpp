@@ -49,19 +49,8 @@ BhResult BarnesHut::run(const BhOptions& opt) {
     throw Error("softening = " + std::to_string(opt.softening) + " must be finite and >= 0");
   if (opt.depth == kAutoDepth) {
     // The bodies are the queries: the trial runs on all of them.
-    double trial_ms = 0;
-    const Device dev = opt.device == Device::Cpu ? Device::Cpu : device_;
-    BhOptions o = opt;
-    o.depth = auto_depth_.choose(opt, dev, tree_.size(), tree_.height(), kDefaultOctreeDepth,
-                                 [&](int d, const std::vector<index_t>&) {
-                                   BhOptions t = opt;
-                                   static_cast<TraversalOptions&>(t) = trial_options(opt, d);
-                                   return run_ms(run(t));
-                                 },
-                                 &trial_ms);
-    BhResult r = run(o);
-    r.depth_trial_ms = trial_ms;
-    return r;
+    return auto_depth_.run(opt, opt.device == Device::Cpu ? Device::Cpu : device_, tree_.size(), tree_.height(),
+                           kDefaultOctreeDepth, [&](const BhOptions& o, const std::vector<index_t>*) { return run(o); });
   }
   BhResult res;
   res.begin(opt, device_, "BarnesHut", tree_.height(), kDefaultOctreeDepth);
@@ -115,24 +104,18 @@ void BarnesHut::schedule_on_cpu(Run& r) {
 
 void BarnesHut::schedule_on_gpu(Run& r) {
   const ScheduleKind kind = r.opt.schedule;
+  TopTree top;  // cut once for the hybrid schedules
   if (kind == ScheduleKind::Hybrid || kind == ScheduleKind::HybridDevice) {
-    const TopTree top = TopTree::build(r.v.tree, r.res.depth);
+    top = TopTree::build(r.v.tree, r.res.depth);
     // The bodies, masses and forces are the queries and results.
     const std::size_t fixed = tree_.bytes() + static_cast<std::size_t>(r.n) * 7 * sizeof(float);
-    const RunPlan plan = plan_run(r.opt, r.n, tree_.bytes(), fixed, pipeline_bytes_per_query(false, top.size()),
-                                  gpu_free_memory());
-    if (plan.pipelined) {
-      r.res.take_pipeline(gpu_->pipelined(top, r.opt, plan.chunk));
-      r.pipelined = true;
-      if (!r.opt.keep_schedule && !r.opt.count_nodes) return;
-      order_ = gpu_->download_order();
-      r.order = order_.data();
-      r.buckets = chunk_boundaries(r.n, plan.chunk);
-      return;
-    }
+    r.pipelined = pipeline_if_planned(
+        r.opt, r.n, tree_.bytes(), fixed, pipeline_bytes_per_query(false, top.size()), r.res,
+        [&](index_t chunk) { return gpu_->pipelined(top, r.opt, chunk); }, [&] { return gpu_->download_order(); },
+        order_, r.order, r.buckets);
+    if (r.pipelined) return;
   }
   if (kind == ScheduleKind::Hybrid) {
-    const TopTree top = TopTree::build(r.v.tree, r.res.depth);
     const SchedulingMatrixView matrix = gpu_->inspect(top, &r.res.times.inspect_ms);
     const auto t0 = std::chrono::steady_clock::now();
     r.order = gpu_->order_staging();  // the sandpile writes straight into pinned memory
@@ -142,7 +125,6 @@ void BarnesHut::schedule_on_gpu(Run& r) {
     return;
   }
   if (kind == ScheduleKind::HybridDevice) {
-    const TopTree top = TopTree::build(r.v.tree, r.res.depth);
     r.res.times.inspect_ms = gpu_->inspect_on_device(top);
     r.res.times.schedule_ms = gpu_->device_sandpile();
   } else if (kind == ScheduleKind::LeafSort) {

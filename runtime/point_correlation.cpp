@@ -77,20 +77,12 @@ PcResult PointCorrelation::run(const float* queries, index_t n, const PcOptions&
   const KdTreeView view = tree_.view();
   check_queries(queries, n, view.dims);
   if (opt.depth == kAutoDepth) {
-    double trial_ms = 0;
-    const Device dev = opt.device == Device::Cpu ? Device::Cpu : device_;
-    PcOptions o = opt;
-    o.depth = auto_depth_.choose(opt, dev, n, view.height, kDefaultTopTreeDepth,
-                                 [&](int d, const std::vector<index_t>& rows) {
-                                   PcOptions t = opt;
-                                   static_cast<TraversalOptions&>(t) = trial_options(opt, d);
-                                   const std::vector<float> sample = gather_rows(queries, view.dims, rows);
-                                   return run_ms(run(sample.data(), static_cast<index_t>(rows.size()), t));
-                                 },
-                                 &trial_ms);
-    PcResult r = run(queries, n, o);
-    r.depth_trial_ms = trial_ms;
-    return r;
+    return auto_depth_.run(opt, opt.device == Device::Cpu ? Device::Cpu : device_, n, view.height, kDefaultTopTreeDepth,
+                           [&](const PcOptions& o, const std::vector<index_t>* rows) {
+                             if (!rows) return run(queries, n, o);
+                             const std::vector<float> sample = gather_rows(queries, view.dims, *rows);
+                             return run(sample.data(), static_cast<index_t>(rows->size()), o);
+                           });
   }
 
   if (opt.memory_budget > 0 && opt.device != Device::Cpu && device_ == Device::Gpu && opt.depth >= 0 &&
@@ -158,23 +150,17 @@ void PointCorrelation::schedule_on_cpu(Run& r) {
 
 void PointCorrelation::schedule_on_gpu(Run& r) {
   const ScheduleKind kind = r.opt.schedule;
+  TopTree top;  // cut once for the hybrid schedules
   if (kind == ScheduleKind::Hybrid || kind == ScheduleKind::HybridDevice) {
-    const TopTree top = TopTree::build(r.view, r.res.depth);
+    top = TopTree::build(r.view, r.res.depth);
     const std::size_t fixed = tree_.bytes() + static_cast<std::size_t>(r.n) * (r.view.dims * sizeof(float) + sizeof(index_t));
-    const RunPlan plan = plan_run(r.opt, r.n, tree_.bytes(), fixed, pipeline_bytes_per_query(false, top.size()),
-                                  gpu_free_memory());
-    if (plan.pipelined) {
-      r.res.take_pipeline(gpu_->pipelined(top, r.radius2, r.opt, plan.chunk));
-      r.pipelined = true;
-      if (!r.opt.keep_schedule && !r.opt.count_nodes) return;
-      order_ = gpu_->download_order();
-      r.order = order_.data();
-      r.buckets = chunk_boundaries(r.n, plan.chunk);
-      return;
-    }
+    r.pipelined = pipeline_if_planned(
+        r.opt, r.n, tree_.bytes(), fixed, pipeline_bytes_per_query(false, top.size()), r.res,
+        [&](index_t chunk) { return gpu_->pipelined(top, r.radius2, r.opt, chunk); },
+        [&] { return gpu_->download_order(); }, order_, r.order, r.buckets);
+    if (r.pipelined) return;
   }
   if (kind == ScheduleKind::Hybrid) {
-    const TopTree top = TopTree::build(r.view, r.res.depth);
     const SchedulingMatrixView matrix = gpu_->inspect(top, r.radius2, &r.res.times.inspect_ms);
     const auto t0 = std::chrono::steady_clock::now();
     r.order = gpu_->order_staging(r.n);  // the sandpile writes straight into pinned memory
@@ -184,7 +170,6 @@ void PointCorrelation::schedule_on_gpu(Run& r) {
     return;
   }
   if (kind == ScheduleKind::HybridDevice) {
-    const TopTree top = TopTree::build(r.view, r.res.depth);
     r.res.times.inspect_ms = gpu_->inspect_on_device(top, r.radius2);
     r.res.times.schedule_ms = gpu_->device_sandpile();
   } else if (kind == ScheduleKind::LeafSort) {

@@ -86,6 +86,10 @@ class AutoDepth {
   template <class Trial>
   int choose(const TraversalOptions& opt, Device device, index_t n, int height, int default_depth, Trial&& trial,
              double* trial_ms);
+  // A whole call with opt.depth == kAutoDepth: the trial runs call(trial options, &sample rows),
+  // then call(opt at the chosen depth, nullptr) gives the result, the trial's cost recorded.
+  template <class Options, class Call>
+  auto run(const Options& opt, Device device, index_t n, int height, int default_depth, Call&& call);
 
  private:
   struct Key {
@@ -190,5 +194,41 @@ struct TraversalStats {
   // keep_schedule: the order the executor ran (null: the input order) and its buckets.
   void keep(const index_t* order, index_t n, std::vector<index_t>&& bucket_offsets);
 };
+
+// The pipelined path of a GPU run, shared by the workloads: plans the run under the options and
+// the memory budget and, when it pipelines, run(chunk) -> PipelineStats executes it. When the
+// schedule is to be kept or counted, fetch() -> the order lands in `order` (and order_ptr) and
+// the buckets are the chunks. Returns whether the run was pipelined (and so executed).
+template <class Run, class Fetch>
+bool pipeline_if_planned(const TraversalOptions& opt, index_t n, std::size_t tree_bytes, std::size_t fixed_bytes,
+                         std::size_t per_query_bytes, TraversalStats& res, Run&& run, Fetch&& fetch,
+                         std::vector<index_t>& order, index_t*& order_ptr, std::vector<index_t>& buckets) {
+  const RunPlan plan = plan_run(opt, n, tree_bytes, fixed_bytes, per_query_bytes, gpu_free_memory());
+  if (!plan.pipelined) return false;
+  res.take_pipeline(run(plan.chunk));
+  if (opt.keep_schedule || opt.count_nodes) {
+    order = fetch();
+    order_ptr = order.data();
+    buckets = chunk_boundaries(n, plan.chunk);
+  }
+  return true;
+}
+
+template <class Options, class Call>
+auto AutoDepth::run(const Options& opt, Device device, index_t n, int height, int default_depth, Call&& call) {
+  double trial_ms = 0;
+  Options chosen = opt;
+  chosen.depth = choose(
+      opt, device, n, height, default_depth,
+      [&](int d, const std::vector<index_t>& rows) {
+        Options t = opt;
+        static_cast<TraversalOptions&>(t) = trial_options(opt, d);
+        return run_ms(call(t, &rows));
+      },
+      &trial_ms);
+  auto r = call(chosen, static_cast<const std::vector<index_t>*>(nullptr));
+  r.depth_trial_ms = trial_ms;
+  return r;
+}
 
 }  // namespace canopy
