@@ -29,6 +29,7 @@
 #endif
 
 #include "layouts/forest.hpp"
+#include "layouts/forest_adaptive.hpp"
 #include "layouts/forest_layouts.hpp"
 #include "runtime/common.hpp"
 
@@ -67,6 +68,10 @@ CANOPY_HD inline ForestNode find_leaf(const View& v, index_t t, const float* row
       if (forest_is_leaf(node.info)) return node;
       slot = v.child_slot[at] + forest_go_right(node, row);
     }
+  } else if constexpr (std::is_same<View, AdaptiveForestView>::value) {
+    (void)root;
+    return adaptive_walk(v.nodes + v.tree_begin[t], 1, v.feature_bits, v.feature_mask,
+                         [row](int f) { return row[f]; });
   } else {
     static_assert(std::is_same<View, HierarchicalForestView>::value, "find_leaf: unknown forest layout view");
     const ForestNode* sub = root ? root : v.root_nodes + t * v.root_stride;
@@ -180,6 +185,28 @@ struct ScalarSums {
   }
   CANOPY_HD void end(const ForestCommonView&) { store(); }
 
+  // A row's sums leave and re-enter between runs over parts of the forest (the splitting
+  // strategy): the group margins as they stand, and the group of the next tree to add. The
+  // additions continue exactly where they stopped, so the result is the same bits.
+  using Carry = float;
+  CANOPY_HD void save(const ForestCommonView& c, Carry* dst) {
+    store();
+    CANOPY_FOREST_UNROLL
+    for (int k = 0; k < kMaxK; ++k)
+      if (k < c.n_groups) dst[k] = margin[k];
+  }
+  CANOPY_HD void load(const ForestCommonView& c, const Carry* src, index_t next_tree) {
+    CANOPY_FOREST_UNROLL
+    for (int k = 0; k < kMaxK; ++k) margin[k] = k < c.n_groups ? src[k] : 0.0f;
+    group = 0;
+    while (group + 1 < c.n_groups && next_tree >= c.group_begin[group + 1]) ++group;
+    cur = 0.0f;
+    CANOPY_FOREST_UNROLL
+    for (int k = 0; k < kMaxK; ++k)
+      if (k == group) cur = margin[k];
+    next = c.group_begin[group + 1];
+  }
+
   CANOPY_HD void write(const ForestCommonView& c, ForestOutput out, float* dst) const {
     const int K = c.n_groups;
     const bool multi = c.objective == ForestObjective::MultiSoftprob || c.objective == ForestObjective::MultiSoftmax;
@@ -250,6 +277,17 @@ struct VectorSums {
       if (k < c.leaf_width) sum[k] = add_rn(sum[k], v[k]);
   }
   CANOPY_HD void end(const ForestCommonView&) {}
+
+  using Carry = double;
+  CANOPY_HD void save(const ForestCommonView& c, Carry* dst) const {
+    CANOPY_FOREST_UNROLL
+    for (int k = 0; k < kMaxK; ++k)
+      if (k < c.leaf_width) dst[k] = sum[k];
+  }
+  CANOPY_HD void load(const ForestCommonView& c, const Carry* src, index_t) {
+    CANOPY_FOREST_UNROLL
+    for (int k = 0; k < kMaxK; ++k) sum[k] = k < c.leaf_width ? src[k] : 0.0;
+  }
 
   CANOPY_HD void write(const ForestCommonView& c, ForestOutput out, float* dst) const {
     const double trees = static_cast<double>(c.n_trees);

@@ -207,6 +207,19 @@ class At {
 };
 
 // An array whose length must be n (the node count), checked once.
+At node_array(const At& tree, const char* key, std::size_t n, const char* count_name);
+
+// Training weight per node (XGBoost's sum_hessian, scikit-learn's sample counts): finite, >= 0.
+std::vector<double> node_weights(const At& tree, const char* key, std::size_t n, const char* count_name) {
+  const At a = node_array(tree, key, n, count_name);
+  std::vector<double> w(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    w[k] = a[k].number();
+    if (!(w[k] >= 0) || !std::isfinite(w[k])) a[k].fail("a node weight must be finite and >= 0");
+  }
+  return w;
+}
+
 At node_array(const At& tree, const char* key, std::size_t n, const char* count_name) {
   At a = tree[key];
   if (a.size() != n)
@@ -219,6 +232,7 @@ struct RawTree {
   std::vector<std::int64_t> left, right, feature;
   std::vector<double> threshold;  // the source's number (XGBoost float32, scikit-learn float64)
   std::vector<std::int8_t> default_left;  // -1: not given
+  std::vector<double> cover;              // training weight per node; empty: not given
 };
 
 }  // namespace
@@ -330,6 +344,7 @@ class ForestImporter {
       raw.feature.resize(n);
       raw.threshold.resize(n);
       raw.default_left.resize(n);
+      if (t.has("sum_hessian")) raw.cover = node_weights(t, "sum_hessian", n, count);
       for (std::size_t k = 0; k < n; ++k) {
         raw.left[k] = lc[k].integer();
         raw.right[k] = rc[k].integer();
@@ -422,6 +437,8 @@ class ForestImporter {
           if (!(samples[k] >= 0)) ns[k].fail("a sample count must be >= 0");
         }
       }
+      if (t.has("weighted_node_samples")) raw.cover = node_weights(t, "weighted_node_samples", n, count);
+      else if (have_ns) raw.cover = samples;
       ForestTree tree = normalise(raw, t, f.n_features_, /*sklearn=*/true, have_dl ? nullptr : &samples, width);
       // Leaf values, in the normalised (breadth-first) leaf order.
       tree.leaf_values.assign(static_cast<std::size_t>(std::count_if(tree.leaf_index.begin(), tree.leaf_index.end(),
@@ -499,6 +516,10 @@ class ForestImporter {
     tree.value.assign(m, 0.0f);
     tree.default_left.assign(m, 0);
     tree.leaf_index.assign(m, -1);
+    if (!raw.cover.empty()) {
+      tree.cover.resize(m);
+      for (std::size_t k = 0; k < m; ++k) tree.cover[k] = raw.cover[static_cast<std::size_t>(orig_of_[k])];
+    }
     std::int32_t leaves = 0;
     for (std::size_t k = 0; k < m; ++k) {
       const std::int64_t o = orig_of_[k];

@@ -53,6 +53,9 @@ struct ForestTree {
   std::vector<std::uint8_t> default_left;  // inner: 1 if a missing value goes left
   std::vector<std::int32_t> leaf_index;    // vector leaves: row of leaf_values; -1 elsewhere
   std::vector<double> leaf_values;         // vector leaves: [n_leaves][leaf_width]
+  // Training weight that reached each node (XGBoost sum_hessian, scikit-learn weighted sample
+  // count); empty when the model has none. Edge probabilities come from it.
+  std::vector<double> cover;
   int group = 0;                           // output group (XGBoost tree_info); 0 for forests
   int depth = 0;                           // edges on the longest root-to-leaf path
 

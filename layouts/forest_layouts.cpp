@@ -11,6 +11,7 @@ const char* to_string(ForestLayout l) {
     case ForestLayout::Csr: return "csr";
     case ForestLayout::Reorg: return "reorg";
     case ForestLayout::Hierarchical: return "hier";
+    case ForestLayout::Adaptive: return "adaptive";
   }
   return "?";
 }

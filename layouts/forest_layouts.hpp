@@ -29,7 +29,7 @@
 
 namespace canopy {
 
-enum class ForestLayout { Csr, Reorg, Hierarchical };
+enum class ForestLayout { Csr, Reorg, Hierarchical, Adaptive };  // adaptive: layouts/forest_adaptive.hpp
 const char* to_string(ForestLayout l);
 
 // One node in 8 bytes (a single load on the GPU).

@@ -1,10 +1,14 @@
 #include "runtime/forest.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <sstream>
 #include <string>
 
 #include "executor/forest_cpu.hpp"
 #include "runtime/forest_gpu.hpp"
+#include "scheduler/forest_rows.hpp"
+#include "scheduler/tree_similarity.hpp"
 
 namespace canopy {
 
@@ -13,9 +17,76 @@ const char* to_string(ForestKernel k) {
     case ForestKernel::Direct: return "direct";
     case ForestKernel::Hybrid: return "hybrid";
     case ForestKernel::SharedData: return "shared-data";
+    case ForestKernel::SharedForest: return "shared-forest";
+    case ForestKernel::SplitSharedForest: return "split-shared-forest";
+    case ForestKernel::Auto: return "auto";
   }
   return "?";
 }
+
+ForestKernel parse_forest_kernel(const std::string& name) {
+  for (ForestKernel k : {ForestKernel::Direct, ForestKernel::Hybrid, ForestKernel::SharedData, ForestKernel::SharedForest,
+                         ForestKernel::SplitSharedForest, ForestKernel::Auto})
+    if (name == to_string(k)) return k;
+  if (name == "shared") return ForestKernel::SharedData;
+  if (name == "split") return ForestKernel::SplitSharedForest;
+  throw Error("unknown forest kernel '" + name +
+              "' (known: direct, hybrid, shared-data, shared-forest, split-shared-forest, auto)");
+}
+
+std::string ForestSchedule::describe() const {
+  std::ostringstream s;
+  auto item = [&](const char* name, int v) {
+    if (v <= 0) return;
+    if (s.tellp() > 0) s << ", ";
+    s << name << " " << v;
+  };
+  item("block", block_threads);
+  item("rows/thread", rows_per_thread);
+  item("trees/walk", tree_interleave);
+  if (cache_rows >= 0) s << (s.tellp() > 0 ? ", " : "") << (cache_rows ? "rows cached" : "rows from global");
+  item("rows/block", rows_per_block);
+  item("rows/pass", tree_group);
+  item("part KiB", part_kib);
+  return s.str();
+}
+
+namespace {
+
+// Tahoe's tree rearrangement for the adaptive layout: the SimHash + LSH order of the trees in
+// canonical (layout) order, and how much it evens out the trees dealt to a block's threads.
+AdaptiveOptions adaptive_options(const Forest& forest, const ForestConfig& config, AdaptiveReport* report) {
+  AdaptiveOptions opt;
+  opt.node_rearrangement = config.adaptive.node_rearrangement;
+  const ForestCommon common(forest);
+  const std::vector<std::vector<double>> prob = forest_node_probabilities(forest);
+  std::vector<ForestTree> trees;
+  std::vector<std::vector<double>> probs;
+  std::vector<double> depth;
+  for (index_t src : common.order) {
+    trees.push_back(forest.trees()[static_cast<std::size_t>(src)]);
+    probs.push_back(prob[static_cast<std::size_t>(src)]);
+    depth.push_back(trees.back().depth);
+  }
+  std::vector<index_t> identity(trees.size());
+  for (std::size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<index_t>(i);
+  report->threads = 128;
+  report->cv_model_order = round_robin_cv(depth, identity, report->threads);
+  report->cv_rearranged = report->cv_model_order;
+  if (config.adaptive.tree_rearrangement) {
+    TreeSimilarityOptions so;
+    so.token_nodes = config.adaptive.token_nodes;
+    so.hash_bits = config.adaptive.hash_bits;
+    so.chunks = config.adaptive.chunks;
+    TreeOrdering ordering = similarity_order(trees, probs, so);
+    report->similarity_ms = ordering.seconds * 1e3;
+    report->cv_rearranged = round_robin_cv(depth, ordering.order, report->threads);
+    opt.tree_order = std::move(ordering.order);
+  }
+  return opt;
+}
+
+}  // namespace
 
 struct ForestPredictor::Impl {
   ForestLayout layout = ForestLayout::Csr;
@@ -26,6 +97,8 @@ struct ForestPredictor::Impl {
   std::unique_ptr<CsrForest> csr;
   std::unique_ptr<ReorgForest> reorg;
   std::unique_ptr<HierarchicalForest> hier;
+  std::unique_ptr<AdaptiveForest> adaptive;
+  AdaptiveReport adaptive_report;
   std::unique_ptr<detail::ForestGpuEngine> gpu;
 
   template <class F>
@@ -33,6 +106,7 @@ struct ForestPredictor::Impl {
     switch (layout) {
       case ForestLayout::Csr: return f(csr->view());
       case ForestLayout::Reorg: return f(reorg->view());
+      case ForestLayout::Adaptive: return f(adaptive->view());
       case ForestLayout::Hierarchical: break;
     }
     return f(hier->view());
@@ -57,6 +131,17 @@ ForestPredictor::ForestPredictor(const Forest& forest, const ForestConfig& confi
     case ForestLayout::Hierarchical:
       m.hier = std::make_unique<HierarchicalForest>(HierarchicalForest::build(forest, config.hierarchical));
       break;
+    case ForestLayout::Adaptive: {
+      const auto b0 = std::chrono::steady_clock::now();
+      const AdaptiveOptions opt = adaptive_options(forest, config, &m.adaptive_report);
+      m.adaptive = std::make_unique<AdaptiveForest>(AdaptiveForest::build(forest, opt));
+      m.adaptive_report.build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
+      double visits = 0;
+      for (double e : m.adaptive->expected_visits) visits += e;
+      m.adaptive_report.expected_visits = visits / static_cast<double>(m.adaptive->expected_visits.size());
+      m.adaptive_report.details = m.adaptive->details();
+      break;
+    }
   }
   // Refuses forests wider than the executors accumulate, before any work is done.
   m.with_view([](const auto& v) { dispatch_forest_sums(v.common, [](auto) {}); });
@@ -66,6 +151,7 @@ ForestPredictor::ForestPredictor(const Forest& forest, const ForestConfig& confi
       case ForestLayout::Csr: m.gpu = std::make_unique<detail::ForestGpuEngine>(*m.csr); break;
       case ForestLayout::Reorg: m.gpu = std::make_unique<detail::ForestGpuEngine>(*m.reorg); break;
       case ForestLayout::Hierarchical: m.gpu = std::make_unique<detail::ForestGpuEngine>(*m.hier); break;
+      case ForestLayout::Adaptive: m.gpu = std::make_unique<detail::ForestGpuEngine>(*m.adaptive); break;
     }
   }
 }
@@ -86,6 +172,7 @@ std::size_t ForestPredictor::footprint_bytes() const {
   switch (impl_->layout) {
     case ForestLayout::Csr: return impl_->csr->footprint_bytes();
     case ForestLayout::Reorg: return impl_->reorg->footprint_bytes();
+    case ForestLayout::Adaptive: return impl_->adaptive->footprint_bytes();
     case ForestLayout::Hierarchical: break;
   }
   return impl_->hier->footprint_bytes();
@@ -99,6 +186,7 @@ std::string ForestPredictor::layout_details() const {
     case ForestLayout::Reorg:
       return std::to_string(m.reorg->level_begin.size() - 1) + " levels, " + std::to_string(m.reorg->nodes.size()) +
              " slots (" + std::to_string(m.reorg->padding_nodes) + " padding)";
+    case ForestLayout::Adaptive: return m.adaptive->details();
     case ForestLayout::Hierarchical: break;
   }
   return "subtree depth " + std::to_string(m.hier->subtree_depth) + ", root depth " + std::to_string(m.hier->root_depth) +
@@ -108,7 +196,12 @@ std::string ForestPredictor::layout_details() const {
 
 bool ForestPredictor::supports(ForestKernel k) const {
   if (impl_->device == Device::Cpu) return true;
-  return k != ForestKernel::Hybrid || impl_->layout == ForestLayout::Hierarchical;
+  switch (k) {
+    case ForestKernel::Hybrid: return impl_->layout == ForestLayout::Hierarchical;
+    case ForestKernel::Direct:
+    case ForestKernel::SharedData: return true;
+    default: return impl_->layout == ForestLayout::Adaptive;
+  }
 }
 
 ForestTimes ForestPredictor::predict(const float* rows, index_t n_rows, float* out, const ForestRunOptions& opt) {
@@ -118,12 +211,15 @@ ForestTimes ForestPredictor::predict(const float* rows, index_t n_rows, float* o
   const int width = output_width(opt.output);
   if (n_rows > 0 && (rows == nullptr || out == nullptr)) throw Error("predict: rows or out is a null pointer");
   if (!supports(opt.kernel))
-    throw Error(std::string("the ") + to_string(opt.kernel) + " kernel needs the hierarchical layout (this predictor uses " +
+    throw Error(std::string("the ") + to_string(opt.kernel) + " kernel needs the " +
+                (opt.kernel == ForestKernel::Hybrid ? "hierarchical" : "adaptive") + " layout (this predictor uses " +
                 to_string(m.layout) + ")");
+  if (opt.row_schedule_depth < 0)
+    throw Error("row_schedule_depth = " + std::to_string(opt.row_schedule_depth) + " must be >= 0");
   ForestTimes times;
   if (n_rows > 0) {
     if (m.device == Device::Gpu) {
-      m.gpu->predict(rows, n_rows, out, width, opt.output, opt.kernel, &times);
+      m.gpu->predict(rows, n_rows, out, width, opt, &times);
     } else {
       m.with_view([&](const auto& v) { predict_forest_cpu(v, rows, n_rows, opt.output, width, out); });
     }
@@ -131,6 +227,40 @@ ForestTimes ForestPredictor::predict(const float* rows, index_t n_rows, float* o
   times.total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (m.device == Device::Cpu) times.kernel_ms = times.total_ms;
   return times;
+}
+
+std::vector<ForestTrial> ForestPredictor::model_estimates(index_t n_rows, const ForestRunOptions& opt) {
+  if (impl_->device != Device::Gpu) throw Error("the performance model describes the GPU strategies; this predictor runs on the CPU");
+  return impl_->gpu->estimates(n_rows, opt);
+}
+
+std::vector<ForestTrial> ForestPredictor::tune(const float* rows, index_t n_rows, const ForestRunOptions& opt, int repeat) {
+  if (impl_->device != Device::Gpu) throw Error("the tuner times GPU schedules; this predictor runs on the CPU");
+  if (rows == nullptr) throw Error("tune: rows is a null pointer");
+  return impl_->gpu->tune(rows, n_rows, output_width(opt.output), opt, repeat);
+}
+
+const AdaptiveReport& ForestPredictor::adaptive_report() const {
+  if (impl_->layout != ForestLayout::Adaptive) throw Error("adaptive_report: this predictor uses the " + std::string(to_string(impl_->layout)) + " layout");
+  return impl_->adaptive_report;
+}
+
+std::vector<index_t> ForestPredictor::schedule_rows(const float* rows, index_t n_rows, int depth) {
+  Impl& m = *impl_;
+  if (m.layout != ForestLayout::Adaptive) throw Error("schedule_rows: row scheduling needs the adaptive layout");
+  if (n_rows < 0) throw Error("schedule_rows: n_rows = " + std::to_string(n_rows) + " is negative");
+  if (n_rows > 0 && rows == nullptr) throw Error("schedule_rows: rows is a null pointer");
+  int max_depth = 0;
+  for (int d : m.adaptive->depth) max_depth = std::max(max_depth, d);
+  check_row_schedule_depth(depth, max_depth);
+  if (m.device == Device::Gpu) return m.gpu->row_order(rows, n_rows, depth);
+  return forest_row_order(m.adaptive->view(), rows, n_rows, depth);
+}
+
+double ForestPredictor::nodes_per_warp(const float* rows, index_t n_rows, const index_t* order, index_t max_warps) const {
+  const Impl& m = *impl_;
+  if (m.layout != ForestLayout::Adaptive) throw Error("nodes_per_warp: the warp emulator reads the adaptive layout");
+  return forest_nodes_per_warp(m.adaptive->view(), rows, n_rows, order, max_warps).nodes_per_warp;
 }
 
 }  // namespace canopy

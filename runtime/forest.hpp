@@ -15,6 +15,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "layouts/forest.hpp"
 #include "layouts/forest_layouts.hpp"
@@ -25,30 +27,92 @@ namespace canopy {
 
 // The GPU kernels (the CPU has one executor, TBB tasks over rows, and ignores the choice).
 enum class ForestKernel {
-  Direct,      // one thread per row over every tree (Tahoe's "direct", the paper's independent)
-  Hybrid,      // Shah et al.: root subtrees in shared memory, the rest from global memory;
-               // hierarchical layout only
-  SharedData,  // FIL / Tahoe "shared data": rows cached in shared memory, the trees split across
-               // the threads of a block, each chunk's leaves added in tree order
+  Direct,        // one thread per row over every tree (Tahoe's "direct", the paper's independent)
+  Hybrid,        // Shah et al.: root subtrees in shared memory, the rest from global memory;
+                 // hierarchical layout only
+  SharedData,    // FIL / Tahoe "shared data": rows cached in shared memory, the trees split across
+                 // the threads of a block, each chunk's leaves added in tree order
+  SharedForest,  // Tahoe: the whole forest in shared memory, a thread per row; adaptive layout,
+                 // forests that fit
+  SplitSharedForest,  // Tahoe: the forest in parts that fit shared memory, one pass of
+                      // persistent blocks per part, sums carried between parts; adaptive layout
+  Auto,          // adaptive layout: the strategy Tahoe's performance model predicts fastest
 };
 const char* to_string(ForestKernel k);
+// "direct", "shared-data", "shared-forest", "split-shared-forest", "hybrid", "auto".
+ForestKernel parse_forest_kernel(const std::string& name);
+
+// How an adaptive-layout strategy runs: SilvanForge's schedule parameters. 0 (or -1 for
+// cache_rows) takes the strategy's default.
+struct ForestSchedule {
+  int block_threads = 0;    // threads per block: 32 .. 1024, a multiple of 32
+  int rows_per_thread = 0;  // direct, shared forest: rows one thread walks together (1, 2, 4)
+  int tree_interleave = 0;  // direct, shared forest: trees one thread walks at once (1, 2)
+  int cache_rows = -1;      // direct: stage the block's rows in shared memory (1) or read them
+                            // from global memory (0)
+  int rows_per_block = 0;   // shared data: rows a block caches
+  int tree_group = 0;       // shared data: rows a block's threads take through the trees
+                            // together (the threads split the trees; a row's trees are one group)
+  int part_kib = 0;         // splitting shared forest: shared memory per part, KiB
+  std::string describe() const;  // "block 128, rows/thread 2, ..." (defaults resolved by the engine)
+};
+
+// The adaptive layout's build options.
+struct AdaptiveConfig {
+  bool node_rearrangement = true;  // the more probable child first
+  bool tree_rearrangement = true;  // SimHash + LSH order for the shared-data strategy's copy
+  int token_nodes = 4;             // SimHash: nodes per token (T_nodes)
+  int hash_bits = 128;             // SimHash: fingerprint bits (L_hash)
+  int chunks = 64;                 // LSH: chunks per fingerprint (M)
+};
+
+// What building the adaptive layout did (ForestPredictor::adaptive_report()).
+struct AdaptiveReport {
+  double similarity_ms = 0;      // SimHash + LSH + ordering, wall clock
+  double build_ms = 0;           // the whole layout, wall clock
+  int threads = 0;               // threads the trees are dealt to (the shared-data block)
+  double cv_model_order = 0;     // coefficient of variation of per-thread tree-depth sums
+  double cv_rearranged = 0;      // the same after the rearrangement
+  double expected_visits = 0;    // mean nodes a row visits per tree (training weights)
+  std::string details;
+};
 
 struct ForestConfig {
   ForestLayout layout = ForestLayout::Csr;
   Device device = Device::Auto;
   HierarchicalOptions hierarchical;  // used by ForestLayout::Hierarchical
+  AdaptiveConfig adaptive;           // used by ForestLayout::Adaptive
 };
 
 struct ForestRunOptions {
   ForestOutput output = ForestOutput::Prob;
   ForestKernel kernel = ForestKernel::Direct;
+  ForestSchedule schedule;     // adaptive layout: the strategy's parameters
+  // Adaptive layout on the GPU: > 0 turns on inspector-scheduled rows: the inspector walks the
+  // first `row_schedule_depth` levels of the leading trees for every row, and rows with equal
+  // top-leaf signatures run in the same warps. Predictions are unchanged, bit for bit.
+  int row_schedule_depth = 0;
+  // The performance model's hardware parameters (Auto): this cache file, or the default
+  // (see runtime/forest_model.hpp) when empty.
+  std::string hardware_cache;
 };
 
 struct ForestTimes {
   double upload_ms = 0;    // GPU: the rows to the device (CUDA events)
+  double schedule_ms = 0;  // GPU: inspector + sort of the rows (row scheduling), CUDA events
   double kernel_ms = 0;    // GPU: the kernel (CUDA events); CPU: the executor (wall clock)
   double download_ms = 0;  // GPU: the predictions back (CUDA events)
   double total_ms = 0;     // wall clock of the whole predict() call
+  ForestKernel kernel = ForestKernel::Direct;  // the kernel that ran (Auto resolved)
+  ForestSchedule schedule;                     // its parameters, defaults resolved (adaptive)
+};
+
+// One schedule the tuner tried, and its kernel time (median).
+struct ForestTrial {
+  ForestKernel kernel = ForestKernel::Direct;
+  ForestSchedule schedule;
+  double kernel_ms = 0;
+  double model_ns_per_row = 0;  // the performance model's estimate for the strategy
 };
 
 namespace detail {
@@ -78,6 +142,22 @@ class ForestPredictor {
 
   // rows: [n_rows][n_features()]; out: [n_rows][output_width(opt.output)].
   ForestTimes predict(const float* rows, index_t n_rows, float* out, const ForestRunOptions& opt = {});
+
+  // Adaptive layout on the GPU. The performance model's estimates for this batch size, one per
+  // strategy (infeasible ones flagged), from the hardware parameters of opt.hardware_cache.
+  std::vector<ForestTrial> model_estimates(index_t n_rows, const ForestRunOptions& opt = {});
+  // A small auto-tuner: times a grid of schedules around the model's choice on these rows
+  // (kernel time, median of `repeat`) and returns every trial, the fastest first.
+  std::vector<ForestTrial> tune(const float* rows, index_t n_rows, const ForestRunOptions& opt = {}, int repeat = 3);
+  const AdaptiveReport& adaptive_report() const;
+
+  // Adaptive layout, row scheduling on its own: the execution order predict() uses with
+  // row_schedule_depth = depth (order[i] = the row run at position i). GPU: the inspector
+  // kernel and a radix sort; CPU: scheduler/forest_rows.hpp's reference, the same order.
+  std::vector<index_t> schedule_rows(const float* rows, index_t n_rows, int depth);
+  // The warp emulator (scheduler/forest_rows.hpp): distinct nodes per warp of 32 rows taken in
+  // `order` (null: as given), summed over trees, averaged over up to max_warps warps.
+  double nodes_per_warp(const float* rows, index_t n_rows, const index_t* order, index_t max_warps = 1024) const;
 
  private:
   struct Impl;

@@ -3,67 +3,53 @@
 #include <vector>
 
 #include "executor/forest_kernels.cuh"
-#include "runtime/cuda_support.cuh"
+#include "runtime/forest_gpu_impl.cuh"
 
 namespace canopy {
 namespace detail {
 
-struct ForestGpuEngine::Impl {
-  ForestLayout layout = ForestLayout::Csr;
-  CsrForestView csr;  // device pointers
-  ReorgForestView reorg;
-  HierarchicalForestView hier;
-  std::vector<DeviceBuffer<unsigned char>> arrays;  // every uploaded layout array
-  DeviceBuffer<float> rows, out;
-  Stream stream;
-  Event start, uploaded, computed, done;
-  int sm_count = 1;
-  int n_features = 0;
+ForestGpuEngine::Impl::Impl() {
+  int dev = 0;
+  CANOPY_CUDA_CHECK(cudaGetDevice(&dev));
+  CANOPY_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev));
+  int optin = 0;
+  CANOPY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  smem_optin = static_cast<std::size_t>(optin);
+}
 
-  Impl() {
-    int dev = 0;
-    CANOPY_CUDA_CHECK(cudaGetDevice(&dev));
-    CANOPY_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev));
-  }
+ForestCommonView ForestGpuEngine::Impl::upload_common(const ForestCommon& c) {
+  ForestCommonView v = c.view();
+  v.group_begin = upload(c.group_begin, "the forest's output groups");
+  v.base_margin = upload(c.base_margin, "the forest's base margins");
+  v.class_values = upload(c.class_values, "the forest's class values");
+  v.tree_leaf_begin = upload(c.tree_leaf_begin, "the forest's leaf offsets");
+  v.leaf_values = upload(c.leaf_values, "the forest's leaf values");
+  n_features = c.n_features;
+  return v;
+}
 
-  template <class T>
-  const T* upload(const std::vector<T>& v, const char* what) {
-    if (v.empty()) return nullptr;
-    DeviceBuffer<unsigned char> buf;
-    buf.reserve(v.size() * sizeof(T), what);
-    CANOPY_CUDA_CHECK(cudaMemcpyAsync(buf.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, stream.get()));
-    arrays.push_back(std::move(buf));
-    return reinterpret_cast<const T*>(arrays.back().get());
-  }
+namespace {
 
-  ForestCommonView upload_common(const ForestCommon& c) {
-    ForestCommonView v = c.view();
-    v.group_begin = upload(c.group_begin, "the forest's output groups");
-    v.base_margin = upload(c.base_margin, "the forest's base margins");
-    v.class_values = upload(c.class_values, "the forest's class values");
-    v.tree_leaf_begin = upload(c.tree_leaf_begin, "the forest's leaf offsets");
-    v.leaf_values = upload(c.leaf_values, "the forest's leaf values");
-    n_features = c.n_features;
-    return v;
-  }
+template <class View>
+void run_seed_layout(const View& v, const gpu::ForestBatch& b, ForestKernel kernel, int sm_count, cudaStream_t stream) {
+  dispatch_forest_sums(v.common, [&](auto sums) {
+    using Sums = decltype(sums);
+    switch (kernel) {
+      case ForestKernel::Direct: gpu::launch_forest_direct<Sums>(v, b, sm_count, stream); break;
+      case ForestKernel::Hybrid:
+        if constexpr (std::is_same<View, HierarchicalForestView>::value)
+          gpu::launch_forest_hybrid<Sums>(v, b, sm_count, stream);
+        else
+          throw Error("the hybrid kernel needs the hierarchical layout");
+        break;
+      case ForestKernel::SharedData: gpu::launch_forest_shared_data<Sums>(v, b, sm_count, stream); break;
+      default:
+        throw Error(std::string("the ") + to_string(kernel) + " strategy needs the adaptive layout");
+    }
+  });
+}
 
-  template <class View>
-  void run(const View& v, const gpu::ForestBatch& b, ForestKernel kernel) {
-    dispatch_forest_sums(v.common, [&](auto sums) {
-      using Sums = decltype(sums);
-      switch (kernel) {
-        case ForestKernel::Direct: gpu::launch_forest_direct<Sums>(v, b, sm_count, stream.get()); break;
-        case ForestKernel::Hybrid:
-          if constexpr (std::is_same<View, HierarchicalForestView>::value)
-            gpu::launch_forest_hybrid<Sums>(v, b, sm_count, stream.get());
-          else
-            throw Error("the hybrid kernel needs the hierarchical layout");
-          break;
-        case ForestKernel::SharedData: gpu::launch_forest_shared_data<Sums>(v, b, sm_count, stream.get()); break;
-      }
-    });
-  }
-};
+}  // namespace
 
 ForestGpuEngine::ForestGpuEngine(const CsrForest& l) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
@@ -103,36 +89,87 @@ ForestGpuEngine::ForestGpuEngine(const HierarchicalForest& l) : impl_(std::make_
   m.stream.sync();
 }
 
+ForestGpuEngine::ForestGpuEngine(const AdaptiveForest& l) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.layout = ForestLayout::Adaptive;
+  m.adaptive = l.view();
+  m.adaptive.common = m.upload_common(l.common);
+  m.adaptive.nodes = m.upload(l.nodes, "the adaptive nodes");
+  m.adaptive.tree_begin = m.upload(l.tree_begin, "the adaptive tree offsets");
+  m.adaptive.inter = m.upload(l.inter, "the adaptive interleaved nodes");
+  m.adaptive.inter_tree = m.upload(l.inter_tree, "the adaptive tree order");
+  m.tree_begin = l.tree_begin;
+  double visits = 0;
+  for (double e : l.expected_visits) visits += e;
+  m.mean_visits = l.expected_visits.empty() ? 0 : visits / static_cast<double>(l.expected_visits.size());
+  for (int d : l.depth) m.max_depth = std::max(m.max_depth, d);
+  m.stream.sync();
+}
+
 ForestGpuEngine::~ForestGpuEngine() = default;
 
-void ForestGpuEngine::predict(const float* rows, index_t n_rows, float* out, int width, ForestOutput output,
-                              ForestKernel kernel, ForestTimes* times) {
+void ForestGpuEngine::predict(const float* rows, index_t n_rows, float* out, int width, const ForestRunOptions& opt,
+                              ForestTimes* times) {
   Impl& m = *impl_;
   const std::size_t n_in = static_cast<std::size_t>(n_rows) * m.n_features;
   const std::size_t n_out = static_cast<std::size_t>(n_rows) * width;
   m.rows.reserve(n_in, "the rows");
   m.out.reserve(n_out, "the predictions");
-  gpu::ForestBatch b;
-  b.rows = m.rows.get();
-  b.n_rows = n_rows;
-  b.out = m.out.get();
-  b.width = width;
-  b.output = output;
+  ForestKernel kernel = opt.kernel;
+  ForestSchedule schedule;
+  if (m.layout == ForestLayout::Adaptive) {
+    if (kernel == ForestKernel::Hybrid) throw Error("the hybrid kernel needs the hierarchical layout");
+    if (kernel == ForestKernel::Auto) {
+      const std::vector<ForestTrial> est = m.estimates(n_rows, opt);
+      kernel = est.front().kernel;  // feasible, smallest estimate first
+    }
+    schedule = m.resolve(kernel, opt.schedule, n_rows);
+  } else if (kernel == ForestKernel::Auto) {
+    throw Error(std::string("the auto strategy needs the adaptive layout (this predictor uses ") + to_string(m.layout) + ")");
+  }
   m.start.record(m.stream.get());
   copy_to_device(m.rows.get(), rows, n_in, m.stream.get());
   m.uploaded.record(m.stream.get());
-  switch (m.layout) {
-    case ForestLayout::Csr: m.run(m.csr, b, kernel); break;
-    case ForestLayout::Reorg: m.run(m.reorg, b, kernel); break;
-    case ForestLayout::Hierarchical: m.run(m.hier, b, kernel); break;
+  const index_t* order = nullptr;
+  if (m.layout == ForestLayout::Adaptive && opt.row_schedule_depth > 0) order = m.schedule_rows(n_rows, opt.row_schedule_depth);
+  m.scheduled.record(m.stream.get());
+  if (m.layout == ForestLayout::Adaptive) {
+    gpu::AdaptiveBatch b;
+    b.rows = m.rows.get();
+    b.order = order;
+    b.n_rows = n_rows;
+    b.out = m.out.get();
+    b.width = width;
+    b.output = opt.output;
+    m.run_adaptive(b, kernel, schedule);
+  } else {
+    gpu::ForestBatch b;
+    b.rows = m.rows.get();
+    b.n_rows = n_rows;
+    b.out = m.out.get();
+    b.width = width;
+    b.output = opt.output;
+    switch (m.layout) {
+      case ForestLayout::Csr: run_seed_layout(m.csr, b, kernel, m.sm_count, m.stream.get()); break;
+      case ForestLayout::Reorg: run_seed_layout(m.reorg, b, kernel, m.sm_count, m.stream.get()); break;
+      default: run_seed_layout(m.hier, b, kernel, m.sm_count, m.stream.get()); break;
+    }
   }
   m.computed.record(m.stream.get());
   copy_to_host(out, m.out.get(), n_out, m.stream.get());
   m.done.record(m.stream.get());
   m.stream.sync();
   times->upload_ms = m.uploaded.since(m.start);
-  times->kernel_ms = m.computed.since(m.uploaded);
+  times->schedule_ms = m.scheduled.since(m.uploaded);
+  times->kernel_ms = m.computed.since(m.scheduled);
   times->download_ms = m.done.since(m.computed);
+  times->kernel = kernel;
+  times->schedule = schedule;
+}
+
+std::vector<ForestTrial> ForestGpuEngine::estimates(index_t n_rows, const ForestRunOptions& opt) {
+  if (impl_->layout != ForestLayout::Adaptive) throw Error("the performance model needs the adaptive layout");
+  return impl_->estimates(n_rows, opt);
 }
 
 }  // namespace detail

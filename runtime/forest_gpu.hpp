@@ -4,7 +4,9 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
+#include "layouts/forest_adaptive.hpp"
 #include "layouts/forest_layouts.hpp"
 #include "runtime/forest.hpp"
 
@@ -16,11 +18,19 @@ class ForestGpuEngine {
   explicit ForestGpuEngine(const CsrForest& layout);
   explicit ForestGpuEngine(const ReorgForest& layout);
   explicit ForestGpuEngine(const HierarchicalForest& layout);
+  explicit ForestGpuEngine(const AdaptiveForest& layout);
   ~ForestGpuEngine();
 
-  // Rows in, the kernel, predictions out; fills upload/kernel/download milliseconds.
-  void predict(const float* rows, index_t n_rows, float* out, int width, ForestOutput output, ForestKernel kernel,
+  // Rows in, (row scheduling,) the kernel, predictions out; fills the times, the kernel that
+  // ran and its schedule.
+  void predict(const float* rows, index_t n_rows, float* out, int width, const ForestRunOptions& opt,
                ForestTimes* times);
+  // Adaptive layout: the performance model's estimates, feasible strategies first, fastest first.
+  std::vector<ForestTrial> estimates(index_t n_rows, const ForestRunOptions& opt);
+  // Adaptive layout: the rows' execution order under row scheduling (inspector + sort).
+  std::vector<index_t> row_order(const float* rows, index_t n_rows, int depth);
+  // Adaptive layout: times a grid of schedules on these rows (ForestPredictor::tune).
+  std::vector<ForestTrial> tune(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt, int repeat);
 
  private:
   struct Impl;

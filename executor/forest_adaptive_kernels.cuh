@@ -1,0 +1,302 @@
+// The four GPU strategies of Tahoe (Xie et al., section 5) over the adaptive format
+// (layouts/forest_adaptive.hpp), with SilvanForge-style schedule knobs. Include from .cu files.
+//
+//   direct        a thread per row (rows_per_thread rows, tree_interleave trees walked at
+//                 once for memory-level parallelism), every tree from global memory; rows
+//                 optionally staged in shared memory, transposed so a warp reading one feature
+//                 of 32 rows hits 32 banks.
+//   shared data   a block caches rows; its threads split the trees (storage order of the
+//                 interleaved copy, so neighbouring threads read neighbouring nodes); each
+//                 leaf lands in shared memory at its tree's canonical slot, and then one thread
+//                 per (row, output) adds the slots in canonical order.
+//   shared forest / splitting shared forest
+//                 the forest (or one part of it: a canonical range of trees that fits) in
+//                 shared memory, a thread per row. A part is one launch of persistent blocks;
+//                 between parts each row's sums wait in global memory (Sums::save / load), so
+//                 the cross-part reduction adds in exactly the sequential order.
+// Every strategy adds each row's leaves in canonical order with the Sums of
+// executor/forest_eval.hpp: all of them give the CPU executor's bits.
+#pragma once
+
+#include <climits>
+#include <cstddef>
+
+#include "executor/forest_eval.hpp"
+#include "runtime/cuda_support.cuh"
+
+namespace canopy {
+namespace gpu {
+
+struct AdaptiveBatch {
+  const float* rows = nullptr;     // [n_rows][n_features], original order
+  const index_t* order = nullptr;  // execution position -> row; null: identity
+  index_t n_rows = 0;
+  float* out = nullptr;            // [n_rows][width], original order
+  int width = 0;
+  ForestOutput output = ForestOutput::Prob;
+};
+
+CANOPY_HD inline index_t adaptive_row(const AdaptiveBatch& b, index_t i) { return b.order ? b.order[i] : i; }
+
+// ---- direct ------------------------------------------------------------------------------------
+
+template <class Sums, int R, int K, bool kCache>
+__global__ void adaptive_direct_kernel(AdaptiveForestView v, AdaptiveBatch b) {
+  extern __shared__ __align__(16) unsigned char adaptive_direct_smem[];
+  float* tile = reinterpret_cast<float*>(adaptive_direct_smem);  // [F][B * R]
+  const ForestCommonView& c = v.common;
+  const int B = blockDim.x, tid = threadIdx.x, F = c.n_features;
+  const index_t first = blockIdx.x * static_cast<index_t>(B) * R;
+  const int width = B * R;
+  index_t pos[R];
+  const float* src[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    pos[r] = first + r * B + tid;
+    src[r] = b.rows + (pos[r] < b.n_rows ? adaptive_row(b, pos[r]) : 0) * F;
+  }
+  if (kCache) {
+    for (index_t k = tid; k < static_cast<index_t>(width) * F; k += B) {
+      const int j = static_cast<int>(k / F), f = static_cast<int>(k - static_cast<index_t>(j) * F);
+      const index_t p = first + j;
+      if (p < b.n_rows) tile[f * width + j] = b.rows[adaptive_row(b, p) * F + f];
+    }
+    __syncthreads();
+  }
+  if (first + tid >= b.n_rows) return;
+  Sums s[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) s[r].begin(c);
+  const index_t T = c.n_trees;
+  const std::uint32_t payload_mask = (1u << kAdaptivePayloadBits) - 1u;
+  for (index_t t0 = 0; t0 < T; t0 += K) {
+    const ForestNode* base[K];
+#pragma unroll
+    for (int q = 0; q < K; ++q) base[q] = v.nodes + v.tree_begin[t0 + q < T ? t0 + q : T - 1];
+    index_t k[R][K];
+    ForestNode node[R][K];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int q = 0; q < K; ++q) k[r][q] = 0;
+    // All R * K walks advance together: their loads are independent and overlap.
+    for (;;) {
+      bool more = false;
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int q = 0; q < K; ++q) node[r][q] = base[q][k[r][q]];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int q = 0; q < K; ++q) {
+          const ForestNode n = node[r][q];
+          if (!forest_is_leaf(n.info)) {
+            const std::uint32_t payload = n.info & payload_mask;
+            const int f = static_cast<int>(payload & v.feature_mask);
+            const float x = kCache ? tile[f * width + r * B + tid] : src[r][f];
+            k[r][q] = static_cast<index_t>(payload >> v.feature_bits) + adaptive_second(n, x);
+            more = true;
+          }
+        }
+      if (!more) break;
+    }
+#pragma unroll
+    for (int q = 0; q < K; ++q)
+      if (t0 + q < T)
+#pragma unroll
+        for (int r = 0; r < R; ++r) s[r].add(c, t0 + q, node[r][q]);
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (pos[r] < b.n_rows) {
+      s[r].end(c);
+      s[r].write(c, b.output, b.out + adaptive_row(b, pos[r]) * b.width);
+    }
+}
+
+// ---- shared data ---------------------------------------------------------------------------------
+
+struct AdaptiveSharedDataPlan {
+  int rows_per_block = 0;  // rows cached per block
+  int items = 1;           // rows evaluated together per pass
+  int outputs = 1;         // per row: XGBoost groups or class-vector entries, summed in parallel
+};
+
+template <class Sums>
+__global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch b, AdaptiveSharedDataPlan plan) {
+  extern __shared__ __align__(16) unsigned char adaptive_shared_smem[];
+  const ForestCommonView& c = v.common;
+  const int B = blockDim.x, tid = threadIdx.x, F = c.n_features;
+  const index_t T = c.n_trees;
+  const int items = plan.items, outs = plan.outputs;
+  // [T][items] leaf words (scalar: the value; vector: the leaf index), then per row of the pass
+  // its partial sums [items][outs] (Sums::Carry), then the row tile.
+  std::uint32_t* leaves = reinterpret_cast<std::uint32_t*>(adaptive_shared_smem);
+  using Carry = typename Sums::Carry;
+  std::size_t off = (static_cast<std::size_t>(T) * items * sizeof(std::uint32_t) + 15) / 16 * 16;
+  Carry* partial = reinterpret_cast<Carry*>(adaptive_shared_smem + off);
+  off += (static_cast<std::size_t>(items) * outs * sizeof(Carry) + 15) / 16 * 16;
+  float* tile = reinterpret_cast<float*>(adaptive_shared_smem + off);
+
+  const index_t first = blockIdx.x * static_cast<index_t>(plan.rows_per_block);
+  const index_t remaining = b.n_rows - first;
+  const int n = remaining < plan.rows_per_block ? static_cast<int>(remaining) : plan.rows_per_block;
+  for (index_t k = tid; k < static_cast<index_t>(n) * F; k += B) {
+    const int j = static_cast<int>(k / F);
+    tile[k] = b.rows[adaptive_row(b, first + j) * F + (k - static_cast<index_t>(j) * F)];
+  }
+  __syncthreads();
+  const std::uint32_t payload_mask = (1u << kAdaptivePayloadBits) - 1u;
+  for (int r0 = 0; r0 < n; r0 += items) {
+    const int m = items < n - r0 ? items : n - r0;
+    for (index_t s = tid; s < T; s += B) {
+      const index_t t = v.inter_tree[s];
+      const ForestNode* base = v.inter + s;
+      for (int j = 0; j < m; ++j) {
+        const float* row = tile + (r0 + j) * F;
+        index_t k = 0;
+        ForestNode node = base[0];
+        while (!forest_is_leaf(node.info)) {
+          const std::uint32_t payload = node.info & payload_mask;
+          k = static_cast<index_t>(payload >> v.feature_bits) +
+              adaptive_second(node, row[payload & v.feature_mask]);
+          node = base[k * T];
+        }
+        leaves[t * items + j] = Sums::kScalarLeaves ? __float_as_uint(node.value) : forest_index(node.info);
+      }
+    }
+    __syncthreads();
+    // One thread per (row, output): XGBoost group g adds its trees from base_margin[g]; a
+    // forest's class k adds entry k of every tree's leaf vector from 0. The same additions, in
+    // the same order, as Sums::add makes.
+    for (int w = tid; w < m * outs; w += B) {
+      const int j = w / outs, o = w - j * outs;
+      Carry acc;
+      if constexpr (Sums::kScalarLeaves) {
+        acc = c.base_margin[o];
+        for (index_t t = c.group_begin[o]; t < c.group_begin[o + 1]; ++t) {
+          acc = add_rn(acc, __uint_as_float(leaves[t * items + j]));
+        }
+      } else {
+        acc = 0.0;
+        for (index_t t = 0; t < T; ++t)
+          acc = add_rn(acc, c.leaf_values[(c.tree_leaf_begin[t] + leaves[t * items + j]) * c.leaf_width + o]);
+      }
+      partial[j * outs + o] = acc;
+    }
+    __syncthreads();
+    if (tid < m) {
+      Sums s;
+      s.load(c, partial + tid * outs, T);
+      s.end(c);
+      s.write(c, b.output, b.out + adaptive_row(b, first + r0 + tid) * b.width);
+    }
+    __syncthreads();  // the next pass overwrites the leaves and partial sums
+  }
+}
+
+// ---- shared forest / splitting shared forest -------------------------------------------------------
+
+struct AdaptivePart {
+  index_t first_tree = 0, end_tree = 0;  // canonical range
+  bool first = true, last = true;
+  void* carry = nullptr;                 // [n_rows][outputs] Sums::Carry, by execution position
+  int outputs = 1;
+};
+
+template <class Sums, int R, int K>
+__global__ void adaptive_shared_forest_kernel(AdaptiveForestView v, AdaptiveBatch b, AdaptivePart part) {
+  extern __shared__ __align__(16) unsigned char adaptive_forest_smem[];
+  ForestNode* nodes = reinterpret_cast<ForestNode*>(adaptive_forest_smem);
+  const ForestCommonView& c = v.common;
+  const int B = blockDim.x, tid = threadIdx.x, F = c.n_features;
+  const index_t node0 = v.tree_begin[part.first_tree];
+  const index_t count = v.tree_begin[part.end_tree] - node0;
+  for (index_t k = tid; k < count; k += B) nodes[k] = v.nodes[node0 + k];
+  __syncthreads();
+  using Carry = typename Sums::Carry;
+  Carry* carry = static_cast<Carry*>(part.carry);
+  const std::uint32_t payload_mask = (1u << kAdaptivePayloadBits) - 1u;
+  const index_t per_block = static_cast<index_t>(B) * R;
+  for (index_t first = blockIdx.x * per_block; first < b.n_rows; first += gridDim.x * per_block) {
+    index_t pos[R];
+    const float* src[R];
+    Sums s[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      pos[r] = first + r * B + tid;
+      const bool valid = pos[r] < b.n_rows;
+      src[r] = b.rows + (valid ? adaptive_row(b, pos[r]) : 0) * F;
+      if (part.first) s[r].begin(c);
+      else if (valid) s[r].load(c, carry + pos[r] * part.outputs, part.first_tree);
+      else s[r].begin(c);
+    }
+    for (index_t t0 = part.first_tree; t0 < part.end_tree; t0 += K) {
+      const ForestNode* base[K];
+#pragma unroll
+      for (int q = 0; q < K; ++q)
+        base[q] = nodes + (v.tree_begin[t0 + q < part.end_tree ? t0 + q : part.end_tree - 1] - node0);
+      index_t k[R][K];
+      ForestNode node[R][K];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int q = 0; q < K; ++q) k[r][q] = 0;
+      for (;;) {
+        bool more = false;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int q = 0; q < K; ++q) node[r][q] = base[q][k[r][q]];
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int q = 0; q < K; ++q) {
+            const ForestNode n = node[r][q];
+            if (!forest_is_leaf(n.info)) {
+              const std::uint32_t payload = n.info & payload_mask;
+              k[r][q] = static_cast<index_t>(payload >> v.feature_bits) +
+                        adaptive_second(n, src[r][payload & v.feature_mask]);
+              more = true;
+            }
+          }
+        if (!more) break;
+      }
+#pragma unroll
+      for (int q = 0; q < K; ++q)
+        if (t0 + q < part.end_tree)
+#pragma unroll
+          for (int r = 0; r < R; ++r) s[r].add(c, t0 + q, node[r][q]);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (pos[r] >= b.n_rows) continue;
+      if (part.last) {
+        s[r].end(c);
+        s[r].write(c, b.output, b.out + adaptive_row(b, pos[r]) * b.width);
+      } else {
+        s[r].save(c, carry + pos[r] * part.outputs);
+      }
+    }
+  }
+}
+
+// ---- launch helpers --------------------------------------------------------------------------------------
+
+inline unsigned adaptive_grid(index_t items, index_t per_block) {
+  const index_t g = (items + per_block - 1) / per_block;
+  if (g > INT_MAX) throw Error("adaptive forest kernel: " + std::to_string(items) + " rows need too many blocks");
+  return static_cast<unsigned>(g);
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory (above 48 KiB needs the opt-in).
+template <class Kernel>
+void allow_dynamic_smem(Kernel kernel, std::size_t bytes, const char* name) {
+  if (bytes <= 48 * 1024) return;
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (err != cudaSuccess) throw_cuda_error(err, name, __FILE__, __LINE__);
+}
+
+}  // namespace gpu
+}  // namespace canopy

@@ -1,0 +1,68 @@
+// Internal: launching the adaptive-format strategies (executor/forest_adaptive_kernels.cuh).
+// Each strategy is compiled in its own .cu file (runtime/forest_adaptive_*.cu) so that its many
+// template instances build in parallel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "executor/forest_adaptive_kernels.cuh"
+#include "runtime/forest.hpp"
+
+namespace canopy {
+namespace gpu {
+
+struct AdaptiveDevice {
+  int sm_count = 1;
+  std::size_t smem_optin = 48 * 1024;  // dynamic shared memory a block may opt into
+  cudaStream_t stream = nullptr;
+};
+
+// Rows per thread and trees per walk that are compiled: (1, 2, 4) x (1, 2); wide sums (more than
+// 8 outputs per row) only (1, 1), their registers leave no room for more.
+template <class Sums, class F>
+void dispatch_rows_trees(int rows, int trees, const char* strategy, F&& f) {
+  auto bad = [&] {
+    throw Error(std::string(strategy) + ": rows_per_thread " + std::to_string(rows) + " x tree_interleave " +
+                std::to_string(trees) + " is not built" + (Sums::kMax > 8 ? " for more than 8 outputs per row (only 1 x 1)" : " (1, 2, 4 x 1, 2)"));
+  };
+  if constexpr (Sums::kMax > 8) {
+    if (rows != 1 || trees != 1) bad();
+    f(std::integral_constant<int, 1>{}, std::integral_constant<int, 1>{});
+  } else {
+    if (trees == 1) {
+      if (rows == 1) return f(std::integral_constant<int, 1>{}, std::integral_constant<int, 1>{});
+      if (rows == 2) return f(std::integral_constant<int, 2>{}, std::integral_constant<int, 1>{});
+      if (rows == 4) return f(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{});
+    } else if (trees == 2) {
+      if (rows == 1) return f(std::integral_constant<int, 1>{}, std::integral_constant<int, 2>{});
+      if (rows == 2) return f(std::integral_constant<int, 2>{}, std::integral_constant<int, 2>{});
+      if (rows == 4) return f(std::integral_constant<int, 4>{}, std::integral_constant<int, 2>{});
+    }
+    bad();
+  }
+}
+
+// Shared memory the direct strategy's row tile takes.
+inline std::size_t direct_tile_bytes(const AdaptiveForestView& v, const ForestSchedule& s) {
+  return s.cache_rows == 1 ? static_cast<std::size_t>(v.common.n_features) * s.block_threads * s.rows_per_thread * sizeof(float) : 0;
+}
+
+// Shared memory of the shared-data strategy for a schedule.
+inline std::size_t shared_data_bytes(const AdaptiveForestView& v, const ForestSchedule& s, int outputs, std::size_t carry_size) {
+  const std::size_t leaves = (static_cast<std::size_t>(v.common.n_trees) * s.tree_group * 4 + 15) / 16 * 16;
+  const std::size_t partial = (static_cast<std::size_t>(s.tree_group) * outputs * carry_size + 15) / 16 * 16;
+  return leaves + partial + static_cast<std::size_t>(s.rows_per_block) * v.common.n_features * sizeof(float);
+}
+
+void launch_adaptive_direct(const AdaptiveForestView& v, const AdaptiveBatch& b, const ForestSchedule& s,
+                            const AdaptiveDevice& d);
+void launch_adaptive_shared_data(const AdaptiveForestView& v, const AdaptiveBatch& b, const ForestSchedule& s,
+                                 const AdaptiveDevice& d);
+// One part of the forest (the whole forest: shared forest); part_bytes of dynamic shared memory.
+void launch_adaptive_shared_forest(const AdaptiveForestView& v, const AdaptiveBatch& b, const ForestSchedule& s,
+                                   const AdaptivePart& part, std::size_t part_bytes, const AdaptiveDevice& d);
+
+}  // namespace gpu
+}  // namespace canopy

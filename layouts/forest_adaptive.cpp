@@ -1,0 +1,160 @@
+#include "layouts/forest_adaptive.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace canopy {
+
+std::vector<std::vector<double>> forest_node_probabilities(const Forest& f) {
+  std::vector<std::vector<double>> out(static_cast<std::size_t>(f.n_trees()));
+  for (std::size_t t = 0; t < out.size(); ++t) {
+    const ForestTree& tree = f.trees()[t];
+    const std::size_t n = static_cast<std::size_t>(tree.size());
+    std::vector<double>& p = out[t];
+    p.assign(n, 0.0);
+    p[0] = 1.0;
+    const bool weights = tree.cover.size() == n && tree.cover[0] > 0;
+    // Breadth-first ids: a parent comes before its children.
+    for (std::size_t k = 0; k < n; ++k) {
+      if (tree.left[k] < 0) continue;
+      const std::size_t l = static_cast<std::size_t>(tree.left[k]), r = static_cast<std::size_t>(tree.right[k]);
+      if (weights) {
+        p[l] = tree.cover[l] / tree.cover[0];
+        p[r] = tree.cover[r] / tree.cover[0];
+      } else {
+        p[l] = p[r] = p[k] / 2;
+      }
+    }
+  }
+  return out;
+}
+
+namespace {
+
+int bits_for(std::int64_t count) {  // fewest bits that hold 0 .. count - 1 (at least 1)
+  int b = 1;
+  while ((std::int64_t{1} << b) < count) ++b;
+  return b;
+}
+
+}  // namespace
+
+AdaptiveForest AdaptiveForest::build(const Forest& f, const AdaptiveOptions& opt) {
+  AdaptiveForest a(f);
+  const index_t T = a.common.n_trees;
+  a.node_rearranged = opt.node_rearrangement;
+  a.feature_bits = bits_for(f.n_features());
+  const int child_bits = kAdaptivePayloadBits - a.feature_bits;
+  if (child_bits < 1)
+    throw Error("adaptive layout: " + std::to_string(f.n_features()) + " features leave no bits for child indices");
+  const std::vector<std::vector<double>> prob = forest_node_probabilities(f);
+
+  a.tree_begin.assign(static_cast<std::size_t>(T) + 1, 0);
+  a.expected_visits.assign(static_cast<std::size_t>(T), 0.0);
+  a.depth.assign(static_cast<std::size_t>(T), 0);
+  std::vector<std::int32_t> order;  // stored position -> the tree's node id
+  std::vector<std::int32_t> pos;    // the tree's node id -> stored position
+  for (index_t t = 0; t < T; ++t) {
+    const index_t src = a.common.order[static_cast<std::size_t>(t)];
+    const ForestTree& tree = f.trees()[static_cast<std::size_t>(src)];
+    const std::vector<double>& p = prob[static_cast<std::size_t>(src)];
+    const index_t n = tree.size();
+    if (n > (index_t{1} << child_bits))
+      throw Error("adaptive layout: tree " + std::to_string(src) + " has " + std::to_string(n) + " nodes; with " +
+                  std::to_string(a.feature_bits) + " feature bits a tree may have at most 2^" +
+                  std::to_string(child_bits) + " (use the csr or hier layout)");
+    // Breadth-first in stored-child order, so the two children of a node are adjacent.
+    order.assign(1, 0);
+    pos.assign(static_cast<std::size_t>(n), -1);
+    std::vector<std::uint8_t> swapped(static_cast<std::size_t>(n), 0);
+    for (std::size_t q = 0; q < order.size(); ++q) {
+      const std::size_t k = static_cast<std::size_t>(order[q]);
+      pos[k] = static_cast<std::int32_t>(q);
+      if (tree.left[k] < 0) continue;
+      const std::int32_t l = tree.left[k], r = tree.right[k];
+      const bool sw = opt.node_rearrangement && p[static_cast<std::size_t>(r)] > p[static_cast<std::size_t>(l)];
+      swapped[k] = sw;
+      order.push_back(sw ? r : l);
+      order.push_back(sw ? l : r);
+    }
+    const index_t base = a.tree_begin[static_cast<std::size_t>(t)];
+    a.tree_begin[static_cast<std::size_t>(t) + 1] = base + n;
+    a.max_nodes = std::max(a.max_nodes, n);
+    std::vector<int> level(static_cast<std::size_t>(n), 0);
+    for (std::size_t q = 0; q < order.size(); ++q) {
+      const std::size_t k = static_cast<std::size_t>(order[q]);
+      ForestNode node;
+      if (tree.left[k] < 0) {
+        node.value = a.common.leaf_width > 0 ? 0.0f : tree.value[k];
+        node.info = kForestLeafBit | (a.common.leaf_width > 0 ? static_cast<std::uint32_t>(tree.leaf_index[k]) : 0u);
+        a.expected_visits[static_cast<std::size_t>(t)] += p[k] * (level[k] + 1);
+        a.depth[static_cast<std::size_t>(t)] = std::max(a.depth[static_cast<std::size_t>(t)], level[k]);
+      } else {
+        const bool sw = swapped[k] != 0;
+        const std::size_t first = static_cast<std::size_t>(sw ? tree.right[k] : tree.left[k]);
+        const std::size_t second = static_cast<std::size_t>(sw ? tree.left[k] : tree.right[k]);
+        level[first] = level[second] = level[k] + 1;
+        const bool default_second = sw ? tree.default_left[k] != 0 : tree.default_left[k] == 0;
+        node.value = tree.value[k];
+        node.info = static_cast<std::uint32_t>(tree.feature[k]) |
+                    (static_cast<std::uint32_t>(pos[first]) << a.feature_bits) |
+                    (sw ? kAdaptiveSwappedBit : 0u) | (default_second ? kAdaptiveDefaultSecondBit : 0u);
+        a.swapped_nodes += sw;
+      }
+      a.nodes.push_back(node);
+    }
+  }
+
+  if (opt.tree_order.empty()) {
+    a.inter_tree.resize(static_cast<std::size_t>(T));
+    for (index_t t = 0; t < T; ++t) a.inter_tree[static_cast<std::size_t>(t)] = t;
+  } else {
+    if (static_cast<index_t>(opt.tree_order.size()) != T)
+      throw Error("adaptive layout: the tree order has " + std::to_string(opt.tree_order.size()) + " entries for " +
+                  std::to_string(T) + " trees");
+    std::vector<char> seen(static_cast<std::size_t>(T), 0);
+    for (index_t t : opt.tree_order) {
+      if (t < 0 || t >= T || seen[static_cast<std::size_t>(t)])
+        throw Error("adaptive layout: the tree order is not a permutation (tree " + std::to_string(t) + ")");
+      seen[static_cast<std::size_t>(t)] = 1;
+    }
+    a.inter_tree = opt.tree_order;
+    for (index_t s = 0; s < T; ++s) a.tree_rearranged |= opt.tree_order[static_cast<std::size_t>(s)] != s;
+  }
+  a.inter.assign(static_cast<std::size_t>(a.max_nodes * T), ForestNode{0.0f, kForestLeafBit});
+  for (index_t s = 0; s < T; ++s) {
+    const index_t t = a.inter_tree[static_cast<std::size_t>(s)];
+    const index_t b = a.tree_begin[static_cast<std::size_t>(t)], e = a.tree_begin[static_cast<std::size_t>(t) + 1];
+    for (index_t k = 0; k < e - b; ++k) a.inter[static_cast<std::size_t>(k * T + s)] = a.nodes[static_cast<std::size_t>(b + k)];
+  }
+  return a;
+}
+
+AdaptiveForestView AdaptiveForest::view() const {
+  AdaptiveForestView v;
+  v.common = common.view();
+  v.feature_bits = feature_bits;
+  v.feature_mask = (1u << feature_bits) - 1u;
+  v.nodes = nodes.data();
+  v.tree_begin = tree_begin.data();
+  v.inter = inter.data();
+  v.inter_tree = inter_tree.data();
+  v.max_nodes = max_nodes;
+  return v;
+}
+
+std::size_t AdaptiveForest::footprint_bytes() const {
+  return common.bytes() + nodes.size() * sizeof(ForestNode) + tree_begin.size() * sizeof(index_t) +
+         inter.size() * sizeof(ForestNode) + inter_tree.size() * sizeof(index_t);
+}
+
+std::string AdaptiveForest::details() const {
+  std::ostringstream s;
+  s << feature_bits << " feature bits, " << swapped_nodes << " nodes swapped"
+    << (node_rearranged ? "" : " (node rearrangement off)") << ", trees " << (tree_rearranged ? "rearranged" : "in model order")
+    << ", interleaved copy " << max_nodes << " slots x " << common.n_trees << " trees";
+  return s.str();
+}
+
+}  // namespace canopy

@@ -1,0 +1,353 @@
+// The adaptive layout's side of ForestGpuEngine: schedule defaults, forest parts, the four
+// strategies, row scheduling (inspector + sort), Tahoe's performance model and the tuner.
+#include <cub/device/device_radix_sort.cuh>
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/forest_gpu_impl.cuh"
+#include "runtime/forest_model_gpu.hpp"
+#include "scheduler/forest_rows.hpp"
+
+namespace canopy {
+namespace gpu {
+
+// Row scheduling's inspector: each row's key (layouts/forest_adaptive.hpp) and its index.
+__global__ void adaptive_row_key_kernel(AdaptiveForestView v, const float* rows, index_t n_rows, int depth,
+                                        int key_trees, std::uint64_t* keys, index_t* index) {
+  const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (i >= n_rows) return;
+  keys[i] = adaptive_row_key(v, rows + i * v.common.n_features, depth, key_trees);
+  index[i] = i;
+}
+
+}  // namespace gpu
+
+namespace detail {
+
+namespace {
+
+int sums_outputs(const ForestCommonView& c) { return c.leaf_width > 0 ? c.leaf_width : c.n_groups; }
+std::size_t carry_size(const ForestCommonView& c) { return c.leaf_width > 0 ? sizeof(double) : sizeof(float); }
+bool wide_sums(const ForestCommonView& c) { return sums_outputs(c) > 8; }
+
+void check_block(int threads, const char* strategy) {
+  if (threads < 32 || threads > 1024 || threads % 32 != 0)
+    throw Error(std::string(strategy) + ": block_threads = " + std::to_string(threads) +
+                " must be a multiple of 32 from 32 to 1024");
+}
+
+ForestKernel kernel_of(ForestStrategy s) {
+  switch (s) {
+    case ForestStrategy::SharedData: return ForestKernel::SharedData;
+    case ForestStrategy::SharedForest: return ForestKernel::SharedForest;
+    case ForestStrategy::SplitSharedForest: return ForestKernel::SplitSharedForest;
+    default: return ForestKernel::Direct;
+  }
+}
+
+}  // namespace
+
+ForestSchedule ForestGpuEngine::Impl::resolve(ForestKernel k, const ForestSchedule& in, index_t n_rows) const {
+  ForestSchedule s = in;
+  const ForestCommonView& c = adaptive.common;
+  const int walks = wide_sums(c) ? 1 : 2;
+  auto shrink_for_small_batches = [&](int rows_per_block_per_thread) {
+    // Halve the block (down to one warp) until there are two blocks per SM.
+    while (s.block_threads > 32 &&
+           (n_rows + static_cast<index_t>(s.block_threads) * rows_per_block_per_thread - 1) /
+                   (static_cast<index_t>(s.block_threads) * rows_per_block_per_thread) <
+               2 * static_cast<index_t>(sm_count))
+      s.block_threads /= 2;
+  };
+  switch (k) {
+    case ForestKernel::Direct: {
+      if (s.rows_per_thread == 0) s.rows_per_thread = 1;
+      if (s.tree_interleave == 0) s.tree_interleave = walks;
+      if (s.cache_rows < 0) s.cache_rows = 0;
+      if (s.block_threads == 0) {
+        s.block_threads = 128;
+        shrink_for_small_batches(s.rows_per_thread);
+      }
+      check_block(s.block_threads, "direct strategy");
+      break;
+    }
+    case ForestKernel::SharedForest:
+    case ForestKernel::SplitSharedForest: {
+      if (s.rows_per_thread == 0) s.rows_per_thread = 1;
+      if (s.tree_interleave == 0) s.tree_interleave = walks;
+      if (s.block_threads == 0) {
+        s.block_threads = 256;
+        shrink_for_small_batches(s.rows_per_thread);
+      }
+      if (s.part_kib == 0) s.part_kib = static_cast<int>(smem_optin / 1024);
+      if (static_cast<std::size_t>(s.part_kib) * 1024 > smem_optin)
+        throw Error("part_kib = " + std::to_string(s.part_kib) + " exceeds the " + std::to_string(smem_optin / 1024) +
+                    " KiB of shared memory a block may use on this GPU");
+      check_block(s.block_threads, "shared-forest strategy");
+      const std::size_t forest = static_cast<std::size_t>(tree_begin.back()) * sizeof(ForestNode);
+      if (k == ForestKernel::SharedForest && forest > smem_optin)
+        throw Error("shared-forest strategy: the forest takes " + std::to_string(forest) + " bytes, more than the " +
+                    std::to_string(smem_optin) + " bytes of shared memory a block may use (use split-shared-forest)");
+      break;
+    }
+    case ForestKernel::SharedData: {
+      if (s.block_threads == 0) s.block_threads = 128;
+      check_block(s.block_threads, "shared-data strategy");
+      const std::size_t leaf_row = static_cast<std::size_t>(c.n_trees) * 4;
+      if (s.tree_group == 0) {
+        s.tree_group = 8;
+        while (s.tree_group > 1 && leaf_row * s.tree_group > smem_optin / 2) s.tree_group /= 2;
+      }
+      if (s.tree_group < 1 || s.tree_group > 64)
+        throw Error("shared-data strategy: tree_group = " + std::to_string(s.tree_group) + " must be 1 to 64");
+      if (s.rows_per_block == 0) {
+        ForestSchedule probe = s;
+        probe.rows_per_block = 0;
+        const std::size_t fixed = gpu::shared_data_bytes(adaptive, probe, sums_outputs(c), carry_size(c));
+        const std::size_t row_bytes = static_cast<std::size_t>(c.n_features) * sizeof(float);
+        const index_t max_rows = fixed < smem_optin ? static_cast<index_t>((smem_optin - fixed) / row_bytes) : 0;
+        // Enough blocks to fill the GPU (four per SM) before making tiles large.
+        index_t rows = (n_rows + 4 * sm_count - 1) / (4 * static_cast<index_t>(sm_count));
+        rows = (rows + s.tree_group - 1) / s.tree_group * s.tree_group;
+        rows = std::min<index_t>(rows, std::min<index_t>(max_rows, 4096));
+        s.rows_per_block = static_cast<int>(std::max<index_t>(rows, s.tree_group));
+      }
+      if (s.rows_per_block < 1) throw Error("shared-data strategy: rows_per_block must be >= 1");
+      break;
+    }
+    default: throw Error(std::string("the ") + to_string(k) + " kernel does not run on the adaptive layout");
+  }
+  return s;
+}
+
+std::vector<std::pair<index_t, index_t>> ForestGpuEngine::Impl::parts(std::size_t part_bytes) const {
+  const index_t per_part = static_cast<index_t>(part_bytes / sizeof(ForestNode));
+  std::vector<std::pair<index_t, index_t>> out;
+  const index_t T = static_cast<index_t>(tree_begin.size()) - 1;
+  index_t first = 0;
+  for (index_t t = 0; t < T; ++t) {
+    if (tree_begin[t + 1] - tree_begin[t] > per_part)
+      throw Error("split-shared-forest strategy: tree " + std::to_string(t) + " has " +
+                  std::to_string(tree_begin[t + 1] - tree_begin[t]) + " nodes, more than a part of " +
+                  std::to_string(part_bytes / 1024) + " KiB holds");
+    if (tree_begin[t + 1] - tree_begin[first] > per_part) {
+      out.emplace_back(first, t);
+      first = t;
+    }
+  }
+  out.emplace_back(first, T);
+  return out;
+}
+
+void ForestGpuEngine::Impl::run_adaptive(const gpu::AdaptiveBatch& b, ForestKernel k, const ForestSchedule& s) {
+  const gpu::AdaptiveDevice d = device();
+  switch (k) {
+    case ForestKernel::Direct: gpu::launch_adaptive_direct(adaptive, b, s, d); return;
+    case ForestKernel::SharedData: gpu::launch_adaptive_shared_data(adaptive, b, s, d); return;
+    case ForestKernel::SharedForest:
+    case ForestKernel::SplitSharedForest: {
+      const std::vector<std::pair<index_t, index_t>> ranges =
+          parts(k == ForestKernel::SharedForest ? smem_optin : static_cast<std::size_t>(s.part_kib) * 1024);
+      gpu::AdaptivePart part;
+      part.outputs = sums_outputs(adaptive.common);
+      if (ranges.size() > 1) {
+        carry.reserve(static_cast<std::size_t>(b.n_rows) * part.outputs * carry_size(adaptive.common),
+                      "the sums carried between forest parts");
+        part.carry = carry.get();
+      }
+      for (std::size_t p = 0; p < ranges.size(); ++p) {
+        part.first_tree = ranges[p].first;
+        part.end_tree = ranges[p].second;
+        part.first = p == 0;
+        part.last = p + 1 == ranges.size();
+        const std::size_t bytes =
+            static_cast<std::size_t>(tree_begin[part.end_tree] - tree_begin[part.first_tree]) * sizeof(ForestNode);
+        gpu::launch_adaptive_shared_forest(adaptive, b, s, part, bytes, d);
+      }
+      return;
+    }
+    default: throw Error(std::string("the ") + to_string(k) + " kernel does not run on the adaptive layout");
+  }
+}
+
+const index_t* ForestGpuEngine::Impl::schedule_rows(index_t n_rows, int depth) {
+  check_row_schedule_depth(depth, max_depth);
+  const int key_trees = adaptive_key_trees(adaptive.common.n_trees, depth);
+  const std::size_t n = static_cast<std::size_t>(n_rows);
+  keys.reserve(n, "the row-schedule keys");
+  keys_sorted.reserve(n, "the row-schedule keys");
+  index.reserve(n, "the row-schedule index");
+  order.reserve(n, "the row order");
+  gpu::adaptive_row_key_kernel<<<gpu::adaptive_grid(n_rows, 128), 128, 0, stream.get()>>>(
+      adaptive, rows.get(), n_rows, depth, key_trees, keys.get(), index.get());
+  CANOPY_CUDA_CHECK_LAUNCH("adaptive_row_key_kernel");
+  std::size_t temp = 0;
+  const int end_bit = key_trees * depth;
+  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp, keys.get(), keys_sorted.get(), index.get(), order.get(),
+                                                    n_rows, 0, end_bit, stream.get()));
+  sort_temp.reserve(temp, "the row-schedule sort");
+  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp.get(), temp, keys.get(), keys_sorted.get(), index.get(),
+                                                    order.get(), n_rows, 0, end_bit, stream.get()));
+  return order.get();
+}
+
+const ForestHardware& ForestGpuEngine::Impl::hardware_params(const std::string& cache) {
+  const std::string path = cache.empty() ? default_forest_hardware_cache() : cache;
+  if (hardware && path == hardware_path) return *hardware;
+  int dev = 0;
+  CANOPY_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop;
+  CANOPY_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  static const char* hex = "0123456789abcdef";
+  std::string uuid;
+  for (int i = 0; i < 16; ++i) {
+    const unsigned char byte = static_cast<unsigned char>(prop.uuid.bytes[i]);
+    uuid += hex[byte >> 4];
+    uuid += hex[byte & 15];
+  }
+  hardware = std::make_unique<ForestHardware>(
+      load_or_measure_forest_hardware(path, prop.name, uuid, [dev] { return measure_forest_hardware(dev); }));
+  hardware_path = path;
+  return *hardware;
+}
+
+std::vector<ForestTrial> ForestGpuEngine::Impl::estimates(index_t n_rows, const ForestRunOptions& opt) {
+  const ForestHardware& hw = hardware_params(opt.hardware_cache);
+  const ForestCommonView& c = adaptive.common;
+  const index_t nodes = tree_begin.back();
+  ForestCostInputs in;
+  in.n_batch = static_cast<double>(std::max<index_t>(n_rows, 1));
+  in.sample_bytes = 4.0 * c.n_features;
+  in.n_trees = static_cast<double>(c.n_trees);
+  in.avg_depth = mean_visits;
+  in.node_bytes = sizeof(ForestNode);
+  in.attr_bytes = 4;
+  in.nodes_per_tree = static_cast<double>(nodes) / static_cast<double>(c.n_trees);
+  in.forest_bytes = static_cast<double>(nodes) * sizeof(ForestNode);
+  in.smem_bytes = static_cast<double>(smem_optin);
+  const ForestSchedule data = resolve(ForestKernel::SharedData, ForestSchedule{}, std::max<index_t>(n_rows, 1));
+  in.threads_per_block = data.block_threads;
+  in.parts = std::ceil(in.forest_bytes / static_cast<double>(smem_optin));
+  in.blocks = in.parts;  // equation 3: the partial sums per row the cross-part reduction adds
+  const std::vector<ForestCostEstimate> est = estimate_forest_costs(in, hw);
+  std::vector<ForestTrial> out;
+  for (const ForestCostEstimate& e : est) {
+    ForestTrial t;
+    t.kernel = kernel_of(e.strategy);
+    t.model_ns_per_row = e.feasible ? e.ns_per_row : INFINITY;
+    out.push_back(t);
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const ForestTrial& a, const ForestTrial& b) { return a.model_ns_per_row < b.model_ns_per_row; });
+  return out;
+}
+
+std::vector<index_t> ForestGpuEngine::row_order(const float* rows, index_t n_rows, int depth) {
+  Impl& m = *impl_;
+  if (m.layout != ForestLayout::Adaptive) throw Error("row scheduling needs the adaptive layout");
+  std::vector<index_t> out(static_cast<std::size_t>(n_rows));
+  if (n_rows == 0) return out;
+  const std::size_t n_in = static_cast<std::size_t>(n_rows) * m.n_features;
+  m.rows.reserve(n_in, "the rows");
+  copy_to_device(m.rows.get(), rows, n_in, m.stream.get());
+  const index_t* order = m.schedule_rows(n_rows, depth);
+  copy_to_host(out.data(), order, out.size(), m.stream.get());
+  m.stream.sync();
+  return out;
+}
+
+std::vector<ForestTrial> ForestGpuEngine::tune(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt,
+                                               int repeat) {
+  Impl& m = *impl_;
+  if (m.layout != ForestLayout::Adaptive) throw Error("the tuner needs the adaptive layout");
+  if (n_rows < 1) throw Error("tune: the batch has no rows");
+  if (repeat < 1) throw Error("tune: repeat = " + std::to_string(repeat) + " must be >= 1");
+  const std::vector<ForestTrial> model = m.estimates(n_rows, opt);
+  const ForestCommonView& c = m.adaptive.common;
+  const std::size_t n_in = static_cast<std::size_t>(n_rows) * m.n_features;
+  m.rows.reserve(n_in, "the rows");
+  m.out.reserve(static_cast<std::size_t>(n_rows) * width, "the predictions");
+  copy_to_device(m.rows.get(), rows, n_in, m.stream.get());
+  gpu::AdaptiveBatch b;
+  b.rows = m.rows.get();
+  b.n_rows = n_rows;
+  b.out = m.out.get();
+  b.width = width;
+  b.output = opt.output;
+  if (opt.row_schedule_depth > 0) b.order = m.schedule_rows(n_rows, opt.row_schedule_depth);
+
+  // The grid: every schedule of the model's choice around its defaults, and every other
+  // feasible strategy at its defaults (so the tuned best is never worse than auto's pick).
+  std::vector<std::pair<ForestKernel, ForestSchedule>> grid;
+  const ForestKernel chosen = model.front().kernel;
+  const std::vector<std::pair<int, int>> walks =
+      wide_sums(c) ? std::vector<std::pair<int, int>>{{1, 1}}
+                   : std::vector<std::pair<int, int>>{{1, 1}, {1, 2}, {2, 1}, {2, 2}, {4, 1}};
+  for (const ForestTrial& t : model) {
+    if (!std::isfinite(t.model_ns_per_row)) continue;
+    if (t.kernel != chosen) {
+      grid.emplace_back(t.kernel, ForestSchedule{});
+      continue;
+    }
+    for (int block : {64, 128, 256}) {
+      ForestSchedule s;
+      s.block_threads = block;
+      if (t.kernel == ForestKernel::SharedData) {
+        for (int g : {1, 2, 4, 8}) {
+          s.tree_group = g;
+          grid.emplace_back(t.kernel, s);
+        }
+        continue;
+      }
+      for (const auto& w : walks) {
+        s.rows_per_thread = w.first;
+        s.tree_interleave = w.second;
+        if (t.kernel == ForestKernel::Direct) {
+          for (int cache : {0, 1}) {
+            s.cache_rows = cache;
+            grid.emplace_back(t.kernel, s);
+          }
+        } else if (t.kernel == ForestKernel::SplitSharedForest) {
+          for (int part : {static_cast<int>(m.smem_optin / 1024), static_cast<int>(m.smem_optin / 2048)}) {
+            s.part_kib = part;
+            grid.emplace_back(t.kernel, s);
+          }
+        } else {
+          grid.emplace_back(t.kernel, s);
+        }
+      }
+    }
+  }
+  std::vector<ForestTrial> out;
+  for (const auto& g : grid) {
+    ForestTrial trial;
+    trial.kernel = g.first;
+    for (const ForestTrial& t : model)
+      if (t.kernel == g.first) trial.model_ns_per_row = t.model_ns_per_row;
+    try {
+      trial.schedule = m.resolve(g.first, g.second, n_rows);
+      if (trial.kernel == ForestKernel::Direct && gpu::direct_tile_bytes(m.adaptive, trial.schedule) > m.smem_optin)
+        continue;
+      std::vector<float> ms;
+      for (int r = 0; r <= repeat; ++r) {
+        m.scheduled.record(m.stream.get());
+        m.run_adaptive(b, trial.kernel, trial.schedule);
+        m.computed.record(m.stream.get());
+        const float t = m.computed.since(m.scheduled);
+        if (r > 0) ms.push_back(t);  // the first run warms up
+      }
+      std::sort(ms.begin(), ms.end());
+      trial.kernel_ms = ms[ms.size() / 2];
+    } catch (const Error&) {
+      continue;  // a schedule this forest cannot take (shared memory, block size)
+    }
+    out.push_back(trial);
+  }
+  m.stream.sync();
+  std::stable_sort(out.begin(), out.end(), [](const ForestTrial& a, const ForestTrial& b) { return a.kernel_ms < b.kernel_ms; });
+  return out;
+}
+
+}  // namespace detail
+}  // namespace canopy

@@ -1,0 +1,480 @@
+// The adaptive forest format (Tahoe) and its four GPU strategies, against the CPU executor on
+// the CSR layout (itself bit-identical to python3-xgboost and scikit-learn, test_forest_predict).
+// Every strategy adds each row's leaves in canonical order, so every output must have the CPU's
+// bits, whatever the node and tree rearrangement, the schedule or the row order.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "executor/forest_eval.hpp"
+#include "layouts/forest_adaptive.hpp"
+#include "require_gpu.hpp"
+#include "runtime/device.hpp"
+#include "test_forest_util.hpp"
+
+namespace canopy {
+namespace {
+
+using namespace forest_test;
+
+std::vector<ModelCase> all_cases() {
+  auto c = xgboost_cases();
+  for (const ModelCase& s : sklearn_cases()) c.push_back(s);
+  return c;
+}
+
+std::vector<float> cpu_csr(const Forest& f, const ForestData& d, ForestOutput out) {
+  ForestConfig cfg;
+  cfg.device = Device::Cpu;
+  ForestPredictor p(f, cfg);
+  return predict(p, d, out);
+}
+
+ForestData tiled(const ForestData& d, index_t n) {
+  ForestData t = d;
+  t.values.clear();
+  t.labels.clear();
+  for (index_t i = 0; i < n; ++i) {
+    const float* r = d.row(i % d.n_rows);
+    t.values.insert(t.values.end(), r, r + d.n_features);
+  }
+  t.n_rows = n;
+  return t;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b, std::string* where) {
+  if (a.size() != b.size()) {
+    *where = "sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+    return false;
+  }
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      *where = "value " + std::to_string(i) + ": " + std::to_string(a[i]) + " vs " + std::to_string(b[i]);
+      return false;
+    }
+  return true;
+}
+
+// ---- the format (CPU) ------------------------------------------------------------------------
+
+TEST(ForestAdaptive, CpuPredictionsEqualCsrBitForBit) {
+  for (const ModelCase& c : all_cases()) {
+    const Forest& f = model(c.name);
+    const ForestData& d = rows(c.rows);
+    for (bool nodes : {false, true})
+      for (bool trees : {false, true}) {
+        ForestConfig cfg;
+        cfg.layout = ForestLayout::Adaptive;
+        cfg.device = Device::Cpu;
+        cfg.adaptive.node_rearrangement = nodes;
+        cfg.adaptive.tree_rearrangement = trees;
+        ForestPredictor p(f, cfg);
+        std::string where;
+        EXPECT_TRUE(same_bits(predict(p, d, ForestOutput::Prob), cpu_csr(f, d, ForestOutput::Prob), &where))
+            << c.name << " nodes " << nodes << " trees " << trees << ": " << where;
+      }
+  }
+}
+
+// Against the libraries' own predictions directly, within 1e-6 relative.
+TEST(ForestAdaptive, CpuMatchesLibrariesWithin1e6) {
+  for (const ModelCase& c : all_cases()) {
+    ForestConfig cfg;
+    cfg.layout = ForestLayout::Adaptive;
+    cfg.device = Device::Cpu;
+    ForestPredictor p(model(c.name), cfg);
+    const std::vector<float> got = predict(p, rows(c.rows), ForestOutput::Prob);
+    const auto want = read_lines(dir() + expected_name(c) + ".prob.txt");
+    std::size_t k = 0;
+    for (const auto& line : want)
+      for (double w : line) {
+        ASSERT_LT(k, got.size()) << c.name;
+        EXPECT_TRUE(close(got[k], w, 1e-6, 1e-12)) << c.name << " value " << k << ": " << got[k] << " vs " << w;
+        ++k;
+      }
+    EXPECT_EQ(k, got.size()) << c.name;
+  }
+}
+
+// Walks every tree of the adaptive copy and the forest side by side: the first child stored is
+// the more probable one, the swapped bit keeps each test, and the interleaved copy holds the
+// same nodes at k * n_trees + s.
+TEST(ForestAdaptive, NodeRearrangementPutsTheLikelierChildFirst) {
+  for (const char* name : {"xgb_higgs", "rf_covtype", "xgb_letter"}) {
+    const Forest& f = model(name);
+    const ForestCommon common(f);
+    const auto prob = forest_node_probabilities(f);
+    std::vector<index_t> order(static_cast<std::size_t>(f.n_trees()));
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<index_t>(order.size() - 1 - i);
+    AdaptiveOptions opt;
+    opt.tree_order = order;  // reversed: a permutation other than the identity
+    const AdaptiveForest a = AdaptiveForest::build(f, opt);
+    EXPECT_EQ(a.feature_bits, static_cast<int>(std::ceil(std::log2(static_cast<double>(f.n_features())))));
+    EXPECT_GT(a.swapped_nodes, 0) << name;
+    index_t inner = 0;
+    for (index_t t = 0; t < f.n_trees(); ++t) {
+      const ForestTree& tree = f.trees()[static_cast<std::size_t>(common.order[static_cast<std::size_t>(t)])];
+      const auto& p = prob[static_cast<std::size_t>(common.order[static_cast<std::size_t>(t)])];
+      const ForestNode* base = a.nodes.data() + a.tree_begin[static_cast<std::size_t>(t)];
+      // Pair stored positions with the tree's node ids, breadth-first from both roots.
+      std::vector<std::pair<index_t, index_t>> queue{{0, 0}};
+      for (std::size_t q = 0; q < queue.size(); ++q) {
+        const index_t k = queue[q].first, n = queue[q].second;
+        const ForestNode node = base[k];
+        ASSERT_EQ(forest_is_leaf(node.info), tree.is_leaf(n)) << name << " tree " << t << " node " << n;
+        if (tree.is_leaf(n)) {
+          EXPECT_EQ(node.value, a.common.leaf_width > 0 ? 0.0f : tree.value[static_cast<std::size_t>(n)]);
+          continue;
+        }
+        ++inner;
+        const std::uint32_t payload = node.info & ((1u << kAdaptivePayloadBits) - 1u);
+        EXPECT_EQ(static_cast<std::int32_t>(payload & ((1u << a.feature_bits) - 1u)), tree.feature[static_cast<std::size_t>(n)]);
+        const bool sw = (node.info & kAdaptiveSwappedBit) != 0;
+        const index_t l = tree.left[static_cast<std::size_t>(n)], r = tree.right[static_cast<std::size_t>(n)];
+        EXPECT_EQ(sw, p[static_cast<std::size_t>(r)] > p[static_cast<std::size_t>(l)]) << name << " tree " << t << " node " << n;
+        const index_t first = static_cast<index_t>(payload >> a.feature_bits);
+        queue.emplace_back(first, sw ? r : l);
+        queue.emplace_back(first + 1, sw ? l : r);
+        // The test is unchanged: below the threshold still reaches the tree's left child.
+        const float below = std::nextafter(tree.value[static_cast<std::size_t>(n)], -INFINITY);
+        EXPECT_EQ(adaptive_second(node, below), sw ? 1 : 0);
+        EXPECT_EQ(adaptive_second(node, tree.value[static_cast<std::size_t>(n)]), sw ? 0 : 1);
+        EXPECT_EQ(adaptive_second(node, NAN), (tree.default_left[static_cast<std::size_t>(n)] != 0) == sw ? 1 : 0);
+      }
+      EXPECT_EQ(static_cast<index_t>(queue.size()), tree.size());
+    }
+    EXPECT_GT(inner, 0);
+    const index_t T = f.n_trees();
+    for (index_t s = 0; s < T; ++s) {
+      const index_t t = a.inter_tree[static_cast<std::size_t>(s)];
+      EXPECT_EQ(t, order[static_cast<std::size_t>(s)]);
+      for (index_t k = a.tree_begin[static_cast<std::size_t>(t)]; k < a.tree_begin[static_cast<std::size_t>(t) + 1]; ++k) {
+        const ForestNode x = a.inter[static_cast<std::size_t>((k - a.tree_begin[static_cast<std::size_t>(t)]) * T + s)];
+        const ForestNode y = a.nodes[static_cast<std::size_t>(k)];
+        ASSERT_TRUE(x.value == y.value && x.info == y.info) << name << " tree " << t << " slot " << k;
+      }
+    }
+  }
+}
+
+TEST(ForestAdaptive, BadTreeOrderIsAnError) {
+  AdaptiveOptions opt;
+  opt.tree_order = {0, 0};
+  const Forest& f = model("xgb_higgs");
+  opt.tree_order.resize(static_cast<std::size_t>(f.n_trees()), 0);
+  EXPECT_THROW(AdaptiveForest::build(f, opt), Error);
+  opt.tree_order = {0};
+  EXPECT_THROW(AdaptiveForest::build(f, opt), Error);
+}
+
+TEST(ForestAdaptive, ReportsTreeRearrangement) {
+  ForestConfig cfg;
+  cfg.layout = ForestLayout::Adaptive;
+  cfg.device = Device::Cpu;
+  ForestPredictor p(model("xgb_covtype"), cfg);
+  const AdaptiveReport& r = p.adaptive_report();
+  EXPECT_GT(r.similarity_ms, 0.0);
+  EXPECT_GE(r.cv_model_order, 0.0);
+  EXPECT_GE(r.cv_rearranged, 0.0);
+  EXPECT_GT(r.expected_visits, 1.0);
+  cfg.adaptive.hash_bits = 100;  // not a multiple of 64
+  EXPECT_THROW(ForestPredictor(model("xgb_covtype"), cfg), Error);
+  ForestConfig csr;
+  csr.device = Device::Cpu;
+  ForestPredictor q(model("xgb_covtype"), csr);
+  EXPECT_THROW(q.adaptive_report(), Error);
+}
+
+// ---- row scheduling (CPU reference, warp emulator) ----------------------------------------------
+
+// The key of one row recomputed from the forest itself (not the adaptive copy): per leading
+// tree, the path of the first `depth` levels, 1 where it takes the likelier child's sibling.
+std::uint64_t reference_key(const Forest& f, const float* row, int depth) {
+  const ForestCommon common(f);
+  const auto prob = forest_node_probabilities(f);
+  const int trees = static_cast<int>(std::min<index_t>(f.n_trees(), 64 / depth));
+  std::uint64_t key = 0;
+  for (int t = 0; t < trees; ++t) {
+    const index_t src = common.order[static_cast<std::size_t>(t)];
+    const ForestTree& tree = f.trees()[static_cast<std::size_t>(src)];
+    const auto& p = prob[static_cast<std::size_t>(src)];
+    index_t n = 0;
+    for (int l = 0; l < depth; ++l) {
+      int second = 0;
+      if (!tree.is_leaf(n)) {
+        const std::size_t k = static_cast<std::size_t>(n);
+        const float x = row[tree.feature[k]];
+        const bool left = x != x ? tree.default_left[k] != 0 : x < tree.value[k];
+        const bool swapped = p[static_cast<std::size_t>(tree.right[k])] > p[static_cast<std::size_t>(tree.left[k])];
+        second = left == swapped ? 1 : 0;
+        n = left ? tree.left[k] : tree.right[k];
+      }
+      key = (key << 1) | static_cast<std::uint64_t>(second);
+    }
+  }
+  return key;
+}
+
+TEST(ForestRowSchedule, OrderIsTheStableSortByTheInspectorKey) {
+  for (const char* name : {"xgb_higgs", "rf_covtype"}) {
+    const Forest& f = model(name);
+    const ForestData& d = rows(std::string(name) == "xgb_higgs" ? "higgs_rows" : "covtype_rows_dense");
+    ForestConfig cfg;
+    cfg.layout = ForestLayout::Adaptive;
+    cfg.device = Device::Cpu;
+    ForestPredictor p(f, cfg);
+    for (int depth : {1, 3}) {
+      const std::vector<index_t> order = p.schedule_rows(d.values.data(), d.n_rows, depth);
+      ASSERT_EQ(static_cast<index_t>(order.size()), d.n_rows);
+      std::vector<index_t> sorted = order;
+      std::sort(sorted.begin(), sorted.end());
+      for (index_t i = 0; i < d.n_rows; ++i) ASSERT_EQ(sorted[static_cast<std::size_t>(i)], i) << "not a permutation";
+      for (index_t i = 1; i < d.n_rows; ++i) {
+        const std::uint64_t a = reference_key(f, d.row(order[static_cast<std::size_t>(i - 1)]), depth);
+        const std::uint64_t b = reference_key(f, d.row(order[static_cast<std::size_t>(i)]), depth);
+        ASSERT_TRUE(a < b || (a == b && order[static_cast<std::size_t>(i - 1)] < order[static_cast<std::size_t>(i)]))
+            << name << " depth " << depth << " position " << i;
+      }
+    }
+    EXPECT_THROW(p.schedule_rows(d.values.data(), d.n_rows, 0), Error);
+    EXPECT_THROW(p.schedule_rows(d.values.data(), d.n_rows, f.max_depth() + 1), Error);
+  }
+}
+
+TEST(ForestRowSchedule, WarpEmulatorCountsDistinctNodes) {
+  const Forest& f = model("xgb_covtype");
+  const ForestData& d = rows("covtype_rows");
+  ForestConfig cfg;
+  cfg.layout = ForestLayout::Adaptive;
+  cfg.device = Device::Cpu;
+  ForestPredictor p(f, cfg);
+  // 32 copies of one row: the warp visits exactly that row's path in every tree.
+  ForestData single;
+  single.n_features = d.n_features;
+  single.n_rows = 1;
+  single.values.assign(d.row(5), d.row(5) + d.n_features);
+  const ForestData one = tiled(single, 32);
+  double path = 0;
+  for (const ForestTree& tree : f.trees()) {
+    index_t n = 0;
+    path += 1;
+    while (!tree.is_leaf(n)) {
+      const std::size_t k = static_cast<std::size_t>(n);
+      const float x = d.row(5)[tree.feature[k]];
+      n = (x != x ? tree.default_left[k] != 0 : x < tree.value[k]) ? tree.left[k] : tree.right[k];
+      path += 1;
+    }
+  }
+  EXPECT_DOUBLE_EQ(p.nodes_per_warp(one.values.data(), 32, nullptr), path);
+  // Every row 32 times, interleaved: scheduling puts the copies of a row side by side, so its
+  // warps visit strictly fewer nodes.
+  const ForestData many = tiled(d, d.n_rows * 32);
+  const std::vector<index_t> order = p.schedule_rows(many.values.data(), many.n_rows, 4);
+  const double plain = p.nodes_per_warp(many.values.data(), many.n_rows, nullptr);
+  const double scheduled = p.nodes_per_warp(many.values.data(), many.n_rows, order.data());
+  EXPECT_LT(scheduled, 0.8 * plain) << plain << " -> " << scheduled;
+}
+
+// ---- the strategies (GPU) -------------------------------------------------------------------------
+
+struct Variant {
+  ForestKernel kernel;
+  ForestSchedule schedule;
+  std::string name;
+};
+
+std::vector<Variant> variants(bool wide) {
+  std::vector<Variant> v;
+  auto add = [&](ForestKernel k, ForestSchedule s, const std::string& n) { v.push_back({k, s, n}); };
+  add(ForestKernel::Direct, {}, "direct");
+  ForestSchedule s;
+  s.cache_rows = 1;
+  s.block_threads = 64;
+  add(ForestKernel::Direct, s, "direct cached 64");
+  if (!wide) {
+    s = {};
+    s.rows_per_thread = 4;
+    s.tree_interleave = 1;
+    add(ForestKernel::Direct, s, "direct 4x1");
+    s.rows_per_thread = 2;
+    s.tree_interleave = 2;
+    s.cache_rows = 1;
+    add(ForestKernel::Direct, s, "direct 2x2 cached");
+  }
+  add(ForestKernel::SharedData, {}, "shared-data");
+  s = {};
+  s.tree_group = 3;
+  s.rows_per_block = 7;
+  s.block_threads = 96;
+  add(ForestKernel::SharedData, s, "shared-data 3/7/96");
+  add(ForestKernel::SplitSharedForest, {}, "split");
+  s = {};
+  s.part_kib = 16;  // many parts: sums carried between them
+  if (!wide) s.rows_per_thread = 2;
+  add(ForestKernel::SplitSharedForest, s, "split 16 KiB");
+  add(ForestKernel::Auto, {}, "auto");
+  return v;
+}
+
+TEST(ForestAdaptiveGpu, EveryStrategyEqualsTheCpuBitForBit) {
+  CANOPY_REQUIRE_GPU();
+  for (const ModelCase& c : all_cases()) {
+    const Forest& f = model(c.name);
+    const ForestData d = tiled(rows(c.rows), 3001);  // several blocks, a ragged last one
+    std::vector<ForestOutput> outs{ForestOutput::Prob};
+    if (c.margin) outs.push_back(ForestOutput::Margin);
+    if (c.klass) outs.push_back(ForestOutput::Class);
+    std::vector<std::vector<float>> want;
+    for (ForestOutput o : outs) want.push_back(cpu_csr(f, d, o));
+    const bool wide = std::max(f.n_groups(), f.leaf_width()) > 8;
+    for (int rearrange = 0; rearrange < 3; ++rearrange) {
+      ForestConfig cfg;
+      cfg.layout = ForestLayout::Adaptive;
+      cfg.device = Device::Gpu;
+      cfg.adaptive.node_rearrangement = rearrange != 1;
+      cfg.adaptive.tree_rearrangement = rearrange != 2;
+      ForestPredictor p(f, cfg);
+      for (const Variant& v : variants(wide))
+        for (int depth : {0, 2}) {
+          for (std::size_t o = 0; o < outs.size(); ++o) {
+            if (outs[o] != ForestOutput::Prob && (depth > 0 || rearrange > 0)) continue;  // keep the run short
+            ForestRunOptions opt;
+            opt.output = outs[o];
+            opt.kernel = v.kernel;
+            opt.schedule = v.schedule;
+            opt.row_schedule_depth = depth;
+            opt.hardware_cache = ::testing::TempDir() + "canopy_forest_hw_test.json";
+            std::vector<float> got(static_cast<std::size_t>(d.n_rows * p.output_width(opt.output)));
+            p.predict(d.values.data(), d.n_rows, got.data(), opt);
+            std::string where;
+            EXPECT_TRUE(same_bits(got, want[o], &where))
+                << c.name << " " << v.name << " rearrange " << rearrange << " depth " << depth << " output "
+                << to_string(outs[o]) << ": " << where;
+          }
+        }
+    }
+  }
+}
+
+TEST(ForestAdaptiveGpu, SharedForestRunsWhenTheForestFitsAndSaysWhyOtherwise) {
+  CANOPY_REQUIRE_GPU();
+  ForestConfig cfg;
+  cfg.layout = ForestLayout::Adaptive;
+  cfg.device = Device::Gpu;
+  const ForestData d = tiled(rows("higgs_rows"), 1000);
+  ForestRunOptions opt;
+  opt.kernel = ForestKernel::SharedForest;
+  ForestPredictor small(model("xgb_higgs"), cfg);
+  if (small.footprint_bytes() < 100 * 1024) {
+    std::vector<float> got(static_cast<std::size_t>(d.n_rows * small.output_width(opt.output)));
+    small.predict(d.values.data(), d.n_rows, got.data(), opt);
+    std::string where;
+    EXPECT_TRUE(same_bits(got, cpu_csr(model("xgb_higgs"), d, opt.output), &where)) << where;
+  }
+  // A forest far larger than shared memory: a clear error that points to the split strategy.
+  const ForestData dc = tiled(rows("covtype_rows_dense"), 100);
+  ForestPredictor big(model("rf_covtype"), cfg);
+  std::vector<float> out(static_cast<std::size_t>(dc.n_rows * big.output_width(opt.output)));
+  try {
+    big.predict(dc.values.data(), dc.n_rows, out.data(), opt);
+    if (big.footprint_bytes() > 256 * 1024) ADD_FAILURE() << "no error for a forest larger than shared memory";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("split-shared-forest"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ForestAdaptiveGpu, BadSchedulesAreClearErrors) {
+  CANOPY_REQUIRE_GPU();
+  ForestConfig cfg;
+  cfg.layout = ForestLayout::Adaptive;
+  cfg.device = Device::Gpu;
+  const Forest& f = model("xgb_higgs");
+  ForestPredictor p(f, cfg);
+  const ForestData d = tiled(rows("higgs_rows"), 100);
+  std::vector<float> out(static_cast<std::size_t>(d.n_rows));
+  auto message = [&](ForestRunOptions opt) -> std::string {
+    try {
+      p.predict(d.values.data(), d.n_rows, out.data(), opt);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  ForestRunOptions opt;
+  opt.schedule.block_threads = 100;
+  EXPECT_NE(message(opt).find("block_threads"), std::string::npos);
+  opt = {};
+  opt.schedule.rows_per_thread = 3;
+  EXPECT_NE(message(opt).find("rows_per_thread"), std::string::npos);
+  opt = {};
+  opt.row_schedule_depth = 40;  // deeper than any tree
+  EXPECT_NE(message(opt).find("row_schedule_depth"), std::string::npos);
+  opt = {};
+  opt.row_schedule_depth = -1;
+  EXPECT_NE(message(opt).find("row_schedule_depth"), std::string::npos);
+  opt = {};
+  opt.kernel = ForestKernel::Hybrid;
+  EXPECT_NE(message(opt).find("hierarchical"), std::string::npos);
+  opt = {};
+  opt.kernel = ForestKernel::SplitSharedForest;
+  opt.schedule.part_kib = 1;  // smaller than one tree
+  EXPECT_NE(message(opt).find("part"), std::string::npos);
+  // The strategies of the adaptive layout on another layout.
+  ForestConfig csr;
+  csr.device = Device::Gpu;
+  ForestPredictor q(f, csr);
+  opt = {};
+  opt.kernel = ForestKernel::Auto;
+  try {
+    q.predict(d.values.data(), d.n_rows, out.data(), opt);
+    ADD_FAILURE() << "auto ran on the csr layout";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("adaptive"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ForestAdaptiveGpu, GpuRowOrderEqualsTheCpuReference) {
+  CANOPY_REQUIRE_GPU();
+  const Forest& f = model("xgb_covtype");
+  const ForestData d = tiled(rows("covtype_rows"), 5000);
+  ForestConfig cfg;
+  cfg.layout = ForestLayout::Adaptive;
+  cfg.device = Device::Cpu;
+  ForestPredictor cpu(f, cfg);
+  cfg.device = Device::Gpu;
+  ForestPredictor gpu(f, cfg);
+  for (int depth : {1, 2, 4, 8}) EXPECT_EQ(gpu.schedule_rows(d.values.data(), d.n_rows, depth), cpu.schedule_rows(d.values.data(), d.n_rows, depth)) << depth;
+}
+
+TEST(ForestAdaptiveGpu, TunerAndModelCoverTheStrategies) {
+  CANOPY_REQUIRE_GPU();
+  ForestConfig cfg;
+  cfg.layout = ForestLayout::Adaptive;
+  cfg.device = Device::Gpu;
+  const Forest& f = model("xgb_covtype");
+  ForestPredictor p(f, cfg);
+  ForestRunOptions opt;
+  opt.hardware_cache = ::testing::TempDir() + "canopy_forest_hw_test.json";
+  const auto est = p.model_estimates(10000, opt);
+  ASSERT_EQ(est.size(), 4u);
+  for (std::size_t i = 1; i < est.size(); ++i) EXPECT_LE(est[i - 1].model_ns_per_row, est[i].model_ns_per_row);
+  const ForestData d = tiled(rows("covtype_rows"), 20000);
+  const auto trials = p.tune(d.values.data(), d.n_rows, opt, 2);
+  ASSERT_GE(trials.size(), 3u);
+  for (std::size_t i = 1; i < trials.size(); ++i) EXPECT_LE(trials[i - 1].kernel_ms, trials[i].kernel_ms);
+  // The best schedule, run through predict, gives the CPU's bits.
+  opt.kernel = trials.front().kernel;
+  opt.schedule = trials.front().schedule;
+  std::vector<float> got(static_cast<std::size_t>(d.n_rows * p.output_width(opt.output)));
+  const ForestTimes t = p.predict(d.values.data(), d.n_rows, got.data(), opt);
+  EXPECT_EQ(t.kernel, trials.front().kernel);
+  std::string where;
+  EXPECT_TRUE(same_bits(got, cpu_csr(f, d, opt.output), &where)) << where;
+}
+
+}  // namespace
+}  // namespace canopy
