@@ -3,6 +3,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "layouts/forest.hpp"
 
 namespace CLI {
 class App;
@@ -87,6 +90,18 @@ struct ForestBenchConfig {
   std::string predictions;
 };
 
+// canopy-bench forest-study: strategies, model, tuner and techniques on the adaptive layout.
+struct ForestStudyConfig {
+  std::string model, data, label;
+  std::string batch = "100,10000,1000000";
+  int repeat = 10;
+  int row_depth = 4;
+  std::string output = "prob";
+  std::string hardware_cache;
+  bool tune = false;
+  std::string json;
+};
+
 // canopy-bench quality <workload>: schedules against the MST lower bound of the paper's Sched.
 struct QualityConfig {
   std::string workload;  // pc, nn, knn, bt, vp, bh
@@ -117,6 +132,11 @@ void add_schedule_options(CLI::App& app, ScheduleConfig& c);
 void add_forest_options(CLI::App& app, ForestBenchConfig& c);
 int run_pc(const PcConfig& c);
 int run_forest(const ForestBenchConfig& c);
+void add_forest_study_options(CLI::App& app, ForestStudyConfig& c);
+int run_forest_study(const ForestStudyConfig& c);
+// Shared by the forest commands: "100,10000" -> row counts; "margin" / "prob" / "class".
+std::vector<index_t> parse_forest_batches(const std::string& s);
+ForestOutput parse_forest_output(const std::string& s);
 int run_schedule(const ScheduleConfig& c);
 
 }  // namespace bench

@@ -73,25 +73,6 @@ std::vector<Device> parse_devices(const std::string& s) {
   return out;
 }
 
-ForestOutput parse_output(const std::string& s) {
-  if (s == "margin") return ForestOutput::Margin;
-  if (s == "prob") return ForestOutput::Prob;
-  if (s == "class") return ForestOutput::Class;
-  throw Error("--output: '" + s + "' is not one of margin, prob, class");
-}
-
-std::vector<index_t> parse_batches(const std::string& s) {
-  std::vector<index_t> out;
-  for (const std::string& n : split_list(s)) {
-    char* end = nullptr;
-    const long long v = std::strtoll(n.c_str(), &end, 10);
-    if (*end != '\0' || v < 1) throw Error("--batch: '" + n + "' is not a positive row count");
-    out.push_back(v);
-  }
-  if (out.empty()) throw Error("--batch: the list is empty");
-  return out;
-}
-
 // FNV-1a over the bits of the predictions: equal checksums <=> (almost surely) equal bits.
 std::uint64_t checksum(const std::vector<float>& v) {
   std::uint64_t h = 1469598103934665603ull;
@@ -126,6 +107,25 @@ struct Row {
 
 }  // namespace
 
+ForestOutput parse_forest_output(const std::string& s) {
+  if (s == "margin") return ForestOutput::Margin;
+  if (s == "prob") return ForestOutput::Prob;
+  if (s == "class") return ForestOutput::Class;
+  throw Error("--output: '" + s + "' is not one of margin, prob, class");
+}
+
+std::vector<index_t> parse_forest_batches(const std::string& s) {
+  std::vector<index_t> out;
+  for (const std::string& n : split_list(s)) {
+    char* end = nullptr;
+    const long long v = std::strtoll(n.c_str(), &end, 10);
+    if (*end != '\0' || v < 1) throw Error("--batch: '" + n + "' is not a positive row count");
+    out.push_back(v);
+  }
+  if (out.empty()) throw Error("--batch: the list is empty");
+  return out;
+}
+
 void add_forest_options(CLI::App& app, ForestBenchConfig& c) {
   app.add_option("--model", c.model, "XGBoost JSON (Booster.save_model) or Canopy forest JSON, plain or .gz")->required();
   app.add_option("--data", c.data, "CSV or CSV.gz with a header; every column but the label is a feature")->required();
@@ -150,8 +150,8 @@ int run_forest(const ForestBenchConfig& c) {
   const std::vector<ForestLayout> layouts = parse_layouts(c.layouts);
   const std::vector<ForestKernel> kernels = parse_kernels(c.kernels);
   const std::vector<Device> devices = parse_devices(c.device);
-  const ForestOutput output = parse_output(c.output);
-  const std::vector<index_t> batches = parse_batches(c.batch);
+  const ForestOutput output = parse_forest_output(c.output);
+  const std::vector<index_t> batches = parse_forest_batches(c.batch);
 
   auto t0 = std::chrono::steady_clock::now();
   const Forest forest = Forest::load(c.model);

@@ -7,6 +7,7 @@
 //   canopy-bench bh [...]        Barnes-Hut forces on an octree
 //   canopy-bench quality <workload> [...]  each schedule's Δ against the MST lower bound
 //   canopy-bench forest [...]    decision-forest inference, every layout x kernel x device
+//   canopy-bench forest-study [...]  the adaptive layout's strategies, model, tuner, techniques
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -49,6 +50,10 @@ int main(int argc, char** argv) {
   CLI::App* fc_cmd = app.add_subcommand("forest", "decision-forest inference (XGBoost / scikit-learn models)");
   canopy::bench::add_forest_options(*fc_cmd, fc);
 
+  canopy::bench::ForestStudyConfig fs;
+  CLI::App* fs_cmd = app.add_subcommand("forest-study", "forest strategies, performance model, tuner and techniques (GPU)");
+  canopy::bench::add_forest_study_options(*fs_cmd, fs);
+
   CLI11_PARSE(app, argc, argv);
   pc.source_given = pc_cmd->count("--points") + pc_cmd->count("--generate") > 0;
   pc.repeat_given = pc_cmd->count("--repeat") > 0;
@@ -62,6 +67,7 @@ int main(int argc, char** argv) {
     if (*sc_cmd) return canopy::bench::run_schedule(sc);
     if (*qc_cmd) return canopy::bench::run_quality(qc);
     if (*fc_cmd) return canopy::bench::run_forest(fc);
+    if (*fs_cmd) return canopy::bench::run_forest_study(fs);
     return canopy::bench::run_pc(pc);
   } catch (const std::exception& e) {
     std::fflush(stdout);  // what was printed before the error comes first

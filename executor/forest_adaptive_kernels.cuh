@@ -28,15 +28,16 @@ namespace canopy {
 namespace gpu {
 
 struct AdaptiveBatch {
-  const float* rows = nullptr;     // [n_rows][n_features], original order
-  const index_t* order = nullptr;  // execution position -> row; null: identity
+  const float* rows = nullptr;     // [n_rows][n_features] in execution order (row scheduling
+                                   // gathers them), so warps read neighbouring rows
+  const index_t* order = nullptr;  // execution position -> the row's place in `out`; null: identity
   index_t n_rows = 0;
-  float* out = nullptr;            // [n_rows][width], original order
+  float* out = nullptr;            // [n_rows][width], the caller's row order
   int width = 0;
   ForestOutput output = ForestOutput::Prob;
 };
 
-CANOPY_HD inline index_t adaptive_row(const AdaptiveBatch& b, index_t i) { return b.order ? b.order[i] : i; }
+CANOPY_HD inline index_t adaptive_out_row(const AdaptiveBatch& b, index_t i) { return b.order ? b.order[i] : i; }
 
 // ---- direct ------------------------------------------------------------------------------------
 
@@ -53,13 +54,13 @@ __global__ void adaptive_direct_kernel(AdaptiveForestView v, AdaptiveBatch b) {
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     pos[r] = first + r * B + tid;
-    src[r] = b.rows + (pos[r] < b.n_rows ? adaptive_row(b, pos[r]) : 0) * F;
+    src[r] = b.rows + (pos[r] < b.n_rows ? pos[r] : 0) * F;
   }
   if (kCache) {
     for (index_t k = tid; k < static_cast<index_t>(width) * F; k += B) {
       const int j = static_cast<int>(k / F), f = static_cast<int>(k - static_cast<index_t>(j) * F);
       const index_t p = first + j;
-      if (p < b.n_rows) tile[f * width + j] = b.rows[adaptive_row(b, p) * F + f];
+      if (p < b.n_rows) tile[f * width + j] = b.rows[p * F + f];
     }
     __syncthreads();
   }
@@ -111,11 +112,14 @@ __global__ void adaptive_direct_kernel(AdaptiveForestView v, AdaptiveBatch b) {
   for (int r = 0; r < R; ++r)
     if (pos[r] < b.n_rows) {
       s[r].end(c);
-      s[r].write(c, b.output, b.out + adaptive_row(b, pos[r]) * b.width);
+      s[r].write(c, b.output, b.out + adaptive_out_row(b, pos[r]) * b.width);
     }
 }
 
 // ---- shared data ---------------------------------------------------------------------------------
+
+// Rows a shared-data pass takes through the trees together (tree_group), at most.
+constexpr int kAdaptiveMaxGroup = 8;
 
 struct AdaptiveSharedDataPlan {
   int rows_per_block = 0;  // rows cached per block
@@ -142,10 +146,7 @@ __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch 
   const index_t first = blockIdx.x * static_cast<index_t>(plan.rows_per_block);
   const index_t remaining = b.n_rows - first;
   const int n = remaining < plan.rows_per_block ? static_cast<int>(remaining) : plan.rows_per_block;
-  for (index_t k = tid; k < static_cast<index_t>(n) * F; k += B) {
-    const int j = static_cast<int>(k / F);
-    tile[k] = b.rows[adaptive_row(b, first + j) * F + (k - static_cast<index_t>(j) * F)];
-  }
+  for (index_t k = tid; k < static_cast<index_t>(n) * F; k += B) tile[k] = b.rows[first * F + k];
   __syncthreads();
   const std::uint32_t payload_mask = (1u << kAdaptivePayloadBits) - 1u;
   for (int r0 = 0; r0 < n; r0 += items) {
@@ -153,18 +154,29 @@ __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch 
     for (index_t s = tid; s < T; s += B) {
       const index_t t = v.inter_tree[s];
       const ForestNode* base = v.inter + s;
-      for (int j = 0; j < m; ++j) {
-        const float* row = tile + (r0 + j) * F;
-        index_t k = 0;
-        ForestNode node = base[0];
-        while (!forest_is_leaf(node.info)) {
-          const std::uint32_t payload = node.info & payload_mask;
-          k = static_cast<index_t>(payload >> v.feature_bits) +
-              adaptive_second(node, row[payload & v.feature_mask]);
-          node = base[k * T];
-        }
-        leaves[t * items + j] = Sums::kScalarLeaves ? __float_as_uint(node.value) : forest_index(node.info);
+      // The pass's rows walk this tree together: independent loads that overlap.
+      index_t k[kAdaptiveMaxGroup];
+      ForestNode node[kAdaptiveMaxGroup];
+#pragma unroll
+      for (int j = 0; j < kAdaptiveMaxGroup; ++j) k[j] = 0;
+      for (;;) {
+        bool more = false;
+#pragma unroll
+        for (int j = 0; j < kAdaptiveMaxGroup; ++j)
+          if (j < m) node[j] = base[k[j] * T];
+#pragma unroll
+        for (int j = 0; j < kAdaptiveMaxGroup; ++j)
+          if (j < m && !forest_is_leaf(node[j].info)) {
+            const std::uint32_t payload = node[j].info & payload_mask;
+            k[j] = static_cast<index_t>(payload >> v.feature_bits) +
+                   adaptive_second(node[j], tile[(r0 + j) * F + (payload & v.feature_mask)]);
+            more = true;
+          }
+        if (!more) break;
       }
+#pragma unroll
+      for (int j = 0; j < kAdaptiveMaxGroup; ++j)
+        if (j < m) leaves[t * items + j] = Sums::kScalarLeaves ? __float_as_uint(node[j].value) : forest_index(node[j].info);
     }
     __syncthreads();
     // One thread per (row, output): XGBoost group g adds its trees from base_margin[g]; a
@@ -190,7 +202,7 @@ __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch 
       Sums s;
       s.load(c, partial + tid * outs, T);
       s.end(c);
-      s.write(c, b.output, b.out + adaptive_row(b, first + r0 + tid) * b.width);
+      s.write(c, b.output, b.out + adaptive_out_row(b, first + r0 + tid) * b.width);
     }
     __syncthreads();  // the next pass overwrites the leaves and partial sums
   }
@@ -227,7 +239,7 @@ __global__ void adaptive_shared_forest_kernel(AdaptiveForestView v, AdaptiveBatc
     for (int r = 0; r < R; ++r) {
       pos[r] = first + r * B + tid;
       const bool valid = pos[r] < b.n_rows;
-      src[r] = b.rows + (valid ? adaptive_row(b, pos[r]) : 0) * F;
+      src[r] = b.rows + (valid ? pos[r] : 0) * F;
       if (part.first) s[r].begin(c);
       else if (valid) s[r].load(c, carry + pos[r] * part.outputs, part.first_tree);
       else s[r].begin(c);
@@ -274,7 +286,7 @@ __global__ void adaptive_shared_forest_kernel(AdaptiveForestView v, AdaptiveBatc
       if (pos[r] >= b.n_rows) continue;
       if (part.last) {
         s[r].end(c);
-        s[r].write(c, b.output, b.out + adaptive_row(b, pos[r]) * b.width);
+        s[r].write(c, b.output, b.out + adaptive_out_row(b, pos[r]) * b.width);
       } else {
         s[r].save(c, carry + pos[r] * part.outputs);
       }

@@ -21,6 +21,15 @@ __global__ void adaptive_row_key_kernel(AdaptiveForestView v, const float* rows,
   index[i] = i;
 }
 
+// Row scheduling: rows in execution order, so the strategies read them as if unscheduled.
+__global__ void adaptive_gather_rows_kernel(const float* rows, const index_t* order, index_t n_rows, int features,
+                                            float* dst) {
+  const index_t k = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (k >= n_rows * features) return;
+  const index_t i = k / features;
+  dst[k] = rows[order[i] * features + (k - i * features)];
+}
+
 }  // namespace gpu
 
 namespace detail {
@@ -64,10 +73,16 @@ ForestSchedule ForestGpuEngine::Impl::resolve(ForestKernel k, const ForestSchedu
     case ForestKernel::Direct: {
       if (s.rows_per_thread == 0) s.rows_per_thread = 1;
       if (s.tree_interleave == 0) s.tree_interleave = walks;
-      if (s.cache_rows < 0) s.cache_rows = 0;
       if (s.block_threads == 0) {
         s.block_threads = 128;
         shrink_for_small_batches(s.rows_per_thread);
+      }
+      if (s.cache_rows < 0) {
+        // Staged rows cost one conflict-free shared-memory read per feature instead of a
+        // scattered global one; stage them when the tile leaves room for several blocks per SM.
+        ForestSchedule staged = s;
+        staged.cache_rows = 1;
+        s.cache_rows = gpu::direct_tile_bytes(adaptive, staged) <= 48 * 1024 ? 1 : 0;
       }
       check_block(s.block_threads, "direct strategy");
       break;
@@ -80,7 +95,8 @@ ForestSchedule ForestGpuEngine::Impl::resolve(ForestKernel k, const ForestSchedu
         s.block_threads = 256;
         shrink_for_small_batches(s.rows_per_thread);
       }
-      if (s.part_kib == 0) s.part_kib = static_cast<int>(smem_optin / 1024);
+      // Half the shared memory: two blocks per SM hide more latency than one with a larger part.
+      if (s.part_kib == 0) s.part_kib = static_cast<int>(smem_optin / 2048);
       if (static_cast<std::size_t>(s.part_kib) * 1024 > smem_optin)
         throw Error("part_kib = " + std::to_string(s.part_kib) + " exceeds the " + std::to_string(smem_optin / 1024) +
                     " KiB of shared memory a block may use on this GPU");
@@ -92,15 +108,19 @@ ForestSchedule ForestGpuEngine::Impl::resolve(ForestKernel k, const ForestSchedu
       break;
     }
     case ForestKernel::SharedData: {
-      if (s.block_threads == 0) s.block_threads = 128;
+      if (s.block_threads == 0) s.block_threads = 256;
       check_block(s.block_threads, "shared-data strategy");
       const std::size_t leaf_row = static_cast<std::size_t>(c.n_trees) * 4;
       if (s.tree_group == 0) {
-        s.tree_group = 8;
+        // Small batches: fewer rows per pass, so that every SM gets a block.
+        s.tree_group = 1;
+        while (s.tree_group < gpu::kAdaptiveMaxGroup && s.tree_group * 2 * static_cast<index_t>(sm_count) < n_rows)
+          s.tree_group *= 2;
         while (s.tree_group > 1 && leaf_row * s.tree_group > smem_optin / 2) s.tree_group /= 2;
       }
-      if (s.tree_group < 1 || s.tree_group > 64)
-        throw Error("shared-data strategy: tree_group = " + std::to_string(s.tree_group) + " must be 1 to 64");
+      if (s.tree_group < 1 || s.tree_group > gpu::kAdaptiveMaxGroup)
+        throw Error("shared-data strategy: tree_group = " + std::to_string(s.tree_group) + " must be 1 to " +
+                    std::to_string(gpu::kAdaptiveMaxGroup));
       if (s.rows_per_block == 0) {
         ForestSchedule probe = s;
         probe.rows_per_block = 0;
@@ -189,6 +209,11 @@ const index_t* ForestGpuEngine::Impl::schedule_rows(index_t n_rows, int depth) {
   sort_temp.reserve(temp, "the row-schedule sort");
   CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp.get(), temp, keys.get(), keys_sorted.get(), index.get(),
                                                     order.get(), n_rows, 0, end_bit, stream.get()));
+  const std::size_t values = n * static_cast<std::size_t>(n_features);
+  rows_sorted.reserve(values, "the rows in execution order");
+  gpu::adaptive_gather_rows_kernel<<<gpu::adaptive_grid(static_cast<index_t>(values), 256), 256, 0, stream.get()>>>(
+      rows.get(), order.get(), n_rows, n_features, rows_sorted.get());
+  CANOPY_CUDA_CHECK_LAUNCH("adaptive_gather_rows_kernel");
   return order.get();
 }
 
@@ -275,18 +300,23 @@ std::vector<ForestTrial> ForestGpuEngine::tune(const float* rows, index_t n_rows
   b.out = m.out.get();
   b.width = width;
   b.output = opt.output;
-  if (opt.row_schedule_depth > 0) b.order = m.schedule_rows(n_rows, opt.row_schedule_depth);
+  if (opt.row_schedule_depth > 0) {
+    b.order = m.schedule_rows(n_rows, opt.row_schedule_depth);
+    b.rows = m.rows_sorted.get();
+  }
 
-  // The grid: every schedule of the model's choice around its defaults, and every other
-  // feasible strategy at its defaults (so the tuned best is never worse than auto's pick).
+  // The grid: the schedules around the defaults of the model's two best strategies, and every
+  // other feasible strategy at its defaults (so the tuned best is never worse than auto's pick).
   std::vector<std::pair<ForestKernel, ForestSchedule>> grid;
-  const ForestKernel chosen = model.front().kernel;
+  std::vector<ForestKernel> chosen;  // the model's two best feasible strategies
+  for (const ForestTrial& t : model)
+    if (std::isfinite(t.model_ns_per_row) && chosen.size() < 2) chosen.push_back(t.kernel);
   const std::vector<std::pair<int, int>> walks =
       wide_sums(c) ? std::vector<std::pair<int, int>>{{1, 1}}
                    : std::vector<std::pair<int, int>>{{1, 1}, {1, 2}, {2, 1}, {2, 2}, {4, 1}};
   for (const ForestTrial& t : model) {
     if (!std::isfinite(t.model_ns_per_row)) continue;
-    if (t.kernel != chosen) {
+    if (std::find(chosen.begin(), chosen.end(), t.kernel) == chosen.end()) {
       grid.emplace_back(t.kernel, ForestSchedule{});
       continue;
     }
@@ -309,7 +339,8 @@ std::vector<ForestTrial> ForestGpuEngine::tune(const float* rows, index_t n_rows
             grid.emplace_back(t.kernel, s);
           }
         } else if (t.kernel == ForestKernel::SplitSharedForest) {
-          for (int part : {static_cast<int>(m.smem_optin / 1024), static_cast<int>(m.smem_optin / 2048)}) {
+          for (int part : {static_cast<int>(m.smem_optin / 1024), static_cast<int>(m.smem_optin / 2048),
+                           static_cast<int>(m.smem_optin / 4096)}) {
             s.part_kib = part;
             grid.emplace_back(t.kernel, s);
           }

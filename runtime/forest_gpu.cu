@@ -1,5 +1,6 @@
 #include "runtime/forest_gpu.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "executor/forest_kernels.cuh"
@@ -135,7 +136,7 @@ void ForestGpuEngine::predict(const float* rows, index_t n_rows, float* out, int
   m.scheduled.record(m.stream.get());
   if (m.layout == ForestLayout::Adaptive) {
     gpu::AdaptiveBatch b;
-    b.rows = m.rows.get();
+    b.rows = order ? m.rows_sorted.get() : m.rows.get();
     b.order = order;
     b.n_rows = n_rows;
     b.out = m.out.get();

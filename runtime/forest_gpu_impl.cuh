@@ -34,6 +34,7 @@ struct ForestGpuEngine::Impl {
   DeviceBuffer<unsigned char> carry;  // splitting shared forest: sums between parts
   DeviceBuffer<std::uint64_t> keys, keys_sorted;
   DeviceBuffer<index_t> index, order;
+  DeviceBuffer<float> rows_sorted;  // row scheduling: the rows in execution order
   DeviceBuffer<unsigned char> sort_temp;
   std::unique_ptr<ForestHardware> hardware;
   std::string hardware_path;
@@ -63,7 +64,7 @@ struct ForestGpuEngine::Impl {
   ForestSchedule resolve(ForestKernel k, const ForestSchedule& s, index_t n_rows) const;
   std::vector<std::pair<index_t, index_t>> parts(std::size_t part_bytes) const;  // canonical tree ranges
   void run_adaptive(const gpu::AdaptiveBatch& b, ForestKernel k, const ForestSchedule& s);
-  // Sorts the uploaded rows by their inspector keys; returns the device order.
+  // Sorts the uploaded rows by their inspector keys into rows_sorted; returns the device order.
   const index_t* schedule_rows(index_t n_rows, int depth);
   const ForestHardware& hardware_params(const std::string& cache);
   std::vector<ForestTrial> estimates(index_t n_rows, const ForestRunOptions& opt);

@@ -12,6 +12,8 @@
 #   depth-auto  --depth auto against every fixed depth, pc and knn on covtype, cities, uniform
 #   pipeline  4M queries against a 400k tree, pc and knn, pipelined and not
 #   graph  the quadtree-over-cities example (a user tree as a Boost.Graph) on the full cities file
+#   forest-study  the adaptive layout's forest tests, then canopy-bench forest-study on the five
+#          models of the forest issue (batches 100, 10,000, 1,000,000); FS_MODELS narrows the list
 #   profile  Nsight Compute sections of the executor kernels (mask, FSM, independent)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -134,6 +136,21 @@ if [[ $what == forest ]]; then
         --device gpu,cpu --repeat 10 --json "$out/forest_${1%%.*}.json"
     done
   } 2>&1 | tee "$out/forest.txt"
+fi
+
+if [[ $what == forest-study ]]; then
+  {
+    echo "== forest tests (adaptive layout)"
+    $bin/canopy_tests --gtest_brief=1 --gtest_filter='ForestAdaptive*:ForestRowSchedule*:ForestHardware*:ForestCostModel*:TreeSimilarity*'
+    export CANOPY_CACHE_DIR=$out/cache
+    for m in ${FS_MODELS:-"covtype_xgb_bin_d8:covtype_bin:Cover_Type_2" "higgs_xgb_d6:higgs:label" "letter_xgb_d4:letter:lettr" "covtype_rf_d12:covtype_bin:Cover_Type_2" "higgs_rf_d20:higgs:label"}; do
+      IFS=: read -r model data label <<< "$m"
+      echo "== canopy-bench forest-study --model $model"
+      timeout ${FS_TIMEOUT:-150} $bin/canopy-bench forest-study --model stage/forest/$model.json.gz \
+        --data stage/forest/$data.csv.gz --label $label --batch ${FS_BATCH:-100,10000,1000000} --repeat ${FS_REPEAT:-10} \
+        ${FS_TUNE:+--tune} --json "$out/study_$model.json"
+    done
+  } 2>&1 | tee "$out/forest_study.txt"
 fi
 
 if [[ $what == pipeline ]]; then

@@ -360,31 +360,71 @@ TEST(ForestAdaptiveGpu, EveryStrategyEqualsTheCpuBitForBit) {
   }
 }
 
+// A regression forest of complete trees (Canopy's forest format), sized at will.
+Forest complete_forest(int trees, int depth, int features, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::string j = R"({"format": "canopy-forest", "version": 1, "task": "regression", "num_features": )" +
+                  std::to_string(features) + R"(, "trees": [)";
+  const int nodes = (1 << (depth + 1)) - 1;
+  for (int t = 0; t < trees; ++t) {
+    std::string l, r, f, th, v, ns;
+    for (int k = 0; k < nodes; ++k) {
+      const bool leaf = k >= nodes / 2;
+      const std::string sep = k ? "," : "";
+      l += sep + std::to_string(leaf ? -1 : 2 * k + 1);
+      r += sep + std::to_string(leaf ? -1 : 2 * k + 2);
+      f += sep + std::to_string(leaf ? -2 : static_cast<int>(rng() % features));
+      th += sep + std::to_string(leaf ? -2.0 : u(rng));
+      v += sep + (leaf ? "[" + std::to_string(u(rng)) + "]" : std::string("[]"));
+      ns += sep + std::to_string(1 + rng() % 100);
+    }
+    j += std::string(t ? "," : "") + R"({"left_children": [)" + l + R"(], "right_children": [)" + r +
+         R"(], "features": [)" + f + R"(], "thresholds": [)" + th + R"(], "values": [)" + v +
+         R"(], "node_samples": [)" + ns + "]}";
+  }
+  return Forest::parse(j + "]}", "complete_forest");
+}
+
+ForestData uniform_rows(index_t n, int features, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  ForestData d;
+  d.n_features = features;
+  d.n_rows = n;
+  for (index_t i = 0; i < n * features; ++i) d.values.push_back(u(rng));
+  return d;
+}
+
 TEST(ForestAdaptiveGpu, SharedForestRunsWhenTheForestFitsAndSaysWhyOtherwise) {
   CANOPY_REQUIRE_GPU();
   ForestConfig cfg;
   cfg.layout = ForestLayout::Adaptive;
   cfg.device = Device::Gpu;
-  const ForestData d = tiled(rows("higgs_rows"), 1000);
   ForestRunOptions opt;
   opt.kernel = ForestKernel::SharedForest;
-  ForestPredictor small(model("xgb_higgs"), cfg);
-  if (small.footprint_bytes() < 100 * 1024) {
-    std::vector<float> got(static_cast<std::size_t>(d.n_rows * small.output_width(opt.output)));
-    small.predict(d.values.data(), d.n_rows, got.data(), opt);
-    std::string where;
-    EXPECT_TRUE(same_bits(got, cpu_csr(model("xgb_higgs"), d, opt.output), &where)) << where;
-  }
-  // A forest far larger than shared memory: a clear error that points to the split strategy.
-  const ForestData dc = tiled(rows("covtype_rows_dense"), 100);
-  ForestPredictor big(model("rf_covtype"), cfg);
-  std::vector<float> out(static_cast<std::size_t>(dc.n_rows * big.output_width(opt.output)));
+  const ForestData d = uniform_rows(2000, 6, 1);
+  // 200 trees of 31 nodes: 49,600 bytes, in shared memory whole.
+  const Forest small = complete_forest(200, 4, 6, 2);
+  ForestPredictor ps(small, cfg);
+  std::vector<float> got(static_cast<std::size_t>(d.n_rows));
+  const ForestTimes t = ps.predict(d.values.data(), d.n_rows, got.data(), opt);
+  EXPECT_EQ(t.kernel, ForestKernel::SharedForest);
+  std::string where;
+  EXPECT_TRUE(same_bits(got, cpu_csr(small, d, opt.output), &where)) << where;
+  // 2,000 trees of 31 nodes: 496,000 bytes, more than any GPU's shared memory per block: a
+  // clear error that points to the split strategy, which runs it.
+  const Forest big = complete_forest(2000, 4, 6, 3);
+  ForestPredictor pb(big, cfg);
   try {
-    big.predict(dc.values.data(), dc.n_rows, out.data(), opt);
-    if (big.footprint_bytes() > 256 * 1024) ADD_FAILURE() << "no error for a forest larger than shared memory";
+    pb.predict(d.values.data(), d.n_rows, got.data(), opt);
+    ADD_FAILURE() << "no error for a forest larger than shared memory";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("split-shared-forest"), std::string::npos) << e.what();
   }
+  opt.kernel = ForestKernel::SplitSharedForest;
+  pb.predict(d.values.data(), d.n_rows, got.data(), opt);
+  EXPECT_TRUE(same_bits(got, cpu_csr(big, d, opt.output), &where)) << where;
 }
 
 TEST(ForestAdaptiveGpu, BadSchedulesAreClearErrors) {
@@ -419,10 +459,17 @@ TEST(ForestAdaptiveGpu, BadSchedulesAreClearErrors) {
   opt = {};
   opt.kernel = ForestKernel::Hybrid;
   EXPECT_NE(message(opt).find("hierarchical"), std::string::npos);
+  // A part smaller than one tree of 255 nodes (2,040 bytes).
+  ForestPredictor deep(complete_forest(3, 7, 28, 4), cfg);
   opt = {};
   opt.kernel = ForestKernel::SplitSharedForest;
-  opt.schedule.part_kib = 1;  // smaller than one tree
-  EXPECT_NE(message(opt).find("part"), std::string::npos);
+  opt.schedule.part_kib = 1;
+  try {
+    deep.predict(d.values.data(), d.n_rows, out.data(), opt);
+    ADD_FAILURE() << "no error for a part smaller than a tree";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("part"), std::string::npos) << e.what();
+  }
   // The strategies of the adaptive layout on another layout.
   ForestConfig csr;
   csr.device = Device::Gpu;
@@ -447,7 +494,7 @@ TEST(ForestAdaptiveGpu, GpuRowOrderEqualsTheCpuReference) {
   ForestPredictor cpu(f, cfg);
   cfg.device = Device::Gpu;
   ForestPredictor gpu(f, cfg);
-  for (int depth : {1, 2, 4, 8}) EXPECT_EQ(gpu.schedule_rows(d.values.data(), d.n_rows, depth), cpu.schedule_rows(d.values.data(), d.n_rows, depth)) << depth;
+  for (int depth : {1, 2, f.max_depth()}) EXPECT_EQ(gpu.schedule_rows(d.values.data(), d.n_rows, depth), cpu.schedule_rows(d.values.data(), d.n_rows, depth)) << depth;
 }
 
 TEST(ForestAdaptiveGpu, TunerAndModelCoverTheStrategies) {
