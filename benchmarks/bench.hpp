@@ -85,6 +85,7 @@ struct ForestBenchConfig {
   std::string output = "prob";
   int subtree_depth = 6;
   int root_depth = 10;
+  int row_depth = 0;
   int repeat = 5;
   std::string json;
   std::string predictions;
@@ -99,6 +100,7 @@ struct ForestStudyConfig {
   std::string output = "prob";
   std::string hardware_cache;
   bool tune = false;
+  double jitter = 0.05;
   std::string json;
 };
 

@@ -36,26 +36,30 @@ std::vector<std::string> split_list(const std::string& s) {
 }
 
 std::vector<ForestLayout> parse_layouts(const std::string& s) {
-  if (s == "all") return {ForestLayout::Csr, ForestLayout::Reorg, ForestLayout::Hierarchical};
+  if (s == "all") return {ForestLayout::Csr, ForestLayout::Reorg, ForestLayout::Hierarchical, ForestLayout::Adaptive};
   std::vector<ForestLayout> out;
   for (const std::string& n : split_list(s)) {
     if (n == "csr") out.push_back(ForestLayout::Csr);
     else if (n == "reorg") out.push_back(ForestLayout::Reorg);
     else if (n == "hier" || n == "hierarchical") out.push_back(ForestLayout::Hierarchical);
-    else throw Error("--layouts: unknown layout '" + n + "' (known: csr, reorg, hier, or all)");
+    else if (n == "adaptive") out.push_back(ForestLayout::Adaptive);
+    else throw Error("--layouts: unknown layout '" + n + "' (known: csr, reorg, hier, adaptive, or all)");
   }
   if (out.empty()) throw Error("--layouts: the list is empty");
   return out;
 }
 
 std::vector<ForestKernel> parse_kernels(const std::string& s) {
-  if (s == "all") return {ForestKernel::Direct, ForestKernel::Hybrid, ForestKernel::SharedData};
+  if (s == "all")
+    return {ForestKernel::Direct, ForestKernel::Hybrid, ForestKernel::SharedData, ForestKernel::SharedForest,
+            ForestKernel::SplitSharedForest, ForestKernel::Auto};
   std::vector<ForestKernel> out;
   for (const std::string& n : split_list(s)) {
-    if (n == "direct") out.push_back(ForestKernel::Direct);
-    else if (n == "hybrid") out.push_back(ForestKernel::Hybrid);
-    else if (n == "shared-data" || n == "shared") out.push_back(ForestKernel::SharedData);
-    else throw Error("--kernels: unknown kernel '" + n + "' (known: direct, hybrid, shared-data, or all)");
+    try {
+      out.push_back(parse_forest_kernel(n));
+    } catch (const Error& e) {
+      throw Error(std::string("--kernels: ") + e.what());
+    }
   }
   if (out.empty()) throw Error("--kernels: the list is empty");
   return out;
@@ -132,7 +136,8 @@ void add_forest_options(CLI::App& app, ForestBenchConfig& c) {
   app.add_option("--label", c.label, "the label column (name or 0-based index): accuracy / RMSE are reported");
   app.add_option("--batch", c.batch, "rows per batch, or a list such as 1000,100000")->capture_default_str();
   app.add_option("--layouts", c.layouts, "csr, reorg, hier (comma list) or all")->capture_default_str();
-  app.add_option("--kernels", c.kernels, "GPU kernels: direct, hybrid, shared-data (comma list) or all")
+  app.add_option("--kernels", c.kernels,
+                 "GPU kernels: direct, hybrid, shared-data, shared-forest, split-shared-forest, auto (comma list) or all")
       ->capture_default_str();
   app.add_option("--device", c.device, "auto, cpu, gpu or a list such as gpu,cpu")->capture_default_str();
   app.add_option("--output", c.output, "margin, prob or class")->capture_default_str();
@@ -140,6 +145,8 @@ void add_forest_options(CLI::App& app, ForestBenchConfig& c) {
   app.add_option("--root-depth", c.root_depth, "hierarchical layout: levels of the root subtree (RSD, <= 12)")
       ->capture_default_str();
   app.add_option("--repeat", c.repeat, "timed runs per variant and batch (the median is reported)")->capture_default_str();
+  app.add_option("--row-depth", c.row_depth, "adaptive layout: row scheduling's top-tree depth (0: off)")
+      ->capture_default_str();
   app.add_option("--json", c.json, "write the results as JSON to this file");
   app.add_option("--predictions", c.predictions,
                  "write the first variant's predictions for every row of --data, one line per row");
@@ -212,6 +219,7 @@ int run_forest(const ForestBenchConfig& c) {
           ForestRunOptions run;
           run.output = output;
           run.kernel = k;
+          run.row_schedule_depth = layout == ForestLayout::Adaptive ? c.row_depth : 0;
           double quality = -1;
           if (!data.labels.empty() || (!c.predictions.empty() && !predictions_written)) {
             // Untimed: the whole file, for accuracy / RMSE and --predictions.

@@ -54,6 +54,51 @@ Timed time_variant(ForestPredictor& p, const std::vector<float>& rows, index_t n
   return t;
 }
 
+// A batch of n rows: the file's rows, then (past its end) a smoothed bootstrap of them: each
+// repeated copy moves every feature by jitter x its standard deviation x a standard normal
+// draw (deterministic), so a batch larger than the file holds distinct rows, as real batches
+// do, instead of exact copies that row scheduling would group for free.
+std::vector<float> study_batch(const ForestData& d, index_t n, double jitter) {
+  const int F = d.n_features;
+  std::vector<double> mean(static_cast<std::size_t>(F), 0), sq(static_cast<std::size_t>(F), 0), cnt(static_cast<std::size_t>(F), 0);
+  for (index_t i = 0; i < d.n_rows; ++i)
+    for (int f = 0; f < F; ++f) {
+      const double x = d.row(i)[f];
+      if (x != x) continue;
+      mean[static_cast<std::size_t>(f)] += x;
+      sq[static_cast<std::size_t>(f)] += x * x;
+      cnt[static_cast<std::size_t>(f)] += 1;
+    }
+  std::vector<double> sd(static_cast<std::size_t>(F), 0);
+  for (int f = 0; f < F; ++f) {
+    const std::size_t k = static_cast<std::size_t>(f);
+    if (cnt[k] < 2) continue;
+    const double m = mean[k] / cnt[k];
+    sd[k] = std::sqrt(std::max(0.0, sq[k] / cnt[k] - m * m));
+  }
+  std::vector<float> rows(static_cast<std::size_t>(n) * F);
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto uniform = [&state]() {  // splitmix64 -> (0, 1)
+    state += 0x9e3779b97f4a7c15ull;
+    std::uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (static_cast<double>(z >> 11) + 0.5) / 9007199254740992.0;
+  };
+  for (index_t i = 0; i < n; ++i) {
+    const float* src = d.row(i % d.n_rows);
+    float* dst = &rows[static_cast<std::size_t>(i * F)];
+    for (int f = 0; f < F; ++f) {
+      dst[f] = src[f];
+      if (i < d.n_rows || jitter <= 0 || src[f] != src[f]) continue;
+      const double z = std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
+      dst[f] = static_cast<float>(src[f] + jitter * sd[static_cast<std::size_t>(f)] * z);
+    }
+  }
+  return rows;
+}
+
 double rows_per_s(index_t n, double ms) { return static_cast<double>(n) / (ms / 1000.0); }
 
 // Ranks (1 = fastest) of the values, for the model's order against the measured one.
@@ -81,6 +126,10 @@ void add_forest_study_options(CLI::App& app, ForestStudyConfig& c) {
   app.add_option("--output", c.output, "margin, prob or class")->capture_default_str();
   app.add_option("--hardware-cache", c.hardware_cache, "the performance model's cache file (default: ~/.cache/canopy)");
   app.add_flag("--tune", c.tune, "print every schedule the tuner tried");
+  app.add_option("--jitter", c.jitter,
+                 "rows past the file's end: a smoothed bootstrap, each feature moved by this many standard deviations "
+                 "x N(0,1) (0: exact repeats)")
+      ->capture_default_str();
   app.add_option("--json", c.json, "write the results as JSON to this file");
 }
 
@@ -93,8 +142,9 @@ int run_forest_study(const ForestStudyConfig& c) {
   check_forest_data(data, c.data, forest);
   const int width = forest.output_width(output);
   if (resolve_device(Device::Auto) != Device::Gpu) throw Error("forest-study needs a GPU");
-  std::printf("canopy-bench forest-study: %s\n  %s\ndata: %s, %lld rows\ngpu: %s\n", c.model.c_str(),
-              forest.describe().c_str(), c.data.c_str(), static_cast<long long>(data.n_rows), gpu_description().c_str());
+  std::printf("canopy-bench forest-study: %s\n  %s\ndata: %s, %lld rows (larger batches: smoothed bootstrap, jitter %.3g)\ngpu: %s\n",
+              c.model.c_str(), forest.describe().c_str(), c.data.c_str(), static_cast<long long>(data.n_rows), c.jitter,
+              gpu_description().c_str());
 
   // The predictors: csr (the baseline), and the adaptive layout with each rearrangement on or off.
   auto make = [&](ForestLayout layout, bool nodes, bool trees) {
@@ -120,6 +170,7 @@ int run_forest_study(const ForestStudyConfig& c) {
   nlohmann::json j;
   j["model"] = c.model;
   j["model_description"] = forest.describe();
+  j["jitter"] = c.jitter;
   j["gpu"] = gpu_description();
   j["adaptive"] = {{"details", rep.details},
                    {"similarity_ms", rep.similarity_ms},
@@ -132,10 +183,7 @@ int run_forest_study(const ForestStudyConfig& c) {
   const std::vector<ForestKernel> strategies = {ForestKernel::Direct, ForestKernel::SharedData, ForestKernel::SharedForest,
                                                 ForestKernel::SplitSharedForest};
   for (index_t n : batches) {
-    std::vector<float> rows(static_cast<std::size_t>(n) * data.n_features);
-    for (index_t i = 0; i < n; ++i)
-      std::memcpy(&rows[static_cast<std::size_t>(i * data.n_features)], data.row(i % data.n_rows),
-                  sizeof(float) * data.n_features);
+    const std::vector<float> rows = study_batch(data, n, c.jitter);
     ForestRunOptions base;
     base.output = output;
     base.hardware_cache = c.hardware_cache;

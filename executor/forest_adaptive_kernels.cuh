@@ -4,7 +4,7 @@
 //   direct        a thread per row (rows_per_thread rows, tree_interleave trees walked at
 //                 once for memory-level parallelism), every tree from global memory; rows
 //                 optionally staged in shared memory, transposed so a warp reading one feature
-//                 of 32 rows hits 32 banks.
+//                 of 32 rows hits 32 banks; optionally a block barrier every tree_sync trees.
 //   shared data   a block caches rows; its threads split the trees (storage order of the
 //                 interleaved copy, so neighbouring threads read neighbouring nodes); each
 //                 leaf lands in shared memory at its tree's canonical slot, and then one thread
@@ -42,7 +42,7 @@ CANOPY_HD inline index_t adaptive_out_row(const AdaptiveBatch& b, index_t i) { r
 // ---- direct ------------------------------------------------------------------------------------
 
 template <class Sums, int R, int K, bool kCache>
-__global__ void adaptive_direct_kernel(AdaptiveForestView v, AdaptiveBatch b) {
+__global__ void adaptive_direct_kernel(AdaptiveForestView v, AdaptiveBatch b, int tree_sync) {
   extern __shared__ __align__(16) unsigned char adaptive_direct_smem[];
   float* tile = reinterpret_cast<float*>(adaptive_direct_smem);  // [F][B * R]
   const ForestCommonView& c = v.common;
@@ -64,25 +64,33 @@ __global__ void adaptive_direct_kernel(AdaptiveForestView v, AdaptiveBatch b) {
     }
     __syncthreads();
   }
-  if (first + tid >= b.n_rows) return;
+  // Threads past the end walk row 0 and write nothing: with tree_sync they must reach every barrier.
+  if (first + tid >= b.n_rows && tree_sync == 0) return;
   Sums s[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) s[r].begin(c);
   const index_t T = c.n_trees;
-  const std::uint32_t payload_mask = (1u << kAdaptivePayloadBits) - 1u;
   for (index_t t0 = 0; t0 < T; t0 += K) {
+    // Keeping the block's warps within tree_sync trees of each other keeps the trees they
+    // read in L1.
+    if (tree_sync > 0 && t0 % tree_sync < K) __syncthreads();
     const ForestNode* base[K];
+    int steps = 0;
 #pragma unroll
-    for (int q = 0; q < K; ++q) base[q] = v.nodes + v.tree_begin[t0 + q < T ? t0 + q : T - 1];
-    index_t k[R][K];
-    ForestNode node[R][K];
+    for (int q = 0; q < K; ++q) {
+      const index_t t = t0 + q < T ? t0 + q : T - 1;
+      base[q] = v.nodes + v.tree_begin[t];
+      steps = max(steps, v.depth[t]);
+    }
+    std::uint32_t k[R][K];
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int q = 0; q < K; ++q) k[r][q] = 0;
-    // All R * K walks advance together: their loads are independent and overlap.
-    for (;;) {
-      bool more = false;
+    // All R * K walks advance together, a trip count the whole warp shares (leaves point at
+    // themselves): independent loads that overlap, and no leaf test.
+    for (int l = 0; l < steps; ++l) {
+      ForestNode node[R][K];
 #pragma unroll
       for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -92,21 +100,16 @@ __global__ void adaptive_direct_kernel(AdaptiveForestView v, AdaptiveBatch b) {
 #pragma unroll
         for (int q = 0; q < K; ++q) {
           const ForestNode n = node[r][q];
-          if (!forest_is_leaf(n.info)) {
-            const std::uint32_t payload = n.info & payload_mask;
-            const int f = static_cast<int>(payload & v.feature_mask);
-            const float x = kCache ? tile[f * width + r * B + tid] : src[r][f];
-            k[r][q] = static_cast<index_t>(payload >> v.feature_bits) + adaptive_second(n, x);
-            more = true;
-          }
+          const int f = static_cast<int>(n.info & v.feature_mask);
+          const float x = kCache ? tile[f * width + r * B + tid] : src[r][f];
+          k[r][q] = ((n.info & kAdaptivePayloadMask) >> v.feature_bits) + adaptive_second(n, x);
         }
-      if (!more) break;
     }
 #pragma unroll
     for (int q = 0; q < K; ++q)
       if (t0 + q < T)
 #pragma unroll
-        for (int r = 0; r < R; ++r) s[r].add(c, t0 + q, node[r][q]);
+        for (int r = 0; r < R; ++r) s[r].add(c, t0 + q, adaptive_leaf(v, t0 + q, k[r][q]));
   }
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -148,35 +151,28 @@ __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch 
   const int n = remaining < plan.rows_per_block ? static_cast<int>(remaining) : plan.rows_per_block;
   for (index_t k = tid; k < static_cast<index_t>(n) * F; k += B) tile[k] = b.rows[first * F + k];
   __syncthreads();
-  const std::uint32_t payload_mask = (1u << kAdaptivePayloadBits) - 1u;
   for (int r0 = 0; r0 < n; r0 += items) {
     const int m = items < n - r0 ? items : n - r0;
     for (index_t s = tid; s < T; s += B) {
       const index_t t = v.inter_tree[s];
       const ForestNode* base = v.inter + s;
+      const int steps = v.depth[t];
       // The pass's rows walk this tree together: independent loads that overlap.
-      index_t k[kAdaptiveMaxGroup];
-      ForestNode node[kAdaptiveMaxGroup];
+      std::uint32_t k[kAdaptiveMaxGroup];
 #pragma unroll
       for (int j = 0; j < kAdaptiveMaxGroup; ++j) k[j] = 0;
-      for (;;) {
-        bool more = false;
+      for (int l = 0; l < steps; ++l)
 #pragma unroll
         for (int j = 0; j < kAdaptiveMaxGroup; ++j)
-          if (j < m) node[j] = base[k[j] * T];
-#pragma unroll
-        for (int j = 0; j < kAdaptiveMaxGroup; ++j)
-          if (j < m && !forest_is_leaf(node[j].info)) {
-            const std::uint32_t payload = node[j].info & payload_mask;
-            k[j] = static_cast<index_t>(payload >> v.feature_bits) +
-                   adaptive_second(node[j], tile[(r0 + j) * F + (payload & v.feature_mask)]);
-            more = true;
+          if (j < m) {
+            const ForestNode n = base[static_cast<index_t>(k[j]) * T];
+            k[j] = ((n.info & kAdaptivePayloadMask) >> v.feature_bits) +
+                   adaptive_second(n, tile[(r0 + j) * F + (n.info & v.feature_mask)]);
           }
-        if (!more) break;
-      }
+      const std::uint32_t* lw = v.leaf + v.tree_begin[t];
 #pragma unroll
       for (int j = 0; j < kAdaptiveMaxGroup; ++j)
-        if (j < m) leaves[t * items + j] = Sums::kScalarLeaves ? __float_as_uint(node[j].value) : forest_index(node[j].info);
+        if (j < m) leaves[t * items + j] = lw[k[j]];
     }
     __syncthreads();
     // One thread per (row, output): XGBoost group g adds its trees from base_margin[g]; a
@@ -229,7 +225,6 @@ __global__ void adaptive_shared_forest_kernel(AdaptiveForestView v, AdaptiveBatc
   __syncthreads();
   using Carry = typename Sums::Carry;
   Carry* carry = static_cast<Carry*>(part.carry);
-  const std::uint32_t payload_mask = (1u << kAdaptivePayloadBits) - 1u;
   const index_t per_block = static_cast<index_t>(B) * R;
   for (index_t first = blockIdx.x * per_block; first < b.n_rows; first += gridDim.x * per_block) {
     index_t pos[R];
@@ -246,17 +241,20 @@ __global__ void adaptive_shared_forest_kernel(AdaptiveForestView v, AdaptiveBatc
     }
     for (index_t t0 = part.first_tree; t0 < part.end_tree; t0 += K) {
       const ForestNode* base[K];
+      int steps = 0;
 #pragma unroll
-      for (int q = 0; q < K; ++q)
-        base[q] = nodes + (v.tree_begin[t0 + q < part.end_tree ? t0 + q : part.end_tree - 1] - node0);
-      index_t k[R][K];
-      ForestNode node[R][K];
+      for (int q = 0; q < K; ++q) {
+        const index_t t = t0 + q < part.end_tree ? t0 + q : part.end_tree - 1;
+        base[q] = nodes + (v.tree_begin[t] - node0);
+        steps = max(steps, v.depth[t]);
+      }
+      std::uint32_t k[R][K];
 #pragma unroll
       for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int q = 0; q < K; ++q) k[r][q] = 0;
-      for (;;) {
-        bool more = false;
+      for (int l = 0; l < steps; ++l) {
+        ForestNode node[R][K];
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -266,20 +264,15 @@ __global__ void adaptive_shared_forest_kernel(AdaptiveForestView v, AdaptiveBatc
 #pragma unroll
           for (int q = 0; q < K; ++q) {
             const ForestNode n = node[r][q];
-            if (!forest_is_leaf(n.info)) {
-              const std::uint32_t payload = n.info & payload_mask;
-              k[r][q] = static_cast<index_t>(payload >> v.feature_bits) +
-                        adaptive_second(n, src[r][payload & v.feature_mask]);
-              more = true;
-            }
+            k[r][q] = ((n.info & kAdaptivePayloadMask) >> v.feature_bits) +
+                      adaptive_second(n, src[r][n.info & v.feature_mask]);
           }
-        if (!more) break;
       }
 #pragma unroll
       for (int q = 0; q < K; ++q)
         if (t0 + q < part.end_tree)
 #pragma unroll
-          for (int r = 0; r < R; ++r) s[r].add(c, t0 + q, node[r][q]);
+          for (int r = 0; r < R; ++r) s[r].add(c, t0 + q, adaptive_leaf(v, t0 + q, k[r][q]));
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {

@@ -70,8 +70,9 @@ CANOPY_HD inline ForestNode find_leaf(const View& v, index_t t, const float* row
     }
   } else if constexpr (std::is_same<View, AdaptiveForestView>::value) {
     (void)root;
-    return adaptive_walk(v.nodes + v.tree_begin[t], 1, v.feature_bits, v.feature_mask,
-                         [row](int f) { return row[f]; });
+    const std::uint32_t k = adaptive_walk(v.nodes + v.tree_begin[t], 1, v.depth[t], v.feature_bits, v.feature_mask,
+                                          [row](int f) { return row[f]; });
+    return adaptive_leaf(v, t, k);
   } else {
     static_assert(std::is_same<View, HierarchicalForestView>::value, "find_leaf: unknown forest layout view");
     const ForestNode* sub = root ? root : v.root_nodes + t * v.root_stride;

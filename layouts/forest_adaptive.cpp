@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <sstream>
 
 namespace canopy {
@@ -85,9 +87,13 @@ AdaptiveForest AdaptiveForest::build(const Forest& f, const AdaptiveOptions& opt
     for (std::size_t q = 0; q < order.size(); ++q) {
       const std::size_t k = static_cast<std::size_t>(order[q]);
       ForestNode node;
+      std::uint32_t leaf_word = 0;
       if (tree.left[k] < 0) {
-        node.value = a.common.leaf_width > 0 ? 0.0f : tree.value[k];
-        node.info = kForestLeafBit | (a.common.leaf_width > 0 ? static_cast<std::uint32_t>(tree.leaf_index[k]) : 0u);
+        // Points at itself with a test every row fails to pass (see the header).
+        node.value = std::numeric_limits<float>::quiet_NaN();
+        node.info = kForestLeafBit | kAdaptiveLtSecondBit | (static_cast<std::uint32_t>(q) << a.feature_bits);
+        if (a.common.leaf_width > 0) leaf_word = static_cast<std::uint32_t>(tree.leaf_index[k]);
+        else std::memcpy(&leaf_word, &tree.value[k], sizeof leaf_word);
         a.expected_visits[static_cast<std::size_t>(t)] += p[k] * (level[k] + 1);
         a.depth[static_cast<std::size_t>(t)] = std::max(a.depth[static_cast<std::size_t>(t)], level[k]);
       } else {
@@ -95,14 +101,15 @@ AdaptiveForest AdaptiveForest::build(const Forest& f, const AdaptiveOptions& opt
         const std::size_t first = static_cast<std::size_t>(sw ? tree.right[k] : tree.left[k]);
         const std::size_t second = static_cast<std::size_t>(sw ? tree.left[k] : tree.right[k]);
         level[first] = level[second] = level[k] + 1;
-        const bool default_second = sw ? tree.default_left[k] != 0 : tree.default_left[k] == 0;
+        // The test's x < threshold side is the tree's left child: stored second when swapped.
         node.value = tree.value[k];
         node.info = static_cast<std::uint32_t>(tree.feature[k]) |
-                    (static_cast<std::uint32_t>(pos[first]) << a.feature_bits) |
-                    (sw ? kAdaptiveSwappedBit : 0u) | (default_second ? kAdaptiveDefaultSecondBit : 0u);
+                    (static_cast<std::uint32_t>(pos[first]) << a.feature_bits) | (sw ? kAdaptiveLtSecondBit : 0u) |
+                    (tree.default_left[k] ? kAdaptiveNanLtBit : 0u);
         a.swapped_nodes += sw;
       }
       a.nodes.push_back(node);
+      a.leaf.push_back(leaf_word);
     }
   }
 
@@ -137,7 +144,9 @@ AdaptiveForestView AdaptiveForest::view() const {
   v.feature_bits = feature_bits;
   v.feature_mask = (1u << feature_bits) - 1u;
   v.nodes = nodes.data();
+  v.leaf = leaf.data();
   v.tree_begin = tree_begin.data();
+  v.depth = depth.data();
   v.inter = inter.data();
   v.inter_tree = inter_tree.data();
   v.max_nodes = max_nodes;
@@ -145,7 +154,8 @@ AdaptiveForestView AdaptiveForest::view() const {
 }
 
 std::size_t AdaptiveForest::footprint_bytes() const {
-  return common.bytes() + nodes.size() * sizeof(ForestNode) + tree_begin.size() * sizeof(index_t) +
+  return common.bytes() + nodes.size() * sizeof(ForestNode) + leaf.size() * sizeof(std::uint32_t) +
+         depth.size() * sizeof(std::int32_t) + tree_begin.size() * sizeof(index_t) +
          inter.size() * sizeof(ForestNode) + inter_tree.size() * sizeof(index_t);
 }
 

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -37,43 +38,65 @@ struct AdaptiveOptions {
 };
 
 // Node word of the adaptive format (ForestNode's 8 bytes, read differently):
-//   value  inner: threshold; scalar leaf: the leaf value
-//   info   bit 31 leaf. Leaf: bits 0-29 the leaf's index within its tree (vector leaves).
-//          Inner: bit 30 swapped (the first child is the test's right side), bit 29 a missing
-//          value takes the second child, bits [0, feature_bits) the feature, bits
-//          [feature_bits, 29) the first child's index within the tree.
-constexpr std::uint32_t kAdaptiveSwappedBit = 1u << 30;
-constexpr std::uint32_t kAdaptiveDefaultSecondBit = 1u << 29;
+//   value  inner: the threshold; leaf: NaN
+//   info   bit 31 leaf; bit 30 "the x < threshold side is the stored second child" (the
+//          children were swapped); bit 29 "a missing value takes the x < threshold side";
+//          bits [0, feature_bits) the feature; bits [feature_bits, 29) the first child's index
+//          within the tree. A leaf points at itself, with a test no row passes (NaN threshold,
+//          bit 30 set, bit 29 clear: every row stays), so a walk of depth[t] steps ends on the
+//          leaf whatever level it sits at: the loop needs no leaf test and a warp walking one
+//          tree runs a uniform trip count. Leaf values live apart, in leaf[] (scalar leaves:
+//          the float's bits; vector leaves: the leaf's index within its tree).
+constexpr std::uint32_t kAdaptiveLtSecondBit = 1u << 30;
+constexpr std::uint32_t kAdaptiveNanLtBit = 1u << 29;
 constexpr int kAdaptivePayloadBits = 29;
+constexpr std::uint32_t kAdaptivePayloadMask = (1u << kAdaptivePayloadBits) - 1u;
 
 struct AdaptiveForestView {
   ForestCommonView common;  // trees in canonical (layout) order
   int feature_bits = 1;
   std::uint32_t feature_mask = 1;
   const ForestNode* nodes = nullptr;     // tree-major: tree t's nodes at tree_begin[t] ...
+  const std::uint32_t* leaf = nullptr;   // tree-major, as nodes: a leaf's value bits or index
   const index_t* tree_begin = nullptr;   // [n_trees + 1]
+  const std::int32_t* depth = nullptr;   // [n_trees] steps from the root to the deepest leaf
   const ForestNode* inter = nullptr;     // interleaved: [max_nodes][n_trees]
   const index_t* inter_tree = nullptr;   // [n_trees] storage position -> canonical tree
   index_t max_nodes = 0;
 };
 
-// 1 if the row goes to the stored second child.
-CANOPY_HD inline int adaptive_second(ForestNode n, float x) {
-  if (x != x) return (n.info & kAdaptiveDefaultSecondBit) ? 1 : 0;
-  return (x < n.value) == ((n.info & kAdaptiveSwappedBit) != 0) ? 1 : 0;
+// 1 if a row whose feature value is x goes to the stored second child (0 at a leaf).
+CANOPY_HD inline std::uint32_t adaptive_second(ForestNode n, float x) {
+  const bool lt = (n.info & kAdaptiveNanLtBit) ? !(x >= n.value) : (x < n.value);
+  return lt == ((n.info & kAdaptiveLtSecondBit) != 0) ? 1u : 0u;
 }
 
-// Walks one tree whose node k is at base[k * stride]; get(f) reads feature f of the row.
+// One step of a walk: the node's position after `n` for the row that get(f) reads.
 template <class Get>
-CANOPY_HD inline ForestNode adaptive_walk(const ForestNode* base, index_t stride, int feature_bits,
-                                          std::uint32_t feature_mask, const Get& get) {
-  index_t k = 0;
-  for (;;) {
-    const ForestNode n = base[k * stride];
-    if (forest_is_leaf(n.info)) return n;
-    const std::uint32_t payload = n.info & ((1u << kAdaptivePayloadBits) - 1u);
-    k = static_cast<index_t>(payload >> feature_bits) + adaptive_second(n, get(static_cast<int>(payload & feature_mask)));
-  }
+CANOPY_HD inline std::uint32_t adaptive_step(ForestNode n, int feature_bits, std::uint32_t feature_mask, const Get& get) {
+  return ((n.info & kAdaptivePayloadMask) >> feature_bits) + adaptive_second(n, get(static_cast<int>(n.info & feature_mask)));
+}
+
+// The leaf position a row reaches in one tree whose node k is at base[k * stride].
+template <class Get>
+CANOPY_HD inline std::uint32_t adaptive_walk(const ForestNode* base, index_t stride, int depth, int feature_bits,
+                                             std::uint32_t feature_mask, const Get& get) {
+  std::uint32_t k = 0;
+  for (int l = 0; l < depth; ++l) k = adaptive_step(base[static_cast<index_t>(k) * stride], feature_bits, feature_mask, get);
+  return k;
+}
+
+// The leaf at position k of canonical tree t, as the executors' Sums take it.
+CANOPY_HD inline ForestNode adaptive_leaf(const AdaptiveForestView& v, index_t t, std::uint32_t k) {
+  const std::uint32_t w = v.leaf[v.tree_begin[t] + k];
+  ForestNode n;
+#if defined(__CUDA_ARCH__)
+  n.value = __uint_as_float(w);
+#else
+  std::memcpy(&n.value, &w, sizeof w);
+#endif
+  n.info = kForestLeafBit | (w & kForestIndexMask);
+  return n;
 }
 
 // Row scheduling's key for one row (the inspector, on the CPU and the GPU alike): the top-leaf
@@ -81,21 +104,16 @@ CANOPY_HD inline ForestNode adaptive_walk(const ForestNode* base, index_t stride
 // each (1 = the stored second child), the first tree in the most significant bits. A walk that
 // meets a leaf above `depth` pads its path with zeros. key_trees * depth <= 64.
 CANOPY_HD inline std::uint64_t adaptive_row_key(const AdaptiveForestView& v, const float* row, int depth, int key_trees) {
-  const std::uint32_t payload_mask = (1u << kAdaptivePayloadBits) - 1u;
   std::uint64_t key = 0;
   for (int t = 0; t < key_trees; ++t) {
     const ForestNode* base = v.nodes + v.tree_begin[t];
-    index_t k = 0;
+    std::uint32_t k = 0;
     std::uint64_t path = 0;
     for (int l = 0; l < depth; ++l) {
       const ForestNode n = base[k];
-      int second = 0;
-      if (!forest_is_leaf(n.info)) {
-        const std::uint32_t payload = n.info & payload_mask;
-        second = adaptive_second(n, row[payload & v.feature_mask]);
-        k = static_cast<index_t>(payload >> v.feature_bits) + second;
-      }
-      path = (path << 1) | static_cast<std::uint64_t>(second);
+      const std::uint32_t second = adaptive_second(n, row[n.info & v.feature_mask]);
+      k = ((n.info & kAdaptivePayloadMask) >> v.feature_bits) + second;
+      path = (path << 1) | second;  // a leaf stays put and adds 0
     }
     key = (key << depth) | path;
   }
@@ -117,6 +135,7 @@ struct AdaptiveForest {
   bool node_rearranged = false, tree_rearranged = false;
   int feature_bits = 1;
   std::vector<ForestNode> nodes;       // tree-major
+  std::vector<std::uint32_t> leaf;     // tree-major: leaf value bits / leaf index; 0 at inner nodes
   std::vector<index_t> tree_begin;     // [n_trees + 1]
   std::vector<ForestNode> inter;       // interleaved
   std::vector<index_t> inter_tree;     // [n_trees]
@@ -125,7 +144,7 @@ struct AdaptiveForest {
   // Per canonical tree: the expected number of nodes a row visits (training weights; 2^-depth
   // per leaf when the model has none), and the tree's depth.
   std::vector<double> expected_visits;
-  std::vector<int> depth;
+  std::vector<std::int32_t> depth;
 
  private:
   explicit AdaptiveForest(const Forest& f) : common(f) {}

@@ -45,6 +45,7 @@ std::string ForestSchedule::describe() const {
   item("rows/thread", rows_per_thread);
   item("trees/walk", tree_interleave);
   if (cache_rows >= 0) s << (s.tellp() > 0 ? ", " : "") << (cache_rows ? "rows cached" : "rows from global");
+  if (tree_sync >= 0) s << (s.tellp() > 0 ? ", " : "") << (tree_sync ? "sync every " + std::to_string(tree_sync) + " trees" : "no sync");
   item("rows/block", rows_per_block);
   item("rows/pass", tree_group);
   item("part KiB", part_kib);

@@ -50,6 +50,8 @@ struct ForestSchedule {
   int tree_interleave = 0;  // direct, shared forest: trees one thread walks at once (1, 2)
   int cache_rows = -1;      // direct: stage the block's rows in shared memory (1) or read them
                             // from global memory (0)
+  int tree_sync = -1;       // direct: a block barrier every tree_sync trees (0: none), so the
+                            // block's warps read the same trees while they are in L1
   int rows_per_block = 0;   // shared data: rows a block caches
   int tree_group = 0;       // shared data: rows a block's threads take through the trees
                             // together (the threads split the trees; a row's trees are one group)

@@ -19,9 +19,9 @@ void launch_adaptive_direct(const AdaptiveForestView& v, const AdaptiveBatch& b,
       if (s.cache_rows == 1) {
         auto kernel = adaptive_direct_kernel<Sums, R, K, true>;
         allow_dynamic_smem(kernel, smem, "cudaFuncSetAttribute(adaptive_direct_kernel)");
-        kernel<<<grid, s.block_threads, smem, d.stream>>>(v, b);
+        kernel<<<grid, s.block_threads, smem, d.stream>>>(v, b, s.tree_sync);
       } else {
-        adaptive_direct_kernel<Sums, R, K, false><<<grid, s.block_threads, 0, d.stream>>>(v, b);
+        adaptive_direct_kernel<Sums, R, K, false><<<grid, s.block_threads, 0, d.stream>>>(v, b, s.tree_sync);
       }
       CANOPY_CUDA_CHECK_LAUNCH("adaptive_direct_kernel");
     });

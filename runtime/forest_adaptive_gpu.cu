@@ -77,6 +77,10 @@ ForestSchedule ForestGpuEngine::Impl::resolve(ForestKernel k, const ForestSchedu
         s.block_threads = 128;
         shrink_for_small_batches(s.rows_per_thread);
       }
+      if (s.tree_sync < 0) s.tree_sync = 0;
+      if (s.tree_sync % s.tree_interleave != 0)
+        throw Error("direct strategy: tree_sync = " + std::to_string(s.tree_sync) + " must be a multiple of tree_interleave " +
+                    std::to_string(s.tree_interleave));
       if (s.cache_rows < 0) {
         // Staged rows cost one conflict-free shared-memory read per feature instead of a
         // scattered global one; stage them when the tile leaves room for several blocks per SM.
@@ -334,10 +338,12 @@ std::vector<ForestTrial> ForestGpuEngine::tune(const float* rows, index_t n_rows
         s.rows_per_thread = w.first;
         s.tree_interleave = w.second;
         if (t.kernel == ForestKernel::Direct) {
-          for (int cache : {0, 1}) {
-            s.cache_rows = cache;
-            grid.emplace_back(t.kernel, s);
-          }
+          for (int cache : {0, 1})
+            for (int sync : {0, 8, 32}) {
+              s.cache_rows = cache;
+              s.tree_sync = sync;
+              grid.emplace_back(t.kernel, s);
+            }
         } else if (t.kernel == ForestKernel::SplitSharedForest) {
           for (int part : {static_cast<int>(m.smem_optin / 1024), static_cast<int>(m.smem_optin / 2048),
                            static_cast<int>(m.smem_optin / 4096)}) {

@@ -96,7 +96,9 @@ ForestGpuEngine::ForestGpuEngine(const AdaptiveForest& l) : impl_(std::make_uniq
   m.adaptive = l.view();
   m.adaptive.common = m.upload_common(l.common);
   m.adaptive.nodes = m.upload(l.nodes, "the adaptive nodes");
+  m.adaptive.leaf = m.upload(l.leaf, "the adaptive leaf values");
   m.adaptive.tree_begin = m.upload(l.tree_begin, "the adaptive tree offsets");
+  m.adaptive.depth = m.upload(l.depth, "the adaptive tree depths");
   m.adaptive.inter = m.upload(l.inter, "the adaptive interleaved nodes");
   m.adaptive.inter_tree = m.upload(l.inter_tree, "the adaptive tree order");
   m.tree_begin = l.tree_begin;

@@ -37,14 +37,13 @@ ForestWarpVisits forest_nodes_per_warp(const AdaptiveForestView& v, const float*
   const index_t warps = (n_rows + 31) / 32;
   if (warps == 0 || max_warps < 1) return out;
   const index_t sampled = std::min(warps, max_warps);
-  const std::uint32_t payload_mask = (1u << kAdaptivePayloadBits) - 1u;
   struct Sum {
     double distinct = 0, visits = 0;
   };
   const Sum total = tbb::parallel_reduce(
       tbb::blocked_range<index_t>(0, sampled, 1), Sum{},
       [&](const tbb::blocked_range<index_t>& r, Sum s) {
-        std::vector<index_t> seen;
+        std::vector<std::uint32_t> seen;
         for (index_t w = r.begin(); w < r.end(); ++w) {
           const index_t first = (w * warps / sampled) * 32;
           const index_t last = std::min(first + 32, n_rows);
@@ -53,13 +52,12 @@ ForestWarpVisits forest_nodes_per_warp(const AdaptiveForestView& v, const float*
             const ForestNode* base = v.nodes + v.tree_begin[t];
             for (index_t i = first; i < last; ++i) {
               const float* row = rows + (order ? order[i] : i) * v.common.n_features;
-              index_t k = 0;
+              std::uint32_t k = 0;
               for (;;) {
                 seen.push_back(k);
                 const ForestNode n = base[k];
                 if (forest_is_leaf(n.info)) break;
-                const std::uint32_t payload = n.info & payload_mask;
-                k = static_cast<index_t>(payload >> v.feature_bits) + adaptive_second(n, row[payload & v.feature_mask]);
+                k = adaptive_step(n, v.feature_bits, v.feature_mask, [row](int f) { return row[f]; });
               }
             }
             s.visits += static_cast<double>(seen.size());

@@ -125,25 +125,31 @@ TEST(ForestAdaptive, NodeRearrangementPutsTheLikelierChildFirst) {
       for (std::size_t q = 0; q < queue.size(); ++q) {
         const index_t k = queue[q].first, n = queue[q].second;
         const ForestNode node = base[k];
+        const std::size_t nn = static_cast<std::size_t>(n);
         ASSERT_EQ(forest_is_leaf(node.info), tree.is_leaf(n)) << name << " tree " << t << " node " << n;
+        const std::uint32_t payload = node.info & kAdaptivePayloadMask;
+        const index_t child = static_cast<index_t>(payload >> a.feature_bits);
         if (tree.is_leaf(n)) {
-          EXPECT_EQ(node.value, a.common.leaf_width > 0 ? 0.0f : tree.value[static_cast<std::size_t>(n)]);
+          // A leaf points at itself and keeps every row, NaN included.
+          EXPECT_EQ(child, k);
+          for (float x : {-1e30f, 0.0f, 1e30f, NAN}) EXPECT_EQ(adaptive_second(node, x), 0u);
+          const ForestNode leaf = adaptive_leaf(a.view(), t, static_cast<std::uint32_t>(k));
+          if (a.common.leaf_width > 0) EXPECT_EQ(static_cast<std::int32_t>(forest_index(leaf.info)), tree.leaf_index[nn]);
+          else EXPECT_EQ(leaf.value, tree.value[nn]);
           continue;
         }
         ++inner;
-        const std::uint32_t payload = node.info & ((1u << kAdaptivePayloadBits) - 1u);
-        EXPECT_EQ(static_cast<std::int32_t>(payload & ((1u << a.feature_bits) - 1u)), tree.feature[static_cast<std::size_t>(n)]);
-        const bool sw = (node.info & kAdaptiveSwappedBit) != 0;
-        const index_t l = tree.left[static_cast<std::size_t>(n)], r = tree.right[static_cast<std::size_t>(n)];
+        EXPECT_EQ(static_cast<std::int32_t>(payload & ((1u << a.feature_bits) - 1u)), tree.feature[nn]);
+        const bool sw = (node.info & kAdaptiveLtSecondBit) != 0;
+        const index_t l = tree.left[nn], r = tree.right[nn];
         EXPECT_EQ(sw, p[static_cast<std::size_t>(r)] > p[static_cast<std::size_t>(l)]) << name << " tree " << t << " node " << n;
-        const index_t first = static_cast<index_t>(payload >> a.feature_bits);
-        queue.emplace_back(first, sw ? r : l);
-        queue.emplace_back(first + 1, sw ? l : r);
+        queue.emplace_back(child, sw ? r : l);
+        queue.emplace_back(child + 1, sw ? l : r);
         // The test is unchanged: below the threshold still reaches the tree's left child.
-        const float below = std::nextafter(tree.value[static_cast<std::size_t>(n)], -INFINITY);
-        EXPECT_EQ(adaptive_second(node, below), sw ? 1 : 0);
-        EXPECT_EQ(adaptive_second(node, tree.value[static_cast<std::size_t>(n)]), sw ? 0 : 1);
-        EXPECT_EQ(adaptive_second(node, NAN), (tree.default_left[static_cast<std::size_t>(n)] != 0) == sw ? 1 : 0);
+        const float below = std::nextafter(tree.value[nn], -INFINITY);
+        EXPECT_EQ(adaptive_second(node, below), sw ? 1u : 0u);
+        EXPECT_EQ(adaptive_second(node, tree.value[nn]), sw ? 0u : 1u);
+        EXPECT_EQ(adaptive_second(node, NAN), (tree.default_left[nn] != 0) == sw ? 1u : 0u);
       }
       EXPECT_EQ(static_cast<index_t>(queue.size()), tree.size());
     }
@@ -155,7 +161,7 @@ TEST(ForestAdaptive, NodeRearrangementPutsTheLikelierChildFirst) {
       for (index_t k = a.tree_begin[static_cast<std::size_t>(t)]; k < a.tree_begin[static_cast<std::size_t>(t) + 1]; ++k) {
         const ForestNode x = a.inter[static_cast<std::size_t>((k - a.tree_begin[static_cast<std::size_t>(t)]) * T + s)];
         const ForestNode y = a.nodes[static_cast<std::size_t>(k)];
-        ASSERT_TRUE(x.value == y.value && x.info == y.info) << name << " tree " << t << " slot " << k;
+        ASSERT_TRUE(std::memcmp(&x, &y, sizeof x) == 0) << name << " tree " << t << " slot " << k;
       }
     }
   }

@@ -1,0 +1,506 @@
+// Tahoe's performance model: equations 1-7 against hand-computed values, the strategy choice,
+// the on-disk cache of the hardware parameters, and (with a GPU) their measurement.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+
+#include "require_gpu.hpp"
+#include "runtime/device.hpp"
+#include "runtime/forest_model.hpp"
+#include "runtime/forest_model_gpu.hpp"
+
+namespace canopy {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Round numbers, so the expected values below can be worked out by hand.
+ForestHardware toy_hardware() {
+  ForestHardware hw;
+  hw.device_name = "Toy GPU";
+  hw.device_uuid = "00112233445566778899aabbccddeeff";
+  hw.sm_count = 4;
+  hw.smem_read_gbs = 1000;
+  hw.smem_write_gbs = 500;
+  hw.gmem_coalesced_gbs = 200;
+  hw.gmem_uncoalesced_gbs = 10;
+  hw.block_reduce_ns_per_thread = 0.5;
+  hw.global_reduce_ns_per_block = 100;
+  return hw;
+}
+
+// 10 trees of 31 nodes of 8 bytes (2480 bytes), 5 nodes visited per tree, 10 features.
+ForestCostInputs toy_inputs() {
+  ForestCostInputs in;
+  in.n_batch = 100;
+  in.sample_bytes = 40;
+  in.n_trees = 10;
+  in.avg_depth = 5;
+  in.node_bytes = 8;
+  in.attr_bytes = 4;
+  in.nodes_per_tree = 31;
+  in.forest_bytes = 2480;
+  in.smem_bytes = 48 * 1024;
+  in.threads_per_block = 128;
+  in.blocks = 4;
+  in.parts = 1;
+  return in;
+}
+
+const ForestCostEstimate& find(const std::vector<ForestCostEstimate>& est, ForestStrategy s) {
+  for (const ForestCostEstimate& e : est)
+    if (e.strategy == s) return e;
+  ADD_FAILURE() << "no estimate for " << to_string(s);
+  return est.front();
+}
+
+void expect_terms(const ForestCostEstimate& e, double smem, double gmem, double bred, double gred) {
+  SCOPED_TRACE(to_string(e.strategy));
+  const double tol = 1e-12;
+  EXPECT_NEAR(e.smem_ns, smem, tol);
+  EXPECT_NEAR(e.gmem_ns, gmem, tol);
+  EXPECT_NEAR(e.block_reduce_ns, bred, tol);
+  EXPECT_NEAR(e.global_reduce_ns, gred, tol);
+  EXPECT_NEAR(e.ns_per_row, smem + gmem + bred + gred, tol);  // eq. 1
+}
+
+TEST(ForestCostModel, StrategyNames) {
+  EXPECT_STREQ(to_string(ForestStrategy::SharedData), "shared-data");
+  EXPECT_STREQ(to_string(ForestStrategy::Direct), "direct");
+  EXPECT_STREQ(to_string(ForestStrategy::SharedForest), "shared-forest");
+  EXPECT_STREQ(to_string(ForestStrategy::SplitSharedForest), "split-shared-forest");
+}
+
+TEST(ForestCostModel, EquationsByHand) {
+  const auto est = estimate_forest_costs(toy_inputs(), toy_hardware());
+  ASSERT_EQ(est.size(), 4u);
+  EXPECT_EQ(est[0].strategy, ForestStrategy::SharedData);
+  EXPECT_EQ(est[1].strategy, ForestStrategy::Direct);
+  EXPECT_EQ(est[2].strategy, ForestStrategy::SharedForest);
+  EXPECT_EQ(est[3].strategy, ForestStrategy::SplitSharedForest);
+  // D*N*S_node = 5*10*8 = 400 bytes of nodes, D*N*S_att = 5*10*4 = 200 bytes of attributes,
+  // N_nodes*N_trees*S_node = 31*10*8 = 2480 bytes of forest.
+  // Shared data (eq. 4, eq. 2): SMEM 40/500 + 200/1000 = 0.28; GMEM 40/200 + 400/(200/2) = 4.2;
+  // B_REDU 0.5*128/100 = 0.64.
+  expect_terms(find(est, ForestStrategy::SharedData), 0.28, 4.2, 0.64, 0);
+  // Direct (eq. 5): GMEM 400/(200/2) + 200/10 = 24.
+  expect_terms(find(est, ForestStrategy::Direct), 0, 24, 0, 0);
+  // Shared forest (eq. 6): SMEM 400/1000 = 0.4; GMEM 200/10 = 20.
+  expect_terms(find(est, ForestStrategy::SharedForest), 0.4, 20, 0, 0);
+  // Splitting (eq. 7, eq. 3): SMEM 2480/(500*100) + 0.4 = 0.4496; GMEM 2480/(200*100) + 20 = 20.124;
+  // G_REDU 100*4/100 = 4.
+  expect_terms(find(est, ForestStrategy::SplitSharedForest), 0.4496, 20.124, 0, 4);
+  for (const ForestCostEstimate& e : est) EXPECT_TRUE(e.feasible) << to_string(e.strategy);
+  EXPECT_NEAR(find(est, ForestStrategy::SharedData).ns_per_row, 5.12, 1e-12);
+  EXPECT_NEAR(find(est, ForestStrategy::SplitSharedForest).ns_per_row, 24.5736, 1e-12);
+  EXPECT_EQ(choose_forest_strategy(est), ForestStrategy::SharedData);
+}
+
+TEST(ForestCostModel, SharedForestInfeasibleWhenTheForestExceedsSharedMemory) {
+  ForestCostInputs in = toy_inputs();
+  ForestHardware hw = toy_hardware();
+  hw.gmem_uncoalesced_gbs = 1000;  // cheap attribute reads: shared forest would be the fastest
+  in.smem_bytes = 2480;            // the forest just fits
+  auto est = estimate_forest_costs(in, hw);
+  EXPECT_TRUE(find(est, ForestStrategy::SharedForest).feasible);
+  EXPECT_EQ(choose_forest_strategy(est), ForestStrategy::SharedForest);
+
+  in.smem_bytes = 2479;  // one byte short
+  est = estimate_forest_costs(in, hw);
+  EXPECT_FALSE(find(est, ForestStrategy::SharedForest).feasible);
+  EXPECT_FALSE(find(est, ForestStrategy::SplitSharedForest).feasible);  // one part: the whole forest
+  EXPECT_TRUE(find(est, ForestStrategy::SharedData).feasible);
+  EXPECT_TRUE(find(est, ForestStrategy::Direct).feasible);
+  // Its estimate is still computed (0.4 + 200/1000), just not chosen.
+  EXPECT_NEAR(find(est, ForestStrategy::SharedForest).ns_per_row, 0.6, 1e-12);
+  EXPECT_NE(choose_forest_strategy(est), ForestStrategy::SharedForest);
+
+  in.parts = 2;  // 1240 bytes a part
+  est = estimate_forest_costs(in, hw);
+  EXPECT_TRUE(find(est, ForestStrategy::SplitSharedForest).feasible);
+  EXPECT_FALSE(find(est, ForestStrategy::SharedForest).feasible);
+
+  in.smem_bytes = 39;  // not even one sample fits, nor a tenth of the forest: only direct remains
+  in.parts = 10;
+  est = estimate_forest_costs(in, hw);
+  EXPECT_FALSE(find(est, ForestStrategy::SharedData).feasible);
+  EXPECT_FALSE(find(est, ForestStrategy::SplitSharedForest).feasible);
+  EXPECT_EQ(choose_forest_strategy(est), ForestStrategy::Direct);
+}
+
+// The forest does not fit (3 parts do), attribute reads cost 200/100 = 2 ns per row:
+//   shared data  4.48 + 64 / N      (eq. 2's reduction, amortised over the batch)
+//   direct       6
+//   splitting    2.4 + 317.36 / N   (forest load 4.96/N + 12.4/N, global reduction 300/N)
+TEST(ForestCostModel, ChoiceFlipsWithBatchSize) {
+  ForestHardware hw = toy_hardware();
+  hw.gmem_uncoalesced_gbs = 100;
+  ForestCostInputs in = toy_inputs();
+  in.smem_bytes = 1000;
+  in.parts = 3;
+  in.blocks = 3;
+
+  in.n_batch = 1;
+  auto est = estimate_forest_costs(in, hw);
+  EXPECT_NEAR(find(est, ForestStrategy::SharedData).ns_per_row, 68.48, 1e-9);
+  EXPECT_NEAR(find(est, ForestStrategy::SplitSharedForest).ns_per_row, 319.76, 1e-9);
+  EXPECT_EQ(choose_forest_strategy(est), ForestStrategy::Direct);
+
+  in.n_batch = 100;
+  est = estimate_forest_costs(in, hw);
+  EXPECT_NEAR(find(est, ForestStrategy::SharedData).ns_per_row, 5.12, 1e-9);
+  EXPECT_NEAR(find(est, ForestStrategy::SplitSharedForest).ns_per_row, 5.5736, 1e-9);
+  EXPECT_EQ(choose_forest_strategy(est), ForestStrategy::SharedData);
+
+  in.n_batch = 10000;
+  est = estimate_forest_costs(in, hw);
+  const ForestCostEstimate& split = find(est, ForestStrategy::SplitSharedForest);
+  EXPECT_NEAR(split.smem_ns, 0.4 + 2480.0 / (500.0 * 10000), 1e-12);
+  EXPECT_NEAR(split.gmem_ns, 2.0 + 2480.0 / (200.0 * 10000), 1e-12);
+  EXPECT_NEAR(split.global_reduce_ns, 0.03, 1e-12);
+  EXPECT_NEAR(split.ns_per_row, 2.4 + 317.36 / 10000, 1e-9);
+  EXPECT_NEAR(find(est, ForestStrategy::SharedData).ns_per_row, 4.4864, 1e-9);
+  EXPECT_EQ(choose_forest_strategy(est), ForestStrategy::SplitSharedForest);
+
+  // The crossing of shared data and splitting: 2.08 = 253.36 / N, N = 121.8.
+  in.n_batch = 121;
+  EXPECT_EQ(choose_forest_strategy(estimate_forest_costs(in, hw)), ForestStrategy::SharedData);
+  in.n_batch = 122;
+  EXPECT_EQ(choose_forest_strategy(estimate_forest_costs(in, hw)), ForestStrategy::SplitSharedForest);
+}
+
+TEST(ForestCostModel, SharedForestBeatsSplittingWhenItFits) {
+  ForestHardware hw = toy_hardware();
+  hw.gmem_uncoalesced_gbs = 100;
+  ForestCostInputs in = toy_inputs();
+  in.n_batch = 1e9;  // splitting's load and reduction amortised to almost nothing
+  const auto est = estimate_forest_costs(in, hw);
+  EXPECT_LT(find(est, ForestStrategy::SharedForest).ns_per_row, find(est, ForestStrategy::SplitSharedForest).ns_per_row);
+  EXPECT_EQ(choose_forest_strategy(est), ForestStrategy::SharedForest);
+}
+
+TEST(ForestCostModel, RejectsBadInputs) {
+  const ForestHardware hw = toy_hardware();
+  ForestCostInputs in = toy_inputs();
+  in.n_batch = 0;
+  EXPECT_THROW(estimate_forest_costs(in, hw), Error);
+  in = toy_inputs();
+  in.avg_depth = -1;
+  EXPECT_THROW(estimate_forest_costs(in, hw), Error);
+  in = toy_inputs();
+  in.parts = 0;
+  EXPECT_THROW(estimate_forest_costs(in, hw), Error);
+  in = toy_inputs();
+  in.n_trees = std::nan("");
+  EXPECT_THROW(estimate_forest_costs(in, hw), Error);
+  ForestHardware unmeasured;  // every bandwidth 0
+  try {
+    estimate_forest_costs(toy_inputs(), unmeasured);
+    ADD_FAILURE() << "no error for an unmeasured GPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("smem_read_gbs"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(choose_forest_strategy({}), Error);
+  auto est = estimate_forest_costs(toy_inputs(), hw);
+  for (ForestCostEstimate& e : est) e.feasible = false;
+  EXPECT_THROW(choose_forest_strategy(est), Error);
+}
+
+// ---- the cache ----
+
+class ForestHardwareCache : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path("/tmp") / ("canopy_forest_hw_" + std::to_string(::getpid()) + "_" +
+                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string path() const { return (dir_ / "sub" / "dir" / "forest_hardware.json").string(); }
+  void write(const std::string& text) const {
+    fs::create_directories(fs::path(path()).parent_path());
+    std::ofstream(path()) << text;
+  }
+  fs::path dir_;
+};
+
+void expect_same(const ForestHardware& a, const ForestHardware& b) {
+  EXPECT_EQ(a.device_name, b.device_name);
+  EXPECT_EQ(a.device_uuid, b.device_uuid);
+  EXPECT_EQ(a.sm_count, b.sm_count);
+  EXPECT_EQ(a.smem_read_gbs, b.smem_read_gbs);
+  EXPECT_EQ(a.smem_write_gbs, b.smem_write_gbs);
+  EXPECT_EQ(a.gmem_coalesced_gbs, b.gmem_coalesced_gbs);
+  EXPECT_EQ(a.gmem_uncoalesced_gbs, b.gmem_uncoalesced_gbs);
+  EXPECT_EQ(a.block_reduce_ns_per_thread, b.block_reduce_ns_per_thread);
+  EXPECT_EQ(a.global_reduce_ns_per_block, b.global_reduce_ns_per_block);
+  EXPECT_EQ(a.version, b.version);
+}
+
+TEST_F(ForestHardwareCache, SaveThenLoadRoundTripsEveryField) {
+  ForestHardware hw = toy_hardware();
+  hw.device_name = "NVIDIA H100 80GB HBM3";
+  hw.sm_count = 132;
+  hw.smem_read_gbs = 29876.123456789012;  // bits that a short decimal would lose
+  hw.smem_write_gbs = 28000.5;
+  hw.gmem_coalesced_gbs = 3012.0 / 7.0;
+  hw.gmem_uncoalesced_gbs = 1.0 / 3.0;
+  hw.block_reduce_ns_per_thread = 1e-4 / 3.0;
+  hw.global_reduce_ns_per_block = 0.1;
+  save_forest_hardware(path(), hw);  // creates sub/dir
+  ASSERT_TRUE(fs::exists(path()));
+  ForestHardware back;
+  std::string why = "stale";
+  ASSERT_TRUE(load_forest_hardware(path(), hw.device_name, hw.device_uuid, &back, &why)) << why;
+  EXPECT_TRUE(why.empty()) << why;
+  expect_same(back, hw);
+  // No temporary file left beside it.
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(path()).parent_path())) {
+    (void)e;
+    ++files;
+  }
+  EXPECT_EQ(files, 1);
+}
+
+TEST_F(ForestHardwareCache, MissingFileIsNotLoaded) {
+  ForestHardware out = toy_hardware();
+  out.sm_count = 77;
+  std::string why;
+  EXPECT_FALSE(load_forest_hardware(path(), "Toy GPU", toy_hardware().device_uuid, &out, &why));
+  EXPECT_FALSE(why.empty());
+  EXPECT_EQ(out.sm_count, 77);  // untouched
+  EXPECT_FALSE(load_forest_hardware(path(), "Toy GPU", toy_hardware().device_uuid, &out));  // no why: fine too
+}
+
+TEST_F(ForestHardwareCache, MalformedFileIsNotLoadedAndSaysWhy) {
+  const ForestHardware hw = toy_hardware();
+  ForestHardware out;
+  std::string why;
+  write("{\"format\": \"canopy-forest-hardware\", \"version\": 1, \"device_name\": ");  // cut short
+  EXPECT_FALSE(load_forest_hardware(path(), hw.device_name, hw.device_uuid, &out, &why));
+  EXPECT_NE(why.find("malformed"), std::string::npos) << why;
+  EXPECT_NE(why.find(path()), std::string::npos) << why;
+
+  // Valid JSON, a field missing.
+  save_forest_hardware(path(), hw);
+  std::ifstream f(path());
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  f.close();
+  const std::size_t at = text.find("\"smem_write_gbs\"");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 16, "\"smem_wrote_gbs\"");
+  write(text);
+  why.clear();
+  EXPECT_FALSE(load_forest_hardware(path(), hw.device_name, hw.device_uuid, &out, &why));
+  EXPECT_NE(why.find("malformed"), std::string::npos) << why;
+
+  // A field of the wrong type, and a bandwidth that is not positive.
+  write("{\"format\": \"canopy-forest-hardware\", \"version\": 1, \"device_name\": 3}");
+  why.clear();
+  EXPECT_FALSE(load_forest_hardware(path(), hw.device_name, hw.device_uuid, &out, &why));
+  EXPECT_NE(why.find("malformed"), std::string::npos) << why;
+  ForestHardware zero = hw;
+  zero.gmem_uncoalesced_gbs = 0;
+  save_forest_hardware(path(), zero);
+  why.clear();
+  EXPECT_FALSE(load_forest_hardware(path(), hw.device_name, hw.device_uuid, &out, &why));
+  EXPECT_NE(why.find("malformed"), std::string::npos) << why;
+
+  // Not JSON at all, and a JSON array.
+  write("sm_count = 132\n");
+  EXPECT_FALSE(load_forest_hardware(path(), hw.device_name, hw.device_uuid, &out, &why));
+  write("[1, 2, 3]");
+  EXPECT_FALSE(load_forest_hardware(path(), hw.device_name, hw.device_uuid, &out, &why));
+}
+
+TEST_F(ForestHardwareCache, AnotherVersionUuidOrNameIsNotLoaded) {
+  const ForestHardware hw = toy_hardware();
+  save_forest_hardware(path(), hw);
+  ForestHardware out;
+  std::string why;
+  EXPECT_FALSE(load_forest_hardware(path(), hw.device_name, "ffeeddccbbaa99887766554433221100", &out, &why));
+  EXPECT_NE(why.find(hw.device_uuid), std::string::npos) << why;
+  EXPECT_FALSE(load_forest_hardware(path(), "Other GPU", hw.device_uuid, &out, &why));
+  EXPECT_NE(why.find("Other GPU"), std::string::npos) << why;
+  EXPECT_TRUE(load_forest_hardware(path(), hw.device_name, hw.device_uuid, &out, &why)) << why;
+
+  ForestHardware v2 = hw;
+  v2.version = 2;
+  save_forest_hardware(path(), v2);
+  EXPECT_FALSE(load_forest_hardware(path(), hw.device_name, hw.device_uuid, &out, &why));
+  EXPECT_NE(why.find("version 2"), std::string::npos) << why;
+}
+
+TEST_F(ForestHardwareCache, LoadOrMeasureMeasuresOnlyWhenNeeded) {
+  const ForestHardware toy = toy_hardware();
+  const std::string other_uuid = "ffeeddccbbaa99887766554433221100";
+  int calls = 0;
+  std::string measuring_uuid = toy.device_uuid;
+  const auto measure = [&] {
+    ++calls;
+    ForestHardware hw = toy;
+    hw.device_uuid = measuring_uuid;
+    hw.smem_read_gbs = 1000 + calls;  // tells the measurements apart
+    return hw;
+  };
+
+  bool measured = false;
+  ForestHardware hw = load_or_measure_forest_hardware(path(), toy.device_name, toy.device_uuid, measure, &measured);
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(measured);
+  EXPECT_EQ(hw.smem_read_gbs, 1001);
+  ASSERT_TRUE(fs::exists(path()));
+  ForestHardware on_disk;
+  ASSERT_TRUE(load_forest_hardware(path(), toy.device_name, toy.device_uuid, &on_disk));
+  expect_same(on_disk, hw);
+
+  hw = load_or_measure_forest_hardware(path(), toy.device_name, toy.device_uuid, measure, &measured);
+  EXPECT_EQ(calls, 1);  // the cache was valid
+  EXPECT_FALSE(measured);
+  EXPECT_EQ(hw.smem_read_gbs, 1001);
+  hw = load_or_measure_forest_hardware(path(), toy.device_name, toy.device_uuid, measure);
+  EXPECT_EQ(calls, 1);
+
+  measuring_uuid = other_uuid;  // the cache now belongs to another GPU
+  hw = load_or_measure_forest_hardware(path(), toy.device_name, other_uuid, measure, &measured);
+  EXPECT_EQ(calls, 2);
+  EXPECT_TRUE(measured);
+  EXPECT_EQ(hw.device_uuid, other_uuid);
+  EXPECT_EQ(hw.smem_read_gbs, 1002);
+  ASSERT_TRUE(load_forest_hardware(path(), toy.device_name, other_uuid, &on_disk));  // rewritten
+  EXPECT_EQ(on_disk.smem_read_gbs, 1002);
+
+  // A malformed cache is measured again and replaced.
+  write("{");
+  hw = load_or_measure_forest_hardware(path(), toy.device_name, other_uuid, measure, &measured);
+  EXPECT_EQ(calls, 3);
+  EXPECT_TRUE(measured);
+  EXPECT_TRUE(load_forest_hardware(path(), toy.device_name, other_uuid, &on_disk));
+}
+
+TEST_F(ForestHardwareCache, LoadOrMeasureChecksTheMeasurementsDevice) {
+  const ForestHardware toy = toy_hardware();
+  int calls = 0;
+  // A measurement without a name or uuid takes the device's.
+  const auto anonymous = [&] {
+    ++calls;
+    ForestHardware hw = toy;
+    hw.device_name.clear();
+    hw.device_uuid.clear();
+    return hw;
+  };
+  const ForestHardware hw = load_or_measure_forest_hardware(path(), toy.device_name, toy.device_uuid, anonymous);
+  EXPECT_EQ(hw.device_name, toy.device_name);
+  EXPECT_EQ(hw.device_uuid, toy.device_uuid);
+  // One of another device is an error, and nothing is cached for it.
+  fs::remove(path());
+  EXPECT_THROW(load_or_measure_forest_hardware(path(), "Other GPU", toy.device_uuid, [&] { return toy; }), Error);
+  EXPECT_FALSE(fs::exists(path()));
+  // No path: no cache, always measured.
+  load_or_measure_forest_hardware("", toy.device_name, toy.device_uuid, anonymous);
+  load_or_measure_forest_hardware("", toy.device_name, toy.device_uuid, anonymous);
+  EXPECT_EQ(calls, 3);
+}
+
+TEST_F(ForestHardwareCache, SaveFailureNamesThePath) {
+  write("a file where a directory should be");
+  const std::string bad = path() + "/forest_hardware.json";
+  try {
+    save_forest_hardware(bad, toy_hardware());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+  }
+}
+
+// Sets an environment variable for its lifetime (unset when `value` is empty).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value.empty())
+      ::unsetenv(name);
+    else
+      ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(ForestHardwareCachePath, FollowsTheEnvironment) {
+  {
+    ScopedEnv a("CANOPY_CACHE_DIR", "/c/canopy"), b("XDG_CACHE_HOME", "/x"), c("HOME", "/h");
+    EXPECT_EQ(default_forest_hardware_cache(), "/c/canopy/forest_hardware.json");
+  }
+  {
+    ScopedEnv a("CANOPY_CACHE_DIR", ""), b("XDG_CACHE_HOME", "/x"), c("HOME", "/h");
+    EXPECT_EQ(default_forest_hardware_cache(), "/x/canopy/forest_hardware.json");
+  }
+  {
+    ScopedEnv a("CANOPY_CACHE_DIR", ""), b("XDG_CACHE_HOME", ""), c("HOME", "/h");
+    EXPECT_EQ(default_forest_hardware_cache(), "/h/.cache/canopy/forest_hardware.json");
+  }
+  {
+    ScopedEnv a("CANOPY_CACHE_DIR", ""), b("XDG_CACHE_HOME", ""), c("HOME", "");
+    EXPECT_EQ(default_forest_hardware_cache(), "");
+  }
+}
+
+// ---- the measurement ----
+
+TEST(ForestHardwareGpu, MeasuresPlausibleNumbers) {
+  CANOPY_REQUIRE_GPU();
+  gpu_free_memory();  // creates the CUDA context, which is not the measurement's cost
+  const auto t0 = std::chrono::steady_clock::now();
+  const ForestHardware hw = measure_forest_hardware(0);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%s (%s), %d SMs, measured in %.3f s:\n  smem read %.0f GB/s, write %.0f GB/s\n"
+              "  gmem coalesced %.0f GB/s, uncoalesced %.1f GB/s\n  B_rate %.3g ns/thread, G_rate %.3g ns/block\n",
+              hw.device_name.c_str(), hw.device_uuid.c_str(), hw.sm_count, seconds, hw.smem_read_gbs,
+              hw.smem_write_gbs, hw.gmem_coalesced_gbs, hw.gmem_uncoalesced_gbs, hw.block_reduce_ns_per_thread,
+              hw.global_reduce_ns_per_block);
+
+  EXPECT_FALSE(hw.device_name.empty());
+  EXPECT_EQ(gpu_description().rfind(hw.device_name, 0), 0u) << gpu_description();
+  ASSERT_EQ(hw.device_uuid.size(), 32u);
+  EXPECT_EQ(hw.device_uuid.find_first_not_of("0123456789abcdef"), std::string::npos) << hw.device_uuid;
+  EXPECT_GT(hw.sm_count, 0);
+  EXPECT_EQ(hw.version, 1);
+  for (double v : {hw.smem_read_gbs, hw.smem_write_gbs, hw.gmem_coalesced_gbs, hw.gmem_uncoalesced_gbs,
+                   hw.block_reduce_ns_per_thread, hw.global_reduce_ns_per_block}) {
+    EXPECT_TRUE(std::isfinite(v)) << v;
+    EXPECT_GT(v, 0);
+  }
+  EXPECT_GT(hw.gmem_coalesced_gbs, hw.gmem_uncoalesced_gbs);
+  EXPECT_GT(hw.smem_read_gbs, 1000);
+  EXPECT_LT(seconds, 1.0);
+
+  // The record drives the model.
+  const auto est = estimate_forest_costs(toy_inputs(), hw);
+  for (const ForestCostEstimate& e : est) EXPECT_TRUE(std::isfinite(e.ns_per_row) && e.ns_per_row > 0);
+}
+
+}  // namespace
+}  // namespace canopy
