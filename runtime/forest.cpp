@@ -230,9 +230,10 @@ ForestTimes ForestPredictor::predict(const float* rows, index_t n_rows, float* o
   return times;
 }
 
-std::vector<ForestTrial> ForestPredictor::model_estimates(index_t n_rows, const ForestRunOptions& opt) {
+std::vector<ForestTrial> ForestPredictor::model_estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt) {
   if (impl_->device != Device::Gpu) throw Error("the performance model describes the GPU strategies; this predictor runs on the CPU");
-  return impl_->gpu->estimates(n_rows, opt);
+  if (n_rows < 1 || rows == nullptr) throw Error("model_estimates: the batch has no rows");
+  return impl_->gpu->estimates(rows, n_rows, opt);
 }
 
 std::vector<ForestTrial> ForestPredictor::tune(const float* rows, index_t n_rows, const ForestRunOptions& opt, int repeat) {

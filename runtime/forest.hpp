@@ -114,7 +114,8 @@ struct ForestTrial {
   ForestKernel kernel = ForestKernel::Direct;
   ForestSchedule schedule;
   double kernel_ms = 0;
-  double model_ns_per_row = 0;  // the performance model's estimate for the strategy
+  double model_ns_per_row = 0;  // Canopy's model: the batch's estimated time / rows (inf: infeasible)
+  double paper_ns_per_row = 0;  // equations 1-7 as printed (inf: infeasible)
 };
 
 namespace detail {
@@ -145,9 +146,10 @@ class ForestPredictor {
   // rows: [n_rows][n_features()]; out: [n_rows][output_width(opt.output)].
   ForestTimes predict(const float* rows, index_t n_rows, float* out, const ForestRunOptions& opt = {});
 
-  // Adaptive layout on the GPU. The performance model's estimates for this batch size, one per
-  // strategy (infeasible ones flagged), from the hardware parameters of opt.hardware_cache.
-  std::vector<ForestTrial> model_estimates(index_t n_rows, const ForestRunOptions& opt = {});
+  // Adaptive layout on the GPU. The performance model's estimates for this batch, one per
+  // strategy (infeasible: infinite), fastest first, from the hardware parameters of
+  // opt.hardware_cache; the rows feed the warp emulator's coalescing ratios (first call only).
+  std::vector<ForestTrial> model_estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt = {});
   // A small auto-tuner: times a grid of schedules around the model's choice on these rows
   // (kernel time, median of `repeat`) and returns every trial, the fastest first.
   std::vector<ForestTrial> tune(const float* rows, index_t n_rows, const ForestRunOptions& opt = {}, int repeat = 3);

@@ -96,8 +96,10 @@ ForestSchedule ForestGpuEngine::Impl::resolve(ForestKernel k, const ForestSchedu
       if (s.rows_per_thread == 0) s.rows_per_thread = 1;
       if (s.tree_interleave == 0) s.tree_interleave = walks;
       if (s.block_threads == 0) {
+        // At least 128 threads: each block stages its part in shared memory, too slow for fewer.
         s.block_threads = 256;
         shrink_for_small_batches(s.rows_per_thread);
+        s.block_threads = std::max(s.block_threads, 128);
       }
       // Half the shared memory: two blocks per SM hide more latency than one with a larger part.
       if (s.part_kib == 0) s.part_kib = static_cast<int>(smem_optin / 2048);
@@ -241,8 +243,72 @@ const ForestHardware& ForestGpuEngine::Impl::hardware_params(const std::string& 
   return *hardware;
 }
 
-std::vector<ForestTrial> ForestGpuEngine::Impl::estimates(index_t n_rows, const ForestRunOptions& opt) {
+ForestShape ForestGpuEngine::Impl::shape(ForestKernel k, index_t n_rows) const {
+  const ForestSchedule s = resolve(k, ForestSchedule{}, n_rows);
+  const ForestCommonView& c = adaptive.common;
+  const index_t T = c.n_trees;
+  const std::vector<std::int32_t>& depth = host->depth;
+  auto steps = [&](index_t t0, index_t t1, int walk) {  // the fixed-trip steps of trees [t0, t1), walk at a time
+    double total = 0;
+    for (index_t t = t0; t < t1; t += walk) {
+      int most = 0;
+      for (index_t q = t; q < std::min<index_t>(t + walk, t1); ++q) most = std::max(most, depth[static_cast<std::size_t>(q)]);
+      total += most;
+    }
+    return total;
+  };
+  const double sms = sm_count;
+  ForestShape sh;
+  switch (k) {
+    case ForestKernel::Direct: {
+      sh.strategy = ForestStrategy::Direct;
+      sh.coalescing = profile->coalescing_direct;
+      sh.rows_in_smem = s.cache_rows == 1;
+      const double blocks = std::ceil(static_cast<double>(n_rows) / (s.block_threads * s.rows_per_thread));
+      double per_sm = std::min(32.0, 2048.0 / s.block_threads);
+      const std::size_t tile = gpu::direct_tile_bytes(adaptive, s);
+      if (tile > 0) per_sm = std::min(per_sm, std::floor(228.0 * 1024 / static_cast<double>(tile + 1024)));
+      sh.waves = std::ceil(blocks / (sms * per_sm));
+      sh.chain_steps = steps(0, T, s.tree_interleave);
+      break;
+    }
+    case ForestKernel::SharedData: {
+      sh.strategy = ForestStrategy::SharedData;
+      sh.coalescing = profile->coalescing_shared_data;
+      sh.rows_in_smem = true;
+      const double blocks = std::ceil(static_cast<double>(n_rows) / s.rows_per_block);
+      const std::size_t smem = gpu::shared_data_bytes(adaptive, s, sums_outputs(c), carry_size(c));
+      const double per_sm = std::max(1.0, std::min(2048.0 / s.block_threads, std::floor(228.0 * 1024 / static_cast<double>(smem + 1024))));
+      sh.waves = std::ceil(blocks / (sms * per_sm));
+      const double passes = std::ceil(static_cast<double>(s.rows_per_block) / s.tree_group);
+      int most = 0;
+      for (int d : depth) most = std::max(most, d);
+      sh.chain_steps = passes * std::ceil(static_cast<double>(T) / s.block_threads) * most;
+      break;
+    }
+    default: {
+      sh.strategy = k == ForestKernel::SharedForest ? ForestStrategy::SharedForest : ForestStrategy::SplitSharedForest;
+      sh.smem_conflict = profile->smem_conflict;
+      const std::vector<std::pair<index_t, index_t>> ranges =
+          parts(k == ForestKernel::SharedForest ? smem_optin : static_cast<std::size_t>(s.part_kib) * 1024);
+      sh.launches = static_cast<double>(ranges.size());
+      const double tiles = std::ceil(static_cast<double>(n_rows) / (s.block_threads * s.rows_per_thread));
+      for (const auto& r : ranges) {
+        const double bytes = static_cast<double>(tree_begin[r.second] - tree_begin[r.first]) * sizeof(ForestNode);
+        const double per_sm = std::max(1.0, std::min(2048.0 / s.block_threads, std::floor(228.0 * 1024 / (bytes + 1024))));
+        const double blocks = std::min(tiles, sms * per_sm);
+        sh.chain_steps += std::ceil(tiles / blocks) * steps(r.first, r.second, s.tree_interleave);
+        sh.load_steps += bytes / (8.0 * s.block_threads);
+      }
+      break;
+    }
+  }
+  return sh;
+}
+
+std::vector<ForestTrial> ForestGpuEngine::Impl::estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt) {
   const ForestHardware& hw = hardware_params(opt.hardware_cache);
+  if (!profile) profile = std::make_unique<ForestAccessProfile>(forest_access_profile(host->view(), rows, n_rows));
   const ForestCommonView& c = adaptive.common;
   const index_t nodes = tree_begin.back();
   ForestCostInputs in;
@@ -259,16 +325,36 @@ std::vector<ForestTrial> ForestGpuEngine::Impl::estimates(index_t n_rows, const 
   in.threads_per_block = data.block_threads;
   in.parts = std::ceil(in.forest_bytes / static_cast<double>(smem_optin));
   in.blocks = in.parts;  // equation 3: the partial sums per row the cross-part reduction adds
-  const std::vector<ForestCostEstimate> est = estimate_forest_costs(in, hw);
+  std::vector<ForestShape> shapes;
+  for (ForestKernel k : {ForestKernel::SharedData, ForestKernel::Direct, ForestKernel::SharedForest,
+                         ForestKernel::SplitSharedForest}) {
+    try {
+      shapes.push_back(shape(k, std::max<index_t>(n_rows, 1)));
+    } catch (const Error&) {
+      // a strategy this forest cannot take (the forest too large for shared memory)
+    }
+  }
+  const std::vector<ForestBatchEstimate> est = estimate_forest_batch(in, shapes, hw);
+  const std::vector<ForestCostEstimate> paper = estimate_forest_costs(in, hw);
   std::vector<ForestTrial> out;
-  for (const ForestCostEstimate& e : est) {
+  for (const ForestBatchEstimate& e : est) {
     ForestTrial t;
     t.kernel = kernel_of(e.strategy);
-    t.model_ns_per_row = e.feasible ? e.ns_per_row : INFINITY;
+    t.model_ns_per_row = e.feasible ? e.batch_ns / in.n_batch : INFINITY;
+    for (const ForestCostEstimate& p : paper)
+      if (p.strategy == e.strategy) t.paper_ns_per_row = p.feasible ? p.ns_per_row : INFINITY;
     out.push_back(t);
   }
-  std::stable_sort(out.begin(), out.end(),
-                   [](const ForestTrial& a, const ForestTrial& b) { return a.model_ns_per_row < b.model_ns_per_row; });
+  for (const ForestCostEstimate& p : paper) {  // strategies with no shape: infeasible here
+    bool listed = false;
+    for (const ForestTrial& t : out) listed |= t.kernel == kernel_of(p.strategy);
+    if (listed) continue;
+    ForestTrial t;
+    t.kernel = kernel_of(p.strategy);
+    t.model_ns_per_row = INFINITY;
+    t.paper_ns_per_row = p.feasible ? p.ns_per_row : INFINITY;
+    out.push_back(t);
+  }
   return out;
 }
 
@@ -292,7 +378,7 @@ std::vector<ForestTrial> ForestGpuEngine::tune(const float* rows, index_t n_rows
   if (m.layout != ForestLayout::Adaptive) throw Error("the tuner needs the adaptive layout");
   if (n_rows < 1) throw Error("tune: the batch has no rows");
   if (repeat < 1) throw Error("tune: repeat = " + std::to_string(repeat) + " must be >= 1");
-  const std::vector<ForestTrial> model = m.estimates(n_rows, opt);
+  const std::vector<ForestTrial> model = m.estimates(rows, n_rows, opt);
   const ForestCommonView& c = m.adaptive.common;
   const std::size_t n_in = static_cast<std::size_t>(n_rows) * m.n_features;
   m.rows.reserve(n_in, "the rows");

@@ -102,6 +102,7 @@ ForestGpuEngine::ForestGpuEngine(const AdaptiveForest& l) : impl_(std::make_uniq
   m.adaptive.inter = m.upload(l.inter, "the adaptive interleaved nodes");
   m.adaptive.inter_tree = m.upload(l.inter_tree, "the adaptive tree order");
   m.tree_begin = l.tree_begin;
+  m.host = &l;
   double visits = 0;
   for (double e : l.expected_visits) visits += e;
   m.mean_visits = l.expected_visits.empty() ? 0 : visits / static_cast<double>(l.expected_visits.size());
@@ -123,7 +124,7 @@ void ForestGpuEngine::predict(const float* rows, index_t n_rows, float* out, int
   if (m.layout == ForestLayout::Adaptive) {
     if (kernel == ForestKernel::Hybrid) throw Error("the hybrid kernel needs the hierarchical layout");
     if (kernel == ForestKernel::Auto) {
-      const std::vector<ForestTrial> est = m.estimates(n_rows, opt);
+      const std::vector<ForestTrial> est = m.estimates(rows, n_rows, opt);
       kernel = est.front().kernel;  // feasible, smallest estimate first
     }
     schedule = m.resolve(kernel, opt.schedule, n_rows);
@@ -170,9 +171,9 @@ void ForestGpuEngine::predict(const float* rows, index_t n_rows, float* out, int
   times->schedule = schedule;
 }
 
-std::vector<ForestTrial> ForestGpuEngine::estimates(index_t n_rows, const ForestRunOptions& opt) {
+std::vector<ForestTrial> ForestGpuEngine::estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt) {
   if (impl_->layout != ForestLayout::Adaptive) throw Error("the performance model needs the adaptive layout");
-  return impl_->estimates(n_rows, opt);
+  return impl_->estimates(rows, n_rows, opt);
 }
 
 }  // namespace detail

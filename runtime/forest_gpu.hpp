@@ -26,7 +26,7 @@ class ForestGpuEngine {
   void predict(const float* rows, index_t n_rows, float* out, int width, const ForestRunOptions& opt,
                ForestTimes* times);
   // Adaptive layout: the performance model's estimates, feasible strategies first, fastest first.
-  std::vector<ForestTrial> estimates(index_t n_rows, const ForestRunOptions& opt);
+  std::vector<ForestTrial> estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt);
   // Adaptive layout: the rows' execution order under row scheduling (inspector + sort).
   std::vector<index_t> row_order(const float* rows, index_t n_rows, int depth);
   // Adaptive layout: times a grid of schedules on these rows (ForestPredictor::tune).

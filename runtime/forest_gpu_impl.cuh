@@ -9,6 +9,7 @@
 #include "runtime/cuda_support.cuh"
 #include "runtime/forest_gpu.hpp"
 #include "runtime/forest_model.hpp"
+#include "scheduler/forest_rows.hpp"
 
 namespace canopy {
 namespace detail {
@@ -38,6 +39,8 @@ struct ForestGpuEngine::Impl {
   DeviceBuffer<unsigned char> sort_temp;
   std::unique_ptr<ForestHardware> hardware;
   std::string hardware_path;
+  const AdaptiveForest* host = nullptr;  // the predictor's host copy (it outlives the engine)
+  std::unique_ptr<ForestAccessProfile> profile;  // the warp emulator's coalescing, on the first batch seen
 
   Impl();
 
@@ -67,7 +70,9 @@ struct ForestGpuEngine::Impl {
   // Sorts the uploaded rows by their inspector keys into rows_sorted; returns the device order.
   const index_t* schedule_rows(index_t n_rows, int depth);
   const ForestHardware& hardware_params(const std::string& cache);
-  std::vector<ForestTrial> estimates(index_t n_rows, const ForestRunOptions& opt);
+  // Canopy's model (runtime/forest_model.hpp) for this batch, feasible and fastest first.
+  std::vector<ForestTrial> estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt);
+  ForestShape shape(ForestKernel k, index_t n_rows) const;
 };
 
 }  // namespace detail

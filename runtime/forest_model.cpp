@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -157,6 +158,65 @@ std::vector<ForestCostEstimate> estimate_forest_costs(const ForestCostInputs& in
   return est;
 }
 
+std::vector<ForestBatchEstimate> estimate_forest_batch(const ForestCostInputs& in, const std::vector<ForestShape>& shapes,
+                                                       const ForestHardware& hw) {
+  // The paper's terms first (they also check the inputs); Canopy's replace some of them.
+  const std::vector<ForestCostEstimate> paper = estimate_forest_costs(in, hw);
+  require_bandwidth(hw.gmem_cached_random_gbs, "gmem_cached_random_gbs");
+  require_input(hw.gmem_latency_ns, 0, "gmem_latency_ns");
+  require_input(hw.smem_latency_ns, 0, "smem_latency_ns");
+  require_input(hw.launch_ns, 0, "launch_ns");
+  const double N_batch = in.n_batch, S_sample = in.sample_bytes, D_tree = in.avg_depth, N_trees = in.n_trees;
+  const double node_reads = D_tree * N_trees * in.node_bytes;
+  const double attr_reads = D_tree * N_trees * in.attr_bytes;
+  const double forest_load = in.nodes_per_tree * N_trees * in.node_bytes;
+  const double BW_COA = hw.gmem_coalesced_gbs, BW_R = hw.smem_read_gbs, BW_W = hw.smem_write_gbs;
+  const double BW_CACHED = hw.gmem_cached_random_gbs;
+  std::vector<ForestBatchEstimate> out;
+  for (const ForestShape& sh : shapes) {
+    require_input(sh.coalescing, 1e-6, "coalescing");
+    require_input(sh.smem_conflict, 1, "smem_conflict");
+    const double attr = attr_reads / (sh.rows_in_smem ? BW_R : BW_CACHED);
+    ForestBatchEstimate e;
+    e.strategy = sh.strategy;
+    bool feasible_paper = false;
+    for (const ForestCostEstimate& p : paper)
+      if (p.strategy == sh.strategy) feasible_paper = p.feasible;
+    e.feasible = feasible_paper;
+    switch (sh.strategy) {
+      case ForestStrategy::SharedData:  // eq. 4; one in-order block reduction per row (eq. 2 without / N_batch)
+        e.row_ns = S_sample / BW_W + attr_reads / BW_R + S_sample / BW_COA + node_reads / (BW_COA * sh.coalescing) +
+                   hw.block_reduce_ns_per_thread * in.threads_per_block;
+        break;
+      case ForestStrategy::Direct:  // eq. 5
+        e.row_ns = node_reads / (BW_COA * sh.coalescing) + attr;
+        break;
+      case ForestStrategy::SharedForest:  // eq. 6
+        e.row_ns = node_reads * sh.smem_conflict / BW_R + attr;
+        break;
+      case ForestStrategy::SplitSharedForest:  // eq. 7; the sums carried between parts read and written once per part
+        e.row_ns = forest_load / (BW_W * N_batch) + node_reads * sh.smem_conflict / BW_R +
+                   forest_load / (BW_COA * N_batch) + attr + hw.global_reduce_ns_per_block * in.parts / N_batch;
+        break;
+    }
+    e.throughput_ns = N_batch * e.row_ns;
+    // A step: the node (shared memory, or global memory mostly from L2 on a first walk), then
+    // the attribute (shared memory, or L1: taken as twice shared memory's latency).
+    const bool forest_in_smem =
+        sh.strategy == ForestStrategy::SharedForest || sh.strategy == ForestStrategy::SplitSharedForest;
+    const double step_ns = (forest_in_smem ? hw.smem_latency_ns : hw.gmem_latency_ns) +
+                           (sh.rows_in_smem ? hw.smem_latency_ns : 2 * hw.smem_latency_ns);
+    e.path_ns = (sh.chain_steps * step_ns + sh.load_steps * hw.gmem_latency_ns) * sh.waves;
+    e.batch_ns = std::max(e.throughput_ns, e.path_ns) + sh.launches * hw.launch_ns;
+    out.push_back(e);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const ForestBatchEstimate& a, const ForestBatchEstimate& b) {
+    if (a.feasible != b.feasible) return a.feasible;
+    return a.batch_ns < b.batch_ns;
+  });
+  return out;
+}
+
 ForestStrategy choose_forest_strategy(const std::vector<ForestCostEstimate>& est) {
   const ForestCostEstimate* best = nullptr;
   for (const ForestCostEstimate& e : est)
@@ -184,7 +244,7 @@ std::string default_forest_hardware_cache() {
 namespace {
 
 constexpr const char* kFormat = "canopy-forest-hardware";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;
 
 bool fail(std::string* why, const std::string& msg) {
   if (why) *why = msg;
@@ -219,12 +279,19 @@ bool load_forest_hardware(const std::string& path, const std::string& expected_n
     hw.gmem_uncoalesced_gbs = j.at("gmem_uncoalesced_gbs").get<double>();
     hw.block_reduce_ns_per_thread = j.at("block_reduce_ns_per_thread").get<double>();
     hw.global_reduce_ns_per_block = j.at("global_reduce_ns_per_block").get<double>();
+    hw.gmem_cached_random_gbs = j.at("gmem_cached_random_gbs").get<double>();
+    hw.gmem_latency_ns = j.at("gmem_latency_ns").get<double>();
+    hw.smem_latency_ns = j.at("smem_latency_ns").get<double>();
+    hw.launch_ns = j.at("launch_ns").get<double>();
   } catch (const json::exception& e) {
     return fail(why, path + ": malformed: " + e.what());
   }
 
-  for (double v : {hw.smem_read_gbs, hw.smem_write_gbs, hw.gmem_coalesced_gbs, hw.gmem_uncoalesced_gbs})
+  for (double v : {hw.smem_read_gbs, hw.smem_write_gbs, hw.gmem_coalesced_gbs, hw.gmem_uncoalesced_gbs,
+                   hw.gmem_cached_random_gbs})
     if (!std::isfinite(v) || v <= 0) return fail(why, path + ": malformed: a bandwidth is " + num(v));
+  for (double v : {hw.gmem_latency_ns, hw.smem_latency_ns, hw.launch_ns})
+    if (!std::isfinite(v) || v < 0) return fail(why, path + ": malformed: a latency is " + num(v));
   for (double v : {hw.block_reduce_ns_per_thread, hw.global_reduce_ns_per_block})
     if (!std::isfinite(v) || v < 0) return fail(why, path + ": malformed: a reduction rate is " + num(v));
   if (hw.sm_count <= 0) return fail(why, path + ": malformed: sm_count = " + std::to_string(hw.sm_count));
@@ -260,6 +327,10 @@ void save_forest_hardware(const std::string& path, const ForestHardware& hw) {
   j["gmem_uncoalesced_gbs"] = hw.gmem_uncoalesced_gbs;
   j["block_reduce_ns_per_thread"] = hw.block_reduce_ns_per_thread;
   j["global_reduce_ns_per_block"] = hw.global_reduce_ns_per_block;
+  j["gmem_cached_random_gbs"] = hw.gmem_cached_random_gbs;
+  j["gmem_latency_ns"] = hw.gmem_latency_ns;
+  j["smem_latency_ns"] = hw.smem_latency_ns;
+  j["launch_ns"] = hw.launch_ns;
   const std::string text = j.dump(2) + "\n";
 
   // Written beside the target under a name no other process or thread uses, then renamed

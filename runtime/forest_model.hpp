@@ -35,7 +35,14 @@ struct ForestHardware {
   // per row over the measurement's batch of rows), divided by P: ns per block (partial). So
   // G_rate * blocks is one batch's global reduction.
   double global_reduce_ns_per_block = 0;
-  int version = 1;  // of this record's format; a cache of another version is measured again
+  // Canopy's additions (version 2), for its extension of the model (estimate_forest_batch):
+  // random 4-byte reads within a 32 KiB window per block, i.e. attribute reads of rows already
+  // in L1 (a row's attributes are read D_tree * N_trees times; only the first read misses);
+  double gmem_cached_random_gbs = 0;
+  // one dependent load's latency: a pointer chase through 8 MiB (L2-resident) and through
+  // shared memory; and the cost of one kernel launch in a stream.
+  double gmem_latency_ns = 0, smem_latency_ns = 0, launch_ns = 0;
+  int version = 2;  // of this record's format; a cache of another version is measured again
 };
 
 // The forest and batch quantities of Table 1.
@@ -81,6 +88,44 @@ std::vector<ForestCostEstimate> estimate_forest_costs(const ForestCostInputs& in
 // The feasible strategy with the smallest estimate (ties: the first in ForestStrategy's
 // order). Error if none is feasible.
 ForestStrategy choose_forest_strategy(const std::vector<ForestCostEstimate>& est);
+
+// ---- Canopy's extension of the model --------------------------------------------------------
+// Equations 1-7 as printed cannot rank the strategies on an H100 (measured, README): (1) their
+// attribute reads assume DRAM-random accesses, while a row's attributes are re-read from L1 (or
+// shared memory); (2) they charge the forest reads of every strategy at half the coalesced
+// bandwidth, while the real ratio depends on the strategy: a warp of rows walking one tree
+// mostly shares nodes, a warp of trees walked by one row does not; (3) they give a row's time
+// when the batch fills the GPU, while a small batch is bound by its longest dependent chain.
+// Canopy keeps the equations' structure and changes exactly these: BW^NCOA -> the cached
+// random bandwidth (or shared memory when the rows are staged there), BW^COA / 2 -> BW^COA x
+// the strategy's coalescing ratio measured on this forest and batch by the warp emulator (the
+// COA_rate that Algorithm 1 lists among the forest's inputs), and a batch takes
+//   max(N_batch x T (eq. 1), critical path) + launches x launch_ns,
+// the critical path being the dependent visits of the longest thread times the measured
+// latencies, times the waves of blocks.
+struct ForestShape {
+  ForestStrategy strategy = ForestStrategy::Direct;
+  double coalescing = 0.5;     // forest reads in global memory: bytes asked / bytes moved (> 1: shared)
+  double smem_conflict = 1;    // forest reads in shared memory: bank-conflict ways per warp read
+  bool rows_in_smem = false;   // the attributes come from shared memory
+  double chain_steps = 0;      // dependent tree steps on the longest thread's path (per launch)
+  double load_steps = 0;       // dependent global loads staging shared memory (per launch)
+  double waves = 1;            // times the batch's blocks fill the GPU, one after the other
+  double launches = 1;
+};
+
+struct ForestBatchEstimate {
+  ForestStrategy strategy = ForestStrategy::Direct;
+  bool feasible = false;
+  double row_ns = 0;         // eq. 1 with Canopy's terms
+  double throughput_ns = 0;  // N_batch x row_ns
+  double path_ns = 0;        // the critical path and the launches
+  double batch_ns = 0;       // max(throughput, path) + launches
+};
+
+// One estimate per shape (the strategies the caller can run), feasible and fastest first.
+std::vector<ForestBatchEstimate> estimate_forest_batch(const ForestCostInputs& in, const std::vector<ForestShape>& shapes,
+                                                       const ForestHardware& hw);
 
 // The on-disk cache. Default path: $CANOPY_CACHE_DIR/forest_hardware.json, else
 // $XDG_CACHE_HOME/canopy/forest_hardware.json, else $HOME/.cache/canopy/forest_hardware.json

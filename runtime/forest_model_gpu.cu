@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "runtime/cuda_support.cuh"
 
@@ -120,6 +121,49 @@ __global__ void __launch_bounds__(kGmemThreads) gmem_random_kernel(const unsigne
   }
   if (acc == sentinel) out[0] = acc;
 }
+
+// Canopy's additions. Cached random reads: each block reads at random inside its own 32 KiB
+// window of the array, so after the first touches every read hits L1.
+constexpr int kCachedLog2Words = 13;  // 8192 words = 32 KiB per block
+constexpr int kCachedReads = 512;     // per thread
+
+__global__ void __launch_bounds__(kGmemThreads) gmem_cached_random_kernel(const unsigned* __restrict__ in, unsigned seed,
+                                                                          unsigned sentinel, unsigned* out) {
+  const unsigned* window = in + ((static_cast<std::size_t>(blockIdx.x) << kCachedLog2Words) & (kGmemWords - 1));
+  unsigned x = mix32((blockIdx.x * blockDim.x + threadIdx.x) ^ seed);
+  unsigned acc = 0;
+#pragma unroll 8
+  for (int j = 0; j < kCachedReads; ++j) {
+    x = x * 1664525u + 1013904223u;
+    acc += window[x >> (32 - kCachedLog2Words)];
+  }
+  if (acc == sentinel) out[0] = acc;
+}
+
+// Latency: one thread follows a random cycle (next = a[cur]) through 8 MiB of global memory
+// (more than L1, less than L2) or through 32 KiB of shared memory.
+constexpr int kChaseLog2Words = 21;  // 8 MiB
+constexpr int kChaseSteps = 4096;
+constexpr int kSmemChaseWords = 8192;
+constexpr int kSmemChaseSteps = 16384;
+
+__global__ void gmem_chase_kernel(const unsigned* __restrict__ next, unsigned sentinel, unsigned* out) {
+  unsigned cur = 0;
+  for (int i = 0; i < kChaseSteps; ++i) cur = next[cur];
+  if (cur == sentinel) out[0] = cur;
+}
+
+__global__ void smem_chase_kernel(const unsigned* __restrict__ next, unsigned sentinel, unsigned* out) {
+  __shared__ unsigned s[kSmemChaseWords];
+  for (int i = threadIdx.x; i < kSmemChaseWords; i += blockDim.x) s[i] = next[i] & (kSmemChaseWords - 1);
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  unsigned cur = 0;
+  for (int i = 0; i < kSmemChaseSteps; ++i) cur = s[cur];
+  if (cur == sentinel) out[0] = cur;
+}
+
+__global__ void empty_kernel() {}
 
 // ---- reductions ----
 // B_rate: every resident block does kBlockReduceReps block-wide sums (cub::BlockReduce) of one
@@ -270,6 +314,64 @@ ForestHardware measure_forest_hardware(int device) {
     });
     hw.gmem_uncoalesced_gbs = random_bytes / (random_ms * 1e6);
     stream.sync();  // before the array is freed
+  }
+
+  // Canopy's additions: cached random reads, dependent-load latencies, launch cost.
+  {
+    DeviceBuffer<unsigned> array;
+    array.reserve(kGmemWords, "the forest-hardware cached-read benchmark (256 MiB)");
+    CANOPY_CUDA_CHECK(cudaMemsetAsync(array.get(), 0x3c, kGmemWords * sizeof(unsigned), st));
+    const int blocks = resident_blocks(gmem_cached_random_kernel, kGmemThreads, sms);
+    const double bytes = double(blocks) * kGmemThreads * kCachedReads * sizeof(unsigned);
+    const double ms = median_ms(st, [&] {
+      gmem_cached_random_kernel<<<blocks, kGmemThreads, 0, st>>>(array.get(), 0x165667b1u, kSentinel, out);
+      CANOPY_CUDA_CHECK_LAUNCH("gmem_cached_random_kernel");
+    });
+    hw.gmem_cached_random_gbs = bytes / (ms * 1e6);
+    stream.sync();
+  }
+  {
+    // A single random cycle through all words (Sattolo's shuffle), so the chase never repeats early.
+    const std::size_t words = std::size_t(1) << kChaseLog2Words;
+    std::vector<unsigned> next(words);
+    for (std::size_t i = 0; i < words; ++i) next[i] = static_cast<unsigned>(i);
+    std::uint64_t state = 0x2545f4914f6cdd1dull;
+    for (std::size_t i = words - 1; i > 0; --i) {
+      state ^= state << 13;
+      state ^= state >> 7;
+      state ^= state << 17;
+      std::swap(next[i], next[state % i]);
+    }
+    DeviceBuffer<unsigned> chain;
+    chain.reserve(words, "the forest-hardware latency benchmark (8 MiB)");
+    copy_to_device(chain.get(), next.data(), words, st);
+    const double g_ms = median_ms(st, [&] {
+      gmem_chase_kernel<<<1, 1, 0, st>>>(chain.get(), kSentinel, out);
+      CANOPY_CUDA_CHECK_LAUNCH("gmem_chase_kernel");
+    });
+    hw.gmem_latency_ns = g_ms * 1e6 / kChaseSteps;
+    // Shared memory: a cycle through 8192 words (Sattolo again, on the first words' range).
+    std::vector<unsigned> small(kSmemChaseWords);
+    for (int i = 0; i < kSmemChaseWords; ++i) small[static_cast<std::size_t>(i)] = static_cast<unsigned>(i);
+    for (int i = kSmemChaseWords - 1; i > 0; --i) {
+      state ^= state << 13;
+      state ^= state >> 7;
+      state ^= state << 17;
+      std::swap(small[static_cast<std::size_t>(i)], small[state % static_cast<unsigned>(i)]);
+    }
+    copy_to_device(chain.get(), small.data(), small.size(), st);
+    const double fill_ms = median_ms(st, [&] {
+      smem_chase_kernel<<<1, 256, 0, st>>>(chain.get(), kSentinel, out);
+      CANOPY_CUDA_CHECK_LAUNCH("smem_chase_kernel");
+    });
+    hw.smem_latency_ns = fill_ms * 1e6 / kSmemChaseSteps;  // the parallel fill is a few hundred ns of it
+    const int launches = 32;
+    const double launch_ms = median_ms(st, [&] {
+      for (int i = 0; i < launches; ++i) empty_kernel<<<1, 32, 0, st>>>();
+      CANOPY_CUDA_CHECK_LAUNCH("empty_kernel");
+    });
+    hw.launch_ns = launch_ms * 1e6 / launches;
+    stream.sync();
   }
 
   // B_rate = kernel time / (blocks * reductions per block) / threads per block: the GPU's time

@@ -78,4 +78,80 @@ ForestWarpVisits forest_nodes_per_warp(const AdaptiveForestView& v, const float*
   return out;
 }
 
+ForestAccessProfile forest_access_profile(const AdaptiveForestView& v, const float* rows, index_t n_rows,
+                                          index_t max_warps) {
+  ForestAccessProfile p;
+  if (n_rows < 1 || max_warps < 1) return p;
+  const index_t T = v.common.n_trees;
+  const int F = v.common.n_features;
+  auto get_row = [&](index_t i) { return rows + (i % n_rows) * F; };
+  const index_t warps = std::min(max_warps, (n_rows + 31) / 32);
+  double asked = 0, moved = 0, waves = 0, reads = 0;
+  std::vector<std::uint64_t> sectors, words;
+  std::uint32_t k[32];
+  for (index_t w = 0; w < warps; ++w) {
+    const index_t first = (w * ((n_rows + 31) / 32) / warps) * 32;
+    const int lanes = static_cast<int>(std::min<index_t>(32, n_rows - first));
+    for (index_t t = 0; t < T; ++t) {
+      const ForestNode* base = v.nodes + v.tree_begin[t];
+      for (int j = 0; j < lanes; ++j) k[j] = 0;
+      for (int l = 0; l < v.depth[t]; ++l) {
+        sectors.clear();
+        words.clear();
+        for (int j = 0; j < lanes; ++j) {
+          const std::uint64_t byte = static_cast<std::uint64_t>(v.tree_begin[t] + k[j]) * sizeof(ForestNode);
+          sectors.push_back(byte / 32);
+          words.push_back(static_cast<std::uint64_t>(k[j]));
+        }
+        std::sort(sectors.begin(), sectors.end());
+        std::sort(words.begin(), words.end());
+        asked += 8.0 * lanes;
+        moved += 32.0 * static_cast<double>(std::unique(sectors.begin(), sectors.end()) - sectors.begin());
+        words.erase(std::unique(words.begin(), words.end()), words.end());
+        int per_pair[16] = {0};
+        int most = 1;
+        for (std::uint64_t word : words) most = std::max(most, ++per_pair[word % 16]);
+        waves += most;
+        reads += 1;
+        const float* r0 = get_row(first);
+        for (int j = 0; j < lanes; ++j) {
+          const float* row = r0 + static_cast<index_t>(j) * F;
+          k[j] = adaptive_step(base[k[j]], v.feature_bits, v.feature_mask, [row](int f) { return row[f]; });
+        }
+      }
+    }
+  }
+  if (moved > 0) p.coalescing_direct = asked / moved;
+  if (reads > 0) p.smem_conflict = waves / reads / 2;
+  // Shared data: for a few rows, every warp of 32 storage positions.
+  asked = moved = 0;
+  for (index_t w = 0; w < std::min<index_t>(warps, 4); ++w) {
+    const float* row = get_row(w * 32);
+    for (index_t s0 = 0; s0 < T; s0 += 32) {
+      const int lanes = static_cast<int>(std::min<index_t>(32, T - s0));
+      int steps = 0;
+      for (int j = 0; j < lanes; ++j) {
+        k[j] = 0;
+        steps = std::max(steps, static_cast<int>(v.depth[v.inter_tree[s0 + j]]));
+      }
+      for (int l = 0; l < steps; ++l) {
+        sectors.clear();
+        int active = 0;
+        for (int j = 0; j < lanes; ++j) {
+          if (l >= v.depth[v.inter_tree[s0 + j]]) continue;
+          ++active;
+          sectors.push_back(static_cast<std::uint64_t>(k[j] * T + s0 + j) * sizeof(ForestNode) / 32);
+          k[j] = adaptive_step(v.inter[static_cast<index_t>(k[j]) * T + s0 + j], v.feature_bits, v.feature_mask,
+                               [row](int f) { return row[f]; });
+        }
+        std::sort(sectors.begin(), sectors.end());
+        asked += 8.0 * active;
+        moved += 32.0 * static_cast<double>(std::unique(sectors.begin(), sectors.end()) - sectors.begin());
+      }
+    }
+  }
+  if (moved > 0) p.coalescing_shared_data = asked / moved;
+  return p;
+}
+
 }  // namespace canopy

@@ -35,4 +35,19 @@ struct ForestWarpVisits {
 ForestWarpVisits forest_nodes_per_warp(const AdaptiveForestView& v, const float* rows, index_t n_rows,
                                        const index_t* order, index_t max_warps = 1024);
 
+// How the strategies' forest reads coalesce on this forest and these rows (the warp emulator
+// again), for the performance model's COA_rate (runtime/forest_model.hpp):
+//   coalescing_direct        a warp of 32 consecutive rows walking one tree (tree-major copy):
+//                            bytes asked (8 per active lane) / bytes moved (32-byte sectors)
+//   coalescing_shared_data   a warp of 32 neighbouring trees of the interleaved copy walked for
+//                            one row, lanes whose tree has ended idle
+//   smem_conflict            the first pattern read from shared memory: a warp read's
+//                            wavefronts (8-byte words on 16 bank pairs, equal words broadcast)
+//                            over the 2 of a conflict-free read
+struct ForestAccessProfile {
+  double coalescing_direct = 0.5, coalescing_shared_data = 0.5, smem_conflict = 1;
+};
+ForestAccessProfile forest_access_profile(const AdaptiveForestView& v, const float* rows, index_t n_rows,
+                                          index_t max_warps = 16);
+
 }  // namespace canopy

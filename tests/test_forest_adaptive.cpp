@@ -512,10 +512,11 @@ TEST(ForestAdaptiveGpu, TunerAndModelCoverTheStrategies) {
   ForestPredictor p(f, cfg);
   ForestRunOptions opt;
   opt.hardware_cache = ::testing::TempDir() + "canopy_forest_hw_test.json";
-  const auto est = p.model_estimates(10000, opt);
+  const ForestData d = tiled(rows("covtype_rows"), 20000);
+  const auto est = p.model_estimates(d.values.data(), d.n_rows, opt);
   ASSERT_EQ(est.size(), 4u);
   for (std::size_t i = 1; i < est.size(); ++i) EXPECT_LE(est[i - 1].model_ns_per_row, est[i].model_ns_per_row);
-  const ForestData d = tiled(rows("covtype_rows"), 20000);
+  EXPECT_TRUE(std::isfinite(est.front().model_ns_per_row));
   const auto trials = p.tune(d.values.data(), d.n_rows, opt, 2);
   ASSERT_GE(trials.size(), 3u);
   for (std::size_t i = 1; i < trials.size(); ++i) EXPECT_LE(trials[i - 1].kernel_ms, trials[i].kernel_ms);

@@ -36,6 +36,10 @@ ForestHardware toy_hardware() {
   hw.gmem_uncoalesced_gbs = 10;
   hw.block_reduce_ns_per_thread = 0.5;
   hw.global_reduce_ns_per_block = 100;
+  hw.gmem_cached_random_gbs = 100;
+  hw.gmem_latency_ns = 300;
+  hw.smem_latency_ns = 20;
+  hw.launch_ns = 2000;
   return hw;
 }
 
@@ -247,6 +251,10 @@ void expect_same(const ForestHardware& a, const ForestHardware& b) {
   EXPECT_EQ(a.gmem_uncoalesced_gbs, b.gmem_uncoalesced_gbs);
   EXPECT_EQ(a.block_reduce_ns_per_thread, b.block_reduce_ns_per_thread);
   EXPECT_EQ(a.global_reduce_ns_per_block, b.global_reduce_ns_per_block);
+  EXPECT_EQ(a.gmem_cached_random_gbs, b.gmem_cached_random_gbs);
+  EXPECT_EQ(a.gmem_latency_ns, b.gmem_latency_ns);
+  EXPECT_EQ(a.smem_latency_ns, b.smem_latency_ns);
+  EXPECT_EQ(a.launch_ns, b.launch_ns);
   EXPECT_EQ(a.version, b.version);
 }
 
@@ -290,7 +298,7 @@ TEST_F(ForestHardwareCache, MalformedFileIsNotLoadedAndSaysWhy) {
   const ForestHardware hw = toy_hardware();
   ForestHardware out;
   std::string why;
-  write("{\"format\": \"canopy-forest-hardware\", \"version\": 1, \"device_name\": ");  // cut short
+  write("{\"format\": \"canopy-forest-hardware\", \"version\": 2, \"device_name\": ");  // cut short
   EXPECT_FALSE(load_forest_hardware(path(), hw.device_name, hw.device_uuid, &out, &why));
   EXPECT_NE(why.find("malformed"), std::string::npos) << why;
   EXPECT_NE(why.find(path()), std::string::npos) << why;
@@ -309,7 +317,7 @@ TEST_F(ForestHardwareCache, MalformedFileIsNotLoadedAndSaysWhy) {
   EXPECT_NE(why.find("malformed"), std::string::npos) << why;
 
   // A field of the wrong type, and a bandwidth that is not positive.
-  write("{\"format\": \"canopy-forest-hardware\", \"version\": 1, \"device_name\": 3}");
+  write("{\"format\": \"canopy-forest-hardware\", \"version\": 2, \"device_name\": 3}");
   why.clear();
   EXPECT_FALSE(load_forest_hardware(path(), hw.device_name, hw.device_uuid, &out, &why));
   EXPECT_NE(why.find("malformed"), std::string::npos) << why;
@@ -338,11 +346,11 @@ TEST_F(ForestHardwareCache, AnotherVersionUuidOrNameIsNotLoaded) {
   EXPECT_NE(why.find("Other GPU"), std::string::npos) << why;
   EXPECT_TRUE(load_forest_hardware(path(), hw.device_name, hw.device_uuid, &out, &why)) << why;
 
-  ForestHardware v2 = hw;
-  v2.version = 2;
-  save_forest_hardware(path(), v2);
+  ForestHardware v1 = hw;
+  v1.version = 1;  // a record of the first format: measured again
+  save_forest_hardware(path(), v1);
   EXPECT_FALSE(load_forest_hardware(path(), hw.device_name, hw.device_uuid, &out, &why));
-  EXPECT_NE(why.find("version 2"), std::string::npos) << why;
+  EXPECT_NE(why.find("version 1"), std::string::npos) << why;
 }
 
 TEST_F(ForestHardwareCache, LoadOrMeasureMeasuresOnlyWhenNeeded) {
@@ -487,9 +495,14 @@ TEST(ForestHardwareGpu, MeasuresPlausibleNumbers) {
   ASSERT_EQ(hw.device_uuid.size(), 32u);
   EXPECT_EQ(hw.device_uuid.find_first_not_of("0123456789abcdef"), std::string::npos) << hw.device_uuid;
   EXPECT_GT(hw.sm_count, 0);
-  EXPECT_EQ(hw.version, 1);
+  EXPECT_EQ(hw.version, 2);
+  std::printf("  cached random %.0f GB/s, latency global %.0f ns, shared %.1f ns, launch %.0f ns\n",
+              hw.gmem_cached_random_gbs, hw.gmem_latency_ns, hw.smem_latency_ns, hw.launch_ns);
+  EXPECT_GT(hw.gmem_cached_random_gbs, hw.gmem_uncoalesced_gbs);  // L1 hits beat DRAM-random reads
+  EXPECT_GT(hw.gmem_latency_ns, hw.smem_latency_ns);
   for (double v : {hw.smem_read_gbs, hw.smem_write_gbs, hw.gmem_coalesced_gbs, hw.gmem_uncoalesced_gbs,
-                   hw.block_reduce_ns_per_thread, hw.global_reduce_ns_per_block}) {
+                   hw.block_reduce_ns_per_thread, hw.global_reduce_ns_per_block, hw.gmem_cached_random_gbs,
+                   hw.gmem_latency_ns, hw.smem_latency_ns, hw.launch_ns}) {
     EXPECT_TRUE(std::isfinite(v)) << v;
     EXPECT_GT(v, 0);
   }
@@ -500,6 +513,54 @@ TEST(ForestHardwareGpu, MeasuresPlausibleNumbers) {
   // The record drives the model.
   const auto est = estimate_forest_costs(toy_inputs(), hw);
   for (const ForestCostEstimate& e : est) EXPECT_TRUE(std::isfinite(e.ns_per_row) && e.ns_per_row > 0);
+}
+
+// Canopy's extension, by hand on the toy numbers: per-strategy coalescing, the critical path
+// of a small batch and the launches.
+TEST(ForestCostModelExtension, ThroughputPathAndLaunchesByHand) {
+  const ForestHardware hw = toy_hardware();
+  ForestCostInputs in = toy_inputs();  // 10 trees x 5 visits, 8-byte nodes, 4-byte attributes
+  ForestShape direct;
+  direct.strategy = ForestStrategy::Direct;
+  direct.coalescing = 2.0;   // rows share nodes: 2 bytes asked per byte moved
+  direct.rows_in_smem = true;
+  direct.chain_steps = 30;
+  direct.waves = 1;
+  ForestShape data;
+  data.strategy = ForestStrategy::SharedData;
+  data.coalescing = 0.25;
+  data.rows_in_smem = true;
+  data.chain_steps = 4;
+  in.n_batch = 100;
+  auto est = estimate_forest_batch(in, {direct, data}, hw);
+  ASSERT_EQ(est.size(), 2u);
+  const ForestBatchEstimate& d = est[0].strategy == ForestStrategy::Direct ? est[0] : est[1];
+  const ForestBatchEstimate& s = est[0].strategy == ForestStrategy::Direct ? est[1] : est[0];
+  // direct: 400 node bytes / (200 x 2) + 200 attribute bytes / 1000 (shared memory) = 1.2 ns/row.
+  EXPECT_NEAR(d.row_ns, 1.2, 1e-12);
+  EXPECT_NEAR(d.throughput_ns, 120, 1e-9);
+  // path: 30 steps x (300 + 20) ns.
+  EXPECT_NEAR(d.path_ns, 9600, 1e-9);
+  EXPECT_NEAR(d.batch_ns, 9600 + 2000, 1e-9);
+  // shared data: 40/500 + 200/1000 + 40/200 + 400/(200 x 0.25) + 0.5 x 128 = 72.48 ns/row.
+  EXPECT_NEAR(s.row_ns, 0.08 + 0.2 + 0.2 + 8 + 64, 1e-9);
+  EXPECT_NEAR(s.path_ns, 4 * 320, 1e-9);
+  EXPECT_NEAR(s.batch_ns, std::max(7248.0, 1280.0) + 2000, 1e-9);
+  EXPECT_EQ(est[0].strategy, ForestStrategy::SharedData);  // 9248 < 11600: fastest first
+  // A large batch: the path no longer matters and direct's throughput wins.
+  in.n_batch = 1e6;
+  est = estimate_forest_batch(in, {direct, data}, hw);
+  EXPECT_EQ(est[0].strategy, ForestStrategy::Direct);
+  EXPECT_NEAR(est[0].batch_ns, 1.2e6 + 2000, 1e-6);
+  // Infeasible shapes sort last; bad shape values are errors.
+  ForestShape forest;
+  forest.strategy = ForestStrategy::SharedForest;  // the toy forest (2480 bytes) fits 48 KiB
+  in.smem_bytes = 100;                             // ... but not 100 bytes
+  est = estimate_forest_batch(in, {forest, direct}, hw);
+  EXPECT_FALSE(est.back().feasible);
+  EXPECT_EQ(est.back().strategy, ForestStrategy::SharedForest);
+  direct.coalescing = 0;
+  EXPECT_THROW(estimate_forest_batch(in, {direct}, hw), Error);
 }
 
 }  // namespace
