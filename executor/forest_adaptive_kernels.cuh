@@ -11,7 +11,7 @@
 //                 per (row, output) adds the slots in canonical order.
 //   shared forest / splitting shared forest
 //                 the forest (or one part of it: a canonical range of trees that fits) in
-//                 shared memory, a thread per row. A part is one launch of persistent blocks;
+//                 shared memory, a thread per row, the block's rows staged beside it. A part is one launch of persistent blocks;
 //                 between parts each row's sums wait in global memory (Sums::save / load), so
 //                 the cross-part reduction adds in exactly the sequential order.
 // Every strategy adds each row's leaves in canonical order with the Sums of
@@ -221,20 +221,26 @@ __global__ void adaptive_shared_forest_kernel(AdaptiveForestView v, AdaptiveBatc
   const int B = blockDim.x, tid = threadIdx.x, F = c.n_features;
   const index_t node0 = v.tree_begin[part.first_tree];
   const index_t count = v.tree_begin[part.end_tree] - node0;
+  // After the part: the tile's rows, transposed as in the direct strategy (conflict-free).
+  const int width = B * R;
+  float* tile = reinterpret_cast<float*>(nodes + count);
   for (index_t k = tid; k < count; k += B) nodes[k] = v.nodes[node0 + k];
-  __syncthreads();
   using Carry = typename Sums::Carry;
   Carry* carry = static_cast<Carry*>(part.carry);
   const index_t per_block = static_cast<index_t>(B) * R;
   for (index_t first = blockIdx.x * per_block; first < b.n_rows; first += gridDim.x * per_block) {
+    __syncthreads();  // the part is loaded; the previous tile is done with
+    for (index_t k = tid; k < static_cast<index_t>(width) * F; k += B) {
+      const int j = static_cast<int>(k / F), f = static_cast<int>(k - static_cast<index_t>(j) * F);
+      if (first + j < b.n_rows) tile[f * width + j] = b.rows[(first + j) * F + f];
+    }
+    __syncthreads();
     index_t pos[R];
-    const float* src[R];
     Sums s[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       pos[r] = first + r * B + tid;
       const bool valid = pos[r] < b.n_rows;
-      src[r] = b.rows + (valid ? pos[r] : 0) * F;
       if (part.first) s[r].begin(c);
       else if (valid) s[r].load(c, carry + pos[r] * part.outputs, part.first_tree);
       else s[r].begin(c);
@@ -265,7 +271,7 @@ __global__ void adaptive_shared_forest_kernel(AdaptiveForestView v, AdaptiveBatc
           for (int q = 0; q < K; ++q) {
             const ForestNode n = node[r][q];
             k[r][q] = ((n.info & kAdaptivePayloadMask) >> v.feature_bits) +
-                      adaptive_second(n, src[r][n.info & v.feature_mask]);
+                      adaptive_second(n, tile[static_cast<int>(n.info & v.feature_mask) * width + r * B + tid]);
           }
       }
 #pragma unroll

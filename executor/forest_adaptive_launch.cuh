@@ -49,6 +49,11 @@ inline std::size_t direct_tile_bytes(const AdaptiveForestView& v, const ForestSc
   return s.cache_rows == 1 ? static_cast<std::size_t>(v.common.n_features) * s.block_threads * s.rows_per_thread * sizeof(float) : 0;
 }
 
+// Shared memory of the shared-forest strategies' row tile (beside the part).
+inline std::size_t forest_tile_bytes(const AdaptiveForestView& v, const ForestSchedule& s) {
+  return static_cast<std::size_t>(v.common.n_features) * s.block_threads * s.rows_per_thread * sizeof(float);
+}
+
 // Shared memory of the shared-data strategy for a schedule.
 inline std::size_t shared_data_bytes(const AdaptiveForestView& v, const ForestSchedule& s, int outputs, std::size_t carry_size) {
   const std::size_t leaves = (static_cast<std::size_t>(v.common.n_trees) * s.tree_group * 4 + 15) / 16 * 16;
@@ -60,7 +65,8 @@ void launch_adaptive_direct(const AdaptiveForestView& v, const AdaptiveBatch& b,
                             const AdaptiveDevice& d);
 void launch_adaptive_shared_data(const AdaptiveForestView& v, const AdaptiveBatch& b, const ForestSchedule& s,
                                  const AdaptiveDevice& d);
-// One part of the forest (the whole forest: shared forest); part_bytes of dynamic shared memory.
+// One part of the forest (the whole forest: shared forest): part_bytes of nodes and the row tile
+// in dynamic shared memory.
 void launch_adaptive_shared_forest(const AdaptiveForestView& v, const AdaptiveBatch& b, const ForestSchedule& s,
                                    const AdaptivePart& part, std::size_t part_bytes, const AdaptiveDevice& d);
 

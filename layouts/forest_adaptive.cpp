@@ -21,9 +21,12 @@ std::vector<std::vector<double>> forest_node_probabilities(const Forest& f) {
     for (std::size_t k = 0; k < n; ++k) {
       if (tree.left[k] < 0) continue;
       const std::size_t l = static_cast<std::size_t>(tree.left[k]), r = static_cast<std::size_t>(tree.right[k]);
-      if (weights) {
-        p[l] = tree.cover[l] / tree.cover[0];
-        p[r] = tree.cover[r] / tree.cover[0];
+      // The parent's probability split by the children's weights: always a probability, even
+      // when a file's weights do not add up.
+      const double wl = weights ? tree.cover[l] : 0, wr = weights ? tree.cover[r] : 0;
+      if (wl + wr > 0) {
+        p[l] = p[k] * (wl / (wl + wr));
+        p[r] = p[k] * (wr / (wl + wr));
       } else {
         p[l] = p[r] = p[k] / 2;
       }

@@ -151,8 +151,9 @@ struct AdaptiveForest {
 };
 
 // Per tree of `f` (the forest's own order), the probability that a row reaching the root
-// reaches each node: cover[n] / cover[0] from the training weights, or 2^-depth when the tree
-// has none (or its root weight is 0).
+// reaches each node: the product of the edge probabilities cover[child] / (cover[left] +
+// cover[right]) from the training weights (cover[n] / cover[0] when they add up), or 2^-depth
+// when the tree has none.
 std::vector<std::vector<double>> forest_node_probabilities(const Forest& f);
 
 }  // namespace canopy

@@ -60,7 +60,9 @@ ForestKernel kernel_of(ForestStrategy s) {
 ForestSchedule ForestGpuEngine::Impl::resolve(ForestKernel k, const ForestSchedule& in, index_t n_rows) const {
   ForestSchedule s = in;
   const ForestCommonView& c = adaptive.common;
-  const int walks = wide_sums(c) ? 1 : 2;
+  // Trees walked together take as many steps as the deepest of them: interleave only when the
+  // walks are nearly as long as the trees are deep (and the sums leave the registers).
+  const int walks = wide_sums(c) || mean_visits < 0.85 * (max_depth + 1) ? 1 : 2;
   auto shrink_for_small_batches = [&](int rows_per_block_per_thread) {
     // Halve the block (down to one warp) until there are two blocks per SM.
     while (s.block_threads > 32 &&
@@ -108,9 +110,10 @@ ForestSchedule ForestGpuEngine::Impl::resolve(ForestKernel k, const ForestSchedu
                     " KiB of shared memory a block may use on this GPU");
       check_block(s.block_threads, "shared-forest strategy");
       const std::size_t forest = static_cast<std::size_t>(tree_begin.back()) * sizeof(ForestNode);
-      if (k == ForestKernel::SharedForest && forest > smem_optin)
-        throw Error("shared-forest strategy: the forest takes " + std::to_string(forest) + " bytes, more than the " +
-                    std::to_string(smem_optin) + " bytes of shared memory a block may use (use split-shared-forest)");
+      if (k == ForestKernel::SharedForest && forest + gpu::forest_tile_bytes(adaptive, s) > smem_optin)
+        throw Error("shared-forest strategy: the forest takes " + std::to_string(forest) + " bytes, and with the rows " +
+                    "more than the " + std::to_string(smem_optin) +
+                    " bytes of shared memory a block may use (use split-shared-forest)");
       break;
     }
     case ForestKernel::SharedData: {
@@ -147,6 +150,16 @@ ForestSchedule ForestGpuEngine::Impl::resolve(ForestKernel k, const ForestSchedu
   return s;
 }
 
+std::size_t ForestGpuEngine::Impl::part_budget(ForestKernel k, const ForestSchedule& s) const {
+  const std::size_t total = k == ForestKernel::SharedForest ? smem_optin : static_cast<std::size_t>(s.part_kib) * 1024;
+  const std::size_t tile = gpu::forest_tile_bytes(adaptive, s);
+  if (tile >= total)
+    throw Error("shared-forest strategy: a tile of " + std::to_string(s.block_threads * s.rows_per_thread) + " rows x " +
+                std::to_string(adaptive.common.n_features) + " features leaves no room for the forest in " +
+                std::to_string(total / 1024) + " KiB");
+  return total - tile;
+}
+
 std::vector<std::pair<index_t, index_t>> ForestGpuEngine::Impl::parts(std::size_t part_bytes) const {
   const index_t per_part = static_cast<index_t>(part_bytes / sizeof(ForestNode));
   std::vector<std::pair<index_t, index_t>> out;
@@ -174,7 +187,7 @@ void ForestGpuEngine::Impl::run_adaptive(const gpu::AdaptiveBatch& b, ForestKern
     case ForestKernel::SharedForest:
     case ForestKernel::SplitSharedForest: {
       const std::vector<std::pair<index_t, index_t>> ranges =
-          parts(k == ForestKernel::SharedForest ? smem_optin : static_cast<std::size_t>(s.part_kib) * 1024);
+          parts(part_budget(k, s));
       gpu::AdaptivePart part;
       part.outputs = sums_outputs(adaptive.common);
       if (ranges.size() > 1) {
@@ -289,12 +302,14 @@ ForestShape ForestGpuEngine::Impl::shape(ForestKernel k, index_t n_rows) const {
     default: {
       sh.strategy = k == ForestKernel::SharedForest ? ForestStrategy::SharedForest : ForestStrategy::SplitSharedForest;
       sh.smem_conflict = profile->smem_conflict;
+      sh.rows_in_smem = true;
       const std::vector<std::pair<index_t, index_t>> ranges =
-          parts(k == ForestKernel::SharedForest ? smem_optin : static_cast<std::size_t>(s.part_kib) * 1024);
+          parts(part_budget(k, s));
       sh.launches = static_cast<double>(ranges.size());
       const double tiles = std::ceil(static_cast<double>(n_rows) / (s.block_threads * s.rows_per_thread));
       for (const auto& r : ranges) {
-        const double bytes = static_cast<double>(tree_begin[r.second] - tree_begin[r.first]) * sizeof(ForestNode);
+        const double bytes = static_cast<double>(tree_begin[r.second] - tree_begin[r.first]) * sizeof(ForestNode) +
+                             static_cast<double>(gpu::forest_tile_bytes(adaptive, s));
         const double per_sm = std::max(1.0, std::min(2048.0 / s.block_threads, std::floor(228.0 * 1024 / (bytes + 1024))));
         const double blocks = std::min(tiles, sms * per_sm);
         sh.chain_steps += std::ceil(tiles / blocks) * steps(r.first, r.second, s.tree_interleave);

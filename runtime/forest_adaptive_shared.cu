@@ -28,24 +28,26 @@ void launch_adaptive_shared_data(const AdaptiveForestView& v, const AdaptiveBatc
 
 void launch_adaptive_shared_forest(const AdaptiveForestView& v, const AdaptiveBatch& b, const ForestSchedule& s,
                                    const AdaptivePart& part, std::size_t part_bytes, const AdaptiveDevice& d) {
-  if (part_bytes > d.smem_optin)
-    throw Error("shared-forest strategy: a part of " + std::to_string(part_bytes) + " bytes exceeds the " +
-                std::to_string(d.smem_optin) + " bytes of shared memory a block may use");
+  const std::size_t smem = part_bytes + forest_tile_bytes(v, s);
+  if (smem > d.smem_optin)
+    throw Error("shared-forest strategy: a part of " + std::to_string(part_bytes) + " bytes and a tile of " +
+                std::to_string(s.block_threads * s.rows_per_thread) + " rows exceed the " + std::to_string(d.smem_optin) +
+                " bytes of shared memory a block may use");
   dispatch_forest_sums(v.common, [&](auto sums) {
     using Sums = decltype(sums);
     dispatch_rows_trees<Sums>(s.rows_per_thread, s.tree_interleave, "shared-forest strategy", [&](auto r, auto k) {
       constexpr int R = decltype(r)::value, K = decltype(k)::value;
       auto kernel = adaptive_shared_forest_kernel<Sums, R, K>;
-      allow_dynamic_smem(kernel, part_bytes, "cudaFuncSetAttribute(adaptive_shared_forest_kernel)");
+      allow_dynamic_smem(kernel, smem, "cudaFuncSetAttribute(adaptive_shared_forest_kernel)");
       // Persistent blocks: each loads its part once and then takes row tiles in turn.
       int per_sm = 0;
-      CANOPY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, s.block_threads, part_bytes));
+      CANOPY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, s.block_threads, smem));
       if (per_sm < 1)
         throw Error("shared-forest strategy: a block of " + std::to_string(s.block_threads) + " threads with " +
-                    std::to_string(part_bytes) + " bytes of shared memory cannot run on this GPU");
+                    std::to_string(smem) + " bytes of shared memory cannot run on this GPU");
       const index_t tiles = (b.n_rows + static_cast<index_t>(s.block_threads) * R - 1) / (static_cast<index_t>(s.block_threads) * R);
       const index_t blocks = std::min<index_t>(tiles, static_cast<index_t>(per_sm) * d.sm_count);
-      kernel<<<static_cast<unsigned>(blocks), s.block_threads, part_bytes, d.stream>>>(v, b, part);
+      kernel<<<static_cast<unsigned>(blocks), s.block_threads, smem, d.stream>>>(v, b, part);
       CANOPY_CUDA_CHECK_LAUNCH("adaptive_shared_forest_kernel");
     });
   });

@@ -66,6 +66,7 @@ struct ForestGpuEngine::Impl {
   // Adaptive layout (runtime/forest_adaptive_gpu.cu).
   ForestSchedule resolve(ForestKernel k, const ForestSchedule& s, index_t n_rows) const;
   std::vector<std::pair<index_t, index_t>> parts(std::size_t part_bytes) const;  // canonical tree ranges
+  std::size_t part_budget(ForestKernel k, const ForestSchedule& s) const;  // bytes of nodes a part may take
   void run_adaptive(const gpu::AdaptiveBatch& b, ForestKernel k, const ForestSchedule& s);
   // Sorts the uploaded rows by their inspector keys into rows_sorted; returns the device order.
   const index_t* schedule_rows(index_t n_rows, int depth);

@@ -175,7 +175,7 @@ std::vector<ForestBatchEstimate> estimate_forest_batch(const ForestCostInputs& i
   std::vector<ForestBatchEstimate> out;
   for (const ForestShape& sh : shapes) {
     require_input(sh.coalescing, 1e-6, "coalescing");
-    require_input(sh.smem_conflict, 1, "smem_conflict");
+    require_input(sh.smem_conflict, 0.5, "smem_conflict");  // 0.5: every lane reads one word (broadcast)
     const double attr = attr_reads / (sh.rows_in_smem ? BW_R : BW_CACHED);
     ForestBatchEstimate e;
     e.strategy = sh.strategy;

@@ -106,7 +106,8 @@ ForestStrategy choose_forest_strategy(const std::vector<ForestCostEstimate>& est
 struct ForestShape {
   ForestStrategy strategy = ForestStrategy::Direct;
   double coalescing = 0.5;     // forest reads in global memory: bytes asked / bytes moved (> 1: shared)
-  double smem_conflict = 1;    // forest reads in shared memory: bank-conflict ways per warp read
+  double smem_conflict = 1;    // forest reads in shared memory: wavefronts per warp read over a
+                               // conflict-free read's (0.5 .. 16; below 1: broadcasts)
   bool rows_in_smem = false;   // the attributes come from shared memory
   double chain_steps = 0;      // dependent tree steps on the longest thread's path (per launch)
   double load_steps = 0;       // dependent global loads staging shared memory (per launch)
