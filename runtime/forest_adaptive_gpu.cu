@@ -321,9 +321,52 @@ ForestShape ForestGpuEngine::Impl::shape(ForestKernel k, index_t n_rows) const {
   return sh;
 }
 
+// Rows in a calibration batch: enough for one full wave of the direct strategy's blocks.
+constexpr index_t kCalibrationRows = 262144;
+
+void ForestGpuEngine::Impl::calibrate(const float* rows, index_t n_rows) {
+  const int F = n_features;
+  std::vector<float> batch(static_cast<std::size_t>(kCalibrationRows) * F);
+  for (index_t i = 0; i < kCalibrationRows; ++i)
+    std::copy(rows + (i % n_rows) * F, rows + (i % n_rows + 1) * F, batch.begin() + i * F);
+  DeviceBuffer<float> d_rows, d_out;
+  d_rows.reserve(batch.size(), "the calibration rows");
+  const int width = std::max(sums_outputs(adaptive.common), 1);
+  d_out.reserve(static_cast<std::size_t>(kCalibrationRows) * width, "the calibration predictions");
+  copy_to_device(d_rows.get(), batch.data(), batch.size(), stream.get());
+  gpu::AdaptiveBatch b;
+  b.rows = d_rows.get();
+  b.n_rows = kCalibrationRows;
+  b.out = d_out.get();
+  b.width = width;
+  b.output = ForestOutput::Margin;
+  calibrated.clear();
+  for (ForestKernel k : {ForestKernel::SharedData, ForestKernel::Direct, ForestKernel::SharedForest,
+                         ForestKernel::SplitSharedForest}) {
+    double ns = 0;
+    try {
+      const ForestSchedule s = resolve(k, ForestSchedule{}, kCalibrationRows);
+      std::vector<float> ms;
+      for (int r = 0; r < 3; ++r) {
+        scheduled.record(stream.get());
+        run_adaptive(b, k, s);
+        computed.record(stream.get());
+        const float t = computed.since(scheduled);
+        if (r > 0) ms.push_back(t);  // the first run warms up
+      }
+      ns = std::min(ms[0], ms[1]) * 1e6 / static_cast<double>(kCalibrationRows);
+    } catch (const Error&) {
+      ns = 0;  // a strategy this forest cannot take
+    }
+    calibrated.emplace_back(k, ns);
+  }
+  stream.sync();
+}
+
 std::vector<ForestTrial> ForestGpuEngine::Impl::estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt) {
   const ForestHardware& hw = hardware_params(opt.hardware_cache);
   if (!profile) profile = std::make_unique<ForestAccessProfile>(forest_access_profile(host->view(), rows, n_rows));
+  if (calibrated.empty()) calibrate(rows, n_rows);
   const ForestCommonView& c = adaptive.common;
   const index_t nodes = tree_begin.back();
   ForestCostInputs in;
@@ -345,6 +388,8 @@ std::vector<ForestTrial> ForestGpuEngine::Impl::estimates(const float* rows, ind
                          ForestKernel::SplitSharedForest}) {
     try {
       shapes.push_back(shape(k, std::max<index_t>(n_rows, 1)));
+      for (const auto& cal : calibrated)
+        if (cal.first == k) shapes.back().calibrated_row_ns = cal.second;
     } catch (const Error&) {
       // a strategy this forest cannot take (the forest too large for shared memory)
     }

@@ -41,6 +41,10 @@ struct ForestGpuEngine::Impl {
   std::string hardware_path;
   const AdaptiveForest* host = nullptr;  // the predictor's host copy (it outlives the engine)
   std::unique_ptr<ForestAccessProfile> profile;  // the warp emulator's coalescing, on the first batch seen
+  // Each strategy's time per row on this forest with the GPU full (default schedule), timed
+  // once on a calibration batch built from the first batch seen; 0: not feasible.
+  std::vector<std::pair<ForestKernel, double>> calibrated;
+  void calibrate(const float* rows, index_t n_rows);
 
   Impl();
 

@@ -199,6 +199,7 @@ std::vector<ForestBatchEstimate> estimate_forest_batch(const ForestCostInputs& i
                    forest_load / (BW_COA * N_batch) + attr + hw.global_reduce_ns_per_block * in.parts / N_batch;
         break;
     }
+    if (sh.calibrated_row_ns > 0) e.row_ns = sh.calibrated_row_ns;
     e.throughput_ns = N_batch * e.row_ns;
     // A step: the node (shared memory, or global memory mostly from L2 on a first walk), then
     // the attribute (shared memory, or L1: taken as twice shared memory's latency).

@@ -102,7 +102,8 @@ ForestStrategy choose_forest_strategy(const std::vector<ForestCostEstimate>& est
 // COA_rate that Algorithm 1 lists among the forest's inputs), and a batch takes
 //   max(N_batch x T (eq. 1), critical path) + launches x launch_ns,
 // the critical path being the dependent visits of the longest thread times the measured
-// latencies, times the waves of blocks.
+// latencies, times the waves of blocks. When a shape carries a calibrated time per row (the
+// strategy timed once on this forest with the GPU full), it replaces T.
 struct ForestShape {
   ForestStrategy strategy = ForestStrategy::Direct;
   double coalescing = 0.5;     // forest reads in global memory: bytes asked / bytes moved (> 1: shared)
@@ -113,6 +114,10 @@ struct ForestShape {
   double load_steps = 0;       // dependent global loads staging shared memory (per launch)
   double waves = 1;            // times the batch's blocks fill the GPU, one after the other
   double launches = 1;
+  // > 0: the strategy's time per row on this forest when the GPU is full, measured once
+  // (replaces the bandwidth terms: the kernels are bound by latency and issue, which the
+  // bandwidths do not see; README, "performance model").
+  double calibrated_row_ns = 0;
 };
 
 struct ForestBatchEstimate {
