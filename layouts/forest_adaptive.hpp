@@ -66,9 +66,12 @@ struct AdaptiveForestView {
 };
 
 // 1 if a row whose feature value is x goes to the stored second child (0 at a leaf).
+// Integer bit operations rather than branches or selects: this is every walk's inner step.
 CANOPY_HD inline std::uint32_t adaptive_second(ForestNode n, float x) {
-  const bool lt = (n.info & kAdaptiveNanLtBit) ? !(x >= n.value) : (x < n.value);
-  return lt == ((n.info & kAdaptiveLtSecondBit) != 0) ? 1u : 0u;
+  static_assert(kAdaptiveNanLtBit == 1u << 29 && kAdaptiveLtSecondBit == 1u << 30, "adaptive_second reads bits 29, 30");
+  // The x < threshold side: x below it, or a missing x that the node sends there.
+  const std::uint32_t lt = static_cast<std::uint32_t>(x < n.value) | (static_cast<std::uint32_t>(x != x) & (n.info >> 29));
+  return (lt ^ (n.info >> 30) ^ 1u) & 1u;  // that side is the second child iff bit 30
 }
 
 // One step of a walk: the node's position after `n` for the row that get(f) reads.

@@ -73,10 +73,11 @@ ForestSchedule ForestGpuEngine::Impl::resolve(ForestKernel k, const ForestSchedu
   };
   switch (k) {
     case ForestKernel::Direct: {
-      if (s.rows_per_thread == 0) s.rows_per_thread = 1;
+      if (s.rows_per_thread == 0) s.rows_per_thread = walks;  // two rows where two trees also fit
       if (s.tree_interleave == 0) s.tree_interleave = walks;
       if (s.block_threads == 0) {
-        s.block_threads = 128;
+        // 256 threads: the tuner's pick on every model at a million rows (README).
+        s.block_threads = 256;
         shrink_for_small_batches(s.rows_per_thread);
       }
       if (s.tree_sync < 0) s.tree_sync = 0;
@@ -125,7 +126,8 @@ ForestSchedule ForestGpuEngine::Impl::resolve(ForestKernel k, const ForestSchedu
         s.tree_group = 1;
         while (s.tree_group < gpu::kAdaptiveMaxGroup && s.tree_group * 2 * static_cast<index_t>(sm_count) < n_rows)
           s.tree_group *= 2;
-        while (s.tree_group > 1 && leaf_row * s.tree_group > smem_optin / 2) s.tree_group /= 2;
+        // The pass's leaves in at most 16 KiB, so that several blocks share an SM.
+        while (s.tree_group > 1 && leaf_row * s.tree_group > 16 * 1024) s.tree_group /= 2;
       }
       if (s.tree_group < 1 || s.tree_group > gpu::kAdaptiveMaxGroup)
         throw Error("shared-data strategy: tree_group = " + std::to_string(s.tree_group) + " must be 1 to " +
