@@ -293,6 +293,20 @@ struct Variant {
   std::string name;
 };
 
+// A split schedule that cuts forest f into about three parts (its largest tree fits one).
+ForestSchedule three_parts(const Forest& f, bool wide) {
+  const AdaptiveForest a = AdaptiveForest::build(f);
+  index_t largest = 0;
+  for (std::size_t t = 0; t + 1 < a.tree_begin.size(); ++t) largest = std::max(largest, a.tree_begin[t + 1] - a.tree_begin[t]);
+  ForestSchedule s;
+  s.block_threads = 32;
+  s.rows_per_thread = wide ? 1 : 2;
+  const std::size_t tile = static_cast<std::size_t>(f.n_features()) * 32 * s.rows_per_thread * sizeof(float);
+  const std::size_t part = std::max<std::size_t>(a.nodes.size() * sizeof(ForestNode) / 3, largest * sizeof(ForestNode));
+  s.part_kib = static_cast<int>((part + tile) / 1024 + 1);
+  return s;
+}
+
 std::vector<Variant> variants(bool wide) {
   std::vector<Variant> v;
   auto add = [&](ForestKernel k, ForestSchedule s, const std::string& n) { v.push_back({k, s, n}); };
@@ -318,10 +332,7 @@ std::vector<Variant> variants(bool wide) {
   s.block_threads = 96;
   add(ForestKernel::SharedData, s, "shared-data 3/7/96");
   add(ForestKernel::SplitSharedForest, {}, "split");
-  s = {};
-  s.part_kib = 16;  // many parts: sums carried between them
-  if (!wide) s.rows_per_thread = 2;
-  add(ForestKernel::SplitSharedForest, s, "split 16 KiB");
+  add(ForestKernel::SplitSharedForest, {}, "split in three");  // the schedule is made per forest
   add(ForestKernel::Auto, {}, "auto");
   return v;
 }
@@ -344,8 +355,9 @@ TEST(ForestAdaptiveGpu, EveryStrategyEqualsTheCpuBitForBit) {
       cfg.adaptive.node_rearrangement = rearrange != 1;
       cfg.adaptive.tree_rearrangement = rearrange != 2;
       ForestPredictor p(f, cfg);
-      for (const Variant& v : variants(wide))
+      for (Variant v : variants(wide))
         for (int depth : {0, 2}) {
+          if (v.name == "split in three") v.schedule = three_parts(f, wide);  // several parts: sums carried
           for (std::size_t o = 0; o < outs.size(); ++o) {
             if (outs[o] != ForestOutput::Prob && (depth > 0 || rearrange > 0)) continue;  // keep the run short
             ForestRunOptions opt;
@@ -465,11 +477,14 @@ TEST(ForestAdaptiveGpu, BadSchedulesAreClearErrors) {
   opt = {};
   opt.kernel = ForestKernel::Hybrid;
   EXPECT_NE(message(opt).find("hierarchical"), std::string::npos);
-  // A part smaller than one tree of 255 nodes (2,040 bytes).
+  // A part smaller than one tree of 255 nodes (2,040 bytes): 4 KiB less a tile of 32 rows x 28
+  // features (3,584 bytes).
   ForestPredictor deep(complete_forest(3, 7, 28, 4), cfg);
   opt = {};
   opt.kernel = ForestKernel::SplitSharedForest;
-  opt.schedule.part_kib = 1;
+  opt.schedule.block_threads = 32;
+  opt.schedule.rows_per_thread = 1;
+  opt.schedule.part_kib = 4;
   try {
     deep.predict(d.values.data(), d.n_rows, out.data(), opt);
     ADD_FAILURE() << "no error for a part smaller than a tree";
