@@ -76,8 +76,12 @@ ForestSchedule ForestGpuEngine::Impl::resolve(ForestKernel k, const ForestSchedu
       if (s.rows_per_thread == 0) s.rows_per_thread = walks;  // two rows where two trees also fit
       if (s.tree_interleave == 0) s.tree_interleave = walks;
       if (s.block_threads == 0) {
-        // 256 threads: the tuner's pick on every model at a million rows (README).
-        s.block_threads = 256;
+        // 256 threads while their staged rows take at most 32 KiB, else 128: the tuner's picks
+        // at a million rows (README).
+        ForestSchedule wide = s;
+        wide.block_threads = 256;
+        wide.cache_rows = 1;
+        s.block_threads = gpu::direct_tile_bytes(adaptive, wide) <= 32 * 1024 ? 256 : 128;
         shrink_for_small_batches(s.rows_per_thread);
       }
       if (s.tree_sync < 0) s.tree_sync = 0;
@@ -323,8 +327,10 @@ ForestShape ForestGpuEngine::Impl::shape(ForestKernel k, index_t n_rows) const {
   return sh;
 }
 
-// Rows in a calibration batch: enough for one full wave of the direct strategy's blocks.
+// Calibration batches: one full wave of the direct strategy's blocks, and a small batch whose
+// time is its critical path and launches.
 constexpr index_t kCalibrationRows = 262144;
+constexpr index_t kCalibrationSmallRows = 1024;
 
 void ForestGpuEngine::Impl::calibrate(const float* rows, index_t n_rows) {
   const int F = n_features;
@@ -338,29 +344,33 @@ void ForestGpuEngine::Impl::calibrate(const float* rows, index_t n_rows) {
   copy_to_device(d_rows.get(), batch.data(), batch.size(), stream.get());
   gpu::AdaptiveBatch b;
   b.rows = d_rows.get();
-  b.n_rows = kCalibrationRows;
   b.out = d_out.get();
   b.width = width;
   b.output = ForestOutput::Margin;
+  auto time_ms = [&](ForestKernel k, index_t n) {
+    b.n_rows = n;
+    const ForestSchedule s = resolve(k, ForestSchedule{}, n);
+    std::vector<float> ms;
+    for (int r = 0; r < 3; ++r) {
+      scheduled.record(stream.get());
+      run_adaptive(b, k, s);
+      computed.record(stream.get());
+      const float t = computed.since(scheduled);
+      if (r > 0) ms.push_back(t);  // the first run warms up
+    }
+    return static_cast<double>(std::min(ms[0], ms[1]));
+  };
   calibrated.clear();
   for (ForestKernel k : {ForestKernel::SharedData, ForestKernel::Direct, ForestKernel::SharedForest,
                          ForestKernel::SplitSharedForest}) {
-    double ns = 0;
+    Calibration c{k, 0, 0};
     try {
-      const ForestSchedule s = resolve(k, ForestSchedule{}, kCalibrationRows);
-      std::vector<float> ms;
-      for (int r = 0; r < 3; ++r) {
-        scheduled.record(stream.get());
-        run_adaptive(b, k, s);
-        computed.record(stream.get());
-        const float t = computed.since(scheduled);
-        if (r > 0) ms.push_back(t);  // the first run warms up
-      }
-      ns = std::min(ms[0], ms[1]) * 1e6 / static_cast<double>(kCalibrationRows);
+      c.row_ns = time_ms(k, kCalibrationRows) * 1e6 / static_cast<double>(kCalibrationRows);
+      c.small_ns = time_ms(k, kCalibrationSmallRows) * 1e6;
     } catch (const Error&) {
-      ns = 0;  // a strategy this forest cannot take
+      c = Calibration{k, 0, 0};  // a strategy this forest cannot take
     }
-    calibrated.emplace_back(k, ns);
+    calibrated.push_back(c);
   }
   stream.sync();
 }
@@ -390,8 +400,11 @@ std::vector<ForestTrial> ForestGpuEngine::Impl::estimates(const float* rows, ind
                          ForestKernel::SplitSharedForest}) {
     try {
       shapes.push_back(shape(k, std::max<index_t>(n_rows, 1)));
-      for (const auto& cal : calibrated)
-        if (cal.first == k) shapes.back().calibrated_row_ns = cal.second;
+      for (const Calibration& cal : calibrated)
+        if (cal.kernel == k) {
+          shapes.back().calibrated_row_ns = cal.row_ns;
+          shapes.back().calibrated_small_ns = cal.small_ns;
+        }
     } catch (const Error&) {
       // a strategy this forest cannot take (the forest too large for shared memory)
     }

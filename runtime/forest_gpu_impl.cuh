@@ -41,9 +41,14 @@ struct ForestGpuEngine::Impl {
   std::string hardware_path;
   const AdaptiveForest* host = nullptr;  // the predictor's host copy (it outlives the engine)
   std::unique_ptr<ForestAccessProfile> profile;  // the warp emulator's coalescing, on the first batch seen
-  // Each strategy's time per row on this forest with the GPU full (default schedule), timed
-  // once on a calibration batch built from the first batch seen; 0: not feasible.
-  std::vector<std::pair<ForestKernel, double>> calibrated;
+  // Each strategy's time per row on this forest with the GPU full, and its time for a small
+  // batch (default schedules), timed once on batches built from the first batch seen.
+  struct Calibration {
+    ForestKernel kernel;
+    double row_ns = 0;    // per row, the GPU full
+    double small_ns = 0;  // a small batch, whole
+  };
+  std::vector<Calibration> calibrated;
   void calibrate(const float* rows, index_t n_rows);
 
   Impl();

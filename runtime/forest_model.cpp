@@ -207,8 +207,9 @@ std::vector<ForestBatchEstimate> estimate_forest_batch(const ForestCostInputs& i
         sh.strategy == ForestStrategy::SharedForest || sh.strategy == ForestStrategy::SplitSharedForest;
     const double step_ns = (forest_in_smem ? hw.smem_latency_ns : hw.gmem_latency_ns) +
                            (sh.rows_in_smem ? hw.smem_latency_ns : 2 * hw.smem_latency_ns);
-    e.path_ns = (sh.chain_steps * step_ns + sh.load_steps * hw.gmem_latency_ns) * sh.waves;
-    e.batch_ns = std::max(e.throughput_ns, e.path_ns) + sh.launches * hw.launch_ns;
+    e.path_ns = (sh.chain_steps * step_ns + sh.load_steps * hw.gmem_latency_ns) * sh.waves + sh.launches * hw.launch_ns;
+    if (sh.calibrated_small_ns > 0) e.path_ns = std::max(e.path_ns, sh.calibrated_small_ns);
+    e.batch_ns = std::max(e.throughput_ns, e.path_ns);
     out.push_back(e);
   }
   std::stable_sort(out.begin(), out.end(), [](const ForestBatchEstimate& a, const ForestBatchEstimate& b) {

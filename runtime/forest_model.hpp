@@ -100,7 +100,7 @@ ForestStrategy choose_forest_strategy(const std::vector<ForestCostEstimate>& est
 // random bandwidth (or shared memory when the rows are staged there), BW^COA / 2 -> BW^COA x
 // the strategy's coalescing ratio measured on this forest and batch by the warp emulator (the
 // COA_rate that Algorithm 1 lists among the forest's inputs), and a batch takes
-//   max(N_batch x T (eq. 1), critical path) + launches x launch_ns,
+//   max(N_batch x T (eq. 1), critical path + launches x launch_ns),
 // the critical path being the dependent visits of the longest thread times the measured
 // latencies, times the waves of blocks. When a shape carries a calibrated time per row (the
 // strategy timed once on this forest with the GPU full), it replaces T.
@@ -118,6 +118,9 @@ struct ForestShape {
   // (replaces the bandwidth terms: the kernels are bound by latency and issue, which the
   // bandwidths do not see; README, "performance model").
   double calibrated_row_ns = 0;
+  // > 0: the strategy's time for a small calibration batch on this forest (its critical path
+  // and launches, measured); the batch's estimate is then never below it.
+  double calibrated_small_ns = 0;
 };
 
 struct ForestBatchEstimate {
@@ -125,8 +128,8 @@ struct ForestBatchEstimate {
   bool feasible = false;
   double row_ns = 0;         // eq. 1 with Canopy's terms
   double throughput_ns = 0;  // N_batch x row_ns
-  double path_ns = 0;        // the critical path and the launches
-  double batch_ns = 0;       // max(throughput, path) + launches
+  double path_ns = 0;        // the critical path with the launches (at least the calibrated small batch's)
+  double batch_ns = 0;       // max(throughput, path)
 };
 
 // One estimate per shape (the strategies the caller can run), feasible and fastest first.

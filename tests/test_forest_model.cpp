@@ -540,18 +540,27 @@ TEST(ForestCostModelExtension, ThroughputPathAndLaunchesByHand) {
   EXPECT_NEAR(d.row_ns, 1.2, 1e-12);
   EXPECT_NEAR(d.throughput_ns, 120, 1e-9);
   // path: 30 steps x (300 + 20) ns.
-  EXPECT_NEAR(d.path_ns, 9600, 1e-9);
+  EXPECT_NEAR(d.path_ns, 9600 + 2000, 1e-9);  // and one launch
   EXPECT_NEAR(d.batch_ns, 9600 + 2000, 1e-9);
   // shared data: 40/500 + 200/1000 + 40/200 + 400/(200 x 0.25) + 0.5 x 128 = 72.48 ns/row.
   EXPECT_NEAR(s.row_ns, 0.08 + 0.2 + 0.2 + 8 + 64, 1e-9);
-  EXPECT_NEAR(s.path_ns, 4 * 320, 1e-9);
-  EXPECT_NEAR(s.batch_ns, std::max(7248.0, 1280.0) + 2000, 1e-9);
-  EXPECT_EQ(est[0].strategy, ForestStrategy::SharedData);  // 9248 < 11600: fastest first
+  EXPECT_NEAR(s.path_ns, 4 * 320 + 2000, 1e-9);
+  EXPECT_NEAR(s.batch_ns, 7248.0, 1e-9);
+  EXPECT_EQ(est[0].strategy, ForestStrategy::SharedData);  // 7248 < 11600: fastest first
   // A large batch: the path no longer matters and direct's throughput wins.
   in.n_batch = 1e6;
   est = estimate_forest_batch(in, {direct, data}, hw);
   EXPECT_EQ(est[0].strategy, ForestStrategy::Direct);
-  EXPECT_NEAR(est[0].batch_ns, 1.2e6 + 2000, 1e-6);
+  EXPECT_NEAR(est[0].batch_ns, 1.2e6, 1e-6);
+  // Calibrated times replace the bandwidth terms, and a calibrated small batch bounds the path.
+  direct.calibrated_row_ns = 3;
+  direct.calibrated_small_ns = 5e4;
+  est = estimate_forest_batch(in, {direct}, hw);
+  EXPECT_NEAR(est[0].batch_ns, 3e6, 1e-6);
+  in.n_batch = 100;
+  est = estimate_forest_batch(in, {direct}, hw);
+  EXPECT_NEAR(est[0].batch_ns, 5e4, 1e-6);
+  in.n_batch = 1e6;
   // Infeasible shapes sort last; bad shape values are errors.
   ForestShape forest;
   forest.strategy = ForestStrategy::SharedForest;  // the toy forest (2480 bytes) fits 48 KiB
