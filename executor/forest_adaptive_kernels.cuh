@@ -183,11 +183,14 @@ __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch 
       Carry acc;
       if constexpr (Sums::kScalarLeaves) {
         acc = c.base_margin[o];
+        // Unrolled so that the shared-memory loads run ahead of the chain of additions.
+#pragma unroll 8
         for (index_t t = c.group_begin[o]; t < c.group_begin[o + 1]; ++t) {
           acc = add_rn(acc, __uint_as_float(leaves[t * items + j]));
         }
       } else {
         acc = 0.0;
+#pragma unroll 8
         for (index_t t = 0; t < T; ++t)
           acc = add_rn(acc, c.leaf_values[(c.tree_leaf_begin[t] + leaves[t * items + j]) * c.leaf_width + o]);
       }
