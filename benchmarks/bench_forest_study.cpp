@@ -169,8 +169,9 @@ int run_forest_study(const ForestStudyConfig& c) {
   const AdaptiveReport& rep = full->adaptive_report();
   std::printf("adaptive layout: %s; %.2f MiB (csr %.2f MiB)\n", rep.details.c_str(),
               static_cast<double>(full->footprint_bytes()) / (1 << 20), static_cast<double>(csr->footprint_bytes()) / (1 << 20));
-  std::printf("tree rearrangement (SimHash + LSH, T_nodes 4, 128 bits, M 64): %.1f ms; per-thread tree-depth sums over "
-              "%d threads: CV %.4f in model order, %.4f rearranged; expected nodes per tree and row %.2f\n",
+  std::printf("tree rearrangement (SimHash + LSH, T_nodes 4, 128 bits, M 64): %.1f ms; per-thread sums of expected tree "
+              "depths, trees dealt round-robin to %d threads: CV %.4f in model order, %.4f rearranged; expected nodes per "
+              "tree and row %.2f\n",
               rep.similarity_ms, rep.threads, rep.cv_model_order, rep.cv_rearranged, rep.expected_visits);
 
   nlohmann::json j;

@@ -63,15 +63,26 @@ AdaptiveOptions adaptive_options(const Forest& forest, const ForestConfig& confi
   const std::vector<std::vector<double>> prob = forest_node_probabilities(forest);
   std::vector<ForestTree> trees;
   std::vector<std::vector<double>> probs;
-  std::vector<double> depth;
+  std::vector<double> depth;  // a tree's work: its expected depth, the training-weighted path length
   for (index_t src : common.order) {
-    trees.push_back(forest.trees()[static_cast<std::size_t>(src)]);
-    probs.push_back(prob[static_cast<std::size_t>(src)]);
-    depth.push_back(trees.back().depth);
+    const ForestTree& tree = forest.trees()[static_cast<std::size_t>(src)];
+    const std::vector<double>& p = prob[static_cast<std::size_t>(src)];
+    std::vector<int> level(static_cast<std::size_t>(tree.size()), 0);
+    double expected = 0;
+    for (std::size_t k = 0; k < level.size(); ++k) {  // breadth-first: parents first
+      if (tree.left[k] < 0) {
+        expected += p[k] * level[k];
+        continue;
+      }
+      level[static_cast<std::size_t>(tree.left[k])] = level[static_cast<std::size_t>(tree.right[k])] = level[k] + 1;
+    }
+    trees.push_back(tree);
+    probs.push_back(p);
+    depth.push_back(expected);
   }
   std::vector<index_t> identity(trees.size());
   for (std::size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<index_t>(i);
-  report->threads = 128;
+  report->threads = 32;  // a warp's lanes: where uneven trees keep lanes waiting
   report->cv_model_order = round_robin_cv(depth, identity, report->threads);
   report->cv_rearranged = report->cv_model_order;
   if (config.adaptive.tree_rearrangement) {

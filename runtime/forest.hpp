@@ -72,9 +72,10 @@ struct AdaptiveConfig {
 struct AdaptiveReport {
   double similarity_ms = 0;      // SimHash + LSH + ordering, wall clock
   double build_ms = 0;           // the whole layout, wall clock
-  int threads = 0;               // threads the trees are dealt to (the shared-data block)
-  double cv_model_order = 0;     // coefficient of variation of per-thread tree-depth sums
-  double cv_rearranged = 0;      // the same after the rearrangement
+  int threads = 0;               // threads the trees are dealt to round-robin (a warp's lanes)
+  double cv_model_order = 0;     // coefficient of variation of the per-thread sums of the trees'
+                                 // expected depths (training-weighted path lengths), model order
+  double cv_rearranged = 0;      // the same in the SimHash + LSH order
   double expected_visits = 0;    // mean nodes a row visits per tree (training weights)
   std::string details;
 };
