@@ -136,7 +136,7 @@ void add_forest_options(CLI::App& app, ForestBenchConfig& c) {
   app.add_option("--label", c.label, "the label column (name or 0-based index): accuracy / RMSE are reported");
   app.add_option("--batch", c.batch, "rows per batch, or a list such as 1000,100000")->capture_default_str();
   app.add_option("--layouts", c.layouts, "csr, reorg, hier (comma list) or all")->capture_default_str();
-  app.add_option("--kernels", c.kernels,
+  app.add_option("--kernels,--strategy", c.kernels,
                  "GPU kernels: direct, hybrid, shared-data, shared-forest, split-shared-forest, auto (comma list) or all")
       ->capture_default_str();
   app.add_option("--device", c.device, "auto, cpu, gpu or a list such as gpu,cpu")->capture_default_str();
