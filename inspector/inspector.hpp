@@ -66,7 +66,8 @@ CANOPY_HD inline void inspect_row(const Topology& tree, const TopTreeView& top, 
 // (by default after one leaf), and, once it holds, down the preferred path to the first
 // rejected node or a leaf. A pruning bound (nearest neighbour: k candidates) then forms as it
 // will during execution, and later top-leaves are pruned realistically instead of all being
-// reached under an infinite bound.
+// reached under an infinite bound. A lean-probe visitor (executor/visitor.hpp) skips the walk
+// once the bound has formed.
 template <class Topology, class Visitor>
 CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeView& top, const Visitor& v,
                                             index_t q, std::int32_t* row, index_t width) {
@@ -92,6 +93,7 @@ CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeV
       int psp = 0;
       bool accepted = true;
       const bool hungry = !probe_satisfied(v, s);
+      if (!hungry && lean_probe<Visitor>::value) continue;
       for (;;) {
         if (accepted) {
           if (tree.is_leaf(n)) {

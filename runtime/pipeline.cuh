@@ -28,9 +28,12 @@ namespace canopy {
 namespace detail {
 
 // The inspector's view of one chunk: its queries 0..m-1 are the caller's first..first+m-1.
+// Its probe is lean: in the pipeline the inspector shares the GPU with the executor, so it stops
+// probing once a guided query's bound has formed (README, "The pipeline").
 template <class Inner>
 struct ChunkVisitor {
   static constexpr bool kGuided = is_guided_v<Inner>;
+  static constexpr bool kLeanProbe = true;
   using State = typename Inner::State;
   Inner inner;
   index_t first;

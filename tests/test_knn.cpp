@@ -447,6 +447,53 @@ void guided_inspector_rows(int dims, int k) {
   });
 }
 
+// A visitor whose probe is lean (the pipeline's inspector): the same visitor otherwise.
+template <class Inner>
+struct LeanProbe {
+  static constexpr bool kGuided = true;
+  static constexpr bool kLeanProbe = true;
+  using State = typename Inner::State;
+  Inner inner;
+  CANOPY_HD State init(index_t q) const { return inner.init(q); }
+  CANOPY_HD bool descend(State& s, node_id n) const { return inner.descend(s, n); }
+  CANOPY_HD void leaf(State& s, node_id n) const { inner.leaf(s, n); }
+  CANOPY_HD int first_child(const State& s, node_id n) const { return preferred_child(inner, s, n); }
+  CANOPY_HD bool probe_satisfied(const State& s) const { return canopy::probe_satisfied(inner, s); }
+  CANOPY_HD void finish(State& s, index_t q) const { inner.finish(s, q); }
+};
+
+// Skipping the probes that only tighten a formed bound leaves a looser bound at every step of
+// the same traversal: a lean row starts like the full one and contains it, in order.
+TEST(GuidedInspector, LeanProbeRowsContainTheFullRows) {
+  const int dims = 7, k = 8;
+  const std::vector<float> points = test::clustered_points(3000, dims, 90);
+  const std::vector<float> queries = make_queries(points, dims, 400, 91);
+  const index_t m = 400;
+  const KdTree tree = build_tree<KdTree>(points, dims);
+  const auto view = tree.view();
+  std::vector<float> dist(m * k);
+  std::vector<index_t> index(m * k);
+  const auto v = make_knn_visitor<7>(view, queries.data(), k, dist.data(), index.data());
+  const LeanProbe<std::decay_t<decltype(v)>> lean{v};
+  index_t longer = 0;
+  for (int depth : {4, 7}) {
+    const TopTree top = TopTree::build(view, depth);
+    const GuidedMatrix full = inspect_cpu_guided(view, top.view(), v, m);
+    const GuidedMatrix thin = inspect_cpu_guided(view, top.view(), lean, m);
+    for (index_t q = 0; q < m; ++q) {
+      const index_t a = full.view().length(q), b = thin.view().length(q);
+      ASSERT_GE(b, a) << "query " << q;
+      ASSERT_GT(a, 0);
+      EXPECT_EQ(full.view().row(q)[0], thin.view().row(q)[0]);
+      index_t j = 0;  // the full row is a subsequence of the lean one
+      for (index_t i = 0; i < b && j < a; ++i) j += thin.view().row(q)[i] == full.view().row(q)[j];
+      EXPECT_EQ(j, a) << "query " << q << " depth " << depth;
+      longer += b > a;
+    }
+  }
+  EXPECT_GT(longer, 0) << "the lean probe never loosened a bound: the test shows nothing";
+}
+
 TEST(GuidedInspector, RowsAreTheVisitOrderOfTopLeaves) {
   for (int k : {4, 32}) {  // k = 32 needs several leaves before the probe has a bound
     guided_inspector_rows<KdTree>(2, k);
