@@ -39,6 +39,48 @@ struct AdaptiveBatch {
 
 CANOPY_HD inline index_t adaptive_out_row(const AdaptiveBatch& b, index_t i) { return b.order ? b.order[i] : i; }
 
+// The walks of the thread-per-row strategies: R rows through trees t0 .. t0 + K - 1 (those
+// below t_end) together, a trip count the whole warp shares (leaves point at themselves):
+// independent loads that overlap, and no leaf test. base(t): tree t's first node; get(r, f):
+// feature f of row r. The leaves go to s[r] in tree order.
+template <class Sums, int R, int K, class Base, class Get>
+__device__ __forceinline__ void adaptive_walk_trees(const AdaptiveForestView& v, index_t t0, index_t t_end,
+                                                    const Base& base_of, const Get& get, Sums (&s)[R]) {
+  const ForestNode* base[K];
+  int steps = 0;
+#pragma unroll
+  for (int q = 0; q < K; ++q) {
+    const index_t t = t0 + q < t_end ? t0 + q : t_end - 1;
+    base[q] = base_of(t);
+    steps = max(steps, v.depth[t]);
+  }
+  std::uint32_t k[R][K];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int q = 0; q < K; ++q) k[r][q] = 0;
+  for (int l = 0; l < steps; ++l) {
+    ForestNode node[R][K];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int q = 0; q < K; ++q) node[r][q] = base[q][k[r][q]];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int q = 0; q < K; ++q) {
+        const ForestNode n = node[r][q];
+        k[r][q] = ((n.info & kAdaptivePayloadMask) >> v.feature_bits) +
+                  adaptive_second(n, get(r, static_cast<int>(n.info & v.feature_mask)));
+      }
+  }
+#pragma unroll
+  for (int q = 0; q < K; ++q)
+    if (t0 + q < t_end)
+#pragma unroll
+      for (int r = 0; r < R; ++r) s[r].add(v.common, t0 + q, adaptive_leaf(v, t0 + q, k[r][q]));
+}
+
 // ---- direct ------------------------------------------------------------------------------------
 
 template <class Sums, int R, int K, bool kCache>
@@ -74,42 +116,9 @@ __global__ void adaptive_direct_kernel(AdaptiveForestView v, AdaptiveBatch b, in
     // Keeping the block's warps within tree_sync trees of each other keeps the trees they
     // read in L1.
     if (tree_sync > 0 && t0 % tree_sync < K) __syncthreads();
-    const ForestNode* base[K];
-    int steps = 0;
-#pragma unroll
-    for (int q = 0; q < K; ++q) {
-      const index_t t = t0 + q < T ? t0 + q : T - 1;
-      base[q] = v.nodes + v.tree_begin[t];
-      steps = max(steps, v.depth[t]);
-    }
-    std::uint32_t k[R][K];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int q = 0; q < K; ++q) k[r][q] = 0;
-    // All R * K walks advance together, a trip count the whole warp shares (leaves point at
-    // themselves): independent loads that overlap, and no leaf test.
-    for (int l = 0; l < steps; ++l) {
-      ForestNode node[R][K];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int q = 0; q < K; ++q) node[r][q] = base[q][k[r][q]];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int q = 0; q < K; ++q) {
-          const ForestNode n = node[r][q];
-          const int f = static_cast<int>(n.info & v.feature_mask);
-          const float x = kCache ? tile[f * width + r * B + tid] : src[r][f];
-          k[r][q] = ((n.info & kAdaptivePayloadMask) >> v.feature_bits) + adaptive_second(n, x);
-        }
-    }
-#pragma unroll
-    for (int q = 0; q < K; ++q)
-      if (t0 + q < T)
-#pragma unroll
-        for (int r = 0; r < R; ++r) s[r].add(c, t0 + q, adaptive_leaf(v, t0 + q, k[r][q]));
+    adaptive_walk_trees<Sums, R, K>(
+        v, t0, T, [&](index_t t) { return v.nodes + v.tree_begin[t]; },
+        [&](int r, int f) { return kCache ? tile[f * width + r * B + tid] : src[r][f]; }, s);
   }
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -249,39 +258,9 @@ __global__ void adaptive_shared_forest_kernel(AdaptiveForestView v, AdaptiveBatc
       else s[r].begin(c);
     }
     for (index_t t0 = part.first_tree; t0 < part.end_tree; t0 += K) {
-      const ForestNode* base[K];
-      int steps = 0;
-#pragma unroll
-      for (int q = 0; q < K; ++q) {
-        const index_t t = t0 + q < part.end_tree ? t0 + q : part.end_tree - 1;
-        base[q] = nodes + (v.tree_begin[t] - node0);
-        steps = max(steps, v.depth[t]);
-      }
-      std::uint32_t k[R][K];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int q = 0; q < K; ++q) k[r][q] = 0;
-      for (int l = 0; l < steps; ++l) {
-        ForestNode node[R][K];
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-          for (int q = 0; q < K; ++q) node[r][q] = base[q][k[r][q]];
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-          for (int q = 0; q < K; ++q) {
-            const ForestNode n = node[r][q];
-            k[r][q] = ((n.info & kAdaptivePayloadMask) >> v.feature_bits) +
-                      adaptive_second(n, tile[static_cast<int>(n.info & v.feature_mask) * width + r * B + tid]);
-          }
-      }
-#pragma unroll
-      for (int q = 0; q < K; ++q)
-        if (t0 + q < part.end_tree)
-#pragma unroll
-          for (int r = 0; r < R; ++r) s[r].add(c, t0 + q, adaptive_leaf(v, t0 + q, k[r][q]));
+      adaptive_walk_trees<Sums, R, K>(
+          v, t0, part.end_tree, [&](index_t t) { return nodes + (v.tree_begin[t] - node0); },
+          [&](int r, int f) { return tile[f * width + r * B + tid]; }, s);
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {

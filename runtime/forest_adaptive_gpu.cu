@@ -327,6 +327,20 @@ ForestShape ForestGpuEngine::Impl::shape(ForestKernel k, index_t n_rows) const {
   return sh;
 }
 
+std::vector<float> ForestGpuEngine::Impl::time_runs(const gpu::AdaptiveBatch& b, ForestKernel k, const ForestSchedule& s,
+                                                   int runs) {
+  std::vector<float> ms;
+  for (int r = 0; r <= runs; ++r) {
+    scheduled.record(stream.get());
+    run_adaptive(b, k, s);
+    computed.record(stream.get());
+    const float t = computed.since(scheduled);
+    if (r > 0) ms.push_back(t);  // the first run warms up
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms;
+}
+
 // Calibration batches: one full wave of the direct strategy's blocks, and a small batch whose
 // time is its critical path and launches.
 constexpr index_t kCalibrationRows = 262144;
@@ -349,16 +363,7 @@ void ForestGpuEngine::Impl::calibrate(const float* rows, index_t n_rows) {
   b.output = ForestOutput::Margin;
   auto time_ms = [&](ForestKernel k, index_t n) {
     b.n_rows = n;
-    const ForestSchedule s = resolve(k, ForestSchedule{}, n);
-    std::vector<float> ms;
-    for (int r = 0; r < 3; ++r) {
-      scheduled.record(stream.get());
-      run_adaptive(b, k, s);
-      computed.record(stream.get());
-      const float t = computed.since(scheduled);
-      if (r > 0) ms.push_back(t);  // the first run warms up
-    }
-    return static_cast<double>(std::min(ms[0], ms[1]));
+    return static_cast<double>(time_runs(b, k, resolve(k, ForestSchedule{}, n), 2).front());
   };
   calibrated.clear();
   for (ForestKernel k : {ForestKernel::SharedData, ForestKernel::Direct, ForestKernel::SharedForest,
@@ -527,15 +532,7 @@ std::vector<ForestTrial> ForestGpuEngine::tune(const float* rows, index_t n_rows
       trial.schedule = m.resolve(g.first, g.second, n_rows);
       if (trial.kernel == ForestKernel::Direct && gpu::direct_tile_bytes(m.adaptive, trial.schedule) > m.smem_optin)
         continue;
-      std::vector<float> ms;
-      for (int r = 0; r <= repeat; ++r) {
-        m.scheduled.record(m.stream.get());
-        m.run_adaptive(b, trial.kernel, trial.schedule);
-        m.computed.record(m.stream.get());
-        const float t = m.computed.since(m.scheduled);
-        if (r > 0) ms.push_back(t);  // the first run warms up
-      }
-      std::sort(ms.begin(), ms.end());
+      const std::vector<float> ms = m.time_runs(b, trial.kernel, trial.schedule, repeat);
       trial.kernel_ms = ms[ms.size() / 2];
     } catch (const Error&) {
       continue;  // a schedule this forest cannot take (shared memory, block size)

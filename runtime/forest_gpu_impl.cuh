@@ -77,6 +77,8 @@ struct ForestGpuEngine::Impl {
   std::vector<std::pair<index_t, index_t>> parts(std::size_t part_bytes) const;  // canonical tree ranges
   std::size_t part_budget(ForestKernel k, const ForestSchedule& s) const;  // bytes of nodes a part may take
   void run_adaptive(const gpu::AdaptiveBatch& b, ForestKernel k, const ForestSchedule& s);
+  // Kernel milliseconds of `runs` runs after a warm-up, fastest first (CUDA events).
+  std::vector<float> time_runs(const gpu::AdaptiveBatch& b, ForestKernel k, const ForestSchedule& s, int runs);
   // Sorts the uploaded rows by their inspector keys into rows_sorted; returns the device order.
   const index_t* schedule_rows(index_t n_rows, int depth);
   const ForestHardware& hardware_params(const std::string& cache);

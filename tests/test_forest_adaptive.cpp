@@ -21,30 +21,6 @@ namespace {
 
 using namespace forest_test;
 
-std::vector<ModelCase> all_cases() {
-  auto c = xgboost_cases();
-  for (const ModelCase& s : sklearn_cases()) c.push_back(s);
-  return c;
-}
-
-std::vector<float> cpu_csr(const Forest& f, const ForestData& d, ForestOutput out) {
-  ForestConfig cfg;
-  cfg.device = Device::Cpu;
-  ForestPredictor p(f, cfg);
-  return predict(p, d, out);
-}
-
-ForestData tiled(const ForestData& d, index_t n) {
-  ForestData t = d;
-  t.values.clear();
-  t.labels.clear();
-  for (index_t i = 0; i < n; ++i) {
-    const float* r = d.row(i % d.n_rows);
-    t.values.insert(t.values.end(), r, r + d.n_features);
-  }
-  t.n_rows = n;
-  return t;
-}
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b, std::string* where) {
   if (a.size() != b.size()) {
@@ -74,7 +50,7 @@ TEST(ForestAdaptive, CpuPredictionsEqualCsrBitForBit) {
         cfg.adaptive.tree_rearrangement = trees;
         ForestPredictor p(f, cfg);
         std::string where;
-        EXPECT_TRUE(same_bits(predict(p, d, ForestOutput::Prob), cpu_csr(f, d, ForestOutput::Prob), &where))
+        EXPECT_TRUE(same_bits(predict(p, d, ForestOutput::Prob), cpu_predict(f, d, ForestOutput::Prob), &where))
             << c.name << " nodes " << nodes << " trees " << trees << ": " << where;
       }
   }
@@ -346,7 +322,7 @@ TEST(ForestAdaptiveGpu, EveryStrategyEqualsTheCpuBitForBit) {
     if (c.margin) outs.push_back(ForestOutput::Margin);
     if (c.klass) outs.push_back(ForestOutput::Class);
     std::vector<std::vector<float>> want;
-    for (ForestOutput o : outs) want.push_back(cpu_csr(f, d, o));
+    for (ForestOutput o : outs) want.push_back(cpu_predict(f, d, o));
     const bool wide = std::max(f.n_groups(), f.leaf_width()) > 8;
     for (int rearrange = 0; rearrange < 3; ++rearrange) {
       ForestConfig cfg;
@@ -429,7 +405,7 @@ TEST(ForestAdaptiveGpu, SharedForestRunsWhenTheForestFitsAndSaysWhyOtherwise) {
   const ForestTimes t = ps.predict(d.values.data(), d.n_rows, got.data(), opt);
   EXPECT_EQ(t.kernel, ForestKernel::SharedForest);
   std::string where;
-  EXPECT_TRUE(same_bits(got, cpu_csr(small, d, opt.output), &where)) << where;
+  EXPECT_TRUE(same_bits(got, cpu_predict(small, d, opt.output), &where)) << where;
   // 2,000 trees of 31 nodes: 496,000 bytes, more than any GPU's shared memory per block: a
   // clear error that points to the split strategy, which runs it.
   const Forest big = complete_forest(2000, 4, 6, 3);
@@ -442,7 +418,7 @@ TEST(ForestAdaptiveGpu, SharedForestRunsWhenTheForestFitsAndSaysWhyOtherwise) {
   }
   opt.kernel = ForestKernel::SplitSharedForest;
   pb.predict(d.values.data(), d.n_rows, got.data(), opt);
-  EXPECT_TRUE(same_bits(got, cpu_csr(big, d, opt.output), &where)) << where;
+  EXPECT_TRUE(same_bits(got, cpu_predict(big, d, opt.output), &where)) << where;
 }
 
 TEST(ForestAdaptiveGpu, BadSchedulesAreClearErrors) {
@@ -542,7 +518,7 @@ TEST(ForestAdaptiveGpu, TunerAndModelCoverTheStrategies) {
   const ForestTimes t = p.predict(d.values.data(), d.n_rows, got.data(), opt);
   EXPECT_EQ(t.kernel, trials.front().kernel);
   std::string where;
-  EXPECT_TRUE(same_bits(got, cpu_csr(f, d, opt.output), &where)) << where;
+  EXPECT_TRUE(same_bits(got, cpu_predict(f, d, opt.output), &where)) << where;
 }
 
 }  // namespace

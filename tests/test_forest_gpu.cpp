@@ -17,12 +17,6 @@ namespace {
 
 using namespace forest_test;
 
-std::vector<ModelCase> all_cases() {
-  auto c = xgboost_cases();
-  for (const ModelCase& s : sklearn_cases()) c.push_back(s);
-  return c;
-}
-
 std::vector<ForestConfig> gpu_layouts() {
   std::vector<ForestConfig> out = cpu_layouts();  // csr, reorg, hier default, hier (1,1), hier (3,4)
   ForestConfig big = out[2];
@@ -39,25 +33,6 @@ std::vector<ForestOutput> outputs(const ModelCase& c) {
   return o;
 }
 
-std::vector<float> cpu_predict(const Forest& f, const ForestData& d, ForestOutput out) {
-  ForestConfig cfg;
-  cfg.device = Device::Cpu;
-  ForestPredictor p(f, cfg);
-  return predict(p, d, out);
-}
-
-// Rows repeated up to n (batches larger than the file, several blocks of every kernel).
-ForestData tiled(const ForestData& d, index_t n) {
-  ForestData t = d;
-  t.values.clear();
-  t.labels.clear();
-  for (index_t i = 0; i < n; ++i) {
-    const float* r = d.row(i % d.n_rows);
-    t.values.insert(t.values.end(), r, r + d.n_features);
-  }
-  t.n_rows = n;
-  return t;
-}
 ForestData first_rows(const ForestData& d, index_t n) {
   ForestData t = d;
   t.values.assign(d.values.begin(), d.values.begin() + n * d.n_features);

@@ -60,6 +60,12 @@ inline std::vector<ModelCase> sklearn_cases() {
           {"rf_higgs_reg", "higgs_rows_dense", false, false},
           {"et_letter_reg", "letter_rows_dense", false, false}};
 }
+inline std::vector<ModelCase> all_cases() {
+  auto c = xgboost_cases();
+  for (const ModelCase& s : sklearn_cases()) c.push_back(s);
+  return c;
+}
+
 // xgb_higgs_v2 shares xgb_higgs's expectations (it is the same model in the 2.x fields).
 inline std::string expected_name(const ModelCase& c) { return c.name == "xgb_higgs_v2" ? "xgb_higgs" : c.name; }
 
@@ -87,6 +93,27 @@ inline std::vector<float> predict(ForestPredictor& p, const ForestData& d, Fores
   opt.kernel = kernel;
   p.predict(d.values.data(), d.n_rows, res.data(), opt);
   return res;
+}
+
+// The plain CPU executor on the CSR layout: the reference every other executor is held to.
+inline std::vector<float> cpu_predict(const Forest& f, const ForestData& d, ForestOutput out) {
+  ForestConfig cfg;
+  cfg.device = Device::Cpu;
+  ForestPredictor p(f, cfg);
+  return predict(p, d, out);
+}
+
+// Rows repeated up to n (batches larger than the file, several blocks of every kernel).
+inline ForestData tiled(const ForestData& d, index_t n) {
+  ForestData t = d;
+  t.values.clear();
+  t.labels.clear();
+  for (index_t i = 0; i < n; ++i) {
+    const float* r = d.row(i % d.n_rows);
+    t.values.insert(t.values.end(), r, r + d.n_features);
+  }
+  t.n_rows = n;
+  return t;
 }
 
 // |a - b| <= rel * max(|a|, |b|) (and an absolute floor for values that underflow float32).
