@@ -61,6 +61,8 @@ struct TraversalBenchConfig {
   std::string pipeline = "off";
   std::int64_t chunk = 0;
   double memory_budget_mib = 0;
+  std::string probe = "auto";  // guided workloads: the inspector's probe
+  std::int64_t row_cap = 0;
   bool source_given = false;
   bool repeat_given = false;
 };

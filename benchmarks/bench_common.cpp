@@ -90,6 +90,13 @@ std::vector<int> parse_depths(const std::string& spec) {
   return out;
 }
 
+std::optional<GuidedProbe> parse_probe(const std::string& spec) {
+  if (spec == "auto") return std::nullopt;
+  for (GuidedProbe p : {GuidedProbe::Full, GuidedProbe::Lean, GuidedProbe::None})
+    if (spec == to_string(p)) return p;
+  throw Error("--probe '" + spec + "' is none of full, lean, none, auto");
+}
+
 int parse_depth(const std::string& spec) {
   if (spec == "auto") return kAutoDepth;
   char* end = nullptr;

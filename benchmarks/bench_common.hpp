@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,8 @@ Device parse_device(const std::string& s);
 double median(std::vector<double> v);
 std::vector<int> parse_depths(const std::string& spec);  // "4-14" or "6,8,10,auto"; "" = none
 int parse_depth(const std::string& spec);                 // a number or auto (kAutoDepth)
+// --probe: full, lean, none, or auto (empty: the options' default).
+std::optional<GuidedProbe> parse_probe(const std::string& spec);
 
 // One run of a workload: its phase times, nodes per warp (count_nodes), the depth it used, a
 // checksum, and the whole result as words, so variants can be compared exactly.

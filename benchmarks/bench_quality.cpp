@@ -86,7 +86,7 @@ std::vector<QualityRow> quality_rows(const QualityConfig& c, const View& view, c
     }
     std::vector<index_t> order;
     PhaseTimes times;
-    detail::schedule_custom_cpu(view, v, n, d, order, nullptr, times);
+    detail::schedule_custom_cpu(view, v, n, d, GuidedRows{}, order, nullptr, times);
     add("hybrid", d, order.data(), times.inspect_ms + times.schedule_ms);
   }
   QualityRow m;

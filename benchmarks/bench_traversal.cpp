@@ -59,16 +59,27 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
   const double build_ms = ms_since(t0);
   NearestNeighbors nn(tree, requested);
   const Device dev = nn.device();
+  const std::optional<GuidedProbe> probe = parse_probe(c.probe);
+  if (c.row_cap < 0) throw Error("--row-cap " + std::to_string(c.row_cap) + " must be >= 0 (0: the probe's default)");
+  TraversalOptions shown;  // the rows the hybrid variants use
+  shown.probe = probe;
+  shown.row_cap = c.row_cap;
+  shown.pipeline = c.pipeline == "on";
+  const GuidedRows rows = guided_rows(shown, dev);
   std::printf("canopy-bench %s: %s, %s, k = %d\n", c.workload.c_str(), in.source.c_str(), tree_name, k);
   print_device_line(dev, requested);
   std::printf("tree points %lld, queries %lld%s, dims %d, tree: %d levels, leaf size %d, built in %.1f ms\n",
               static_cast<long long>(in.points.size()), static_cast<long long>(in.queries.size()),
               c.shuffle_set ? " (shuffled)" : "", in.points.dims, tree.height(), tree.leaf_size(), build_ms);
+  std::printf("guided inspector rows: probe %s, row cap %s\n", to_string(rows.probe),
+              rows.cap > 0 ? std::to_string(rows.cap).c_str() : "none");
   const Suite suite = run_suite(parse_variants(c.variants, true), parse_depths(c.depths), c.depth, dev, c.repeat,
                                 [&](const TraversalOptions& t) {
                                   KnnOptions opt;
                                   static_cast<TraversalOptions&>(opt) = t;
                                   opt.k = k;
+                                  opt.probe = probe;
+                                  opt.row_cap = c.row_cap;
                                   KnnResult r = nn.run(in.queries.data(), in.queries.size(), opt);
                                   Measured m;
                                   m.result.reserve(r.indices.size() * 2);
@@ -89,6 +100,8 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
   j["shuffled"] = c.shuffle_set;
   j["dims"] = in.points.dims;
   j["k"] = k;
+  j["probe"] = to_string(rows.probe);
+  j["row_cap"] = rows.cap;
   j["leaf_size"] = tree.leaf_size();
   return finish(c, suite, j);
 }
@@ -158,7 +171,7 @@ void add_traversal_options(CLI::App& app, TraversalBenchConfig& c) {
   app.add_option("--softening", c.softening, "bh: softening length epsilon")->capture_default_str();
   app.add_option_function<std::string>(
       "--depth", [&c](const std::string& d) { c.depth = parse_depth(d); },
-      "top-tree depth of the inspector, or auto (a quick trial on a sample) (0 = default: 8, bh 4)");
+      "top-tree depth of the inspector, or auto (a quick trial on a sample) (0 = default: 8, bh 4, 12 for guided rows with probe none)");
   app.add_option("--depths", c.depths, "a depth sweep, e.g. 4-14 or 4-12,auto: the hybrid variants run at each depth");
   app.add_option("--leaf-size", c.leaf_size, "most points (bodies) per leaf")->capture_default_str();
   app.add_option("--device", c.device, "auto, cpu or gpu")->capture_default_str();
@@ -169,6 +182,13 @@ void add_traversal_options(CLI::App& app, TraversalBenchConfig& c) {
   app.add_option("--repeat", c.repeat, "timed runs per variant (the median is reported)")->capture_default_str();
   app.add_option("--json", c.json, "write the results as JSON to this file");
   add_pipeline_options(app, c.pipeline, c.chunk, c.memory_budget_mib);
+  app.add_option("--probe", c.probe,
+                 "nn family: how the guided inspector bounds a query's top-tree walk: full, lean, none, or auto (full; "
+                 "none when pipelined)")
+      ->capture_default_str();
+  app.add_option("--row-cap", c.row_cap,
+                 "nn family: most top-leaves per guided row (0: all; 32 with probe none)")
+      ->capture_default_str();
 }
 
 int run_traversal(const TraversalBenchConfig& config) {

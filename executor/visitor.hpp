@@ -47,15 +47,6 @@ struct has_probe_satisfied : std::false_type {};
 template <class V>
 struct has_probe_satisfied<V, std::void_t<decltype(std::declval<const V&>().probe_satisfied(
                                   std::declval<const typename V::State&>()))>> : std::true_type {};
-// A visitor with `static constexpr bool kLeanProbe = true` has the inspector skip the probe at
-// every top-leaf reached once the bound has formed (the preferred-path walk that tightens it):
-// a cheaper, slightly looser inspection (the pipeline's, where the inspector competes with the
-// executor for the GPU).
-template <class V, class = void>
-struct lean_probe : std::false_type {};
-template <class V>
-struct lean_probe<V, std::void_t<decltype(V::kLeanProbe)>> : std::bool_constant<V::kLeanProbe> {};
-
 template <class Visitor>
 CANOPY_HD inline bool probe_satisfied(const Visitor& v, const typename Visitor::State& s) {
   if constexpr (has_probe_satisfied<Visitor>::value) {

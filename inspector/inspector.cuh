@@ -18,16 +18,17 @@ inspector_kernel(Topology tree, TopTreeView top, Visitor v, index_t n, std::uint
   if (q < n) inspect_row(tree, top, v, q, matrix + q * n_words, n_words);
 }
 
-// Guided rows at full width; packed_size[q] gets the row's length + 1 (its size when packed
-// with a kRowEnd) and *max_length the longest row (one atomic per warp).
+// Guided rows of `width` entries (kRowEnd-terminated when shorter, not padded); packed_size[q]
+// gets the row's length + 1 (its size when packed with a kRowEnd) and *max_length the longest
+// row (one atomic per warp).
 template <class Topology, class Visitor>
 __global__ void __launch_bounds__(kInspectorBlock)
-guided_inspector_kernel(Topology tree, TopTreeView top, Visitor v, index_t n, std::int32_t* matrix,
-                        index_t* packed_size, unsigned long long* max_length) {
+guided_inspector_kernel(Topology tree, TopTreeView top, Visitor v, index_t n, index_t width, GuidedProbe probe,
+                        std::int32_t* matrix, index_t* packed_size, unsigned long long* max_length) {
   const index_t q = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
   index_t len = 0;
   if (q < n) {
-    len = inspect_row_guided(tree, top, v, q, matrix + q * top.n_leaves, top.n_leaves);
+    len = inspect_row_guided(tree, top, v, q, matrix + q * width, width, probe);
     packed_size[q] = len + 1;
   }
   for (int off = 16; off > 0; off /= 2) len = max(len, static_cast<index_t>(__shfl_down_sync(0xffffffffu, len, off)));
@@ -38,32 +39,34 @@ guided_inspector_kernel(Topology tree, TopTreeView top, Visitor v, index_t n, st
 // only so that every .cu file may include it.)
 template <class Entry>
 __global__ void __launch_bounds__(kInspectorBlock)
-pack_guided_rows_kernel(const Entry* matrix, index_t cols, index_t n, const index_t* offsets,
+pack_guided_rows_kernel(const Entry* matrix, index_t width, index_t n, const index_t* offsets,
                         Entry* packed) {
   const index_t q = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
   if (q >= n) return;
-  const Entry* row = matrix + q * cols;
+  const Entry* row = matrix + q * width;
   Entry* out = packed + offsets[q];
   const index_t len = offsets[q + 1] - offsets[q] - 1;
   for (index_t i = 0; i < len; ++i) out[i] = row[i];
   out[len] = kRowEnd;
 }
 
+// matrix: [n][rows.width(top.n_leaves)].
 template <class Topology, class Visitor>
 void launch_guided_inspector(const Topology& tree, const TopTreeView& top, const Visitor& v, index_t n,
-                             std::int32_t* matrix, index_t* packed_size, unsigned long long* max_length,
-                             cudaStream_t stream) {
+                             GuidedRows rows, std::int32_t* matrix, index_t* packed_size,
+                             unsigned long long* max_length, cudaStream_t stream) {
   if (n <= 0) return;
   guided_inspector_kernel<<<static_cast<unsigned>((n + kInspectorBlock - 1) / kInspectorBlock), kInspectorBlock, 0,
-                            stream>>>(tree, top, v, n, matrix, packed_size, max_length);
+                            stream>>>(tree, top, v, n, rows.width(top.n_leaves), rows.probe, matrix, packed_size,
+                                      max_length);
   CANOPY_CUDA_CHECK_LAUNCH("guided_inspector_kernel");
 }
 
-inline void launch_pack_guided_rows(const std::int32_t* matrix, index_t cols, index_t n, const index_t* offsets,
+inline void launch_pack_guided_rows(const std::int32_t* matrix, index_t width, index_t n, const index_t* offsets,
                                     std::int32_t* packed, cudaStream_t stream) {
   if (n <= 0) return;
   pack_guided_rows_kernel<<<static_cast<unsigned>((n + kInspectorBlock - 1) / kInspectorBlock), kInspectorBlock, 0,
-                            stream>>>(matrix, cols, n, offsets, packed);
+                            stream>>>(matrix, width, n, offsets, packed);
   CANOPY_CUDA_CHECK_LAUNCH("pack_guided_rows_kernel");
 }
 

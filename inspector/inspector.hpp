@@ -60,17 +60,19 @@ CANOPY_HD inline void inspect_row(const Topology& tree, const TopTreeView& top, 
 }
 
 // A guided query's row (the paper's Figure 5): the top-leaves it reaches, in the order its own
-// traversal (first_child() first) reaches them, then kRowEnd up to `width`. Returns the row's
-// length. At each reached top-leaf the inspector also probes its subtree as the real traversal
-// would walk it first (preferred children first): until the visitor's probe_satisfied() holds
-// (by default after one leaf), and, once it holds, down the preferred path to the first
-// rejected node or a leaf. A pruning bound (nearest neighbour: k candidates) then forms as it
-// will during execution, and later top-leaves are pruned realistically instead of all being
-// reached under an infinite bound. A lean-probe visitor (executor/visitor.hpp) skips the walk
-// once the bound has formed.
+// traversal (first_child() first) reaches them, at most `width` of them (the walk stops at a
+// full row), then one kRowEnd if it is shorter. Entries past the kRowEnd are left unwritten:
+// every reader stops there, and padding each row to full width was most of the GPU
+// inspector's memory traffic. Returns the row's length.
+// `probe` (GuidedProbe) says how the pruning bound forms. Full: at each reached top-leaf the
+// inspector probes its subtree as the real traversal would walk it first (preferred children
+// first): until the visitor's probe_satisfied() holds (by default after one leaf), and, once it
+// holds, down the preferred path to the first rejected node or a leaf, so that later top-leaves
+// are pruned realistically instead of all being reached under an infinite bound. Lean: only
+// until probe_satisfied() holds. None: no probe at all.
 template <class Topology, class Visitor>
 CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeView& top, const Visitor& v,
-                                            index_t q, std::int32_t* row, index_t width) {
+                                            index_t q, std::int32_t* row, index_t width, GuidedProbe probe) {
   node_id stack[Topology::kMaxStack];
   std::int8_t depth[Topology::kMaxStack];
   int sp = 0;
@@ -85,15 +87,16 @@ CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeV
     const int d = depth[sp];
     if (!v.descend(s, n)) continue;
     if (d == top.depth - 1 || tree.is_leaf(n)) {
-      if (len < width) row[len] = static_cast<std::int32_t>(top.column(n));
-      ++len;
+      row[len++] = static_cast<std::int32_t>(top.column(n));
+      if (len == width) break;  // a full row: the rest of the walk would record nothing
+      if (probe == GuidedProbe::None) continue;
       // The probe: a depth-first walk of n's subtree (n is accepted) until satisfied. A
       // visitor satisfied already only follows its preferred path, to its first rejection.
-      node_id probe[Topology::kMaxStack];
+      node_id pstack[Topology::kMaxStack];
       int psp = 0;
       bool accepted = true;
       const bool hungry = !probe_satisfied(v, s);
-      if (!hungry && lean_probe<Visitor>::value) continue;
+      if (!hungry && probe == GuidedProbe::Lean) continue;
       for (;;) {
         if (accepted) {
           if (tree.is_leaf(n)) {
@@ -101,14 +104,14 @@ CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeV
             if (probe_satisfied(v, s)) break;
           } else {
             const int first = preferred_child(v, s, n);
-            for (int i = tree.child_count(n) - 1; i > 0; --i) probe[psp++] = tree.child(n, visit_rank_child(first, i));
+            for (int i = tree.child_count(n) - 1; i > 0; --i) pstack[psp++] = tree.child(n, visit_rank_child(first, i));
             n = tree.child(n, first);
             accepted = v.descend(s, n);
             continue;
           }
         }
         if (!hungry || psp == 0) break;
-        n = probe[--psp];
+        n = pstack[--psp];
         accepted = v.descend(s, n);
       }
       continue;
@@ -120,7 +123,7 @@ CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeV
       ++sp;
     }
   }
-  for (index_t i = len; i < width; ++i) row[i] = kRowEnd;
+  if (len < width) row[len] = kRowEnd;
   return len;
 }
 
@@ -143,12 +146,14 @@ SchedulingMatrix inspect_cpu(const Topology& tree, const TopTreeView& top, const
 
 namespace canopy {
 
-// CPU twin of the guided inspector: full-width rows (width = number of top-leaves).
+// CPU twin of the guided inspector: rows of rows.width(top-leaves) entries.
 template <class Topology, class Visitor>
-GuidedMatrix inspect_cpu_guided(const Topology& tree, const TopTreeView& top, const Visitor& v, index_t n_queries) {
-  GuidedMatrix m(n_queries, top.n_leaves, top.n_leaves);
+GuidedMatrix inspect_cpu_guided(const Topology& tree, const TopTreeView& top, const Visitor& v, index_t n_queries,
+                                GuidedRows rows = {}) {
+  GuidedMatrix m(n_queries, top.n_leaves, rows.width(top.n_leaves));
   tbb::parallel_for(tbb::blocked_range<index_t>(0, n_queries, 256), [&](const tbb::blocked_range<index_t>& r) {
-    for (index_t q = r.begin(); q < r.end(); ++q) inspect_row_guided(tree, top, v, q, m.row(q), m.width());
+    for (index_t q = r.begin(); q < r.end(); ++q)
+      inspect_row_guided(tree, top, v, q, m.row(q), m.width(), rows.probe);
   });
   return m;
 }

@@ -53,6 +53,27 @@ namespace canopy {
 // them (each row then its kRowEnd, back to back, with row offsets) before the copy to the host.
 constexpr std::int32_t kRowEnd = -1;
 
+// How the guided inspector bounds a query's walk through the top-tree. At each top-leaf it
+// reaches, the traversal below would tighten the query's pruning bound (nearest neighbour: the
+// k-th candidate distance), so the inspector may probe that subtree to do the same:
+//   Full: the paper's §4.1: probe every reached top-leaf, as the traversal would walk it first.
+//   Lean: probe only until the bound has formed (probe_satisfied()), then no more.
+//   None: never probe: the row is the top-leaves in the query's own preferred order under the
+//         bound it starts with (for nearest neighbour, none), a positional signature. Its cost
+//         is a fixed walk of the top-tree, reading no points; it needs a deeper top-tree and a
+//         row cap to be a good schedule (README, "Guided rows").
+// The probe only shapes the schedule; results never depend on it.
+enum class GuidedProbe : std::uint8_t { Full, Lean, None };
+const char* to_string(GuidedProbe p);
+
+// How the guided inspector forms rows: the probe, and the most top-leaves a row keeps (the walk
+// stops at a full row; 0: every top-leaf).
+struct GuidedRows {
+  GuidedProbe probe = GuidedProbe::Full;
+  index_t cap = 0;
+  index_t width(index_t top_leaves) const { return cap > 0 && cap < top_leaves ? cap : top_leaves; }
+};
+
 struct GuidedMatrixView {
   const std::int32_t* entries = nullptr;  // [rows][width], or packed rows (see offsets)
   index_t rows = 0;

@@ -74,7 +74,7 @@ class Traverser {
       throw Error("Traverser::run: count_nodes runs the CPU warp emulator, which needs host pointers; use "
                   "traverse_cpu for it, or gpu_count_nodes");
     TraversalStats res;
-    res.begin(opt, Device::Gpu, "Traverser", host_tree.height, kDefaultTopTreeDepth);
+    res.begin(opt, Device::Gpu, "Traverser", host_tree.height, kDefaultTopTreeDepth, is_guided_v<Visitor>);
     if (res.device == Device::Cpu)
       throw Error("Traverser::run: device cpu was requested; the visitor holds device pointers (use traverse_cpu)");
     g_.set_query_count(n_queries);
@@ -90,8 +90,10 @@ class Traverser {
       const TopTree top = TopTree::build(host_tree, res.depth);
       index_t* kept = nullptr;
       if (pipeline_if_planned(
-              opt, n_queries, 0, 0, pipeline_bytes_per_query(is_guided_v<Visitor>, top.size()), res,
-              [&](index_t chunk) { return g_.pipelined(device_tree, top, v, opt, chunk); },
+              opt, n_queries, 0, 0,
+              pipeline_bytes_per_query(is_guided_v<Visitor>,
+                                       is_guided_v<Visitor> ? res.rows.width(top.size()) : top.size()),
+              res, [&](index_t chunk) { return g_.pipelined(device_tree, top, v, opt, chunk, res.rows); },
               [&] { return g_.download_order(); }, order_, kept, buckets)) {
         if (opt.measure_overlap) res.pipeline.execute_only_ms = g_.execute(opt.executor, device_tree, v, true, nullptr);
         if (opt.keep_schedule) res.keep(kept, n_queries, std::move(buckets));
@@ -119,7 +121,7 @@ class Traverser {
       on_device = on_device && DeviceGuidedScheduler::supports(top.parents().data(), top.size(), n);
     if (on_device) {
       if constexpr (is_guided_v<Visitor>) {
-        res.times.inspect_ms = g_.inspect_guided_on_device(device_tree, top, v);
+        res.times.inspect_ms = g_.inspect_guided_on_device(device_tree, top, v, res.rows);
         res.times.schedule_ms = g_.device_guided_schedule(top);
       } else {
         res.times.inspect_ms = g_.inspect_bits(device_tree, top, v);
@@ -139,7 +141,7 @@ class Traverser {
     index_t* staging = nullptr;
     std::chrono::steady_clock::time_point t0;
     if constexpr (is_guided_v<Visitor>) {
-      const GuidedMatrixView m = g_.inspect_guided_to_host(device_tree, top, v, &res.times.inspect_ms);
+      const GuidedMatrixView m = g_.inspect_guided_to_host(device_tree, top, v, res.rows, &res.times.inspect_ms);
       t0 = std::chrono::steady_clock::now();
       staging = g_.order_staging();  // the scheduler writes straight into pinned memory
       guided_schedule(m, top.parents().data(), staging, want_buckets);

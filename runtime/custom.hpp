@@ -37,13 +37,13 @@ inline void check_custom_options(const TraversalOptions& opt, index_t n_queries,
 // The CPU inspector and scheduler for Hybrid: the sandpile for an unguided visitor, the
 // recursive buckets for a guided one. Writes the order into `order`.
 template <class Topology, class Visitor>
-void schedule_custom_cpu(const Topology& tree, const Visitor& v, index_t n, int depth, std::vector<index_t>& order,
-                         std::vector<index_t>* buckets, PhaseTimes& times) {
+void schedule_custom_cpu(const Topology& tree, const Visitor& v, index_t n, int depth, GuidedRows rows,
+                         std::vector<index_t>& order, std::vector<index_t>* buckets, PhaseTimes& times) {
   auto t0 = std::chrono::steady_clock::now();
   const TopTree top = TopTree::build(tree, depth);
   order.resize(static_cast<std::size_t>(n));
   if constexpr (is_guided_v<Visitor>) {
-    const GuidedMatrix matrix = inspect_cpu_guided(tree, top.view(), v, n);
+    const GuidedMatrix matrix = inspect_cpu_guided(tree, top.view(), v, n, rows);
     times.inspect_ms = ms_since(t0);
     t0 = std::chrono::steady_clock::now();
     guided_schedule(matrix.view(), top.parents().data(), order.data(), buckets);
@@ -67,12 +67,12 @@ TraversalStats traverse_cpu(const Topology& tree, const Visitor& v, index_t n_qu
   detail::check_custom_options(opt, n_queries, "traverse_cpu");
   TraversalStats res;
   res.begin(opt, Device::Cpu, "traverse_cpu call (use canopy::Traverser from runtime/custom.cuh)", tree.height,
-            kDefaultTopTreeDepth);
+            kDefaultTopTreeDepth, is_guided_v<Visitor>);
   std::vector<index_t> order, buckets;
   const bool scheduled = opt.schedule != ScheduleKind::InputOrder && n_queries > 0;
   if (scheduled)
-    detail::schedule_custom_cpu(tree, v, n_queries, res.depth, order, opt.keep_schedule ? &buckets : nullptr,
-                                res.times);
+    detail::schedule_custom_cpu(tree, v, n_queries, res.depth, res.rows, order,
+                                opt.keep_schedule ? &buckets : nullptr, res.times);
   const index_t* ord = scheduled ? order.data() : nullptr;
   if (opt.keep_schedule) res.keep(ord, n_queries, std::move(buckets));
   const auto t0 = std::chrono::steady_clock::now();

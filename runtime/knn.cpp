@@ -93,7 +93,8 @@ KnnResult NearestNeighbors::run(const float* queries, index_t n, const KnnOption
                 to_string(kind_) + " has " + std::to_string(points) + " points)");
   check_queries(queries, n, dims());
   if (opt.depth == kAutoDepth) {
-    return auto_depth_.run(opt, opt.device == Device::Cpu ? Device::Cpu : device_, n, height(), kDefaultTopTreeDepth,
+    const Device where = opt.device == Device::Cpu ? Device::Cpu : device_;
+    return auto_depth_.run(opt, where, n, height(), guided_default_depth(opt, where),
                            [&](const KnnOptions& o, const std::vector<index_t>* rows) {
                              if (!rows) return run(queries, n, o);
                              const std::vector<float> sample = gather_rows(queries, dims(), *rows);
@@ -105,12 +106,12 @@ KnnResult NearestNeighbors::run(const float* queries, index_t n, const KnnOption
       opt.depth <= height() && opt.k >= 1 && opt.k <= size()) {
     // Queries and results that do not fit the budget beside the tree: one call per batch,
     // each leaving room for its whole matrix.
-    const int d = opt.depth > 0 ? opt.depth : std::min(kDefaultTopTreeDepth, height());
+    const int d = opt.depth > 0 ? opt.depth : std::min(guided_default_depth(opt, Device::Gpu), height());
     const TopTree top = with_tree([&](const auto& tree) { return TopTree::build(tree.view(), d); });
     const std::size_t k = static_cast<std::size_t>(opt.k);
     const index_t batch = budget_batch(opt, n, with_tree([](const auto& t) { return t.bytes(); }),
                                        dims() * sizeof(float) + k * (sizeof(float) + sizeof(index_t)),
-                                       pipeline_bytes_per_query(true, top.size()));
+                                       pipeline_bytes_per_query(true, guided_rows(opt, Device::Gpu).width(top.size())));
     if (batch < n) {
       KnnResult all;
       all.k = opt.k;
@@ -128,7 +129,7 @@ KnnResult NearestNeighbors::run(const float* queries, index_t n, const KnnOption
   }
 
   KnnResult res;
-  res.begin(opt, device_, "NearestNeighbors", height(), kDefaultTopTreeDepth);
+  res.begin(opt, device_, "NearestNeighbors", height(), kDefaultTopTreeDepth, true);
   res.k = opt.k;
   const std::size_t slots = static_cast<std::size_t>(n) * static_cast<std::size_t>(opt.k);
   res.indices.assign(slots, -1);
@@ -157,7 +158,7 @@ void NearestNeighbors::schedule_on_cpu(Run& r) {
     TopTree top;
     r.with_visitor(*this, [&](const auto& view, const auto& v) {
       top = TopTree::build(view, r.res.depth);
-      matrix = inspect_cpu_guided(view, top.view(), v, r.n);
+      matrix = inspect_cpu_guided(view, top.view(), v, r.n, r.res.rows);
     });
     r.res.times.inspect_ms = ms_since(t0);
     t0 = std::chrono::steady_clock::now();
@@ -189,12 +190,13 @@ void NearestNeighbors::schedule_on_gpu(Run& r) {
     const std::size_t fixed = tree_bytes + static_cast<std::size_t>(r.n) *
                                                (dims() * sizeof(float) + r.opt.k * (sizeof(float) + sizeof(index_t)));
     r.pipelined = pipeline_if_planned(
-        r.opt, r.n, tree_bytes, fixed, pipeline_bytes_per_query(true, top.size()), r.res,
-        [&](index_t chunk) { return gpu_->pipelined(top, r.opt, chunk); }, [&] { return gpu_->download_order(); },
+        r.opt, r.n, tree_bytes, fixed, pipeline_bytes_per_query(true, r.res.rows.width(top.size())), r.res,
+        [&](index_t chunk) { return gpu_->pipelined(top, r.opt, r.res.rows, chunk); },
+        [&] { return gpu_->download_order(); },
         order_, r.order, r.buckets);
     if (r.pipelined) return;
     if (kind == ScheduleKind::HybridDevice && DeviceGuidedScheduler::supports(top.parents().data(), top.size(), r.n)) {
-      r.res.times.inspect_ms = gpu_->inspect_on_device(top);
+      r.res.times.inspect_ms = gpu_->inspect_on_device(top, r.res.rows);
       r.res.times.schedule_ms = gpu_->device_schedule(top);
       // The order stays on the device; fetch it only when asked, outside the timed regions.
       if (!r.opt.keep_schedule && !r.opt.count_nodes) return;
@@ -203,7 +205,7 @@ void NearestNeighbors::schedule_on_gpu(Run& r) {
       r.buckets = gpu_->device_buckets();
       return;
     }
-    const GuidedMatrixView matrix = gpu_->inspect(top, &r.res.times.inspect_ms);
+    const GuidedMatrixView matrix = gpu_->inspect(top, r.res.rows, &r.res.times.inspect_ms);
     const auto t0 = std::chrono::steady_clock::now();
     r.order = gpu_->order_staging();  // the scheduler writes straight into pinned memory
     guided_schedule(matrix, top.parents().data(), r.order, r.opt.keep_schedule ? &r.buckets : nullptr);

@@ -58,14 +58,14 @@ class KnnGpuImpl final : public KnnGpu {
     g_.set_query_count(n);
     k_ = k;
   }
-  GuidedMatrixView inspect(const TopTree& top, double* ms) override {
+  GuidedMatrixView inspect(const TopTree& top, GuidedRows rows, double* ms) override {
     GuidedMatrixView m;
-    with_visitor([&](const auto& v) { m = g_.inspect_guided_to_host(view_, top, v, ms); });
+    with_visitor([&](const auto& v) { m = g_.inspect_guided_to_host(view_, top, v, rows, ms); });
     return m;
   }
-  double inspect_on_device(const TopTree& top) override {
+  double inspect_on_device(const TopTree& top, GuidedRows rows) override {
     double ms = 0;
-    with_visitor([&](const auto& v) { ms = g_.inspect_guided_on_device(view_, top, v); });
+    with_visitor([&](const auto& v) { ms = g_.inspect_guided_on_device(view_, top, v, rows); });
     return ms;
   }
   double device_schedule(const TopTree& top) override { return g_.device_guided_schedule(top); }
@@ -92,9 +92,9 @@ class KnnGpuImpl final : public KnnGpu {
     copy_to_host(distances, dist_.get(), slots, g_.stream());
     g_.download(indices, index_.get(), slots);
   }
-  PipelineStats pipelined(const TopTree& top, const TraversalOptions& opt, index_t chunk) override {
+  PipelineStats pipelined(const TopTree& top, const TraversalOptions& opt, GuidedRows rows, index_t chunk) override {
     PipelineStats st;
-    with_visitor([&](const auto& v) { st = g_.pipelined(view_, top, v, opt, chunk); });
+    with_visitor([&](const auto& v) { st = g_.pipelined(view_, top, v, opt, chunk, rows); });
     return st;
   }
 

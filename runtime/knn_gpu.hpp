@@ -22,10 +22,10 @@ class KnnGpu {
   // Uploads the queries and sizes the result buffers for k neighbours.
   virtual void set_queries(const float* queries, index_t n, int k) = 0;
   // Guided inspector + copy of the rows into pinned host memory (valid until the next call).
-  virtual GuidedMatrixView inspect(const TopTree& top, double* ms) = 0;
+  virtual GuidedMatrixView inspect(const TopTree& top, GuidedRows rows, double* ms) = 0;
   // The guided inspector and scheduler both on the device (DeviceGuidedScheduler::supports()
   // must hold for the top-tree); the order stays there.
-  virtual double inspect_on_device(const TopTree& top) = 0;
+  virtual double inspect_on_device(const TopTree& top, GuidedRows rows) = 0;
   virtual double device_schedule(const TopTree& top) = 0;
   virtual std::vector<index_t> device_buckets() = 0;
   // Pinned memory for a schedule of the current queries; upload_order() sends it.
@@ -38,7 +38,8 @@ class KnnGpu {
   virtual double execute(ExecutorKind kind, bool use_order, std::vector<index_t>* gpu_warp_nodes) = 0;
   virtual void download(float* distances, index_t* indices) = 0;
   // The pipelined hybrid run over the current queries; the order stays on the device.
-  virtual PipelineStats pipelined(const TopTree& top, const TraversalOptions& opt, index_t chunk) = 0;
+  virtual PipelineStats pipelined(const TopTree& top, const TraversalOptions& opt, GuidedRows rows,
+                                  index_t chunk) = 0;
 };
 
 std::unique_ptr<KnnGpu> make_knn_gpu(const KdTree& tree);

@@ -214,7 +214,7 @@ PipelineStats PcGpuEngine::pipelined(const TopTree& top, float radius2, const Tr
   if (!m.pipeline) m.pipeline = std::make_unique<Pipeline>();
   PipelineStats st;
   m.with_visitor(radius2, [&](const auto& v) {
-    st = m.pipeline->run(m.view, top, v, m.n_queries, chunk, opt.schedule, opt.executor, m.order.get(),
+    st = m.pipeline->run(m.view, top, v, m.n_queries, chunk, opt.schedule, opt.executor, GuidedRows{}, m.order.get(),
                          static_cast<cudaStream_t>(opt.stream));
   });
   return st;

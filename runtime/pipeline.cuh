@@ -28,12 +28,9 @@ namespace canopy {
 namespace detail {
 
 // The inspector's view of one chunk: its queries 0..m-1 are the caller's first..first+m-1.
-// Its probe is lean: in the pipeline the inspector shares the GPU with the executor, so it stops
-// probing once a guided query's bound has formed (README, "The pipeline").
 template <class Inner>
 struct ChunkVisitor {
   static constexpr bool kGuided = is_guided_v<Inner>;
-  static constexpr bool kLeanProbe = true;
   using State = typename Inner::State;
   Inner inner;
   index_t first;
@@ -58,9 +55,10 @@ class Pipeline {
   // chunks of `chunk`, writing the whole schedule (the caller's query ids, chunk after chunk)
   // into the device array order[n] and executing it. `after`, if not null, is the caller's
   // stream: the pipeline starts after the work already on it and it waits for the pipeline.
+  // `rows`: how a guided inspector forms its rows.
   template <class Topology, class Visitor>
   PipelineStats run(const Topology& tree, const TopTree& top, const Visitor& v, index_t n, index_t chunk,
-                    ScheduleKind kind, ExecutorKind exec, index_t* order, cudaStream_t after) {
+                    ScheduleKind kind, ExecutorKind exec, GuidedRows rows, index_t* order, cudaStream_t after) {
     constexpr bool guided = is_guided_v<Visitor>;
     PipelineStats st;
     if (n <= 0) return st;
@@ -79,6 +77,8 @@ class Pipeline {
     copy_to_device(top_leaves_.get(), top.leaves().data(), top.leaves().size(), s1);
     dtop.leaves = top_leaves_.get();
     cols_ = top.size();
+    rows_ = rows;
+    width_ = rows.width(cols_);
     on_device_ = kind == ScheduleKind::HybridDevice;
     if constexpr (guided) on_device_ = on_device_ && DeviceGuidedScheduler::supports(top.parents().data(), cols_, chunk);
     for (Slot& sl : slot_) reserve(sl, chunk, guided);
@@ -150,7 +150,7 @@ class Pipeline {
   void reserve(Slot& sl, index_t chunk, bool guided) {
     const std::size_t m = static_cast<std::size_t>(chunk);
     if (guided) {
-      sl.rows.reserve(m * static_cast<std::size_t>(cols_), "the guided scheduling matrix (one chunk)");
+      sl.rows.reserve(m * static_cast<std::size_t>(width_), "the guided scheduling matrix (one chunk)");
       sl.sizes.reserve(m + 1, "the guided row sizes");
       sl.offsets.reserve(m + 1, "the guided row offsets");
       sl.max_len.reserve(1, "the longest-row counter");
@@ -162,8 +162,8 @@ class Pipeline {
       sl.host_offsets.reserve(m + 1);
       sl.host_max.reserve(1);
       if (!on_device_) {
-        sl.packed.reserve(m * static_cast<std::size_t>(cols_) + m, "the packed guided rows (one chunk)");
-        sl.host_rows.reserve(m * static_cast<std::size_t>(cols_) + m);
+        sl.packed.reserve(m * static_cast<std::size_t>(width_) + m, "the packed guided rows (one chunk)");
+        sl.host_rows.reserve(m * static_cast<std::size_t>(width_) + m);
       }
     } else {
       const std::size_t words = m * static_cast<std::size_t>(words_per_row(cols_));
@@ -188,10 +188,10 @@ class Pipeline {
       const std::size_t mm = static_cast<std::size_t>(m);
       CANOPY_CUDA_CHECK(cudaMemsetAsync(sl.max_len.get(), 0, sizeof(unsigned long long), s));
       CANOPY_CUDA_CHECK(cudaMemsetAsync(sl.sizes.get() + mm, 0, sizeof(index_t), s));
-      gpu::launch_guided_inspector(tree, dtop, cv, m, sl.rows.get(), sl.sizes.get(), sl.max_len.get(), s);
+      gpu::launch_guided_inspector(tree, dtop, cv, m, rows_, sl.rows.get(), sl.sizes.get(), sl.max_len.get(), s);
       if (on_device_) {
         sl.inspect_stop.record(s);
-        guided_.run(sl.rows.get(), m, cols_, top.parents().data(), order + first, s);
+        guided_.run(sl.rows.get(), m, cols_, width_, top.parents().data(), order + first, s);
       } else {
         std::size_t bytes = sl.scan_bytes;
         CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(sl.scan_temp.get(), bytes, sl.sizes.get(), sl.offsets.get(),
@@ -227,7 +227,7 @@ class Pipeline {
       const cudaStream_t s = inspect_.get();
       CANOPY_CUDA_CHECK(cudaEventSynchronize(sl.sized.get()));
       const index_t total = sl.host_offsets.get()[m];
-      gpu::launch_pack_guided_rows(sl.rows.get(), cols_, m, sl.offsets.get(), sl.packed.get(), s);
+      gpu::launch_pack_guided_rows(sl.rows.get(), width_, m, sl.offsets.get(), sl.packed.get(), s);
       copy_to_host(sl.host_rows.get(), sl.packed.get(), static_cast<std::size_t>(total), s);
       sl.ready.record(s);
     } else {
@@ -266,6 +266,8 @@ class Pipeline {
   DeviceSandpile sandpile_;
   DeviceGuidedScheduler guided_;
   index_t cols_ = 0;
+  GuidedRows rows_;
+  index_t width_ = 0;  // entries per guided row
   bool on_device_ = false;
 };
 

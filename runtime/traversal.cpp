@@ -18,7 +18,30 @@ double mean(const std::vector<index_t>& v) {
 double TraversalStats::nodes_per_warp() const { return mean(warp_nodes); }
 double TraversalStats::gpu_nodes_per_warp() const { return mean(gpu_warp_nodes); }
 
-void TraversalStats::begin(const TraversalOptions& opt, Device held, const char* who, int height, int default_depth) {
+const char* to_string(GuidedProbe p) {
+  switch (p) {
+    case GuidedProbe::Full: return "full";
+    case GuidedProbe::Lean: return "lean";
+    case GuidedProbe::None: return "none";
+  }
+  return "?";
+}
+
+GuidedRows guided_rows(const TraversalOptions& opt, Device device) {
+  if (opt.row_cap < 0) throw Error("row_cap = " + std::to_string(opt.row_cap) + " is negative (0: every top-leaf)");
+  GuidedRows r;
+  const bool pipelined = opt.pipeline && device == Device::Gpu;
+  r.probe = opt.probe ? *opt.probe : pipelined ? GuidedProbe::None : GuidedProbe::Full;
+  r.cap = opt.row_cap > 0 ? opt.row_cap : r.probe == GuidedProbe::None ? kDefaultPositionalRowCap : 0;
+  return r;
+}
+
+int guided_default_depth(const TraversalOptions& opt, Device device) {
+  return guided_rows(opt, device).probe == GuidedProbe::None ? kDefaultPositionalDepth : kDefaultTopTreeDepth;
+}
+
+void TraversalStats::begin(const TraversalOptions& opt, Device held, const char* who, int height, int default_depth,
+                           bool guided) {
   if (opt.depth == kAutoDepth)
     throw Error(std::string(who) + ": depth auto is resolved before the run; this entry point takes a fixed depth");
   if (opt.depth < 0 || opt.depth > height)
@@ -28,6 +51,10 @@ void TraversalStats::begin(const TraversalOptions& opt, Device held, const char*
     throw Error(std::string("device gpu was requested but this ") + who + " was created for the cpu (" +
                 gpu_description() + ")");
   device = opt.device == Device::Cpu ? Device::Cpu : held;
+  if (guided) {
+    rows = guided_rows(opt, device);
+    default_depth = guided_default_depth(opt, device);
+  }
   depth = opt.depth > 0 ? opt.depth : std::min(default_depth, height);
 }
 
@@ -89,12 +116,12 @@ std::vector<index_t> chunk_boundaries(index_t n, index_t chunk) {
   return b;
 }
 
-std::size_t pipeline_bytes_per_query(bool guided, index_t top_leaves) {
-  // Two slots; guided rows at full width plus their packed copy; the device schedulers' sorts.
+std::size_t pipeline_bytes_per_query(bool guided, index_t row_entries) {
+  // Two slots; guided rows plus their packed copy; the device schedulers' sorts.
   const std::size_t sort = 6 * sizeof(index_t) + 2 * sizeof(std::uint64_t);
-  const std::size_t cols = static_cast<std::size_t>(top_leaves);
+  const std::size_t cols = static_cast<std::size_t>(row_entries);
   if (guided) return 2 * (2 * sizeof(std::int32_t) * cols + 3 * sizeof(index_t)) + sort;
-  return 2 * sizeof(std::uint64_t) * static_cast<std::size_t>(words_per_row(top_leaves)) + sort;
+  return 2 * sizeof(std::uint64_t) * static_cast<std::size_t>(words_per_row(row_entries)) + sort;
 }
 
 namespace {

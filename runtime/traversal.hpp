@@ -5,10 +5,12 @@
 
 #include <cstddef>
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "executor/executor.hpp"
+#include "inspector/scheduling_matrix.hpp"
 #include "runtime/common.hpp"
 #include "runtime/device.hpp"
 #include "scheduler/schedule.hpp"
@@ -32,6 +34,12 @@ const char* to_string(ScheduleKind k);
 // up to eight children per node, uses kDefaultOctreeDepth.
 constexpr int kDefaultTopTreeDepth = 8;
 
+// Guided rows without a probe (GuidedProbe::None) are a positional signature: they need a
+// deeper top-tree than probed rows, and only their first entries shape the schedule
+// (README, "Guided rows").
+constexpr int kDefaultPositionalDepth = 12;
+constexpr index_t kDefaultPositionalRowCap = 32;
+
 // Depth value that asks for the automatic choice (AutoDepth below).
 constexpr int kAutoDepth = -1;
 
@@ -44,6 +52,13 @@ struct TraversalOptions {
   bool count_nodes = false;      // also run the CPU warp emulator on the same schedule
   bool gpu_count_nodes = false;  // GPU lockstep: instrumented kernel's per-warp node counts
   bool keep_schedule = false;    // copy the schedule the executor ran into the result
+  // Guided traversals (nearest neighbour and the like; unguided ones ignore both): how the
+  // inspector bounds each query's walk of the top-tree (GuidedProbe; unset: Full, or None when
+  // the run is pipelined on the GPU, where the inspector competes with the executor), and the most
+  // top-leaves a row keeps, the walk stopping there (0: every top-leaf, or
+  // kDefaultPositionalRowCap with None). With None, depth 0 is kDefaultPositionalDepth.
+  std::optional<GuidedProbe> probe;
+  index_t row_cap = 0;
 
   // The pipeline (GPU; schedule Hybrid or HybridDevice): the queries in chunks; chunk i+1's
   // inspection, chunk i's scheduling (on TBB threads) and chunk i-1's execution overlap, on
@@ -77,8 +92,8 @@ struct PipelineStats {
 // within the tree) runs the whole call, with the caller's options, on an evenly spread sample
 // of the queries (kAutoDepthSample on the GPU, a tenth of it on the CPU; all when fewer), once
 // to warm up and once timed; the fastest total (the wall time when pipelined) wins. Choices are
-// remembered per schedule, executor, pipeline setting and power of two of the query count, so
-// a program streaming batches through one tree pays for the trial once.
+// remembered per schedule, executor, pipeline setting, guided rows and power of two of the
+// query count, so a program streaming batches through one tree pays for the trial once.
 constexpr index_t kAutoDepthSample = 131072;
 class AutoDepth {
  public:
@@ -93,13 +108,24 @@ class AutoDepth {
 
  private:
   struct Key {
-    int schedule, executor, pipeline, scale;
+    int schedule, executor, pipeline, scale, probe;
+    index_t row_cap;
     bool operator==(const Key& o) const {
-      return schedule == o.schedule && executor == o.executor && pipeline == o.pipeline && scale == o.scale;
+      return schedule == o.schedule && executor == o.executor && pipeline == o.pipeline && scale == o.scale &&
+             probe == o.probe && row_cap == o.row_cap;
     }
   };
   std::vector<std::pair<Key, int>> chosen_;
 };
+// A guided run's rows under the options on `device` (where the run goes): the probe
+// (opt.probe, else None when pipelined on the GPU and Full otherwise) and the cap
+// (opt.row_cap, else kDefaultPositionalRowCap for None and none otherwise). A negative row_cap
+// is an error.
+GuidedRows guided_rows(const TraversalOptions& opt, Device device);
+// The top-tree depth a guided run takes for depth 0 (kDefaultPositionalDepth for rows without
+// a probe, else kDefaultTopTreeDepth); AutoDepth's trial centres on it.
+int guided_default_depth(const TraversalOptions& opt, Device device);
+
 // m query indices spread evenly over 0..n-1 (all of them when m >= n): row i is i * n / m.
 std::vector<index_t> spread_sample(index_t n, index_t m);
 // The rows of a row-major [n][dims] array at `rows`.
@@ -121,7 +147,9 @@ int AutoDepth::choose(const TraversalOptions& opt, Device device, index_t n, int
     return std::min(default_depth, height);
   int scale = 0;
   while ((index_t{1} << scale) < n) ++scale;
-  const Key key{static_cast<int>(opt.schedule), static_cast<int>(opt.executor), opt.pipeline ? 1 : 0, scale};
+  const GuidedRows g = guided_rows(opt, device);
+  const Key key{static_cast<int>(opt.schedule), static_cast<int>(opt.executor), opt.pipeline ? 1 : 0, scale,
+                static_cast<int>(g.probe), g.cap};
   for (const auto& [k, d] : chosen_)
     if (k == key) return d;
   const std::vector<index_t> rows =
@@ -163,8 +191,9 @@ void append_batch(TraversalStats& all, TraversalStats&& part, index_t first, boo
 
 // The boundaries 0, chunk, 2 chunk, ..., n: a pipelined schedule's buckets are its chunks.
 std::vector<index_t> chunk_boundaries(index_t n, index_t chunk);
-// Device bytes per query of a chunk the pipeline's two buffer slots need.
-std::size_t pipeline_bytes_per_query(bool guided, index_t top_leaves);
+// Device bytes per query of a chunk the pipeline's two buffer slots need; row_entries: the
+// top-leaves (unguided) or the entries per guided row (GuidedRows::width).
+std::size_t pipeline_bytes_per_query(bool guided, index_t row_entries);
 
 struct PhaseTimes {
   double inspect_ms = 0;   // GPU: inspector kernel + matrix copy to pinned host memory
@@ -177,6 +206,7 @@ struct TraversalStats {
   PhaseTimes times;
   Device device = Device::Cpu;  // where it ran
   int depth = 0;                // top-tree depth used (Hybrid)
+  GuidedRows rows;              // guided Hybrid: how the inspector formed its rows
   double depth_trial_ms = 0;    // kAutoDepth: what the trial cost (0 when a cached choice was used)
   Schedule schedule;            // keep_schedule: the order the executor ran the queries in
   std::vector<index_t> warp_nodes;      // count_nodes: nodes visited per lockstep warp (emulator)
@@ -185,10 +215,12 @@ struct TraversalStats {
   double nodes_per_warp() const;        // mean of warp_nodes
   double gpu_nodes_per_warp() const;    // mean of gpu_warp_nodes
 
-  // Checks the options every workload shares and fills device and depth: a depth outside
-  // 0..height, or device gpu on an object made for the cpu (`who` names it), is an error.
-  // Depth 0 becomes default_depth capped at the height.
-  void begin(const TraversalOptions& opt, Device held, const char* who, int height, int default_depth);
+  // Checks the options every workload shares and fills device, depth and (guided) rows: a
+  // depth outside 0..height, a negative row_cap, or device gpu on an object made for the cpu
+  // (`who` names it), is an error. Depth 0 becomes default_depth (guided: guided_default_depth)
+  // capped at the height.
+  void begin(const TraversalOptions& opt, Device held, const char* who, int height, int default_depth,
+             bool guided = false);
   // A pipelined run: its statistics, and its busy times as the phase times.
   void take_pipeline(const PipelineStats& p);
   // keep_schedule: the order the executor ran (null: the input order) and its buckets.

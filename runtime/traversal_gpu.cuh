@@ -127,10 +127,12 @@ class GpuTraversal {
   // Guided inspector + copy of the rows into pinned host memory, packed: nearest-neighbour
   // rows are short, so only their entries (and one offset per row) cross PCIe.
   template <class Topology, class Visitor>
-  GuidedMatrixView inspect_guided_to_host(const Topology& tree, const TopTree& top, const Visitor& v, double* ms) {
+  GuidedMatrixView inspect_guided_to_host(const Topology& tree, const TopTree& top, const Visitor& v, GuidedRows rows,
+                                          double* ms) {
     const TopTreeView dtop = upload_top(top);
     const std::size_t n = static_cast<std::size_t>(n_);
-    guided_.reserve(static_cast<std::size_t>(cols_) * n, "the guided scheduling matrix");
+    width_ = rows.width(cols_);
+    guided_.reserve(static_cast<std::size_t>(width_) * n, "the guided scheduling matrix");
     sizes_.reserve(n + 1, "the guided row sizes");
     offsets_.reserve(n + 1, "the guided row offsets");
     max_len_.reserve(1, "the longest-row counter");
@@ -141,7 +143,7 @@ class GpuTraversal {
     start_.record(stream());
     CANOPY_CUDA_CHECK(cudaMemsetAsync(max_len_.get(), 0, sizeof(unsigned long long), stream()));
     CANOPY_CUDA_CHECK(cudaMemsetAsync(sizes_.get() + n, 0, sizeof(index_t), stream()));
-    gpu::launch_guided_inspector(tree, dtop, v, n_, guided_.get(), sizes_.get(), max_len_.get(), stream());
+    gpu::launch_guided_inspector(tree, dtop, v, n_, rows, guided_.get(), sizes_.get(), max_len_.get(), stream());
     CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(sort_temp_.get(), scan_bytes, sizes_.get(), offsets_.get(), n + 1,
                                                     stream()));
     copy_to_host(host_offsets_.get(), offsets_.get(), n + 1, stream());
@@ -151,7 +153,7 @@ class GpuTraversal {
     const index_t total = host_offsets_.get()[n];
     packed_.reserve(static_cast<std::size_t>(total), "the packed guided rows");
     host_guided_.reserve(static_cast<std::size_t>(total));
-    gpu::launch_pack_guided_rows(guided_.get(), cols_, n_, offsets_.get(), packed_.get(), stream());
+    gpu::launch_pack_guided_rows(guided_.get(), width_, n_, offsets_.get(), packed_.get(), stream());
     copy_to_host(host_guided_.get(), packed_.get(), static_cast<std::size_t>(total), stream());
     stop_.record(stream());
     *ms = stop_.since(start_);
@@ -166,14 +168,15 @@ class GpuTraversal {
 
   // The guided inspector alone: the rows stay on the device for device_guided_schedule().
   template <class Topology, class Visitor>
-  double inspect_guided_on_device(const Topology& tree, const TopTree& top, const Visitor& v) {
+  double inspect_guided_on_device(const Topology& tree, const TopTree& top, const Visitor& v, GuidedRows rows) {
     const TopTreeView dtop = upload_top(top);
     const std::size_t n = static_cast<std::size_t>(n_);
-    guided_.reserve(static_cast<std::size_t>(cols_) * n, "the guided scheduling matrix");
+    width_ = rows.width(cols_);
+    guided_.reserve(static_cast<std::size_t>(width_) * n, "the guided scheduling matrix");
     sizes_.reserve(n + 1, "the guided row sizes");
     max_len_.reserve(1, "the longest-row counter");
     start_.record(stream());
-    gpu::launch_guided_inspector(tree, dtop, v, n_, guided_.get(), sizes_.get(), max_len_.get(), stream());
+    gpu::launch_guided_inspector(tree, dtop, v, n_, rows, guided_.get(), sizes_.get(), max_len_.get(), stream());
     stop_.record(stream());
     return stop_.since(start_);
   }
@@ -183,7 +186,7 @@ class GpuTraversal {
   double device_guided_schedule(const TopTree& top) {
     order_.reserve(static_cast<std::size_t>(n_), "the schedule");
     start_.record(stream());
-    guided_scheduler_.run(guided_.get(), n_, cols_, top.parents().data(), order_.get(), stream());
+    guided_scheduler_.run(guided_.get(), n_, cols_, width_, top.parents().data(), order_.get(), stream());
     stop_.record(stream());
     return stop_.since(start_);
   }
@@ -266,10 +269,10 @@ class GpuTraversal {
   // in the order buffer, so execute(kind, ..., use_order = true, ...) re-runs it.
   template <class Topology, class Visitor>
   PipelineStats pipelined(const Topology& tree, const TopTree& top, const Visitor& v, const TraversalOptions& opt,
-                          index_t chunk) {
+                          index_t chunk, GuidedRows rows = {}) {
     order_.reserve(static_cast<std::size_t>(n_), "the schedule");
     if (!pipeline_) pipeline_ = std::make_unique<Pipeline>();
-    return pipeline_->run(tree, top, v, n_, chunk, opt.schedule, opt.executor, order_.get(),
+    return pipeline_->run(tree, top, v, n_, chunk, opt.schedule, opt.executor, rows, order_.get(),
                           static_cast<cudaStream_t>(opt.stream));
   }
 
@@ -299,6 +302,7 @@ class GpuTraversal {
   PinnedBuffer<index_t> host_order_;
   index_t n_ = 0;
   index_t cols_ = 0;
+  index_t width_ = 0;  // entries per guided row of the last guided inspection
 };
 
 }  // namespace detail

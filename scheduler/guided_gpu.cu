@@ -36,17 +36,18 @@ init_kernel(index_t n, index_t* order, std::int32_t* cur, index_t* bstart, std::
   act[i] = i;
 }
 
-// The step of a row at cursor p, as a key: two fields of fb bits, the first column + 1 and the
-// second (its sibling, visited next) + 1 or 0; all ones when the row has ended, so ended
-// queries sort last. At cursor 0 the first entry alone (level 0). *np: the cursor after it.
-__device__ __forceinline__ std::uint64_t step_key(const std::int32_t* row, std::int32_t p, index_t cols,
+// The step of a row (of `width` entries) at cursor p, as a key: two fields of fb bits, the
+// first column + 1 and the second (its sibling, visited next) + 1 or 0; all ones when the row
+// has ended, so ended queries sort last. At cursor 0 the first entry alone (level 0). *np: the
+// cursor after it.
+__device__ __forceinline__ std::uint64_t step_key(const std::int32_t* row, std::int32_t p, index_t width,
                                                   const node_id* parent, int fb, std::int32_t* np) {
   *np = p;
-  if (p >= cols || row[p] == kRowEnd) return (std::uint64_t{1} << (2 * fb)) - 1;
+  if (p >= width || row[p] == kRowEnd) return (std::uint64_t{1} << (2 * fb)) - 1;
   const std::int32_t c0 = row[p];
   std::uint64_t second = 0;
   *np = p + 1;
-  if (p > 0 && p + 1 < cols) {
+  if (p > 0 && p + 1 < width) {
     const std::int32_t c1 = row[p + 1];
     if (c1 != kRowEnd && parent[c1] == parent[c0]) {
       second = static_cast<std::uint64_t>(c1) + 1;
@@ -59,13 +60,13 @@ __device__ __forceinline__ std::uint64_t step_key(const std::int32_t* row, std::
 // Keys (bucket start, step) of the active queries of one level; vals[j] = j.
 __global__ void __launch_bounds__(kBlock)
 key_kernel(index_t m, const index_t* act, const index_t* order, const std::int32_t* cur, const index_t* bstart,
-           const std::int32_t* matrix, index_t cols, const node_id* parent, int fb, std::uint64_t* keys,
+           const std::int32_t* matrix, index_t width, const node_id* parent, int fb, std::uint64_t* keys,
            index_t* vals, std::int32_t* next_cur) {
   const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
   if (j >= m) return;
   const index_t slot = act[j];
   std::int32_t np;
-  const std::uint64_t k = step_key(matrix + order[slot] * cols, cur[slot], cols, parent, fb, &np);
+  const std::uint64_t k = step_key(matrix + order[slot] * width, cur[slot], width, parent, fb, &np);
   keys[j] = (static_cast<std::uint64_t>(bstart[slot]) << (2 * fb)) | k;
   vals[j] = j;
   next_cur[j] = np;
@@ -130,7 +131,7 @@ constexpr int kTail = kTailThreads * kTailItems;
 
 __global__ void __launch_bounds__(kTailThreads)
 tail_kernel(index_t m0, const index_t* act_in, index_t* order, std::int32_t* cur, index_t* bstart,
-            std::uint8_t* bhead, const std::int32_t* matrix, index_t cols, const node_id* parent, int fb, int end_bit,
+            std::uint8_t* bhead, const std::int32_t* matrix, index_t width, const node_id* parent, int fb, int end_bit,
             index_t max_bucket) {
   using Sort = cub::BlockRadixSort<std::uint64_t, kTailThreads, kTailItems, int>;
   using Scan = cub::BlockScan<int, kTailThreads>;
@@ -160,7 +161,7 @@ tail_kernel(index_t m0, const index_t* act_in, index_t* order, std::int32_t* cur
         const index_t slot = s_act[j];
         std::int32_t np;
         key[i] = (static_cast<std::uint64_t>(bstart[slot]) << (2 * fb)) |
-                 step_key(matrix + order[slot] * cols, cur[slot], cols, parent, fb, &np);
+                 step_key(matrix + order[slot] * width, cur[slot], width, parent, fb, &np);
         s_next[j] = np;
       }
     }
@@ -246,8 +247,9 @@ bool DeviceGuidedScheduler::supports(const node_id* column_parent, index_t cols,
   return 2 * fb + bits_to_hold(static_cast<std::uint64_t>(std::max<index_t>(rows, 1))) <= 64;
 }
 
-void DeviceGuidedScheduler::run(const std::int32_t* matrix, index_t rows, index_t cols, const node_id* column_parent,
-                                index_t* order, CUstream_st* stream, index_t max_bucket) {
+void DeviceGuidedScheduler::run(const std::int32_t* matrix, index_t rows, index_t cols, index_t width,
+                                const node_id* column_parent, index_t* order, CUstream_st* stream,
+                                index_t max_bucket) {
   Impl& s = *impl_;
   s.rows = rows;
   if (rows <= 0) return;
@@ -282,7 +284,7 @@ void DeviceGuidedScheduler::run(const std::int32_t* matrix, index_t rows, index_
   CANOPY_CUDA_CHECK_LAUNCH("init_kernel");
   index_t m = rows > max_bucket ? rows : 0;
   while (m > kTail) {
-    key_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.act.get(), order, s.cur.get(), s.bstart.get(), matrix, cols,
+    key_kernel<<<grid_for(m), kBlock, 0, st>>>(m, s.act.get(), order, s.cur.get(), s.bstart.get(), matrix, width,
                                                s.parent.get(), fb, s.keys_in.get(), s.vals_in.get(), s.next_cur.get());
     CANOPY_CUDA_CHECK_LAUNCH("key_kernel");
     std::size_t bytes = sort_bytes;
@@ -311,7 +313,7 @@ void DeviceGuidedScheduler::run(const std::int32_t* matrix, index_t rows, index_
   }
   if (m > 0) {
     tail_kernel<<<1, kTailThreads, 0, st>>>(m, s.act.get(), order, s.cur.get(), s.bstart.get(), s.bhead.get(), matrix,
-                                            cols, s.parent.get(), fb, end_bit, max_bucket);
+                                            width, s.parent.get(), fb, end_bit, max_bucket);
     CANOPY_CUDA_CHECK_LAUNCH("tail_kernel");
   }
 }

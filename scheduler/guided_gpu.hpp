@@ -28,11 +28,12 @@ class DeviceGuidedScheduler {
   // column_parent: host array [cols] (TopTree::parents()).
   static bool supports(const node_id* column_parent, index_t cols, index_t rows);
 
-  // matrix: device rows [rows][cols] (kRowEnd-terminated, the guided inspector's output);
-  // column_parent: host [cols]. Writes the order into device memory order[rows]; the buckets
-  // stay on the device until bucket_offsets() fetches them.
-  void run(const std::int32_t* matrix, index_t rows, index_t cols, const node_id* column_parent, index_t* order,
-           CUstream_st* stream, index_t max_bucket = 32);
+  // matrix: device rows [rows][width] of columns in [0, cols) (the guided inspector's output:
+  // each row ends at its first kRowEnd or after width entries); column_parent: host [cols].
+  // Writes the order into device memory order[rows]; the buckets stay on the device until
+  // bucket_offsets() fetches them.
+  void run(const std::int32_t* matrix, index_t rows, index_t cols, index_t width, const node_id* column_parent,
+           index_t* order, CUstream_st* stream, index_t max_bucket = 32);
   // The bucket offsets of the last run (0, each final bucket's start, rows), like Schedule's.
   std::vector<index_t> bucket_offsets(CUstream_st* stream);
 

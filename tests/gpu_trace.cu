@@ -138,7 +138,7 @@ KnnTraced traced_knn(const Tree& tree, const std::vector<float>& queries, int k,
 }
 
 template <class Tree>
-GuidedRows guided_rows(const Tree& tree, const std::vector<float>& queries, int k, int depth) {
+PackedRows packed_rows(const Tree& tree, const std::vector<float>& queries, int k, int depth, GuidedRows rows) {
   detail::GpuTraversal g;
   const auto view = detail::device_view(g.mirror(), tree, g.stream());
   const index_t n = static_cast<index_t>(queries.size()) / tree.dims();
@@ -150,11 +150,11 @@ GuidedRows guided_rows(const Tree& tree, const std::vector<float>& queries, int 
   index.reserve(static_cast<std::size_t>(n) * k, "indices");
   copy_to_device(dq.get(), queries.data(), queries.size(), g.stream());
   const TopTree top = TopTree::build(tree.view(), depth);
-  GuidedRows out;
+  PackedRows out;
   test_dims(tree.dims(), [&](auto md) {
     double ms = 0;
     const GuidedMatrixView m = g.inspect_guided_to_host(
-        view, top, make_knn_visitor<decltype(md)::value>(view, dq.get(), k, dist.get(), index.get()), &ms);
+        view, top, make_knn_visitor<decltype(md)::value>(view, dq.get(), k, dist.get(), index.get()), rows, &ms);
     out.offsets.assign(m.offsets, m.offsets + m.rows + 1);
     out.entries.assign(m.entries, m.entries + out.offsets.back());
     out.rows = m.rows;
@@ -178,17 +178,20 @@ KnnTraced run_traced_knn_gpu(const VpTree& tree, const std::vector<float>& queri
                              const std::vector<index_t>& order, ExecutorKind kind, int capacity) {
   return traced_knn(tree, queries, k, order, kind, capacity);
 }
-GuidedRows guided_matrix_gpu(const KdTree& tree, const std::vector<float>& queries, int k, int depth) {
-  return guided_rows(tree, queries, k, depth);
+PackedRows guided_matrix_gpu(const KdTree& tree, const std::vector<float>& queries, int k, int depth,
+                             GuidedRows rows) {
+  return packed_rows(tree, queries, k, depth, rows);
 }
-GuidedRows guided_matrix_gpu(const BallTree& tree, const std::vector<float>& queries, int k, int depth) {
-  return guided_rows(tree, queries, k, depth);
+PackedRows guided_matrix_gpu(const BallTree& tree, const std::vector<float>& queries, int k, int depth,
+                             GuidedRows rows) {
+  return packed_rows(tree, queries, k, depth, rows);
 }
-GuidedRows guided_matrix_gpu(const VpTree& tree, const std::vector<float>& queries, int k, int depth) {
-  return guided_rows(tree, queries, k, depth);
+PackedRows guided_matrix_gpu(const VpTree& tree, const std::vector<float>& queries, int k, int depth,
+                             GuidedRows rows) {
+  return packed_rows(tree, queries, k, depth, rows);
 }
 
-Schedule device_guided_schedule(const std::vector<std::int32_t>& entries, index_t rows, index_t cols,
+Schedule device_guided_schedule(const std::vector<std::int32_t>& entries, index_t rows, index_t cols, index_t width,
                                 const std::vector<node_id>& parents, index_t max_bucket) {
   Stream stream;
   DeviceBuffer<std::int32_t> matrix;
@@ -197,7 +200,7 @@ Schedule device_guided_schedule(const std::vector<std::int32_t>& entries, index_
   order.reserve(std::max<index_t>(rows, 1), "order");
   copy_to_device(matrix.get(), entries.data(), entries.size(), stream.get());
   DeviceGuidedScheduler sched;
-  sched.run(matrix.get(), rows, cols, parents.data(), order.get(), stream.get(), max_bucket);
+  sched.run(matrix.get(), rows, cols, width, parents.data(), order.get(), stream.get(), max_bucket);
   Schedule out;
   out.order.resize(static_cast<std::size_t>(rows));
   copy_to_host(out.order.data(), order.get(), out.order.size(), stream.get());

@@ -49,18 +49,21 @@ KnnTraced run_traced_knn_gpu(const VpTree& tree, const std::vector<float>& queri
                              const std::vector<index_t>& order, ExecutorKind kind, int capacity);
 
 // The GPU guided inspector's matrix as it reaches the host (packed rows and their offsets).
-struct GuidedRows {
+struct PackedRows {
   std::vector<std::int32_t> entries;
   std::vector<index_t> offsets;
   index_t rows = 0, cols = 0, width = 0;
   GuidedMatrixView view() const { return {entries.data(), rows, cols, width, offsets.data()}; }
 };
-GuidedRows guided_matrix_gpu(const KdTree& tree, const std::vector<float>& queries, int k, int depth);
-GuidedRows guided_matrix_gpu(const BallTree& tree, const std::vector<float>& queries, int k, int depth);
-GuidedRows guided_matrix_gpu(const VpTree& tree, const std::vector<float>& queries, int k, int depth);
+PackedRows guided_matrix_gpu(const KdTree& tree, const std::vector<float>& queries, int k, int depth,
+                             GuidedRows rows = {});
+PackedRows guided_matrix_gpu(const BallTree& tree, const std::vector<float>& queries, int k, int depth,
+                             GuidedRows rows = {});
+PackedRows guided_matrix_gpu(const VpTree& tree, const std::vector<float>& queries, int k, int depth,
+                             GuidedRows rows = {});
 
-// The device guided scheduler over a full-width host matrix (uploaded first).
-Schedule device_guided_schedule(const std::vector<std::int32_t>& entries, index_t rows, index_t cols,
+// The device guided scheduler over a host matrix of rows x width entries (uploaded first).
+Schedule device_guided_schedule(const std::vector<std::int32_t>& entries, index_t rows, index_t cols, index_t width,
                                 const std::vector<node_id>& parents, index_t max_bucket);
 
 // Barnes-Hut on the GPU with the tracing visitor; xyz and mass in the bodies' original order.

@@ -149,6 +149,88 @@ TEST(KnnExact, EveryDepth) {
   }
 }
 
+// Every way of forming guided rows (probe, row cap) gives the brute-force answer on both
+// devices and every hybrid schedule, pipelined or not; the run reports the rows it used, and
+// rows without a probe take the deeper default top-tree.
+TEST(KnnExact, EveryProbeAndRowCap) {
+  const std::vector<float> points = test::clustered_points(3000, 7, 5);
+  const std::vector<float> queries = make_queries(points, 7, 700, 6);
+  const Neighbours ref = brute_knn(points, queries, 7, 8);
+  const KdTree kd = build_tree<KdTree>(points, 7);
+  const BallTree ball = build_tree<BallTree>(points, 7);
+  for (Device dev : {Device::Cpu, Device::Gpu}) {
+    if (dev == Device::Gpu && !gpu_available()) continue;
+    for (int which = 0; which < 2; ++which) {
+      NearestNeighbors nn = which == 0 ? NearestNeighbors(kd, dev) : NearestNeighbors(ball, dev);
+      for (GuidedProbe probe : {GuidedProbe::Full, GuidedProbe::Lean, GuidedProbe::None}) {
+        for (index_t cap : {0, 1, 4}) {
+          for (ScheduleKind s : {ScheduleKind::Hybrid, ScheduleKind::HybridDevice}) {
+            for (bool pipeline : {false, true}) {
+              KnnOptions opt;
+              opt.k = 8;
+              opt.device = dev;
+              opt.schedule = s;
+              opt.probe = probe;
+              opt.row_cap = cap;
+              opt.pipeline = pipeline;
+              opt.chunk = 300;
+              const KnnResult r = nn.run(queries.data(), 700, opt);
+              const std::string what = std::string(to_string(nn.tree_kind())) + " " + to_string(probe) + " cap " +
+                                       std::to_string(cap) + " " + to_string(s) + (pipeline ? " pipelined" : "") +
+                                       " on " + to_string(dev);
+              ASSERT_EQ(r.indices, ref.indices) << what;
+              ASSERT_EQ(r.distances, ref.distances) << what;
+              EXPECT_EQ(r.rows.probe, probe) << what;
+              EXPECT_EQ(r.rows.cap, cap > 0 ? cap : probe == GuidedProbe::None ? kDefaultPositionalRowCap : 0);
+              const int def = probe == GuidedProbe::None ? kDefaultPositionalDepth : kDefaultTopTreeDepth;
+              EXPECT_EQ(r.depth, std::min(def, nn.height())) << what;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The options' defaults: the paper's full probe, except pipelined on the GPU, where the
+// inspector shares the GPU with the executor and rows without a probe are cheaper.
+TEST(GuidedRowsOption, DefaultsCapsAndErrors) {
+  TraversalOptions o;
+  for (Device d : {Device::Cpu, Device::Gpu}) {
+    EXPECT_EQ(guided_rows(o, d).probe, GuidedProbe::Full);
+    EXPECT_EQ(guided_rows(o, d).cap, 0);
+    EXPECT_EQ(guided_default_depth(o, d), kDefaultTopTreeDepth);
+  }
+  o.pipeline = true;
+  EXPECT_EQ(guided_rows(o, Device::Cpu).probe, GuidedProbe::Full) << "nothing is pipelined on the CPU";
+  EXPECT_EQ(guided_rows(o, Device::Gpu).probe, GuidedProbe::None);
+  EXPECT_EQ(guided_rows(o, Device::Gpu).cap, kDefaultPositionalRowCap);
+  EXPECT_EQ(guided_default_depth(o, Device::Gpu), kDefaultPositionalDepth);
+  o.probe = GuidedProbe::Lean;
+  EXPECT_EQ(guided_rows(o, Device::Gpu).probe, GuidedProbe::Lean);
+  EXPECT_EQ(guided_rows(o, Device::Gpu).cap, 0);
+  EXPECT_EQ(guided_default_depth(o, Device::Gpu), kDefaultTopTreeDepth);
+  o.row_cap = 5;
+  EXPECT_EQ(guided_rows(o, Device::Gpu).cap, 5);
+  EXPECT_EQ(guided_rows(o, Device::Gpu).width(3), 3);
+  EXPECT_EQ(guided_rows(o, Device::Gpu).width(64), 5);
+  EXPECT_EQ(GuidedRows{}.width(64), 64);
+  o.row_cap = -1;
+  try {
+    guided_rows(o, Device::Cpu);
+    FAIL() << "a negative row_cap must be an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("row_cap = -1"), std::string::npos) << e.what();
+  }
+  const std::vector<float> points = test::random_points(100, 2, 15);
+  const KdTree tree = build_tree<KdTree>(points, 2);
+  NearestNeighbors nn(tree, Device::Cpu);
+  KnnOptions opt;
+  opt.k = 3;
+  opt.row_cap = -2;
+  EXPECT_THROW(nn.run(points.data(), 10, opt), Error);
+}
+
 TEST(KnnDegenerate, IdenticalPointsLineOnePointDuplicateQueries) {
   const Device devices[] = {Device::Cpu, Device::Gpu};
   for (Device dev : devices) {
@@ -386,19 +468,22 @@ bool reference_probe(const View& tree, const V& v, typename V::State& s, node_id
 }
 
 // The paper's Figure 5 written recursively: the top-leaves in the query's own visit order,
-// and at each one the probe of its subtree.
+// and at each one the probe of its subtree (Full), the probe only while fewer than k
+// candidates are known (Lean), or none; at most `cap` top-leaves (0: no cap).
 template <class View, class V>
 void reference_row(const View& tree, const TopTreeView& top, const V& v, typename V::State& s, node_id n, int depth,
-                   std::vector<std::int32_t>& row) {
+                   GuidedRows rows, std::vector<std::int32_t>& row) {
+  if (rows.cap > 0 && static_cast<index_t>(row.size()) == rows.cap) return;
   if (!v.descend(s, n)) return;
   if (depth == top.depth - 1 || tree.is_leaf(n)) {
     row.push_back(static_cast<std::int32_t>(top.column(n)));
-    reference_probe(tree, v, s, n);
+    if (rows.probe == GuidedProbe::Full || (rows.probe == GuidedProbe::Lean && s.found < v.k))
+      reference_probe(tree, v, s, n);
     return;
   }
   const int first = v.first_child(s, n);
   for (int i = 0; i < tree.child_count(n); ++i)
-    reference_row(tree, top, v, s, tree.child(n, visit_rank_child(first, i)), depth + 1, row);
+    reference_row(tree, top, v, s, tree.child(n, visit_rank_child(first, i)), depth + 1, rows, row);
 }
 
 template <class Tree>
@@ -413,14 +498,19 @@ void guided_inspector_rows(int dims, int k) {
   dispatch_dims(dims, [&](auto md) {
     const auto v = make_knn_visitor<decltype(md)::value>(view, queries.data(), k, dist.data(), index.data());
     for (int depth : {1, 4, 7}) {
+     for (GuidedProbe probe : {GuidedProbe::Full, GuidedProbe::Lean, GuidedProbe::None}) {
+      for (index_t cap : {0, 1, 3}) {
+      const GuidedRows rows{probe, cap};
       const TopTree top = TopTree::build(view, depth);
-      const GuidedMatrix gm = inspect_cpu_guided(view, top.view(), v, m);
+      const GuidedMatrix gm = inspect_cpu_guided(view, top.view(), v, m, rows);
+      ASSERT_EQ(gm.width(), cap > 0 ? std::min<index_t>(cap, top.size()) : top.size());
       index_t longest = 0;
       for (index_t q = 0; q < m; ++q) {
         std::vector<std::int32_t> row;
         auto s = v.init(q);
-        reference_row(view, top.view(), v, s, 0, 0, row);
-        ASSERT_EQ(gm.view().length(q), static_cast<index_t>(row.size())) << "query " << q << " depth " << depth;
+        reference_row(view, top.view(), v, s, 0, 0, rows, row);
+        ASSERT_EQ(gm.view().length(q), static_cast<index_t>(row.size()))
+            << "query " << q << " depth " << depth << " probe " << to_string(probe) << " cap " << cap;
         ASSERT_TRUE(std::equal(row.begin(), row.end(), gm.view().row(q)));
         std::vector<std::int32_t> sorted = row;
         std::sort(sorted.begin(), sorted.end());
@@ -428,7 +518,7 @@ void guided_inspector_rows(int dims, int k) {
         longest = std::max<index_t>(longest, row.size());
       }
       if (gpu_available()) {
-        const test::GuidedRows g = test::guided_matrix_gpu(tree, queries, k, depth);
+        const test::PackedRows g = test::guided_matrix_gpu(tree, queries, k, depth, rows);
         ASSERT_EQ(g.width, longest + 1) << "packed rows: the longest row and its end marker";
         for (index_t q = 0; q < m; ++q) {
           const index_t len = gm.view().length(q);
@@ -443,28 +533,17 @@ void guided_inspector_rows(int dims, int k) {
         EXPECT_EQ(a.order, b.order);
         EXPECT_EQ(a.bucket_offsets, b.bucket_offsets);
       }
+      }
+     }
     }
   });
 }
 
-// A visitor whose probe is lean (the pipeline's inspector): the same visitor otherwise.
-template <class Inner>
-struct LeanProbe {
-  static constexpr bool kGuided = true;
-  static constexpr bool kLeanProbe = true;
-  using State = typename Inner::State;
-  Inner inner;
-  CANOPY_HD State init(index_t q) const { return inner.init(q); }
-  CANOPY_HD bool descend(State& s, node_id n) const { return inner.descend(s, n); }
-  CANOPY_HD void leaf(State& s, node_id n) const { inner.leaf(s, n); }
-  CANOPY_HD int first_child(const State& s, node_id n) const { return preferred_child(inner, s, n); }
-  CANOPY_HD bool probe_satisfied(const State& s) const { return canopy::probe_satisfied(inner, s); }
-  CANOPY_HD void finish(State& s, index_t q) const { inner.finish(s, q); }
-};
-
 // Skipping the probes that only tighten a formed bound leaves a looser bound at every step of
-// the same traversal: a lean row starts like the full one and contains it, in order.
-TEST(GuidedInspector, LeanProbeRowsContainTheFullRows) {
+// the same traversal: a lean row starts like the full one and contains it, in order. With no
+// probe at all a nearest-neighbour query never has a bound in the top-tree: its row is every
+// top-leaf, in its preferred order, and contains the lean row.
+TEST(GuidedInspector, LooserProbesGiveRowsThatContainTheTighterOnes) {
   const int dims = 7, k = 8;
   const std::vector<float> points = test::clustered_points(3000, dims, 90);
   const std::vector<float> queries = make_queries(points, dims, 400, 91);
@@ -474,20 +553,28 @@ TEST(GuidedInspector, LeanProbeRowsContainTheFullRows) {
   std::vector<float> dist(m * k);
   std::vector<index_t> index(m * k);
   const auto v = make_knn_visitor<7>(view, queries.data(), k, dist.data(), index.data());
-  const LeanProbe<std::decay_t<decltype(v)>> lean{v};
+  // Whether row a is a subsequence of row b.
+  auto contained = [](const GuidedMatrixView& a, const GuidedMatrixView& b, index_t q) {
+    const index_t la = a.length(q), lb = b.length(q);
+    index_t j = 0;
+    for (index_t i = 0; i < lb && j < la; ++i) j += b.row(q)[i] == a.row(q)[j];
+    return j == la;
+  };
   index_t longer = 0;
   for (int depth : {4, 7}) {
     const TopTree top = TopTree::build(view, depth);
     const GuidedMatrix full = inspect_cpu_guided(view, top.view(), v, m);
-    const GuidedMatrix thin = inspect_cpu_guided(view, top.view(), lean, m);
+    const GuidedMatrix thin = inspect_cpu_guided(view, top.view(), v, m, {GuidedProbe::Lean, 0});
+    const GuidedMatrix none = inspect_cpu_guided(view, top.view(), v, m, {GuidedProbe::None, 0});
     for (index_t q = 0; q < m; ++q) {
       const index_t a = full.view().length(q), b = thin.view().length(q);
       ASSERT_GE(b, a) << "query " << q;
       ASSERT_GT(a, 0);
       EXPECT_EQ(full.view().row(q)[0], thin.view().row(q)[0]);
-      index_t j = 0;  // the full row is a subsequence of the lean one
-      for (index_t i = 0; i < b && j < a; ++i) j += thin.view().row(q)[i] == full.view().row(q)[j];
-      EXPECT_EQ(j, a) << "query " << q << " depth " << depth;
+      EXPECT_TRUE(contained(full.view(), thin.view(), q)) << "query " << q << " depth " << depth;
+      ASSERT_EQ(none.view().length(q), top.size()) << "query " << q;
+      EXPECT_EQ(none.view().row(q)[0], full.view().row(q)[0]);
+      EXPECT_TRUE(contained(thin.view(), none.view(), q)) << "query " << q << " depth " << depth;
       longer += b > a;
     }
   }
@@ -512,29 +599,37 @@ TEST(GuidedSchedulerGpu, EqualsTheCpuScheduler) {
     std::vector<node_id> parents(cols);
     for (int c = 0; c < cols; ++c) parents[c] = c / 2;
     for (index_t rows : {0, 1, 31, 32, 33, 1000, 60000}) {
-      for (int maxlen : {0, 1, 3, 12}) {
-        std::vector<std::int32_t> entries(static_cast<std::size_t>(rows) * cols, kRowEnd);
-        for (index_t r = 0; r < rows; ++r) {
-          // Rows of a few clustered columns, often a sibling pair, each column once.
-          const int len = maxlen == 0 ? 0 : static_cast<int>(rng() % (maxlen + 1));
-          std::vector<char> used(cols, 0);
-          int c = static_cast<int>(rng() % 4) * (cols / 4 + 1) % cols;
-          for (int j = 0; j < len; ++j) {
-            c = (c + static_cast<int>(rng() % 3)) % cols;
-            int tries = 0;
-            while (used[c] && tries++ < cols) c = (c + 1) % cols;
-            if (used[c]) break;
-            used[c] = 1;
-            entries[r * cols + j] = c;
+      // Full-width rows, and capped rows (a full capped row has no end marker).
+      for (int width : {cols, std::min(cols, 3)}) {
+        for (int maxlen : {0, 1, 3, 12}) {
+          // Past a row's end marker the inspector writes nothing: random columns here, which a
+          // scheduler that read them would sort by.
+          std::vector<std::int32_t> entries(static_cast<std::size_t>(rows) * width);
+          for (auto& e : entries) e = static_cast<std::int32_t>(rng() % cols);
+          for (index_t r = 0; r < rows; ++r) {
+            // Rows of a few clustered columns, often a sibling pair, each column once.
+            const int len = maxlen == 0 ? 0 : static_cast<int>(rng() % (maxlen + 1));
+            std::vector<char> used(cols, 0);
+            int c = static_cast<int>(rng() % 4) * (cols / 4 + 1) % cols;
+            int j = 0;
+            for (; j < len && j < width; ++j) {
+              c = (c + static_cast<int>(rng() % 3)) % cols;
+              int tries = 0;
+              while (used[c] && tries++ < cols) c = (c + 1) % cols;
+              if (used[c]) break;
+              used[c] = 1;
+              entries[r * width + j] = c;
+            }
+            if (j < width) entries[r * width + j] = kRowEnd;
           }
-        }
-        const GuidedMatrixView view{entries.data(), rows, cols, cols};
-        for (index_t max_bucket : {1, 4, 32}) {
-          const Schedule cpu = guided_schedule(view, parents.data(), max_bucket);
-          const Schedule gpu = test::device_guided_schedule(entries, rows, cols, parents, max_bucket);
-          ASSERT_EQ(gpu.order, cpu.order) << cols << " cols, " << rows << " rows, max length " << maxlen
-                                          << ", max bucket " << max_bucket;
-          ASSERT_EQ(gpu.bucket_offsets, cpu.bucket_offsets);
+          const GuidedMatrixView view{entries.data(), rows, cols, width};
+          for (index_t max_bucket : {1, 4, 32}) {
+            const Schedule cpu = guided_schedule(view, parents.data(), max_bucket);
+            const Schedule gpu = test::device_guided_schedule(entries, rows, cols, width, parents, max_bucket);
+            ASSERT_EQ(gpu.order, cpu.order) << cols << " cols, width " << width << ", " << rows
+                                            << " rows, max length " << maxlen << ", max bucket " << max_bucket;
+            ASSERT_EQ(gpu.bucket_offsets, cpu.bucket_offsets);
+          }
         }
       }
     }
