@@ -121,6 +121,8 @@ struct QualityConfig {
   float theta = 0.5f;
   float softening = 0.01f;
   std::string depths = "6,8,10,12";
+  std::string probes = "full";  // guided workloads: the inspector's probes to compare
+  std::int64_t row_cap = 0;
   int leaf_size = 8;
   std::int64_t sample = 4096;
   std::uint64_t sample_seed = 1;

@@ -6,9 +6,14 @@
 // the CPU; the GPU's are the same, bit for bit (the tests check it).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <numeric>
+#include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "benchmarks/bench.hpp"
@@ -34,7 +39,54 @@ struct QualityRow {
   double delta_per_query = 0; // Δ over all queries / (queries - 1)
   double union_per_warp = 0;
   double schedule_ms = 0;
+  // The inspector's work (guided rows): descend() and leaf() calls per query, and per warp of
+  // 32 input-order queries the largest lane's count, what a SIMT warp waits for.
+  double inspect_steps = -1, inspect_steps_warp = -1;
 };
+
+// A visitor that counts the inspector's descend() and leaf() calls.
+template <class Inner>
+struct StepCounter {
+  static constexpr bool kGuided = is_guided_v<Inner>;
+  using State = typename Inner::State;
+  Inner inner;
+  index_t* steps;
+  State init(index_t q) const { return inner.init(q); }
+  bool descend(State& s, node_id n) const {
+    ++*steps;
+    return inner.descend(s, n);
+  }
+  void leaf(State& s, node_id n) const {
+    ++*steps;
+    inner.leaf(s, n);
+  }
+  int first_child(const State& s, node_id n) const { return preferred_child(inner, s, n); }
+  bool probe_satisfied(const State& s) const { return canopy::probe_satisfied(inner, s); }
+};
+
+// Mean inspector steps per query and mean over warps of the largest lane's steps.
+template <class View, class Visitor>
+std::pair<double, double> inspector_steps(const View& view, const Visitor& v, index_t n, int depth, GuidedRows rows) {
+  const TopTree top = TopTree::build(view, depth);
+  const index_t width = rows.width(top.size());
+  const index_t warps = (n + kWarpSize - 1) / kWarpSize;
+  std::vector<index_t> total(static_cast<std::size_t>(warps)), widest(static_cast<std::size_t>(warps));
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, warps, 64), [&](const tbb::blocked_range<index_t>& r) {
+    std::vector<std::int32_t> row(static_cast<std::size_t>(width));
+    for (index_t w = r.begin(); w < r.end(); ++w) {
+      for (index_t q = w * kWarpSize; q < std::min(n, (w + 1) * kWarpSize); ++q) {
+        index_t steps = 0;
+        const StepCounter<Visitor> counter{v, &steps};
+        inspect_row_guided(view, top.view(), counter, q, row.data(), width, rows.probe);
+        total[w] += steps;
+        widest[w] = std::max(widest[w], steps);
+      }
+    }
+  });
+  const double sum = std::accumulate(total.begin(), total.end(), 0.0);
+  const double wide = std::accumulate(widest.begin(), widest.end(), 0.0);
+  return {n ? sum / static_cast<double>(n) : 0.0, warps ? wide / static_cast<double>(warps) : 0.0};
+}
 
 // Runs every variant for one workload: tree view, visitor with host buffers, n queries, the
 // workload's leaf-sorted order and its top-tree height.
@@ -79,15 +131,38 @@ std::vector<QualityRow> quality_rows(const QualityConfig& c, const View& view, c
   };
   add("input order", 0, nullptr, 0.0);
   add("leaf-sorted", 0, leaf_order.data(), leaf_ms);
+  // Guided rows: every probe asked for (the unguided inspector has none).
+  std::vector<GuidedProbe> probes;
+  if (is_guided_v<Visitor>) {
+    std::stringstream ss(c.probes);
+    std::string p;
+    while (std::getline(ss, p, ',')) {
+      const std::optional<GuidedProbe> g = parse_probe(p);
+      probes.push_back(g ? *g : GuidedProbe::Full);
+    }
+  } else {
+    probes.push_back(GuidedProbe::Full);
+  }
   for (int d : parse_depths(c.depths)) {
     if (d > view.height) {
       std::printf("(depth %d skipped: the tree has %d levels)\n", d, view.height);
       continue;
     }
-    std::vector<index_t> order;
-    PhaseTimes times;
-    detail::schedule_custom_cpu(view, v, n, d, GuidedRows{}, order, nullptr, times);
-    add("hybrid", d, order.data(), times.inspect_ms + times.schedule_ms);
+    for (GuidedProbe p : probes) {
+      TraversalOptions o;
+      o.probe = p;
+      o.row_cap = c.row_cap;
+      const GuidedRows g = guided_rows(o, Device::Cpu);
+      std::vector<index_t> order;
+      PhaseTimes times;
+      detail::schedule_custom_cpu(view, v, n, d, g, order, nullptr, times);
+      std::string name = "hybrid";
+      if (is_guided_v<Visitor>)
+        name += std::string(" (probe ") + to_string(g.probe) + (g.cap ? ", cap " + std::to_string(g.cap) : "") + ")";
+      add(name, d, order.data(), times.inspect_ms + times.schedule_ms);
+      if constexpr (is_guided_v<Visitor>)
+        std::tie(rows.back().inspect_steps, rows.back().inspect_steps_warp) = inspector_steps(view, v, n, d, g);
+    }
   }
   QualityRow m;
   m.name = "mst-preorder (sample only)";
@@ -100,16 +175,23 @@ std::vector<QualityRow> quality_rows(const QualityConfig& c, const View& view, c
 }
 
 void print_rows(const std::vector<QualityRow>& rows) {
-  std::printf("%-28s %5s %14s %12s %14s %14s %12s\n", "variant", "depth", "sample Δ", "Δ / MST", "Δ/query (all)",
-              "nodes/warp", "sched ms");
+  bool steps = false;
+  for (const QualityRow& r : rows) steps = steps || r.inspect_steps >= 0;
+  std::printf("%-28s %5s %14s %12s %14s %14s %12s%s\n", "variant", "depth", "sample Δ", "Δ / MST", "Δ/query (all)",
+              "nodes/warp", "sched ms", steps ? "  insp steps  warp max" : "");
   for (const QualityRow& r : rows) {
     std::printf("%-28s %5s %14lld %12.3f ", r.name.c_str(), r.depth ? std::to_string(r.depth).c_str() : "-",
                 static_cast<long long>(r.sample_delta), r.ratio);
     if (r.delta_per_query < 0)
-      std::printf("%14s %14s %12s\n", "-", "-", "-");
+      std::printf("%14s %14s %12s", "-", "-", "-");
     else
-      std::printf("%14.1f %14.1f %12.1f\n", r.delta_per_query, r.union_per_warp, r.schedule_ms);
+      std::printf("%14.1f %14.1f %12.1f", r.delta_per_query, r.union_per_warp, r.schedule_ms);
+    if (r.inspect_steps >= 0) std::printf(" %11.1f %9.1f", r.inspect_steps, r.inspect_steps_warp);
+    std::printf("\n");
   }
+  if (steps)
+    std::printf("insp steps: the guided inspector's descend() and leaf() calls per query; warp max: per warp of 32 "
+                "input-order queries, the busiest lane's\n");
 }
 
 nlohmann::json rows_json(const std::vector<QualityRow>& rows) {
@@ -124,6 +206,10 @@ nlohmann::json rows_json(const std::vector<QualityRow>& rows) {
       o["delta_per_query"] = r.delta_per_query;
       o["nodes_per_warp"] = r.union_per_warp;
       o["schedule_ms"] = r.schedule_ms;
+    }
+    if (r.inspect_steps >= 0) {
+      o["inspect_steps_per_query"] = r.inspect_steps;
+      o["inspect_steps_warp_max"] = r.inspect_steps_warp;
     }
     a.push_back(o);
   }
@@ -160,6 +246,10 @@ void add_quality_options(CLI::App& app, QualityConfig& c) {
   app.add_option("--theta", c.theta, "bh: opening angle")->capture_default_str();
   app.add_option("--softening", c.softening, "bh: softening length epsilon")->capture_default_str();
   app.add_option("--depths", c.depths, "top-tree depths of the hybrid variants")->capture_default_str();
+  app.add_option("--probes", c.probes, "nn family: guided inspector probes to compare, a comma list of full, lean, none")
+      ->capture_default_str();
+  app.add_option("--row-cap", c.row_cap, "nn family: most top-leaves per guided row (0: all; 32 with probe none)")
+      ->capture_default_str();
   app.add_option("--leaf-size", c.leaf_size, "most points (bodies) per leaf")->capture_default_str();
   app.add_option("--sample", c.sample, "queries in the sample whose MST bounds the optimum")->capture_default_str();
   app.add_option("--sample-seed", c.sample_seed, "seed of the sample (the same sample serves every variant)")

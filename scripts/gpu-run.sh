@@ -10,7 +10,10 @@
 #   quick  the tests once (no sanitizers), then guided and bh with 3 repeats
 #   knn-qps  kNN queries per second, GPU hybrid against the CPU executor, k = 1, 8, 32
 #   depth-auto  --depth auto against every fixed depth, pc and knn on covtype, cities, uniform
-#   pipeline  4M queries against a 400k tree, pc and knn, pipelined and not
+#   guided-rows  nn, knn, bt, vp: guided rows without a probe (depths 10-13) against the probed
+#          default (depth 8), unpipelined
+#   pipeline  4M queries against a 400k tree, pc and knn, pipelined and not; knn's guided rows
+#          (the default, no probe at depth 12; also depths 10, 11, 13, and the lean probe at 8)
 #   graph  the quadtree-over-cities example (a user tree as a Boost.Graph) on the full cities file
 #   forest-study  the adaptive layout's forest tests, then canopy-bench forest-study on the five
 #          models of the forest issue (batches 100, 10,000, 1,000,000); FS_MODELS narrows the list
@@ -113,6 +116,24 @@ if [[ $what == guided-depth ]]; then
   } 2>&1 | tee "$out/guided_depth.txt"
 fi
 
+if [[ $what == guided-rows ]]; then
+  # Guided rows without a probe (depths 10-13, cap 32) against the probed default (depth 8),
+  # unpipelined, on the guided study's inputs.
+  {
+    for w in nn knn bt vp; do
+      for input in "${inputs[@]}"; do
+        set -- $input
+        name=$1; shift
+        echo "== canopy-bench $w $* --shuffle 1 --probe full / none"
+        timeout 150 $bin/canopy-bench $w "$@" --shuffle 1 --variants hybrid,hybrid-gpu-buckets --depth 8 \
+          --repeat 5 --json "$out/rows_full_${w}_$name.json" | tail -5
+        timeout 200 $bin/canopy-bench $w "$@" --shuffle 1 --variants hybrid,hybrid-gpu-buckets --depths 10-13 \
+          --probe none --repeat 5 --json "$out/rows_none_${w}_$name.json" | tail -11
+      done
+    done
+  } 2>&1 | tee "$out/guided_rows.txt"
+fi
+
 if [[ $what == knn-qps ]]; then
   # Queries per second of hybrid on the GPU against the TBB CPU executor on this host's cores.
   {
@@ -166,6 +187,16 @@ if [[ $what == pipeline ]]; then
           --pipeline $p --repeat 3 --json "$out/pipeline_${w}_$p.json" | tail -14
       done
     done
+    # Guided rows: the pipelined default (no probe, depth 12, cap 32) against the probed rows of
+    # the earlier runs, and a depth sweep of rows without a probe.
+    g="--generate uniform:400000:7 --queries uniform:4000000:7 --variants hybrid,hybrid-gpu-buckets --repeat 3"
+    echo "== canopy-bench knn $g --pipeline on --probe lean --depth 8"
+    timeout 200 $bin/canopy-bench knn $g --pipeline on --probe lean --depth 8 --json "$out/pipeline_knn_lean8.json" | tail -14
+    echo "== canopy-bench knn $g --pipeline on --probe none --depths 10,11,13"
+    timeout 280 $bin/canopy-bench knn $g --pipeline on --probe none --depths 10,11,13 \
+      --json "$out/pipeline_knn_none_sweep.json" | tail -20
+    echo "== canopy-bench knn $g --pipeline off --probe none --depth 12"
+    timeout 200 $bin/canopy-bench knn $g --pipeline off --probe none --depth 12 --json "$out/pipeline_knn_none_off.json" | tail -14
   } 2>&1 | tee "$out/pipeline.txt"
 fi
 
