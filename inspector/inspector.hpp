@@ -3,7 +3,9 @@
 // body of both the GPU kernel (inspector/inspector.cuh) and its CPU twin.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include <tbb/parallel_for.h>
 
@@ -146,16 +148,37 @@ SchedulingMatrix inspect_cpu(const Topology& tree, const TopTreeView& top, const
 
 namespace canopy {
 
-// CPU twin of the guided inspector: rows of rows.width(top-leaves) entries.
+// CPU twin of the guided inspector: rows of at most rows.width(top-leaves) entries, packed
+// (a rectangular matrix of every top-leaf per query would take 4 GB for 500,000 queries at
+// depth 12).
 template <class Topology, class Visitor>
 GuidedMatrix inspect_cpu_guided(const Topology& tree, const TopTreeView& top, const Visitor& v, index_t n_queries,
                                 GuidedRows rows = {}) {
-  GuidedMatrix m(n_queries, top.n_leaves, rows.width(top.n_leaves));
-  tbb::parallel_for(tbb::blocked_range<index_t>(0, n_queries, 256), [&](const tbb::blocked_range<index_t>& r) {
-    for (index_t q = r.begin(); q < r.end(); ++q)
-      inspect_row_guided(tree, top, v, q, m.row(q), m.width(), rows.probe);
+  const index_t width = rows.width(top.n_leaves);
+  constexpr index_t kBlock = 1024;  // fixed blocks: the packed order is the query order
+  const index_t blocks = (n_queries + kBlock - 1) / kBlock;
+  std::vector<std::vector<std::int32_t>> parts(static_cast<std::size_t>(blocks));
+  std::vector<index_t> offsets(static_cast<std::size_t>(n_queries) + 1, 0);
+  std::vector<index_t> longest(static_cast<std::size_t>(blocks), 0);
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, blocks), [&](const tbb::blocked_range<index_t>& r) {
+    std::vector<std::int32_t> row(static_cast<std::size_t>(width));
+    for (index_t b = r.begin(); b < r.end(); ++b) {
+      std::vector<std::int32_t>& out = parts[b];
+      for (index_t q = b * kBlock; q < std::min(n_queries, (b + 1) * kBlock); ++q) {
+        const index_t len = inspect_row_guided(tree, top, v, q, row.data(), width, rows.probe);
+        out.insert(out.end(), row.begin(), row.begin() + len);
+        out.push_back(kRowEnd);
+        offsets[q + 1] = len + 1;
+        longest[b] = std::max(longest[b], len);
+      }
+    }
   });
-  return m;
+  for (index_t q = 0; q < n_queries; ++q) offsets[q + 1] += offsets[q];
+  std::vector<std::int32_t> entries;
+  entries.reserve(static_cast<std::size_t>(offsets.back()));
+  for (const auto& p : parts) entries.insert(entries.end(), p.begin(), p.end());
+  const index_t width_used = blocks ? *std::max_element(longest.begin(), longest.end()) + 1 : 1;
+  return GuidedMatrix(n_queries, top.n_leaves, width_used, std::move(entries), std::move(offsets));
 }
 
 }  // namespace canopy

@@ -95,18 +95,27 @@ struct GuidedMatrixView {
 class GuidedMatrix {
  public:
   GuidedMatrix() = default;
+  // Rectangular: rows x width entries, all kRowEnd.
   GuidedMatrix(index_t rows, index_t cols, index_t width)
       : entries_(static_cast<std::size_t>(rows * width), kRowEnd), rows_(rows), cols_(cols), width_(width) {}
+  // Packed: row r at entries[offsets[r]], each row followed by kRowEnd; width = the longest
+  // row + 1.
+  GuidedMatrix(index_t rows, index_t cols, index_t width, std::vector<std::int32_t> entries,
+               std::vector<index_t> offsets)
+      : entries_(std::move(entries)), offsets_(std::move(offsets)), rows_(rows), cols_(cols), width_(width) {}
 
-  GuidedMatrixView view() const { return {entries_.data(), rows_, cols_, width_}; }
+  GuidedMatrixView view() const {
+    return {entries_.data(), rows_, cols_, width_, offsets_.empty() ? nullptr : offsets_.data()};
+  }
   std::int32_t* data() { return entries_.data(); }
-  std::int32_t* row(index_t r) { return entries_.data() + r * width_; }
+  std::int32_t* row(index_t r) { return entries_.data() + (offsets_.empty() ? r * width_ : offsets_[r]); }
   index_t rows() const { return rows_; }
   index_t cols() const { return cols_; }
   index_t width() const { return width_; }
 
  private:
   std::vector<std::int32_t> entries_;
+  std::vector<index_t> offsets_;  // packed form only
   index_t rows_ = 0;
   index_t cols_ = 0;
   index_t width_ = 0;
