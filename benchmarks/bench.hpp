@@ -33,6 +33,7 @@ struct PcConfig {
   std::string pipeline = "off";
   std::int64_t chunk = 0;
   double memory_budget_mib = 0;
+  std::string inspector_first = "on";
   // Set by the command line parser: whether the user chose the input and the repeat count.
   bool source_given = false;
   bool repeat_given = false;
@@ -61,6 +62,7 @@ struct TraversalBenchConfig {
   std::string pipeline = "off";
   std::int64_t chunk = 0;
   double memory_budget_mib = 0;
+  std::string inspector_first = "on";
   std::string probe = "auto";  // guided workloads: the inspector's probe
   std::int64_t row_cap = 0;
   bool source_given = false;

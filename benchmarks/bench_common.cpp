@@ -117,7 +117,8 @@ std::uint64_t hash_words(const std::vector<std::uint64_t>& words) {
   return h;
 }
 
-void add_pipeline_options(CLI::App& app, std::string& pipeline, std::int64_t& chunk, double& budget_mib) {
+void add_pipeline_options(CLI::App& app, std::string& pipeline, std::int64_t& chunk, double& budget_mib,
+                          std::string& inspector_first) {
   app.add_option("--pipeline", pipeline,
                  "on: the hybrid variants run pipelined (chunks overlapping inspection, scheduling and execution)")
       ->capture_default_str();
@@ -125,12 +126,19 @@ void add_pipeline_options(CLI::App& app, std::string& pipeline, std::int64_t& ch
   app.add_option("--memory-budget", budget_mib,
                  "MiB of GPU memory a call may use (0: no budget); a matrix that does not fit is chunked")
       ->capture_default_str();
+  app.add_option("--inspector-first", inspector_first,
+                 "on: the pipeline inspects on a high-priority stream (ahead of queued executor blocks); off: one "
+                 "priority for all")
+      ->capture_default_str();
 }
 
-PipelineSetting parse_pipeline(const std::string& on_off, index_t chunk, double budget_mib) {
+PipelineSetting parse_pipeline(const std::string& on_off, index_t chunk, double budget_mib,
+                               const std::string& inspector_first) {
   PipelineSetting p;
   if (on_off == "on") p.on = true;
   else if (on_off != "off") throw Error("--pipeline '" + on_off + "' is neither on nor off");
+  if (inspector_first == "off") p.inspector_first = false;
+  else if (inspector_first != "on") throw Error("--inspector-first '" + inspector_first + "' is neither on nor off");
   if (chunk < 0) throw Error("--chunk " + std::to_string(chunk) + " must be >= 0 (0: automatic)");
   if (!(budget_mib >= 0)) throw Error("--memory-budget " + std::to_string(budget_mib) + " must be >= 0 MiB (0: none)");
   p.chunk = chunk;
@@ -153,6 +161,7 @@ Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& sw
     opt.pipeline = pipeline.on && hybrid;
     opt.chunk = pipeline.chunk;
     opt.memory_budget = pipeline.memory_budget;
+    opt.pipeline_inspector_first = pipeline.inspector_first;
     // Untimed warm-up, which also measures nodes per warp with the emulator on its schedule.
     opt.count_nodes = is_lockstep(var.executor);
     const Measured first = run(opt);

@@ -70,6 +70,7 @@ struct Suite {
 // The pipeline and memory options of a run (--pipeline, --chunk, --memory-budget).
 struct PipelineSetting {
   bool on = false;
+  bool inspector_first = true;
   index_t chunk = 0;
   std::size_t memory_budget = 0;
 };
@@ -80,10 +81,12 @@ struct PipelineSetting {
 // executor alone over the same schedule.
 Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& depths, int depth, Device device,
                 int repeat, const RunFn& run, const PipelineSetting& pipeline = {});
-// Adds --pipeline, --chunk and --memory-budget (MiB) to a workload's command line.
-void add_pipeline_options(CLI::App& app, std::string& pipeline, std::int64_t& chunk, double& budget_mib);
-// "on" / "off"; --chunk and --memory-budget (MiB) as given.
-PipelineSetting parse_pipeline(const std::string& on_off, index_t chunk, double budget_mib);
+// Adds --pipeline, --chunk, --memory-budget (MiB) and --inspector-first to a workload's command line.
+void add_pipeline_options(CLI::App& app, std::string& pipeline, std::int64_t& chunk, double& budget_mib,
+                          std::string& inspector_first);
+// "on" / "off"; --chunk and --memory-budget (MiB) as given; --inspector-first on / off.
+PipelineSetting parse_pipeline(const std::string& on_off, index_t chunk, double budget_mib,
+                               const std::string& inspector_first);
 void print_suite(const Suite& s);
 // The depth the inspector variants used (the first one's), or `fallback`.
 int suite_depth(const Suite& s, int fallback);

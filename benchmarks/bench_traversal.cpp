@@ -88,7 +88,7 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
                                   m.checksum = hash_words(m.result);
                                   m.stats = std::move(r);
                                   return m;
-                                }, parse_pipeline(c.pipeline, c.chunk, c.memory_budget_mib));
+                                }, parse_pipeline(c.pipeline, c.chunk, c.memory_budget_mib, c.inspector_first));
   nlohmann::json j;
   j["workload"] = c.workload;
   j["tree"] = tree_name;
@@ -137,7 +137,7 @@ int run_bh(const TraversalBenchConfig& c, const Inputs& in, Device requested) {
                                   m.checksum = hash_words(m.result);
                                   m.stats = std::move(r);
                                   return m;
-                                }, parse_pipeline(c.pipeline, c.chunk, c.memory_budget_mib));
+                                }, parse_pipeline(c.pipeline, c.chunk, c.memory_budget_mib, c.inspector_first));
   nlohmann::json j;
   j["workload"] = "bh";
   j["device"] = to_string(dev);
@@ -181,7 +181,7 @@ void add_traversal_options(CLI::App& app, TraversalBenchConfig& c) {
       ->capture_default_str();
   app.add_option("--repeat", c.repeat, "timed runs per variant (the median is reported)")->capture_default_str();
   app.add_option("--json", c.json, "write the results as JSON to this file");
-  add_pipeline_options(app, c.pipeline, c.chunk, c.memory_budget_mib);
+  add_pipeline_options(app, c.pipeline, c.chunk, c.memory_budget_mib, c.inspector_first);
   app.add_option("--probe", c.probe,
                  "nn family: how the guided inspector bounds a query's top-tree walk: full, lean, none, or auto (full; "
                  "none when pipelined)")

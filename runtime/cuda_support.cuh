@@ -117,6 +117,13 @@ class Event {
 class Stream {
  public:
   Stream() { CANOPY_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  // A stream whose pending work the GPU dispatches before that of default-priority streams.
+  struct HighPriority {};
+  explicit Stream(HighPriority) {
+    int least = 0, greatest = 0;
+    CANOPY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CANOPY_CUDA_CHECK(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, greatest));
+  }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
   ~Stream() { cudaStreamDestroy(s_); }

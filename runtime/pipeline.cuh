@@ -56,17 +56,20 @@ class Pipeline {
   // into the device array order[n] and executing it. `after`, if not null, is the caller's
   // stream: the pipeline starts after the work already on it and it waits for the pipeline.
   // `rows`: how a guided inspector forms its rows.
+  // `inspector_first`: inspect on a high-priority stream (opt.pipeline_inspector_first).
   template <class Topology, class Visitor>
   PipelineStats run(const Topology& tree, const TopTree& top, const Visitor& v, index_t n, index_t chunk,
-                    ScheduleKind kind, ExecutorKind exec, GuidedRows rows, index_t* order, cudaStream_t after) {
+                    ScheduleKind kind, ExecutorKind exec, GuidedRows rows, bool inspector_first, index_t* order,
+                    cudaStream_t after) {
     constexpr bool guided = is_guided_v<Visitor>;
     PipelineStats st;
     if (n <= 0) return st;
+    inspect_ = inspector_first ? inspect_first_.get() : inspect_equal_.get();
     chunk = std::max<index_t>(1, std::min(chunk, n));
     st.chunk = chunk;
     st.chunks = (n + chunk - 1) / chunk;
     const auto t0 = std::chrono::steady_clock::now();
-    const cudaStream_t s1 = inspect_.get();
+    const cudaStream_t s1 = inspect_;
     if (after) {
       begin_.record(after);
       CANOPY_CUDA_CHECK(cudaStreamWaitEvent(s1, begin_.get(), 0));
@@ -156,7 +159,7 @@ class Pipeline {
       sl.max_len.reserve(1, "the longest-row counter");
       std::size_t bytes = 0;
       CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, sl.sizes.get(), sl.offsets.get(), m + 1,
-                                                      inspect_.get()));
+                                                      inspect_));
       sl.scan_temp.reserve(bytes, "the row-offset scan scratch space");
       sl.scan_bytes = bytes;
       sl.host_offsets.reserve(m + 1);
@@ -180,7 +183,7 @@ class Pipeline {
   template <class Topology, class Visitor>
   void enqueue_inspect(const Topology& tree, const TopTreeView& dtop, const TopTree& top, const Visitor& v,
                        index_t first, index_t m, index_t* order, Slot& sl) {
-    const cudaStream_t s = inspect_.get();
+    const cudaStream_t s = inspect_;
     const ChunkVisitor<Visitor> cv{v, first};
     sl.first = first;
     sl.inspect_start.record(s);
@@ -224,7 +227,7 @@ class Pipeline {
   void finish_inspect(Slot& sl, index_t m) {
     if constexpr (kGuided) {
       if (on_device_) return;
-      const cudaStream_t s = inspect_.get();
+      const cudaStream_t s = inspect_;
       CANOPY_CUDA_CHECK(cudaEventSynchronize(sl.sized.get()));
       const index_t total = sl.host_offsets.get()[m];
       gpu::launch_pack_guided_rows(sl.rows.get(), width_, m, sl.offsets.get(), sl.packed.get(), s);
@@ -256,9 +259,12 @@ class Pipeline {
     });
   }
 
-  // One priority for all: a high-priority executor starves the inspector, and the host
-  // scheduler then waits for rows (measured: pipeline efficiency 0.92 -> 0.81 on pc).
-  Stream inspect_, execute_[2];
+  // A high-priority executor starved the inspector, and the host scheduler then waited for rows
+  // (measured: pipeline efficiency 0.92 -> 0.81 on pc). The other way round, the inspector's
+  // few blocks are dispatched ahead of an executor's queued ones, so a chunk's rows and
+  // schedule are ready while the previous chunk still executes.
+  Stream inspect_equal_, inspect_first_{Stream::HighPriority{}}, execute_[2];
+  cudaStream_t inspect_ = nullptr;  // the one of the two this run uses
   Event begin_, end_;
   Slot slot_[2];
   DeviceBuffer<node_id> top_leaves_;

@@ -71,6 +71,9 @@ struct TraversalOptions {
   // when `pipeline` is off); a tree that does not fit is an error.
   std::size_t memory_budget = 0;
   bool measure_overlap = false;  // pipeline: also time the executor alone over the same schedule
+  // Pipeline: inspect on a high-priority stream, so each chunk's inspection (and device
+  // schedule) is dispatched ahead of the executor blocks already queued.
+  bool pipeline_inspector_first = true;
   // A cudaStream_t of the caller's (null: Canopy's own non-blocking streams only). The call's
   // GPU work starts after the work queued there, and the stream waits for the call's work.
   void* stream = nullptr;

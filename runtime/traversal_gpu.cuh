@@ -272,8 +272,8 @@ class GpuTraversal {
                           index_t chunk, GuidedRows rows = {}) {
     order_.reserve(static_cast<std::size_t>(n_), "the schedule");
     if (!pipeline_) pipeline_ = std::make_unique<Pipeline>();
-    return pipeline_->run(tree, top, v, n_, chunk, opt.schedule, opt.executor, rows, order_.get(),
-                          static_cast<cudaStream_t>(opt.stream));
+    return pipeline_->run(tree, top, v, n_, chunk, opt.schedule, opt.executor, rows, opt.pipeline_inspector_first,
+                          order_.get(), static_cast<cudaStream_t>(opt.stream));
   }
 
   template <class T>

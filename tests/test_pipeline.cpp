@@ -144,6 +144,7 @@ TEST(PipelineGpu, PipelinedResultsEqualUnpipelinedBitForBitForEveryWorkloadAndCh
         o.chunk = chunk;
         o.keep_schedule = true;
         o.measure_overlap = true;
+        o.pipeline_inspector_first = chunk != 31;  // both stream priorities
         TraversalStats st;
         EXPECT_EQ(w.run(o, &st), reference);
         const index_t c = std::min(chunk, w.n);
