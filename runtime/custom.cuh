@@ -74,7 +74,8 @@ class Traverser {
       throw Error("Traverser::run: count_nodes runs the CPU warp emulator, which needs host pointers; use "
                   "traverse_cpu for it, or gpu_count_nodes");
     TraversalStats res;
-    res.begin(opt, Device::Gpu, "Traverser", host_tree.height, kDefaultTopTreeDepth, is_guided_v<Visitor>);
+    res.begin(opt, Device::Gpu, "Traverser", host_tree.height, kDefaultTopTreeDepth,
+              is_guided_v<Visitor> ? TraversalStats::Guided::CustomTree : TraversalStats::Guided::No);
     if (res.device == Device::Cpu)
       throw Error("Traverser::run: device cpu was requested; the visitor holds device pointers (use traverse_cpu)");
     g_.set_query_count(n_queries);

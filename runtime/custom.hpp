@@ -67,7 +67,8 @@ TraversalStats traverse_cpu(const Topology& tree, const Visitor& v, index_t n_qu
   detail::check_custom_options(opt, n_queries, "traverse_cpu");
   TraversalStats res;
   res.begin(opt, Device::Cpu, "traverse_cpu call (use canopy::Traverser from runtime/custom.cuh)", tree.height,
-            kDefaultTopTreeDepth, is_guided_v<Visitor>);
+            kDefaultTopTreeDepth,
+            is_guided_v<Visitor> ? TraversalStats::Guided::CustomTree : TraversalStats::Guided::No);
   std::vector<index_t> order, buckets;
   const bool scheduled = opt.schedule != ScheduleKind::InputOrder && n_queries > 0;
   if (scheduled)

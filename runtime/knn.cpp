@@ -129,7 +129,7 @@ KnnResult NearestNeighbors::run(const float* queries, index_t n, const KnnOption
   }
 
   KnnResult res;
-  res.begin(opt, device_, "NearestNeighbors", height(), kDefaultTopTreeDepth, true);
+  res.begin(opt, device_, "NearestNeighbors", height(), kDefaultTopTreeDepth, TraversalStats::Guided::BuiltinTree);
   res.k = opt.k;
   const std::size_t slots = static_cast<std::size_t>(n) * static_cast<std::size_t>(opt.k);
   res.indices.assign(slots, -1);

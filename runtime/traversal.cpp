@@ -27,11 +27,11 @@ const char* to_string(GuidedProbe p) {
   return "?";
 }
 
-GuidedRows guided_rows(const TraversalOptions& opt, Device device) {
+GuidedRows guided_rows(const TraversalOptions& opt, Device device, bool builtin) {
   if (opt.row_cap < 0) throw Error("row_cap = " + std::to_string(opt.row_cap) + " is negative (0: every top-leaf)");
   GuidedRows r;
   const bool pipelined = opt.pipeline && device == Device::Gpu;
-  r.probe = opt.probe ? *opt.probe : pipelined ? GuidedProbe::None : GuidedProbe::Full;
+  r.probe = opt.probe ? *opt.probe : pipelined && builtin ? GuidedProbe::None : GuidedProbe::Full;
   r.cap = opt.row_cap > 0 ? opt.row_cap : r.probe == GuidedProbe::None ? kDefaultPositionalRowCap : 0;
   return r;
 }
@@ -41,7 +41,7 @@ int guided_default_depth(const TraversalOptions& opt, Device device) {
 }
 
 void TraversalStats::begin(const TraversalOptions& opt, Device held, const char* who, int height, int default_depth,
-                           bool guided) {
+                           Guided guided) {
   if (opt.depth == kAutoDepth)
     throw Error(std::string(who) + ": depth auto is resolved before the run; this entry point takes a fixed depth");
   if (opt.depth < 0 || opt.depth > height)
@@ -51,9 +51,9 @@ void TraversalStats::begin(const TraversalOptions& opt, Device held, const char*
     throw Error(std::string("device gpu was requested but this ") + who + " was created for the cpu (" +
                 gpu_description() + ")");
   device = opt.device == Device::Cpu ? Device::Cpu : held;
-  if (guided) {
-    rows = guided_rows(opt, device);
-    default_depth = guided_default_depth(opt, device);
+  if (guided != Guided::No) {
+    rows = guided_rows(opt, device, guided == Guided::BuiltinTree);
+    if (rows.probe == GuidedProbe::None && guided == Guided::BuiltinTree) default_depth = kDefaultPositionalDepth;
   }
   depth = opt.depth > 0 ? opt.depth : std::min(default_depth, height);
 }

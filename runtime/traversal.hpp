@@ -56,7 +56,8 @@ struct TraversalOptions {
   // inspector bounds each query's walk of the top-tree (GuidedProbe; unset: Full, or None when
   // the run is pipelined on the GPU, where the inspector competes with the executor), and the most
   // top-leaves a row keeps, the walk stopping there (0: every top-leaf, or
-  // kDefaultPositionalRowCap with None). With None, depth 0 is kDefaultPositionalDepth.
+  // kDefaultPositionalRowCap with None). With None, depth 0 is kDefaultPositionalDepth. Custom
+  // traversals (trees of any fan-out) default to Full and keep kDefaultTopTreeDepth.
   std::optional<GuidedProbe> probe;
   index_t row_cap = 0;
 
@@ -121,10 +122,10 @@ class AutoDepth {
   std::vector<std::pair<Key, int>> chosen_;
 };
 // A guided run's rows under the options on `device` (where the run goes): the probe
-// (opt.probe, else None when pipelined on the GPU and Full otherwise) and the cap
-// (opt.row_cap, else kDefaultPositionalRowCap for None and none otherwise). A negative row_cap
-// is an error.
-GuidedRows guided_rows(const TraversalOptions& opt, Device device);
+// (opt.probe, else None when pipelined on the GPU over a built-in tree and Full otherwise) and
+// the cap (opt.row_cap, else kDefaultPositionalRowCap for None and none otherwise). A negative
+// row_cap is an error. `builtin`: a built-in binary tree (false: a custom tree of any fan-out).
+GuidedRows guided_rows(const TraversalOptions& opt, Device device, bool builtin = true);
 // The top-tree depth a guided run takes for depth 0 (kDefaultPositionalDepth for rows without
 // a probe, else kDefaultTopTreeDepth); AutoDepth's trial centres on it.
 int guided_default_depth(const TraversalOptions& opt, Device device);
@@ -218,12 +219,15 @@ struct TraversalStats {
   double nodes_per_warp() const;        // mean of warp_nodes
   double gpu_nodes_per_warp() const;    // mean of gpu_warp_nodes
 
+  // How a workload's rows and depth default (begin()).
+  enum class Guided { No, BuiltinTree, CustomTree };
   // Checks the options every workload shares and fills device, depth and (guided) rows: a
   // depth outside 0..height, a negative row_cap, or device gpu on an object made for the cpu
-  // (`who` names it), is an error. Depth 0 becomes default_depth (guided: guided_default_depth)
-  // capped at the height.
+  // (`who` names it), is an error. Depth 0 becomes default_depth capped at the height, or
+  // kDefaultPositionalDepth for rows without a probe on a built-in tree (a custom tree's
+  // fan-out is unknown: a deeper top-tree could have millions of leaves).
   void begin(const TraversalOptions& opt, Device held, const char* who, int height, int default_depth,
-             bool guided = false);
+             Guided guided = Guided::No);
   // A pipelined run: its statistics, and its busy times as the phase times.
   void take_pipeline(const PipelineStats& p);
   // keep_schedule: the order the executor ran (null: the input order) and its buckets.

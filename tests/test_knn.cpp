@@ -206,6 +206,24 @@ TEST(GuidedRowsOption, DefaultsCapsAndErrors) {
   EXPECT_EQ(guided_rows(o, Device::Gpu).probe, GuidedProbe::None);
   EXPECT_EQ(guided_rows(o, Device::Gpu).cap, kDefaultPositionalRowCap);
   EXPECT_EQ(guided_default_depth(o, Device::Gpu), kDefaultPositionalDepth);
+  // Custom trees (any fan-out) keep the full probe by default, and depth 0 stays 8 whatever the
+  // probe: a depth-12 top-tree of a wide tree could have millions of leaves.
+  EXPECT_EQ(guided_rows(o, Device::Gpu, false).probe, GuidedProbe::Full);
+  {
+    TraversalOptions none;
+    none.probe = GuidedProbe::None;
+    TraversalStats builtin, custom, unguided;
+    builtin.begin(none, Device::Cpu, "test", 20, kDefaultTopTreeDepth, TraversalStats::Guided::BuiltinTree);
+    custom.begin(none, Device::Cpu, "test", 20, kDefaultTopTreeDepth, TraversalStats::Guided::CustomTree);
+    unguided.begin(none, Device::Cpu, "test", 20, kDefaultTopTreeDepth);
+    EXPECT_EQ(builtin.depth, kDefaultPositionalDepth);
+    EXPECT_EQ(custom.depth, kDefaultTopTreeDepth);
+    EXPECT_EQ(custom.rows.probe, GuidedProbe::None);
+    EXPECT_EQ(custom.rows.cap, kDefaultPositionalRowCap);
+    EXPECT_EQ(unguided.depth, kDefaultTopTreeDepth);
+    builtin.begin(none, Device::Cpu, "test", 9, kDefaultTopTreeDepth, TraversalStats::Guided::BuiltinTree);
+    EXPECT_EQ(builtin.depth, 9) << "capped at the tree's height";
+  }
   o.probe = GuidedProbe::Lean;
   EXPECT_EQ(guided_rows(o, Device::Gpu).probe, GuidedProbe::Lean);
   EXPECT_EQ(guided_rows(o, Device::Gpu).cap, 0);
