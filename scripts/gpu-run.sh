@@ -195,6 +195,9 @@ if [[ $what == pipeline ]]; then
     echo "== canopy-bench knn $g --pipeline on --probe none --depths 10,11,13"
     timeout 280 $bin/canopy-bench knn $g --pipeline on --probe none --depths 10,11,13 \
       --json "$out/pipeline_knn_none_sweep.json" | tail -20
+    echo "== canopy-bench knn $g --pipeline on --probe none --row-cap 16 --depths 12,13"
+    timeout 200 $bin/canopy-bench knn $g --pipeline on --probe none --row-cap 16 --depths 12,13 \
+      --json "$out/pipeline_knn_none_cap16.json" | tail -16
     echo "== canopy-bench knn $g --pipeline on --inspector-first off (one stream priority for all)"
     timeout 200 $bin/canopy-bench knn $g --pipeline on --inspector-first off --json "$out/pipeline_knn_equal.json" | tail -14
     echo "== canopy-bench pc --generate uniform:400000:7 --queries uniform:4000000:7 --pipeline on --inspector-first off"
