@@ -4,7 +4,9 @@
 # when scripts/make_forest_bench_models.py has written them, the forest benchmark models.
 # Then, on the GPU machine, from the repository root: scripts/gpu-run.sh [tests|bench|depth|forest|all]
 # `scripts/gpu-stage.sh forest` stages only what the forest tests and forest-study need (the
-# carry limit is 64 MiB): the two binaries, libtbb and the forest-study models.
+# carry limit is 64 MiB): the two binaries, libtbb and the forest-study models;
+# `scripts/gpu-stage.sh traversal` everything but the forest models (tests, bench, pipeline,
+# guided, guided-rows, depth-auto, graph).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-all}
@@ -16,7 +18,7 @@ cp "$build_dir"/tests/canopy_tests "$build_dir"/benchmarks/canopy-bench stage/bi
 cp -L "$(ldconfig -p | awk '/libtbb.so.12 /{print $NF; exit}')" stage/lib/
 data=${CANOPY_DATA:-../shared/data}
 [ "$mode" = forest ] || cp "$data"/covtype_points_254k.csv.gz "$data"/cities_171k.csv.gz stage/data/
-if [ -f bench-data/forest/covtype_xgb_d8.json.gz ] && [ -f bench-data/forest/higgs_rf_d20.json ]; then
+if [ "$mode" != traversal ] && [ -f bench-data/forest/covtype_xgb_d8.json.gz ] && [ -f bench-data/forest/higgs_rf_d20.json ]; then
   mkdir -p stage/forest
   [ "$mode" = forest ] || cp bench-data/forest/covtype_xgb_d8.json.gz bench-data/forest/covtype.csv.gz stage/forest/
   cp bench-data/forest/higgs.csv.gz stage/forest/
