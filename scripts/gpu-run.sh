@@ -12,8 +12,10 @@
 #   depth-auto  --depth auto against every fixed depth, pc and knn on covtype, cities, uniform
 #   guided-rows  nn, knn, bt, vp: guided rows without a probe (depths 10-13) against the probed
 #          default (depth 8), unpipelined
-#   pipeline  4M queries against a 400k tree, pc and knn, pipelined and not; knn's guided rows
-#          (the default, no probe at depth 12; also depths 10, 11, 13, and the lean probe at 8)
+#   pipeline  4M queries against a 400k tree, pc and knn, pipelined and not; knn with one stream
+#          priority for all
+#   pipeline-rows  the pipelined kNN's guided rows: lean probe at depth 8, no probe at depths
+#          10-13 and capped at 16, no probe unpipelined; pc with one stream priority
 #   graph  the quadtree-over-cities example (a user tree as a Boost.Graph) on the full cities file
 #   forest-study  the adaptive layout's forest tests, then canopy-bench forest-study on the five
 #          models of the forest issue (batches 100, 10,000, 1,000,000); FS_MODELS narrows the list
@@ -187,8 +189,19 @@ if [[ $what == pipeline ]]; then
           --pipeline $p --repeat 3 --json "$out/pipeline_${w}_$p.json" | tail -14
       done
     done
-    # Guided rows: the pipelined default (no probe, depth 12, cap 32) against the probed rows of
-    # the earlier runs, and a depth sweep of rows without a probe.
+    # The stream priority: the inspector first (the default) against one priority for all.
+    g="--generate uniform:400000:7 --queries uniform:4000000:7 --repeat 3"
+    echo "== canopy-bench knn $g --pipeline on --inspector-first off (one stream priority for all)"
+    timeout 200 $bin/canopy-bench knn $g --variants hybrid,hybrid-gpu-buckets --pipeline on --inspector-first off \
+      --json "$out/pipeline_knn_equal.json" | tail -14
+  } 2>&1 | tee "$out/pipeline.txt"
+fi
+
+if [[ $what == pipeline-rows ]]; then
+  # The pipelined kNN's guided rows: the default (no probe, depth 12, cap 32) against the lean
+  # probe of the earlier runs, other depths and a cap of 16, rows without a probe unpipelined,
+  # and point correlation with one stream priority for all.
+  {
     g="--generate uniform:400000:7 --queries uniform:4000000:7 --variants hybrid,hybrid-gpu-buckets --repeat 3"
     echo "== canopy-bench knn $g --pipeline on --probe lean --depth 8"
     timeout 200 $bin/canopy-bench knn $g --pipeline on --probe lean --depth 8 --json "$out/pipeline_knn_lean8.json" | tail -14
@@ -198,15 +211,13 @@ if [[ $what == pipeline ]]; then
     echo "== canopy-bench knn $g --pipeline on --probe none --row-cap 16 --depths 12,13"
     timeout 200 $bin/canopy-bench knn $g --pipeline on --probe none --row-cap 16 --depths 12,13 \
       --json "$out/pipeline_knn_none_cap16.json" | tail -16
-    echo "== canopy-bench knn $g --pipeline on --inspector-first off (one stream priority for all)"
-    timeout 200 $bin/canopy-bench knn $g --pipeline on --inspector-first off --json "$out/pipeline_knn_equal.json" | tail -14
+    echo "== canopy-bench knn $g --pipeline off --probe none --depth 12"
+    timeout 200 $bin/canopy-bench knn $g --pipeline off --probe none --depth 12 --json "$out/pipeline_knn_none_off.json" | tail -14
     echo "== canopy-bench pc --generate uniform:400000:7 --queries uniform:4000000:7 --pipeline on --inspector-first off"
     timeout 200 $bin/canopy-bench pc --generate uniform:400000:7 --queries uniform:4000000:7 \
       --variants hybrid,hybrid-gpu-sandpile --pipeline on --inspector-first off --repeat 3 \
       --json "$out/pipeline_pc_equal.json" | tail -14
-    echo "== canopy-bench knn $g --pipeline off --probe none --depth 12"
-    timeout 200 $bin/canopy-bench knn $g --pipeline off --probe none --depth 12 --json "$out/pipeline_knn_none_off.json" | tail -14
-  } 2>&1 | tee "$out/pipeline.txt"
+  } 2>&1 | tee "$out/pipeline_rows.txt"
 fi
 
 if [[ $what == depth-auto ]]; then
