@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include "runtime/dataset.hpp"
+#include "test_errors.hpp"
 #include "test_util.hpp"
 
 namespace canopy {
@@ -26,12 +27,7 @@ std::string temp_file(const std::string& name, const std::string& text, bool gz 
 }
 
 std::string error_of(const std::string& path, const std::string& cols = "") {
-  try {
-    read_csv(path, cols);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::error_of([&] { read_csv(path, cols); });
 }
 
 TEST(ReadCsv, PlainAndGzipGiveTheSamePoints) {

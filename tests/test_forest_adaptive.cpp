@@ -14,6 +14,7 @@
 #include "layouts/forest_adaptive.hpp"
 #include "require_gpu.hpp"
 #include "runtime/device.hpp"
+#include "test_errors.hpp"
 #include "test_forest_util.hpp"
 
 namespace canopy {
@@ -410,12 +411,9 @@ TEST(ForestAdaptiveGpu, SharedForestRunsWhenTheForestFitsAndSaysWhyOtherwise) {
   // clear error that points to the split strategy, which runs it.
   const Forest big = complete_forest(2000, 4, 6, 3);
   ForestPredictor pb(big, cfg);
-  try {
-    pb.predict(d.values.data(), d.n_rows, got.data(), opt);
-    ADD_FAILURE() << "no error for a forest larger than shared memory";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("split-shared-forest"), std::string::npos) << e.what();
-  }
+  EXPECT_HAS(test::error_of([&] { pb.predict(d.values.data(), d.n_rows, got.data(), opt); },
+                            "an error for a forest larger than shared memory"),
+             "split-shared-forest");
   opt.kernel = ForestKernel::SplitSharedForest;
   pb.predict(d.values.data(), d.n_rows, got.data(), opt);
   EXPECT_TRUE(same_bits(got, cpu_predict(big, d, opt.output), &where)) << where;
@@ -430,13 +428,8 @@ TEST(ForestAdaptiveGpu, BadSchedulesAreClearErrors) {
   ForestPredictor p(f, cfg);
   const ForestData d = tiled(rows("higgs_rows"), 100);
   std::vector<float> out(static_cast<std::size_t>(d.n_rows));
-  auto message = [&](ForestRunOptions opt) -> std::string {
-    try {
-      p.predict(d.values.data(), d.n_rows, out.data(), opt);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
+  auto message = [&](ForestRunOptions opt) {
+    return test::error_of([&] { p.predict(d.values.data(), d.n_rows, out.data(), opt); });
   };
   ForestRunOptions opt;
   opt.schedule.block_threads = 100;
@@ -461,24 +454,18 @@ TEST(ForestAdaptiveGpu, BadSchedulesAreClearErrors) {
   opt.schedule.block_threads = 32;
   opt.schedule.rows_per_thread = 1;
   opt.schedule.part_kib = 4;
-  try {
-    deep.predict(d.values.data(), d.n_rows, out.data(), opt);
-    ADD_FAILURE() << "no error for a part smaller than a tree";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("part"), std::string::npos) << e.what();
-  }
+  EXPECT_HAS(test::error_of([&] { deep.predict(d.values.data(), d.n_rows, out.data(), opt); },
+                            "an error for a part smaller than a tree"),
+             "part");
   // The strategies of the adaptive layout on another layout.
   ForestConfig csr;
   csr.device = Device::Gpu;
   ForestPredictor q(f, csr);
   opt = {};
   opt.kernel = ForestKernel::Auto;
-  try {
-    q.predict(d.values.data(), d.n_rows, out.data(), opt);
-    ADD_FAILURE() << "auto ran on the csr layout";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("adaptive"), std::string::npos) << e.what();
-  }
+  EXPECT_HAS(test::error_of([&] { q.predict(d.values.data(), d.n_rows, out.data(), opt); },
+                            "an error for auto on the csr layout"),
+             "adaptive");
 }
 
 TEST(ForestAdaptiveGpu, GpuRowOrderEqualsTheCpuReference) {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 
+#include "test_errors.hpp"
 #include "test_forest_util.hpp"
 
 namespace canopy {
@@ -23,16 +24,8 @@ std::string write_temp(const std::string& name, const std::string& text) {
 }
 
 std::string error_of(const std::string& path, const std::string& label = "") {
-  try {
-    read_forest_csv(path, label);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
+  return test::error_of([&] { read_forest_csv(path, label); });
 }
-
-#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << "message: " << (text)
 
 TEST(ForestData, ReadsRowsMissingValuesAndLabel) {
   const std::string p = write_temp("ok.csv", "a,b,label,c\n1.5,,2,nan\n\"3\", NaN ,0,-inf\n\n4e-3,5,1,NAN\n");

@@ -11,6 +11,7 @@
 #include <functional>
 #include <sstream>
 
+#include "test_errors.hpp"
 #include "test_forest_util.hpp"
 
 namespace canopy {
@@ -28,19 +29,8 @@ std::string slurp(const std::string& path) {
 
 // The Error message parsing `text` gives; a test failure if it does not throw canopy::Error.
 std::string error_of(const std::string& text, const std::string& name = "m.json") {
-  try {
-    Forest::parse(text, name);
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not a canopy::Error: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no error";
-  return "";
+  return test::error_of([&] { Forest::parse(text, name); });
 }
-
-#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << "message: " << (text)
 
 const json& xgb_higgs() {
   static const json j = json::parse(slurp(dir() + "xgb_higgs.json"));

@@ -18,6 +18,7 @@
 #include "runtime/device.hpp"
 #include "runtime/forest_model.hpp"
 #include "runtime/forest_model_gpu.hpp"
+#include "test_errors.hpp"
 
 namespace canopy {
 namespace {
@@ -208,12 +209,9 @@ TEST(ForestCostModel, RejectsBadInputs) {
   in.n_trees = std::nan("");
   EXPECT_THROW(estimate_forest_costs(in, hw), Error);
   ForestHardware unmeasured;  // every bandwidth 0
-  try {
-    estimate_forest_costs(toy_inputs(), unmeasured);
-    ADD_FAILURE() << "no error for an unmeasured GPU";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("smem_read_gbs"), std::string::npos) << e.what();
-  }
+  EXPECT_HAS(test::error_of([&] { estimate_forest_costs(toy_inputs(), unmeasured); },
+                            "an error for an unmeasured GPU"),
+             "smem_read_gbs");
   EXPECT_THROW(choose_forest_strategy({}), Error);
   auto est = estimate_forest_costs(toy_inputs(), hw);
   for (ForestCostEstimate& e : est) e.feasible = false;
@@ -427,12 +425,7 @@ TEST_F(ForestHardwareCache, LoadOrMeasureChecksTheMeasurementsDevice) {
 TEST_F(ForestHardwareCache, SaveFailureNamesThePath) {
   write("a file where a directory should be");
   const std::string bad = path() + "/forest_hardware.json";
-  try {
-    save_forest_hardware(bad, toy_hardware());
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
-  }
+  EXPECT_HAS(test::error_of([&] { save_forest_hardware(bad, toy_hardware()); }), bad);
 }
 
 // Sets an environment variable for its lifetime (unset when `value` is empty).

@@ -15,6 +15,7 @@
 #include "examples/quadtree.hpp"
 #include "layouts/graph_tree_boost.hpp"
 #include "runtime/custom.hpp"
+#include "test_errors.hpp"
 
 namespace box_count {
 namespace {
@@ -208,14 +209,7 @@ TEST(GraphTreeExampleCpu, CitiesOnABoxEdgeCount) {
   }
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const canopy::Error& err) {
-    return err.what();
-  }
-  return "(no error)";
-}
+using canopy::test::error_of;
 
 TEST(GraphTreeExample, BadCityFilesAreErrorsNamingTheFileAndLine) {
   const std::string dir = ::testing::TempDir();

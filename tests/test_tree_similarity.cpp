@@ -23,6 +23,7 @@
 #include "runtime/common.hpp"
 #include "runtime/forest_data.hpp"
 #include "scheduler/tree_similarity.hpp"
+#include "test_errors.hpp"
 
 namespace canopy {
 namespace {
@@ -240,20 +241,7 @@ void expect_permutation(const std::vector<index_t>& order, std::size_t n) {
   for (std::size_t k = 0; k < n; ++k) ASSERT_EQ(sorted[k], static_cast<index_t>(k));
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not a canopy::Error: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
-
-#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << "message: " << (text)
+using test::error_of;
 
 // ---- Fingerprints.
 
