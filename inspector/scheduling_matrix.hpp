@@ -64,7 +64,14 @@ constexpr std::int32_t kRowEnd = -1;
 //         row cap to be a good schedule (README, "Guided rows").
 // The probe only shapes the schedule; results never depend on it.
 enum class GuidedProbe : std::uint8_t { Full, Lean, None };
-const char* to_string(GuidedProbe p);
+inline const char* to_string(GuidedProbe p) {
+  switch (p) {
+    case GuidedProbe::Full: return "full";
+    case GuidedProbe::Lean: return "lean";
+    case GuidedProbe::None: return "none";
+  }
+  return "?";
+}
 
 // How the guided inspector forms rows: the probe, and the most top-leaves a row keeps (the walk
 // stops at a full row; 0: every top-leaf).

@@ -81,7 +81,6 @@ class Pipeline {
     dtop.leaves = top_leaves_.get();
     cols_ = top.size();
     rows_ = rows;
-    width_ = rows.width(cols_);
     on_device_ = kind == ScheduleKind::HybridDevice;
     if constexpr (guided) on_device_ = on_device_ && DeviceGuidedScheduler::supports(top.parents().data(), cols_, chunk);
     for (Slot& sl : slot_) reserve(sl, chunk, guided);
@@ -150,10 +149,12 @@ class Pipeline {
     index_t first = 0;
   };
 
+  index_t width() const { return rows_.width(cols_); }  // entries per guided row
+
   void reserve(Slot& sl, index_t chunk, bool guided) {
     const std::size_t m = static_cast<std::size_t>(chunk);
     if (guided) {
-      sl.rows.reserve(m * static_cast<std::size_t>(width_), "the guided scheduling matrix (one chunk)");
+      sl.rows.reserve(m * static_cast<std::size_t>(width()), "the guided scheduling matrix (one chunk)");
       sl.sizes.reserve(m + 1, "the guided row sizes");
       sl.offsets.reserve(m + 1, "the guided row offsets");
       sl.max_len.reserve(1, "the longest-row counter");
@@ -165,8 +166,8 @@ class Pipeline {
       sl.host_offsets.reserve(m + 1);
       sl.host_max.reserve(1);
       if (!on_device_) {
-        sl.packed.reserve(m * static_cast<std::size_t>(width_) + m, "the packed guided rows (one chunk)");
-        sl.host_rows.reserve(m * static_cast<std::size_t>(width_) + m);
+        sl.packed.reserve(m * static_cast<std::size_t>(width()) + m, "the packed guided rows (one chunk)");
+        sl.host_rows.reserve(m * static_cast<std::size_t>(width()) + m);
       }
     } else {
       const std::size_t words = m * static_cast<std::size_t>(words_per_row(cols_));
@@ -194,7 +195,7 @@ class Pipeline {
       gpu::launch_guided_inspector(tree, dtop, cv, m, rows_, sl.rows.get(), sl.sizes.get(), sl.max_len.get(), s);
       if (on_device_) {
         sl.inspect_stop.record(s);
-        guided_.run(sl.rows.get(), m, cols_, width_, top.parents().data(), order + first, s);
+        guided_.run(sl.rows.get(), m, cols_, width(), top.parents().data(), order + first, s);
       } else {
         std::size_t bytes = sl.scan_bytes;
         CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(sl.scan_temp.get(), bytes, sl.sizes.get(), sl.offsets.get(),
@@ -230,7 +231,7 @@ class Pipeline {
       const cudaStream_t s = inspect_;
       CANOPY_CUDA_CHECK(cudaEventSynchronize(sl.sized.get()));
       const index_t total = sl.host_offsets.get()[m];
-      gpu::launch_pack_guided_rows(sl.rows.get(), width_, m, sl.offsets.get(), sl.packed.get(), s);
+      gpu::launch_pack_guided_rows(sl.rows.get(), width(), m, sl.offsets.get(), sl.packed.get(), s);
       copy_to_host(sl.host_rows.get(), sl.packed.get(), static_cast<std::size_t>(total), s);
       sl.ready.record(s);
     } else {
@@ -273,7 +274,6 @@ class Pipeline {
   DeviceGuidedScheduler guided_;
   index_t cols_ = 0;
   GuidedRows rows_;
-  index_t width_ = 0;  // entries per guided row
   bool on_device_ = false;
 };
 

@@ -18,15 +18,6 @@ double mean(const std::vector<index_t>& v) {
 double TraversalStats::nodes_per_warp() const { return mean(warp_nodes); }
 double TraversalStats::gpu_nodes_per_warp() const { return mean(gpu_warp_nodes); }
 
-const char* to_string(GuidedProbe p) {
-  switch (p) {
-    case GuidedProbe::Full: return "full";
-    case GuidedProbe::Lean: return "lean";
-    case GuidedProbe::None: return "none";
-  }
-  return "?";
-}
-
 GuidedRows guided_rows(const TraversalOptions& opt, Device device, bool builtin) {
   if (opt.row_cap < 0) throw Error("row_cap = " + std::to_string(opt.row_cap) + " is negative (0: every top-leaf)");
   GuidedRows r;
@@ -53,7 +44,7 @@ void TraversalStats::begin(const TraversalOptions& opt, Device held, const char*
   device = opt.device == Device::Cpu ? Device::Cpu : held;
   if (guided != Guided::No) {
     rows = guided_rows(opt, device, guided == Guided::BuiltinTree);
-    if (rows.probe == GuidedProbe::None && guided == Guided::BuiltinTree) default_depth = kDefaultPositionalDepth;
+    if (guided == Guided::BuiltinTree) default_depth = guided_default_depth(opt, device);
   }
   depth = opt.depth > 0 ? opt.depth : std::min(default_depth, height);
 }
