@@ -14,6 +14,14 @@ class App;
 namespace canopy {
 namespace bench {
 
+// --pipeline, --chunk, --memory-budget (MiB) and --inspector-first as given.
+struct PipelineArgs {
+  std::string pipeline = "off";
+  std::int64_t chunk = 0;
+  double memory_budget_mib = 0;
+  std::string inspector_first = "on";
+};
+
 struct PcConfig {
   std::string points;                       // CSV / CSV.gz, or empty
   std::string generate = "uniform:400000:7";  // used when points is empty
@@ -30,10 +38,7 @@ struct PcConfig {
   std::string variants = "all";
   int repeat = 5;
   std::string json;
-  std::string pipeline = "off";
-  std::int64_t chunk = 0;
-  double memory_budget_mib = 0;
-  std::string inspector_first = "on";
+  PipelineArgs pipeline;
   // Set by the command line parser: whether the user chose the input and the repeat count.
   bool source_given = false;
   bool repeat_given = false;
@@ -59,10 +64,7 @@ struct TraversalBenchConfig {
   std::string variants = "all";
   int repeat = 5;
   std::string json;
-  std::string pipeline = "off";
-  std::int64_t chunk = 0;
-  double memory_budget_mib = 0;
-  std::string inspector_first = "on";
+  PipelineArgs pipeline;
   std::string probe = "auto";  // guided workloads: the inspector's probe
   std::int64_t row_cap = 0;
   bool source_given = false;

@@ -117,32 +117,32 @@ std::uint64_t hash_words(const std::vector<std::uint64_t>& words) {
   return h;
 }
 
-void add_pipeline_options(CLI::App& app, std::string& pipeline, std::int64_t& chunk, double& budget_mib,
-                          std::string& inspector_first) {
-  app.add_option("--pipeline", pipeline,
+void add_pipeline_options(CLI::App& app, PipelineArgs& args) {
+  app.add_option("--pipeline", args.pipeline,
                  "on: the hybrid variants run pipelined (chunks overlapping inspection, scheduling and execution)")
       ->capture_default_str();
-  app.add_option("--chunk", chunk, "queries per pipeline chunk (0: n / 8, at least 65,536)")->capture_default_str();
-  app.add_option("--memory-budget", budget_mib,
+  app.add_option("--chunk", args.chunk, "queries per pipeline chunk (0: n / 8, at least 65,536)")->capture_default_str();
+  app.add_option("--memory-budget", args.memory_budget_mib,
                  "MiB of GPU memory a call may use (0: no budget); a matrix that does not fit is chunked")
       ->capture_default_str();
-  app.add_option("--inspector-first", inspector_first,
+  app.add_option("--inspector-first", args.inspector_first,
                  "on: the pipeline inspects on a high-priority stream (ahead of queued executor blocks); off: one "
                  "priority for all")
       ->capture_default_str();
 }
 
-PipelineSetting parse_pipeline(const std::string& on_off, index_t chunk, double budget_mib,
-                               const std::string& inspector_first) {
+PipelineSetting parse_pipeline(const PipelineArgs& args) {
   PipelineSetting p;
-  if (on_off == "on") p.on = true;
-  else if (on_off != "off") throw Error("--pipeline '" + on_off + "' is neither on nor off");
-  if (inspector_first == "off") p.inspector_first = false;
-  else if (inspector_first != "on") throw Error("--inspector-first '" + inspector_first + "' is neither on nor off");
-  if (chunk < 0) throw Error("--chunk " + std::to_string(chunk) + " must be >= 0 (0: automatic)");
-  if (!(budget_mib >= 0)) throw Error("--memory-budget " + std::to_string(budget_mib) + " must be >= 0 MiB (0: none)");
-  p.chunk = chunk;
-  p.memory_budget = static_cast<std::size_t>(budget_mib * 1048576.0);
+  if (args.pipeline == "on") p.on = true;
+  else if (args.pipeline != "off") throw Error("--pipeline '" + args.pipeline + "' is neither on nor off");
+  if (args.inspector_first == "off") p.inspector_first = false;
+  else if (args.inspector_first != "on")
+    throw Error("--inspector-first '" + args.inspector_first + "' is neither on nor off");
+  if (args.chunk < 0) throw Error("--chunk " + std::to_string(args.chunk) + " must be >= 0 (0: automatic)");
+  if (!(args.memory_budget_mib >= 0))
+    throw Error("--memory-budget " + std::to_string(args.memory_budget_mib) + " must be >= 0 MiB (0: none)");
+  p.chunk = args.chunk;
+  p.memory_budget = static_cast<std::size_t>(args.memory_budget_mib * 1048576.0);
   return p;
 }
 

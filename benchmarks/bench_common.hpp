@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/bench.hpp"
 #include "layouts/kdtree.hpp"
 #include "runtime/dataset.hpp"
 #include "runtime/traversal.hpp"
@@ -82,11 +83,9 @@ struct PipelineSetting {
 Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& depths, int depth, Device device,
                 int repeat, const RunFn& run, const PipelineSetting& pipeline = {});
 // Adds --pipeline, --chunk, --memory-budget (MiB) and --inspector-first to a workload's command line.
-void add_pipeline_options(CLI::App& app, std::string& pipeline, std::int64_t& chunk, double& budget_mib,
-                          std::string& inspector_first);
-// "on" / "off"; --chunk and --memory-budget (MiB) as given; --inspector-first on / off.
-PipelineSetting parse_pipeline(const std::string& on_off, index_t chunk, double budget_mib,
-                               const std::string& inspector_first);
+void add_pipeline_options(CLI::App& app, PipelineArgs& args);
+// --pipeline and --inspector-first on / off; --chunk and --memory-budget (MiB) as given.
+PipelineSetting parse_pipeline(const PipelineArgs& args);
 void print_suite(const Suite& s);
 // The depth the inspector variants used (the first one's), or `fallback`.
 int suite_depth(const Suite& s, int fallback);

@@ -40,7 +40,7 @@ void add_pc_options(CLI::App& app, PcConfig& c) {
       ->capture_default_str();
   app.add_option("--repeat", c.repeat, "timed runs per variant (the median is reported)")->capture_default_str();
   app.add_option("--json", c.json, "write the results as JSON to this file");
-  add_pipeline_options(app, c.pipeline, c.chunk, c.memory_budget_mib, c.inspector_first);
+  add_pipeline_options(app, c.pipeline);
 }
 
 int run_pc(const PcConfig& config) {
@@ -88,7 +88,7 @@ int run_pc(const PcConfig& config) {
     m.result.assign(r.counts.begin(), r.counts.end());
     m.stats = std::move(r);
     return m;
-  }, parse_pipeline(c.pipeline, c.chunk, c.memory_budget_mib, c.inspector_first));
+  }, parse_pipeline(c.pipeline));
   print_suite(suite);
 
   if (!c.json.empty()) {

@@ -64,7 +64,8 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
   TraversalOptions shown;  // the rows the hybrid variants use
   shown.probe = probe;
   shown.row_cap = c.row_cap;
-  shown.pipeline = c.pipeline == "on";
+  const PipelineSetting pipeline = parse_pipeline(c.pipeline);
+  shown.pipeline = pipeline.on;
   const GuidedRows rows = guided_rows(shown, dev);
   std::printf("canopy-bench %s: %s, %s, k = %d\n", c.workload.c_str(), in.source.c_str(), tree_name, k);
   print_device_line(dev, requested);
@@ -88,7 +89,7 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
                                   m.checksum = hash_words(m.result);
                                   m.stats = std::move(r);
                                   return m;
-                                }, parse_pipeline(c.pipeline, c.chunk, c.memory_budget_mib, c.inspector_first));
+                                }, pipeline);
   nlohmann::json j;
   j["workload"] = c.workload;
   j["tree"] = tree_name;
@@ -137,7 +138,7 @@ int run_bh(const TraversalBenchConfig& c, const Inputs& in, Device requested) {
                                   m.checksum = hash_words(m.result);
                                   m.stats = std::move(r);
                                   return m;
-                                }, parse_pipeline(c.pipeline, c.chunk, c.memory_budget_mib, c.inspector_first));
+                                }, parse_pipeline(c.pipeline));
   nlohmann::json j;
   j["workload"] = "bh";
   j["device"] = to_string(dev);
@@ -181,7 +182,7 @@ void add_traversal_options(CLI::App& app, TraversalBenchConfig& c) {
       ->capture_default_str();
   app.add_option("--repeat", c.repeat, "timed runs per variant (the median is reported)")->capture_default_str();
   app.add_option("--json", c.json, "write the results as JSON to this file");
-  add_pipeline_options(app, c.pipeline, c.chunk, c.memory_budget_mib, c.inspector_first);
+  add_pipeline_options(app, c.pipeline);
   app.add_option("--probe", c.probe,
                  "nn family: how the guided inspector bounds a query's top-tree walk: full, lean, none, or auto (full; "
                  "none when pipelined)")
