@@ -14,12 +14,13 @@ class App;
 namespace canopy {
 namespace bench {
 
-// --pipeline, --chunk, --memory-budget (MiB) and --inspector-first as given.
+// --pipeline, --chunk, --memory-budget (MiB), --inspector-first and --ramp as given.
 struct PipelineArgs {
   std::string pipeline = "off";
   std::int64_t chunk = 0;
   double memory_budget_mib = 0;
   std::string inspector_first = "on";
+  std::string ramp = "on";
 };
 
 struct PcConfig {

@@ -129,6 +129,9 @@ void add_pipeline_options(CLI::App& app, PipelineArgs& args) {
                  "on: the pipeline inspects on a high-priority stream (ahead of queued executor blocks); off: one "
                  "priority for all")
       ->capture_default_str();
+  app.add_option("--ramp", args.ramp,
+                 "on: the pipeline's first chunks are chunk / 8, / 4, / 2, so execution starts early; off: equal chunks")
+      ->capture_default_str();
 }
 
 PipelineSetting parse_pipeline(const PipelineArgs& args) {
@@ -138,6 +141,8 @@ PipelineSetting parse_pipeline(const PipelineArgs& args) {
   if (args.inspector_first == "off") p.inspector_first = false;
   else if (args.inspector_first != "on")
     throw Error("--inspector-first '" + args.inspector_first + "' is neither on nor off");
+  if (args.ramp == "off") p.ramp = false;
+  else if (args.ramp != "on") throw Error("--ramp '" + args.ramp + "' is neither on nor off");
   if (args.chunk < 0) throw Error("--chunk " + std::to_string(args.chunk) + " must be >= 0 (0: automatic)");
   if (!(args.memory_budget_mib >= 0))
     throw Error("--memory-budget " + std::to_string(args.memory_budget_mib) + " must be >= 0 MiB (0: none)");
@@ -162,6 +167,7 @@ Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& sw
     opt.chunk = pipeline.chunk;
     opt.memory_budget = pipeline.memory_budget;
     opt.pipeline_inspector_first = pipeline.inspector_first;
+    opt.pipeline_ramp = pipeline.ramp;
     // Untimed warm-up, which also measures nodes per warp with the emulator on its schedule.
     opt.count_nodes = is_lockstep(var.executor);
     const Measured first = run(opt);
@@ -244,12 +250,12 @@ void print_suite(const Suite& s) {
   for (const VariantRow& r : s.rows) any = any || r.chunks > 0;
   if (!any) return;
   std::printf("\npipelined (inspect, schedule, execute above are busy times summed over chunks; total is the wall time)\n");
-  std::printf("%-22s %5s %16s %10s %14s %12s\n", "variant", "depth", "chunks x size", "wall ms", "execute-only ms",
+  std::printf("%-22s %5s %16s %10s %14s %12s\n", "variant", "depth", "chunks (largest)", "wall ms", "execute-only ms",
               "efficiency");
   for (const VariantRow& r : s.rows) {
     if (!r.chunks) continue;
     char cs[48];
-    std::snprintf(cs, sizeof cs, "%lld x %lld", static_cast<long long>(r.chunks), static_cast<long long>(r.chunk));
+    std::snprintf(cs, sizeof cs, "%lld (%lld)", static_cast<long long>(r.chunks), static_cast<long long>(r.chunk));
     std::printf("%-22s %5d %16s %10.3f %14.3f %12.3f\n", r.name.c_str(), r.depth, cs, r.total, r.execute_only,
                 r.total > 0 ? r.execute_only / r.total : 0.0);
   }

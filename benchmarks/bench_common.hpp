@@ -72,6 +72,7 @@ struct Suite {
 struct PipelineSetting {
   bool on = false;
   bool inspector_first = true;
+  bool ramp = true;
   index_t chunk = 0;
   std::size_t memory_budget = 0;
 };
@@ -82,9 +83,10 @@ struct PipelineSetting {
 // executor alone over the same schedule.
 Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& depths, int depth, Device device,
                 int repeat, const RunFn& run, const PipelineSetting& pipeline = {});
-// Adds --pipeline, --chunk, --memory-budget (MiB) and --inspector-first to a workload's command line.
+// Adds --pipeline, --chunk, --memory-budget (MiB), --inspector-first and --ramp to a workload's
+// command line.
 void add_pipeline_options(CLI::App& app, PipelineArgs& args);
-// --pipeline and --inspector-first on / off; --chunk and --memory-budget (MiB) as given.
+// --pipeline, --inspector-first and --ramp on / off; --chunk and --memory-budget (MiB) as given.
 PipelineSetting parse_pipeline(const PipelineArgs& args);
 void print_suite(const Suite& s);
 // The depth the inspector variants used (the first one's), or `fallback`.

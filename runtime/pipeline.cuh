@@ -51,23 +51,26 @@ __global__ void add_offset_kernel(T* values, index_t n, T offset) {
 
 class Pipeline {
  public:
-  // Runs `kind` (Hybrid: the CPU scheduler; HybridDevice: the device's) over n queries in
-  // chunks of `chunk`, writing the whole schedule (the caller's query ids, chunk after chunk)
-  // into the device array order[n] and executing it. `after`, if not null, is the caller's
-  // stream: the pipeline starts after the work already on it and it waits for the pipeline.
+  // Runs `kind` (Hybrid: the CPU scheduler; HybridDevice: the device's) over the queries in
+  // the chunks bounds[0] = 0 .. bounds.back() = n (chunk_boundaries), writing the whole
+  // schedule (the caller's query ids, chunk after chunk) into the device array order[n] and
+  // executing it. `after`, if not null, is the caller's stream: the pipeline starts after the
+  // work already on it and it waits for the pipeline.
   // `rows`: how a guided inspector forms its rows.
   // `inspector_first`: inspect on a high-priority stream (opt.pipeline_inspector_first).
   template <class Topology, class Visitor>
-  PipelineStats run(const Topology& tree, const TopTree& top, const Visitor& v, index_t n, index_t chunk,
+  PipelineStats run(const Topology& tree, const TopTree& top, const Visitor& v, const std::vector<index_t>& bounds,
                     ScheduleKind kind, ExecutorKind exec, GuidedRows rows, bool inspector_first, index_t* order,
                     cudaStream_t after) {
     constexpr bool guided = is_guided_v<Visitor>;
     PipelineStats st;
-    if (n <= 0) return st;
+    if (bounds.size() < 2 || bounds.back() <= 0) return st;
     inspect_ = inspector_first ? inspect_first_.get() : inspect_equal_.get();
-    chunk = std::max<index_t>(1, std::min(chunk, n));
-    st.chunk = chunk;
-    st.chunks = (n + chunk - 1) / chunk;
+    st.chunks = static_cast<index_t>(bounds.size()) - 1;
+    auto first = [&](index_t i) { return bounds[static_cast<std::size_t>(i)]; };
+    auto size = [&](index_t i) { return bounds[static_cast<std::size_t>(i) + 1] - first(i); };
+    for (index_t i = 0; i < st.chunks; ++i) st.chunk = std::max(st.chunk, size(i));
+    const index_t chunk = st.chunk;
     const auto t0 = std::chrono::steady_clock::now();
     const cudaStream_t s1 = inspect_;
     if (after) {
@@ -83,11 +86,10 @@ class Pipeline {
     rows_ = rows;
     on_device_ = kind == ScheduleKind::HybridDevice;
     if constexpr (guided) on_device_ = on_device_ && DeviceGuidedScheduler::supports(top.parents().data(), cols_, chunk);
+    unpacked_ = guided && !on_device_ && width() <= kUnpackedRowWidth;
     for (Slot& sl : slot_) reserve(sl, chunk, guided);
     CANOPY_CUDA_CHECK(cudaStreamSynchronize(s1));
 
-    auto first = [&](index_t i) { return i * chunk; };
-    auto size = [&](index_t i) { return std::min(chunk, n - i * chunk); };
     enqueue_inspect(tree, dtop, top, v, first(0), size(0), order, slot_[0]);
     for (index_t i = 0; i < st.chunks; ++i) {
       Slot& sl = slot_[i % 2];
@@ -151,6 +153,11 @@ class Pipeline {
 
   index_t width() const { return rows_.width(cols_); }  // entries per guided row
 
+  // Rows this narrow (capped positional rows, mostly full) travel to the host as the inspector
+  // wrote them, end markers and all: packing them would save few bytes and cost a round trip
+  // through the host (the packed size) between a chunk's inspection and its schedule.
+  static constexpr index_t kUnpackedRowWidth = 64;
+
   void reserve(Slot& sl, index_t chunk, bool guided) {
     const std::size_t m = static_cast<std::size_t>(chunk);
     if (guided) {
@@ -165,10 +172,9 @@ class Pipeline {
       sl.scan_bytes = bytes;
       sl.host_offsets.reserve(m + 1);
       sl.host_max.reserve(1);
-      if (!on_device_) {
+      if (!on_device_ && !unpacked_)
         sl.packed.reserve(m * static_cast<std::size_t>(width()) + m, "the packed guided rows (one chunk)");
-        sl.host_rows.reserve(m * static_cast<std::size_t>(width()) + m);
-      }
+      if (!on_device_) sl.host_rows.reserve(m * static_cast<std::size_t>(width()) + m);
     } else {
       const std::size_t words = m * static_cast<std::size_t>(words_per_row(cols_));
       sl.bits.reserve(words, "the scheduling matrix (one chunk)");
@@ -196,6 +202,8 @@ class Pipeline {
       if (on_device_) {
         sl.inspect_stop.record(s);
         guided_.run(sl.rows.get(), m, cols_, width(), top.parents().data(), order + first, s);
+      } else if (unpacked_) {
+        copy_to_host(sl.host_rows.get(), sl.rows.get(), mm * static_cast<std::size_t>(width()), s);
       } else {
         std::size_t bytes = sl.scan_bytes;
         CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(sl.scan_temp.get(), bytes, sl.sizes.get(), sl.offsets.get(),
@@ -219,7 +227,7 @@ class Pipeline {
       add_offset_kernel<<<static_cast<unsigned>((m + 255) / 256), 256, 0, s>>>(order + first, m, first);
       CANOPY_CUDA_CHECK_LAUNCH("add_offset_kernel");
     }
-    if (is_guided_v<Visitor> && !on_device_) return;  // ready is recorded by finish_inspect
+    if (is_guided_v<Visitor> && !on_device_ && !unpacked_) return;  // ready is recorded by finish_inspect
     sl.ready.record(s);
   }
 
@@ -227,7 +235,7 @@ class Pipeline {
   template <bool kGuided>
   void finish_inspect(Slot& sl, index_t m) {
     if constexpr (kGuided) {
-      if (on_device_) return;
+      if (on_device_ || unpacked_) return;
       const cudaStream_t s = inspect_;
       CANOPY_CUDA_CHECK(cudaEventSynchronize(sl.sized.get()));
       const index_t total = sl.host_offsets.get()[m];
@@ -248,8 +256,8 @@ class Pipeline {
       mv.entries = sl.host_rows.get();
       mv.rows = m;
       mv.cols = cols_;
-      mv.width = static_cast<index_t>(*sl.host_max.get()) + 1;
-      mv.offsets = sl.host_offsets.get();
+      mv.width = unpacked_ ? width() : static_cast<index_t>(*sl.host_max.get()) + 1;
+      mv.offsets = unpacked_ ? nullptr : sl.host_offsets.get();
       guided_schedule(mv, top.parents().data(), out, nullptr);
     } else {
       const SchedulingMatrixView mv{sl.host_bits.get(), m, cols_, words_per_row(cols_)};
@@ -275,6 +283,7 @@ class Pipeline {
   index_t cols_ = 0;
   GuidedRows rows_;
   bool on_device_ = false;
+  bool unpacked_ = false;  // guided rows travel as the inspector wrote them (kUnpackedRowWidth)
 };
 
 }  // namespace detail

@@ -100,9 +100,11 @@ std::vector<float> stage_queries(const float* queries, index_t n, int dims) {
 
 double run_ms(const TraversalStats& s) { return s.pipeline.chunks ? s.pipeline.wall_ms : s.times.total_ms(); }
 
-std::vector<index_t> chunk_boundaries(index_t n, index_t chunk) {
+std::vector<index_t> chunk_boundaries(index_t n, index_t chunk, bool ramp) {
+  chunk = std::max<index_t>(1, chunk);
   std::vector<index_t> b;
-  for (index_t i = 0; i < n; i += chunk) b.push_back(i);
+  index_t size = ramp && n > chunk ? std::max<index_t>(1, chunk / kPipelineRamp) : chunk;
+  for (index_t i = 0; i < n; i += size, size = std::min(chunk, 2 * size)) b.push_back(i);
   b.push_back(n);
   return b;
 }

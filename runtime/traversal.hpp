@@ -39,6 +39,8 @@ constexpr int kDefaultTopTreeDepth = 8;
 // (README, "Guided rows").
 constexpr int kDefaultPositionalDepth = 12;
 constexpr index_t kDefaultPositionalRowCap = 32;
+// The pipeline's first chunk is chunk / kPipelineRamp (TraversalOptions::pipeline_ramp).
+constexpr index_t kPipelineRamp = 8;
 
 // Depth value that asks for the automatic choice (AutoDepth below).
 constexpr int kAutoDepth = -1;
@@ -75,6 +77,9 @@ struct TraversalOptions {
   // Pipeline: inspect on a high-priority stream, so each chunk's inspection (and device
   // schedule) is dispatched ahead of the executor blocks already queued.
   bool pipeline_inspector_first = true;
+  // Pipeline: the first chunks ramp up (chunk / kPipelineRamp, doubling to `chunk`), so that
+  // execution starts after one small chunk's inspection and schedule instead of a full one's.
+  bool pipeline_ramp = true;
   // A cudaStream_t of the caller's (null: Canopy's own non-blocking streams only). The call's
   // GPU work starts after the work queued there, and the stream waits for the call's work.
   void* stream = nullptr;
@@ -193,8 +198,10 @@ index_t budget_batch(const TraversalOptions& opt, index_t n, std::size_t tree_by
 // Appends one batch's statistics (the queries first .. first + batch) to the whole call's.
 void append_batch(TraversalStats& all, TraversalStats&& part, index_t first, bool first_batch);
 
-// The boundaries 0, chunk, 2 chunk, ..., n: a pipelined schedule's buckets are its chunks.
-std::vector<index_t> chunk_boundaries(index_t n, index_t chunk);
+// A pipeline's chunks, as boundaries 0, ..., n (a pipelined schedule's buckets are its chunks):
+// of `chunk` queries each, or with `ramp` (and more than one chunk) of chunk / kPipelineRamp,
+// doubling up to `chunk`.
+std::vector<index_t> chunk_boundaries(index_t n, index_t chunk, bool ramp);
 // Device bytes per query of a chunk the pipeline's two buffer slots need; row_entries: the
 // top-leaves (unguided) or the entries per guided row (GuidedRows::width).
 std::size_t pipeline_bytes_per_query(bool guided, index_t row_entries);
@@ -248,7 +255,7 @@ bool pipeline_if_planned(const TraversalOptions& opt, index_t n, std::size_t tre
   if (opt.keep_schedule || opt.count_nodes) {
     order = fetch();
     order_ptr = order.data();
-    buckets = chunk_boundaries(n, plan.chunk);
+    buckets = chunk_boundaries(n, plan.chunk, opt.pipeline_ramp);
   }
   return true;
 }

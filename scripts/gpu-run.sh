@@ -12,8 +12,8 @@
 #   depth-auto  --depth auto against every fixed depth, pc and knn on covtype, cities, uniform
 #   guided-rows  nn, knn, bt, vp: guided rows without a probe (depths 10-13) against the probed
 #          default (depth 8), unpipelined
-#   pipeline  4M queries against a 400k tree, pc and knn, pipelined and not; knn with one stream
-#          priority for all
+#   pipeline  4M queries against a 400k tree, pc and knn, pipelined and not, and pipelined with
+#          equal chunks (--ramp off)
 #   pipeline-rows  the pipelined kNN's guided rows: lean probe at depth 8, no probe at depths
 #          10-13 and capped at 16, no probe unpipelined; pc with one stream priority
 #   graph  the quadtree-over-cities example (a user tree as a Boost.Graph) on the full cities file
@@ -189,11 +189,14 @@ if [[ $what == pipeline ]]; then
           --pipeline $p --repeat 3 --json "$out/pipeline_${w}_$p.json" | tail -14
       done
     done
-    # The stream priority: the inspector first (the default) against one priority for all.
+    # The chunk ramp (the default) against equal chunks.
     g="--generate uniform:400000:7 --queries uniform:4000000:7 --repeat 3"
-    echo "== canopy-bench knn $g --pipeline on --inspector-first off (one stream priority for all)"
-    timeout 200 $bin/canopy-bench knn $g --variants hybrid,hybrid-gpu-buckets --pipeline on --inspector-first off \
+    echo "== canopy-bench knn $g --pipeline on --ramp off (equal chunks)"
+    timeout 200 $bin/canopy-bench knn $g --variants hybrid,hybrid-gpu-buckets --pipeline on --ramp off \
       --json "$out/pipeline_knn_equal.json" | tail -14
+    echo "== canopy-bench pc $g --pipeline on --ramp off (equal chunks)"
+    timeout 200 $bin/canopy-bench pc $g --variants hybrid,hybrid-gpu-sandpile --pipeline on --ramp off \
+      --json "$out/pipeline_pc_equal.json" | tail -14
   } 2>&1 | tee "$out/pipeline.txt"
 fi
 

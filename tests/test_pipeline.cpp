@@ -118,13 +118,18 @@ struct Apis {
   }
 };
 
-void expect_chunked_permutation(const std::vector<index_t>& order, index_t n, index_t chunk) {
-  ASSERT_EQ(static_cast<index_t>(order.size()), n);
-  for (index_t c0 = 0; c0 < n; c0 += chunk) {
-    std::vector<index_t> part(order.begin() + c0, order.begin() + std::min(n, c0 + chunk));
+void expect_chunked_permutation(const std::vector<index_t>& order, const std::vector<index_t>& bounds) {
+  ASSERT_EQ(static_cast<index_t>(order.size()), bounds.back());
+  for (std::size_t c = 0; c + 1 < bounds.size(); ++c) {
+    std::vector<index_t> part(order.begin() + bounds[c], order.begin() + bounds[c + 1]);
     std::sort(part.begin(), part.end());
-    for (std::size_t i = 0; i < part.size(); ++i) ASSERT_EQ(part[i], c0 + static_cast<index_t>(i));
+    for (std::size_t i = 0; i < part.size(); ++i) ASSERT_EQ(part[i], bounds[c] + static_cast<index_t>(i));
   }
+}
+
+// Equal pieces of `chunk` queries (batches, or chunks without the ramp).
+void expect_chunked_permutation(const std::vector<index_t>& order, index_t n, index_t chunk) {
+  expect_chunked_permutation(order, chunk_boundaries(n, chunk, false));
 }
 
 TEST(PipelineGpu, PipelinedResultsEqualUnpipelinedBitForBitForEveryWorkloadAndChunkSize) {
@@ -145,14 +150,21 @@ TEST(PipelineGpu, PipelinedResultsEqualUnpipelinedBitForBitForEveryWorkloadAndCh
         o.keep_schedule = true;
         o.measure_overlap = true;
         o.pipeline_inspector_first = chunk != 31;  // both stream priorities
+        o.pipeline_ramp = chunk != 32;              // ramped and equal chunks
         TraversalStats st;
         EXPECT_EQ(w.run(o, &st), reference);
         const index_t c = std::min(chunk, w.n);
-        EXPECT_EQ(st.pipeline.chunk, c);
-        EXPECT_EQ(st.pipeline.chunks, (w.n + c - 1) / c);
+        const std::vector<index_t> bounds = chunk_boundaries(w.n, c, o.pipeline_ramp);
+        index_t largest = 0;  // a ramp's last chunk may stop short of c
+        for (std::size_t i = 1; i < bounds.size(); ++i) largest = std::max(largest, bounds[i] - bounds[i - 1]);
+        EXPECT_EQ(st.pipeline.chunk, largest);
+        EXPECT_EQ(st.pipeline.chunks, static_cast<index_t>(bounds.size()) - 1);
+        if (!o.pipeline_ramp) {
+          EXPECT_EQ(st.pipeline.chunks, (w.n + c - 1) / c);
+        }
         EXPECT_GT(st.pipeline.wall_ms, 0.0);
         EXPECT_GT(st.pipeline.execute_only_ms, 0.0);
-        expect_chunked_permutation(st.schedule.order, w.n, c);
+        expect_chunked_permutation(st.schedule.order, bounds);
       }
     }
   }
@@ -180,7 +192,8 @@ TEST(PipelineGpu, CustomVisitorsPipelineToo) {
         if (!guided) {
           EXPECT_EQ(r.trace, ref.trace);  // unguided: the same visits in the same order
         }
-        expect_chunked_permutation(r.order, static_cast<index_t>(xs.size()), std::min<index_t>(chunk, 1200));
+        const index_t n = static_cast<index_t>(xs.size());
+        expect_chunked_permutation(r.order, chunk_boundaries(n, std::min(chunk, n), o.pipeline_ramp));
       }
     }
   }
@@ -201,7 +214,7 @@ TEST(PipelineGpu, ABudgetTooSmallForTheMatrixChunksAndOneTooSmallForTheTreeIsAnE
   TraversalStats st;
   EXPECT_EQ(pc.run(o, &st), reference);  // pipeline off, but the matrix does not fit: chunks
   EXPECT_EQ(st.pipeline.chunk, 40);
-  EXPECT_EQ(st.pipeline.chunks, (1500 + 39) / 40);
+  EXPECT_EQ(st.pipeline.chunks, static_cast<index_t>(chunk_boundaries(1500, 40, o.pipeline_ramp).size()) - 1);
   o.memory_budget = objects().pc_tree.bytes() / 2;
   try {
     pc.run(o, nullptr);
@@ -425,6 +438,17 @@ TEST(AutoDepth, PicksACandidateDepthGivesTheSameResultsAndRemembersItsChoiceCpu)
 TEST(AutoDepthGpu, PicksACandidateDepthGivesTheSameResultsAndRemembersItsChoice) {
   CANOPY_REQUIRE_GPU();
   auto_depth_picks_a_candidate_and_remembers_it(Device::Gpu);
+}
+
+TEST(Pipeline, ChunksRampUpByDoublingFromAnEighthAndCoverTheQueriesOnce) {
+  using B = std::vector<index_t>;
+  EXPECT_EQ(chunk_boundaries(100, 16, true), (B{0, 2, 6, 14, 30, 46, 62, 78, 94, 100}));
+  EXPECT_EQ(chunk_boundaries(100, 16, false), (B{0, 16, 32, 48, 64, 80, 96, 100}));
+  EXPECT_EQ(chunk_boundaries(16, 16, true), (B{0, 16}));  // one chunk: nothing to overlap
+  EXPECT_EQ(chunk_boundaries(5, 1, true), (B{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(chunk_boundaries(10, 4, true), (B{0, 1, 3, 7, 10}));  // 4 / 8 rounds up to 1
+  EXPECT_EQ(chunk_boundaries(0, 4, true), (B{0}));
+  EXPECT_EQ(chunk_boundaries(4000000, 500000, true).size(), 12u);  // 62.5k, 125k, 250k, 7 x 500k, 62.5k
 }
 
 TEST(Pipeline, RunPlansChunkWithinTheBudgetAndNameTheSizesWhenNothingFits) {
