@@ -130,7 +130,8 @@ void add_pipeline_options(CLI::App& app, PipelineArgs& args) {
                  "priority for all")
       ->capture_default_str();
   app.add_option("--ramp", args.ramp,
-                 "on: the pipeline's first chunks are chunk / 8, / 4, / 2, so execution starts early; off: equal chunks")
+                 "on: with the CPU scheduler, the pipeline's first chunks are chunk / 8, / 4, / 2, so execution starts "
+                 "early; off: equal chunks")
       ->capture_default_str();
 }
 

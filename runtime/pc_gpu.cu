@@ -214,7 +214,7 @@ PipelineStats PcGpuEngine::pipelined(const TopTree& top, float radius2, const Tr
   if (!m.pipeline) m.pipeline = std::make_unique<Pipeline>();
   PipelineStats st;
   m.with_visitor(radius2, [&](const auto& v) {
-    st = m.pipeline->run(m.view, top, v, chunk_boundaries(m.n_queries, chunk, opt.pipeline_ramp), opt.schedule,
+    st = m.pipeline->run(m.view, top, v, chunk_boundaries(m.n_queries, chunk, pipeline_ramps(opt)), opt.schedule,
                          opt.executor, GuidedRows{}, opt.pipeline_inspector_first, m.order.get(),
                          static_cast<cudaStream_t>(opt.stream));
   });

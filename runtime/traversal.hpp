@@ -77,8 +77,10 @@ struct TraversalOptions {
   // Pipeline: inspect on a high-priority stream, so each chunk's inspection (and device
   // schedule) is dispatched ahead of the executor blocks already queued.
   bool pipeline_inspector_first = true;
-  // Pipeline: the first chunks ramp up (chunk / kPipelineRamp, doubling to `chunk`), so that
-  // execution starts after one small chunk's inspection and schedule instead of a full one's.
+  // Pipeline with the CPU scheduler (Hybrid): the first chunks ramp up (chunk / kPipelineRamp,
+  // doubling to `chunk`), so that execution starts after one small chunk's inspection and
+  // schedule instead of a full one's. The device schedulers keep equal chunks: their schedule
+  // is short GPU work with a cost per chunk.
   bool pipeline_ramp = true;
   // A cudaStream_t of the caller's (null: Canopy's own non-blocking streams only). The call's
   // GPU work starts after the work queued there, and the stream waits for the call's work.
@@ -202,6 +204,10 @@ void append_batch(TraversalStats& all, TraversalStats&& part, index_t first, boo
 // of `chunk` queries each, or with `ramp` (and more than one chunk) of chunk / kPipelineRamp,
 // doubling up to `chunk`.
 std::vector<index_t> chunk_boundaries(index_t n, index_t chunk, bool ramp);
+// Whether a pipelined run under `opt` ramps its chunks (TraversalOptions::pipeline_ramp).
+inline bool pipeline_ramps(const TraversalOptions& opt) {
+  return opt.pipeline_ramp && opt.schedule == ScheduleKind::Hybrid;
+}
 // Device bytes per query of a chunk the pipeline's two buffer slots need; row_entries: the
 // top-leaves (unguided) or the entries per guided row (GuidedRows::width).
 std::size_t pipeline_bytes_per_query(bool guided, index_t row_entries);
@@ -255,7 +261,7 @@ bool pipeline_if_planned(const TraversalOptions& opt, index_t n, std::size_t tre
   if (opt.keep_schedule || opt.count_nodes) {
     order = fetch();
     order_ptr = order.data();
-    buckets = chunk_boundaries(n, plan.chunk, opt.pipeline_ramp);
+    buckets = chunk_boundaries(n, plan.chunk, pipeline_ramps(opt));
   }
   return true;
 }

@@ -273,7 +273,7 @@ class GpuTraversal {
                           index_t chunk, GuidedRows rows = {}) {
     order_.reserve(static_cast<std::size_t>(n_), "the schedule");
     if (!pipeline_) pipeline_ = std::make_unique<Pipeline>();
-    return pipeline_->run(tree, top, v, chunk_boundaries(n_, chunk, opt.pipeline_ramp), opt.schedule, opt.executor,
+    return pipeline_->run(tree, top, v, chunk_boundaries(n_, chunk, pipeline_ramps(opt)), opt.schedule, opt.executor,
                           rows, opt.pipeline_inspector_first, order_.get(), static_cast<cudaStream_t>(opt.stream));
   }
 

@@ -150,16 +150,16 @@ TEST(PipelineGpu, PipelinedResultsEqualUnpipelinedBitForBitForEveryWorkloadAndCh
         o.keep_schedule = true;
         o.measure_overlap = true;
         o.pipeline_inspector_first = chunk != 31;  // both stream priorities
-        o.pipeline_ramp = chunk != 32;              // ramped and equal chunks
+        o.pipeline_ramp = chunk != 32;              // ramped (Hybrid) and equal chunks
         TraversalStats st;
         EXPECT_EQ(w.run(o, &st), reference);
         const index_t c = std::min(chunk, w.n);
-        const std::vector<index_t> bounds = chunk_boundaries(w.n, c, o.pipeline_ramp);
+        const std::vector<index_t> bounds = chunk_boundaries(w.n, c, pipeline_ramps(o));
         index_t largest = 0;  // a ramp's last chunk may stop short of c
         for (std::size_t i = 1; i < bounds.size(); ++i) largest = std::max(largest, bounds[i] - bounds[i - 1]);
         EXPECT_EQ(st.pipeline.chunk, largest);
         EXPECT_EQ(st.pipeline.chunks, static_cast<index_t>(bounds.size()) - 1);
-        if (!o.pipeline_ramp) {
+        if (!pipeline_ramps(o)) {
           EXPECT_EQ(st.pipeline.chunks, (w.n + c - 1) / c);
         }
         EXPECT_GT(st.pipeline.wall_ms, 0.0);
@@ -193,7 +193,7 @@ TEST(PipelineGpu, CustomVisitorsPipelineToo) {
           EXPECT_EQ(r.trace, ref.trace);  // unguided: the same visits in the same order
         }
         const index_t n = static_cast<index_t>(xs.size());
-        expect_chunked_permutation(r.order, chunk_boundaries(n, std::min(chunk, n), o.pipeline_ramp));
+        expect_chunked_permutation(r.order, chunk_boundaries(n, std::min(chunk, n), pipeline_ramps(o)));
       }
     }
   }
@@ -214,7 +214,7 @@ TEST(PipelineGpu, ABudgetTooSmallForTheMatrixChunksAndOneTooSmallForTheTreeIsAnE
   TraversalStats st;
   EXPECT_EQ(pc.run(o, &st), reference);  // pipeline off, but the matrix does not fit: chunks
   EXPECT_EQ(st.pipeline.chunk, 40);
-  EXPECT_EQ(st.pipeline.chunks, static_cast<index_t>(chunk_boundaries(1500, 40, o.pipeline_ramp).size()) - 1);
+  EXPECT_EQ(st.pipeline.chunks, static_cast<index_t>(chunk_boundaries(1500, 40, pipeline_ramps(o)).size()) - 1);
   o.memory_budget = objects().pc_tree.bytes() / 2;
   try {
     pc.run(o, nullptr);
