@@ -453,8 +453,8 @@ TEST(GuidedScheduler, StepsAcrossTheWindowEdge) {
                                                       {8, 9, 10, 11, 12, 13, 15},
                                                       {8, 9, 10, 11, 12},
                                                       {9, 8, 10, 11, 12, 13, 14, 15}};
-  for (index_t cols : {64, 128, 4096}) {
-    const index_t max_k = std::min<index_t>(cols / 8 - 2, 10);
+  for (index_t cols : {64, 128, 1024, 4096}) {
+    const index_t max_k = std::min<index_t>(cols / 8 - 2, 16);
     std::mt19937_64 rng(static_cast<std::uint64_t>(cols));
     std::vector<std::vector<std::int32_t>> all(3000);
     for (auto& row : all) {
@@ -465,7 +465,7 @@ TEST(GuidedScheduler, StepsAcrossTheWindowEdge) {
       row.insert(row.end(), g.begin(), g.end());
       if (rng() % 3 == 0) row.push_back(static_cast<std::int32_t>(16 + 8 * (rng() % max_k)));
     }
-    for (index_t max_bucket : {1, 32}) expect_equals_reference(with_rows(cols, 20, all, 8), max_bucket);
+    for (index_t max_bucket : {1, 32}) expect_equals_reference(with_rows(cols, 28, all, 8), max_bucket);
   }
 }
 
