@@ -140,9 +140,12 @@ TEST(PipelineGpu, PipelinedResultsEqualUnpipelinedBitForBitForEveryWorkloadAndCh
     base.device = Device::Gpu;
     base.schedule = ScheduleKind::Hybrid;
     const Words reference = w.run(base, nullptr);
-    for (ScheduleKind s : {ScheduleKind::Hybrid, ScheduleKind::HybridDevice}) {
+    // Hybrid with ramped and with equal chunks; the device schedulers do not ramp.
+    const std::pair<ScheduleKind, bool> runs[] = {
+        {ScheduleKind::Hybrid, true}, {ScheduleKind::Hybrid, false}, {ScheduleKind::HybridDevice, true}};
+    for (const auto& [s, ramp] : runs) {
       for (index_t chunk : {index_t{1}, index_t{31}, index_t{32}, index_t{1000}, w.n + 5}) {
-        SCOPED_TRACE(w.name + ", " + to_string(s) + ", chunk " + std::to_string(chunk));
+        SCOPED_TRACE(w.name + ", " + to_string(s) + (ramp ? ", ramp" : "") + ", chunk " + std::to_string(chunk));
         TraversalOptions o = base;
         o.schedule = s;
         o.pipeline = true;
@@ -150,7 +153,7 @@ TEST(PipelineGpu, PipelinedResultsEqualUnpipelinedBitForBitForEveryWorkloadAndCh
         o.keep_schedule = true;
         o.measure_overlap = true;
         o.pipeline_inspector_first = chunk != 31;  // both stream priorities
-        o.pipeline_ramp = chunk != 32;              // ramped (Hybrid) and equal chunks
+        o.pipeline_ramp = ramp;
         TraversalStats st;
         EXPECT_EQ(w.run(o, &st), reference);
         const index_t c = std::min(chunk, w.n);
