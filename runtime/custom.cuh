@@ -94,7 +94,7 @@ class Traverser {
               opt, n_queries, 0, 0,
               pipeline_bytes_per_query(is_guided_v<Visitor>,
                                        is_guided_v<Visitor> ? res.rows.width(top.size()) : top.size()),
-              res, [&](index_t chunk) { return g_.pipelined(device_tree, top, v, opt, chunk, res.rows); },
+              res, [&](const std::vector<index_t>& chunks) { return g_.pipelined(device_tree, top, v, opt, chunks, res.rows); },
               [&] { return g_.download_order(); }, order_, kept, buckets)) {
         if (opt.measure_overlap) res.pipeline.execute_only_ms = g_.execute(opt.executor, device_tree, v, true, nullptr);
         if (opt.keep_schedule) res.keep(kept, n_queries, std::move(buckets));

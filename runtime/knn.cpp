@@ -191,7 +191,7 @@ void NearestNeighbors::schedule_on_gpu(Run& r) {
                                                (dims() * sizeof(float) + r.opt.k * (sizeof(float) + sizeof(index_t)));
     r.pipelined = pipeline_if_planned(
         r.opt, r.n, tree_bytes, fixed, pipeline_bytes_per_query(true, r.res.rows.width(top.size())), r.res,
-        [&](index_t chunk) { return gpu_->pipelined(top, r.opt, r.res.rows, chunk); },
+        [&](const std::vector<index_t>& chunks) { return gpu_->pipelined(top, r.opt, r.res.rows, chunks); },
         [&] { return gpu_->download_order(); },
         order_, r.order, r.buckets);
     if (r.pipelined) return;

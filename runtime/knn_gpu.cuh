@@ -92,9 +92,10 @@ class KnnGpuImpl final : public KnnGpu {
     copy_to_host(distances, dist_.get(), slots, g_.stream());
     g_.download(indices, index_.get(), slots);
   }
-  PipelineStats pipelined(const TopTree& top, const TraversalOptions& opt, GuidedRows rows, index_t chunk) override {
+  PipelineStats pipelined(const TopTree& top, const TraversalOptions& opt, GuidedRows rows,
+                          const std::vector<index_t>& chunks) override {
     PipelineStats st;
-    with_visitor([&](const auto& v) { st = g_.pipelined(view_, top, v, opt, chunk, rows); });
+    with_visitor([&](const auto& v) { st = g_.pipelined(view_, top, v, opt, chunks, rows); });
     return st;
   }
 

@@ -37,9 +37,10 @@ class KnnGpu {
   virtual std::vector<std::uint64_t> download_sorted_keys() = 0;
   virtual double execute(ExecutorKind kind, bool use_order, std::vector<index_t>* gpu_warp_nodes) = 0;
   virtual void download(float* distances, index_t* indices) = 0;
-  // The pipelined hybrid run over the current queries; the order stays on the device.
+  // The pipelined hybrid run over the current queries in the chunks given as boundaries; the
+  // order stays on the device.
   virtual PipelineStats pipelined(const TopTree& top, const TraversalOptions& opt, GuidedRows rows,
-                                  index_t chunk) = 0;
+                                  const std::vector<index_t>& chunks) = 0;
 };
 
 std::unique_ptr<KnnGpu> make_knn_gpu(const KdTree& tree);

@@ -111,7 +111,7 @@ void BarnesHut::schedule_on_gpu(Run& r) {
     const std::size_t fixed = tree_.bytes() + static_cast<std::size_t>(r.n) * 7 * sizeof(float);
     r.pipelined = pipeline_if_planned(
         r.opt, r.n, tree_.bytes(), fixed, pipeline_bytes_per_query(false, top.size()), r.res,
-        [&](index_t chunk) { return gpu_->pipelined(top, r.opt, chunk); }, [&] { return gpu_->download_order(); },
+        [&](const std::vector<index_t>& chunks) { return gpu_->pipelined(top, r.opt, chunks); }, [&] { return gpu_->download_order(); },
         order_, r.order, r.buckets);
     if (r.pipelined) return;
   }

@@ -86,8 +86,8 @@ double BhGpu::execute(ExecutorKind kind, bool use_order, std::vector<index_t>* g
   return impl_->g.execute(kind, impl_->view, impl_->visitor(), use_order, gpu_warp_nodes);
 }
 
-PipelineStats BhGpu::pipelined(const TopTree& top, const TraversalOptions& opt, index_t chunk) {
-  return impl_->g.pipelined(impl_->view, top, impl_->visitor(), opt, chunk);
+PipelineStats BhGpu::pipelined(const TopTree& top, const TraversalOptions& opt, const std::vector<index_t>& chunks) {
+  return impl_->g.pipelined(impl_->view, top, impl_->visitor(), opt, chunks);
 }
 
 void BhGpu::download(float* forces) {

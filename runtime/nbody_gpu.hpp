@@ -33,8 +33,8 @@ class BhGpu {
   std::vector<std::uint64_t> download_sorted_keys();
   double execute(ExecutorKind kind, bool use_order, std::vector<index_t>* gpu_warp_nodes);
   void download(float* forces);
-  // The pipelined hybrid run; the order stays on the device.
-  PipelineStats pipelined(const TopTree& top, const TraversalOptions& opt, index_t chunk);
+  // The pipelined hybrid run in the chunks given as boundaries; the order stays on the device.
+  PipelineStats pipelined(const TopTree& top, const TraversalOptions& opt, const std::vector<index_t>& chunks);
 
  private:
   struct Impl;

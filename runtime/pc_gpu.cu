@@ -208,15 +208,15 @@ double PcGpuEngine::execute(ExecutorKind kind, float radius2, bool use_order,
   return ms;
 }
 
-PipelineStats PcGpuEngine::pipelined(const TopTree& top, float radius2, const TraversalOptions& opt, index_t chunk) {
+PipelineStats PcGpuEngine::pipelined(const TopTree& top, float radius2, const TraversalOptions& opt,
+                                     const std::vector<index_t>& chunks) {
   Impl& m = *impl_;
   m.order.reserve(static_cast<std::size_t>(m.n_queries), "the schedule");
   if (!m.pipeline) m.pipeline = std::make_unique<Pipeline>();
   PipelineStats st;
   m.with_visitor(radius2, [&](const auto& v) {
-    st = m.pipeline->run(m.view, top, v, chunk_boundaries(m.n_queries, chunk, pipeline_ramps(opt)), opt.schedule,
-                         opt.executor, GuidedRows{}, opt.pipeline_inspector_first, m.order.get(),
-                         static_cast<cudaStream_t>(opt.stream));
+    st = m.pipeline->run(m.view, top, v, chunks, opt.schedule, opt.executor, GuidedRows{},
+                         opt.pipeline_inspector_first, m.order.get(), static_cast<cudaStream_t>(opt.stream));
   });
   return st;
 }

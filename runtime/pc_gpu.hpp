@@ -40,8 +40,9 @@ class PcGpuEngine {
   // Runs the executor in the uploaded order (use_order) or the input order.
   double execute(ExecutorKind kind, float radius2, bool use_order, std::vector<index_t>* gpu_warp_nodes);
   void download_counts(index_t* out);
-  // The pipelined hybrid run over the current queries; the order stays on the device.
-  PipelineStats pipelined(const TopTree& top, float radius2, const TraversalOptions& opt, index_t chunk);
+  // The pipelined hybrid run over the current queries in the chunks given as boundaries; the
+  // order stays on the device.
+  PipelineStats pipelined(const TopTree& top, float radius2, const TraversalOptions& opt, const std::vector<index_t>& chunks);
 
  private:
   struct Impl;

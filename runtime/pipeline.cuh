@@ -163,17 +163,18 @@ class Pipeline {
     if (guided) {
       sl.rows.reserve(m * static_cast<std::size_t>(width()), "the guided scheduling matrix (one chunk)");
       sl.sizes.reserve(m + 1, "the guided row sizes");
-      sl.offsets.reserve(m + 1, "the guided row offsets");
       sl.max_len.reserve(1, "the longest-row counter");
-      std::size_t bytes = 0;
-      CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, sl.sizes.get(), sl.offsets.get(), m + 1,
-                                                      inspect_));
-      sl.scan_temp.reserve(bytes, "the row-offset scan scratch space");
-      sl.scan_bytes = bytes;
-      sl.host_offsets.reserve(m + 1);
-      sl.host_max.reserve(1);
-      if (!on_device_ && !unpacked_)
+      if (!on_device_ && !unpacked_) {  // what packing the rows on the way to the host takes
+        sl.offsets.reserve(m + 1, "the guided row offsets");
+        std::size_t bytes = 0;
+        CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, sl.sizes.get(), sl.offsets.get(), m + 1,
+                                                        inspect_));
+        sl.scan_temp.reserve(bytes, "the row-offset scan scratch space");
+        sl.scan_bytes = bytes;
+        sl.host_offsets.reserve(m + 1);
+        sl.host_max.reserve(1);
         sl.packed.reserve(m * static_cast<std::size_t>(width()) + m, "the packed guided rows (one chunk)");
+      }
       if (!on_device_) sl.host_rows.reserve(m * static_cast<std::size_t>(width()) + m);
     } else {
       const std::size_t words = m * static_cast<std::size_t>(words_per_row(cols_));

@@ -248,7 +248,8 @@ struct TraversalStats {
 };
 
 // The pipelined path of a GPU run, shared by the workloads: plans the run under the options and
-// the memory budget and, when it pipelines, run(chunk) -> PipelineStats executes it. When the
+// the memory budget and, when it pipelines, run(chunk boundaries) -> PipelineStats executes it
+// (chunk_boundaries under the plan's chunk and pipeline_ramps, computed here only). When the
 // schedule is to be kept or counted, fetch() -> the order lands in `order` (and order_ptr) and
 // the buckets are the chunks. Returns whether the run was pipelined (and so executed).
 template <class Run, class Fetch>
@@ -257,11 +258,12 @@ bool pipeline_if_planned(const TraversalOptions& opt, index_t n, std::size_t tre
                          std::vector<index_t>& order, index_t*& order_ptr, std::vector<index_t>& buckets) {
   const RunPlan plan = plan_run(opt, n, tree_bytes, fixed_bytes, per_query_bytes, gpu_free_memory());
   if (!plan.pipelined) return false;
-  res.take_pipeline(run(plan.chunk));
+  std::vector<index_t> chunks = chunk_boundaries(n, plan.chunk, pipeline_ramps(opt));
+  res.take_pipeline(run(chunks));
   if (opt.keep_schedule || opt.count_nodes) {
     order = fetch();
     order_ptr = order.data();
-    buckets = chunk_boundaries(n, plan.chunk, pipeline_ramps(opt));
+    buckets = std::move(chunks);
   }
   return true;
 }

@@ -265,16 +265,16 @@ class GpuTraversal {
     return ms;
   }
 
-  // The pipelined hybrid run (runtime/pipeline.cuh) in chunks of at most `chunk`
-  // (chunk_boundaries); the schedule lands
-  // in the order buffer, so execute(kind, ..., use_order = true, ...) re-runs it.
+  // The pipelined hybrid run (runtime/pipeline.cuh) in the chunks given as boundaries
+  // (chunk_boundaries); the schedule lands in the order buffer, so execute(kind, ...,
+  // use_order = true, ...) re-runs it.
   template <class Topology, class Visitor>
   PipelineStats pipelined(const Topology& tree, const TopTree& top, const Visitor& v, const TraversalOptions& opt,
-                          index_t chunk, GuidedRows rows = {}) {
+                          const std::vector<index_t>& chunks, GuidedRows rows = {}) {
     order_.reserve(static_cast<std::size_t>(n_), "the schedule");
     if (!pipeline_) pipeline_ = std::make_unique<Pipeline>();
-    return pipeline_->run(tree, top, v, chunk_boundaries(n_, chunk, pipeline_ramps(opt)), opt.schedule, opt.executor,
-                          rows, opt.pipeline_inspector_first, order_.get(), static_cast<cudaStream_t>(opt.stream));
+    return pipeline_->run(tree, top, v, chunks, opt.schedule, opt.executor, rows, opt.pipeline_inspector_first,
+                          order_.get(), static_cast<cudaStream_t>(opt.stream));
   }
 
   template <class T>
