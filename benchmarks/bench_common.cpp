@@ -2,7 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "runtime/canopy.hpp"
+#include "runtime/point_correlation.hpp"
 
 #include <algorithm>
 #include <cstdlib>

@@ -13,8 +13,8 @@
 
 #include "benchmarks/bench.hpp"
 #include "layouts/kdtree.hpp"
-#include "runtime/dataset.hpp"
-#include "runtime/traversal.hpp"
+#include "io/dataset.hpp"
+#include "runtime/options.hpp"
 
 namespace CLI {
 class App;

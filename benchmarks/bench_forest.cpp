@@ -18,9 +18,10 @@
 
 #include "benchmarks/bench.hpp"
 #include "benchmarks/bench_common.hpp"
-#include "runtime/checks.hpp"
-#include "runtime/forest.hpp"
-#include "runtime/forest_data.hpp"
+#include "core/checks.hpp"
+#include "core/timing.hpp"
+#include "runtime/forest_predictor.hpp"
+#include "io/forest_data.hpp"
 
 namespace canopy {
 namespace bench {

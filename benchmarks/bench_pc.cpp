@@ -13,8 +13,8 @@
 
 #include "benchmarks/bench.hpp"
 #include "benchmarks/bench_common.hpp"
-#include "runtime/canopy.hpp"
-#include "runtime/dataset.hpp"
+#include "runtime/point_correlation.hpp"
+#include "io/dataset.hpp"
 
 namespace canopy {
 namespace bench {

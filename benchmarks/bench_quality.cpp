@@ -18,13 +18,15 @@
 
 #include "benchmarks/bench.hpp"
 #include "benchmarks/bench_common.hpp"
-#include "runtime/canopy.hpp"
-#include "runtime/barnes_hut.hpp"
-#include "runtime/checks.hpp"
+#include "runtime/pc_visitor.hpp"
+#include "runtime/point_correlation.hpp"
+#include "runtime/bh_visitor.hpp"
+#include "core/checks.hpp"
+#include "core/timing.hpp"
 #include "runtime/custom.hpp"
 #include "runtime/knn.hpp"
 #include "runtime/knn_visitor.hpp"
-#include "runtime/nbody.hpp"
+#include "runtime/barnes_hut.hpp"
 #include "runtime/schedule_quality.hpp"
 
 namespace canopy {

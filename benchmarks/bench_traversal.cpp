@@ -11,9 +11,10 @@
 
 #include "benchmarks/bench.hpp"
 #include "benchmarks/bench_common.hpp"
-#include "runtime/checks.hpp"
+#include "core/checks.hpp"
+#include "core/timing.hpp"
 #include "runtime/knn.hpp"
-#include "runtime/nbody.hpp"
+#include "runtime/barnes_hut.hpp"
 
 namespace canopy {
 namespace bench {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "executor/visitor.hpp"
-#include "runtime/common.hpp"
+#include "core/types.hpp"
 
 namespace box_count {
 

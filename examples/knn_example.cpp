@@ -6,9 +6,9 @@
 #include <random>
 #include <vector>
 
-#include "runtime/dataset.hpp"
+#include "io/dataset.hpp"
 #include "runtime/knn.hpp"
-#include "runtime/nbody.hpp"
+#include "runtime/barnes_hut.hpp"
 
 int main() {
   const int dims = 7;

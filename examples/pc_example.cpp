@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "runtime/canopy.hpp"
+#include "runtime/point_correlation.hpp"
 
 int main() {
   const int dims = 3;

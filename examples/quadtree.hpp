@@ -16,8 +16,8 @@
 #include <boost/graph/adjacency_list.hpp>
 
 #include "examples/box_count.hpp"
-#include "runtime/dataset.hpp"
-#include "runtime/line_reader.hpp"
+#include "io/dataset.hpp"
+#include "io/line_reader.hpp"
 
 namespace box_count {
 

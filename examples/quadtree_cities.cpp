@@ -23,9 +23,10 @@
 #include "examples/quadtree.hpp"
 #include "examples/quadtree_cities_gpu.hpp"
 #include "layouts/graph_tree_boost.hpp"
-#include "runtime/checks.hpp"
+#include "core/checks.hpp"
+#include "core/timing.hpp"
 #include "runtime/custom.hpp"
-#include "runtime/device.hpp"
+#include "core/device.hpp"
 
 namespace {
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "runtime/cuda_support.cuh"
+#include "core/cuda.cuh"
 #include "runtime/custom.cuh"
 
 namespace box_count {
@@ -18,9 +18,9 @@ std::vector<BoxCountRun> count_boxes_gpu(const canopy::GraphTree<QuadCell>& tree
   const std::size_t m = boxes.size() / 4;
   canopy::DeviceBuffer<float> d_cities, d_boxes;
   canopy::DeviceBuffer<index_t> d_counts;
-  d_cities.reserve(std::max<std::size_t>(cities.size(), 1), "the cities");
-  d_boxes.reserve(std::max<std::size_t>(boxes.size(), 1), "the query boxes");
-  d_counts.reserve(std::max<std::size_t>(m, 1), "the counts");
+  d_cities.reserve(std::max<std::size_t>(cities.size(), 1), "the cities", s);
+  d_boxes.reserve(std::max<std::size_t>(boxes.size(), 1), "the query boxes", s);
+  d_counts.reserve(std::max<std::size_t>(m, 1), "the counts", s);
   canopy::copy_to_device(d_cities.get(), cities.data(), cities.size(), s);
   canopy::copy_to_device(d_boxes.get(), boxes.data(), boxes.size(), s);
 

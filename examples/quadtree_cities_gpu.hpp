@@ -6,7 +6,7 @@
 
 #include "examples/box_count.hpp"
 #include "layouts/graph_tree.hpp"
-#include "runtime/traversal.hpp"
+#include "runtime/options.hpp"
 
 namespace box_count {
 

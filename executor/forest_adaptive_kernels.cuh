@@ -22,7 +22,7 @@
 #include <cstddef>
 
 #include "executor/forest_eval.hpp"
-#include "runtime/cuda_support.cuh"
+#include "core/cuda.cuh"
 
 namespace canopy {
 namespace gpu {

@@ -8,7 +8,7 @@
 #include <type_traits>
 
 #include "executor/forest_adaptive_kernels.cuh"
-#include "runtime/forest.hpp"
+#include "executor/forest_schedule.hpp"
 
 namespace canopy {
 namespace gpu {

@@ -31,7 +31,7 @@
 #include "layouts/forest.hpp"
 #include "layouts/forest_adaptive.hpp"
 #include "layouts/forest_layouts.hpp"
-#include "runtime/common.hpp"
+#include "core/rounding.hpp"
 
 #if defined(__CUDA_ARCH__)
 #define CANOPY_FOREST_UNROLL _Pragma("unroll")

@@ -9,7 +9,7 @@
 
 #include "executor/executor.hpp"
 #include "executor/traversal.hpp"
-#include "runtime/cuda_support.cuh"
+#include "core/cuda.cuh"
 
 namespace canopy {
 namespace gpu {

@@ -28,7 +28,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "runtime/common.hpp"
+#include "core/types.hpp"
 
 namespace canopy {
 

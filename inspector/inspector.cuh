@@ -3,7 +3,7 @@
 #pragma once
 
 #include "inspector/inspector.hpp"
-#include "runtime/cuda_support.cuh"
+#include "core/cuda.cuh"
 
 namespace canopy {
 namespace gpu {

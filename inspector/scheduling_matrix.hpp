@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/common.hpp"
+#include "core/types.hpp"
 
 namespace canopy {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "layouts/median_tree_build.hpp"
-#include "runtime/point_correlation.hpp"
+#include "layouts/geometry.hpp"
 
 namespace canopy {
 namespace {

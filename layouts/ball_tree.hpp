@@ -7,7 +7,7 @@
 // Distances. Every distance the builder stores is computed exactly as a query visitor
 // computes it, on padded coordinates:
 //   D(a, b) = sqrt_rn(point_distance2<padded_dims(dims)>(a, b))
-// (runtime/point_correlation.hpp). D is symmetric bit for bit (a - b and b - a round to
+// (layouts/geometry.hpp). D is symmetric bit for bit (a - b and b - a round to
 // values of equal magnitude), so the radius of a node is an exact upper bound, in float, of
 // D(centre(n), p) for every point p under n. Only the triangle inequality on rounded values
 // needs a small relative slack when a visitor prunes with it.
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "layouts/kdtree.hpp"
-#include "runtime/common.hpp"
+#include "core/rounding.hpp"
 
 namespace canopy {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common.hpp"
+#include "core/types.hpp"
 
 namespace canopy {
 

@@ -26,7 +26,7 @@
 
 #include "layouts/forest.hpp"
 #include "layouts/forest_layouts.hpp"
-#include "runtime/common.hpp"
+#include "core/types.hpp"
 
 namespace canopy {
 
@@ -100,32 +100,6 @@ CANOPY_HD inline ForestNode adaptive_leaf(const AdaptiveForestView& v, index_t t
 #endif
   n.info = kForestLeafBit | (w & kForestIndexMask);
   return n;
-}
-
-// Row scheduling's key for one row (the inspector, on the CPU and the GPU alike): the top-leaf
-// the row reaches in each of the first key_trees trees (canonical order), `depth` path bits
-// each (1 = the stored second child), the first tree in the most significant bits. A walk that
-// meets a leaf above `depth` pads its path with zeros. key_trees * depth <= 64.
-CANOPY_HD inline std::uint64_t adaptive_row_key(const AdaptiveForestView& v, const float* row, int depth, int key_trees) {
-  std::uint64_t key = 0;
-  for (int t = 0; t < key_trees; ++t) {
-    const ForestNode* base = v.nodes + v.tree_begin[t];
-    std::uint32_t k = 0;
-    std::uint64_t path = 0;
-    for (int l = 0; l < depth; ++l) {
-      const ForestNode n = base[k];
-      const std::uint32_t second = adaptive_second(n, row[n.info & v.feature_mask]);
-      k = ((n.info & kAdaptivePayloadMask) >> v.feature_bits) + second;
-      path = (path << 1) | second;  // a leaf stays put and adds 0
-    }
-    key = (key << depth) | path;
-  }
-  return key;
-}
-
-// Trees whose top levels make the key: as many as fit 64 bits.
-inline int adaptive_key_trees(index_t n_trees, int depth) {
-  return static_cast<int>(n_trees < 64 / depth ? n_trees : 64 / depth);
 }
 
 struct AdaptiveForest {

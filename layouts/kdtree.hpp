@@ -6,16 +6,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/common.hpp"
+#include "layouts/geometry.hpp"
 
 namespace canopy {
-
-constexpr int kMaxDims = 16;
-
-// Coordinates are stored padded with zeros to the next of 2, 4, 8 or 16 floats, so a GPU
-// thread reads a point or a box half with 8- or 16-byte loads and distance code needs no
-// per-dimension guard. Zero padding leaves every distance unchanged.
-constexpr int padded_dims(int dims) { return dims <= 2 ? 2 : dims <= 4 ? 4 : dims <= 8 ? 8 : 16; }
 
 struct KdNode {
   index_t first;          // leaf: first point (tree order); inner: id of the right child

@@ -17,8 +17,8 @@
 #include <tbb/parallel_invoke.h>
 
 #include "layouts/kdtree.hpp"
-#include "runtime/checks.hpp"
-#include "runtime/common.hpp"
+#include "core/checks.hpp"
+#include "core/types.hpp"
 
 namespace canopy::detail {
 

@@ -1,5 +1,5 @@
 #include "layouts/octree.hpp"
-#include "runtime/checks.hpp"
+#include "core/checks.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/common.hpp"
+#include "core/types.hpp"
 
 namespace canopy {
 

@@ -9,7 +9,7 @@
 #include <tbb/parallel_for.h>
 
 #include "layouts/median_tree_build.hpp"
-#include "runtime/point_correlation.hpp"
+#include "layouts/geometry.hpp"
 
 namespace canopy {
 namespace {

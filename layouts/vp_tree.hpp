@@ -13,7 +13,7 @@
 // Distances. Every distance the builder stores is computed exactly as a query visitor
 // computes it, on padded coordinates:
 //   D(a, b) = sqrt_rn(point_distance2<padded_dims(dims)>(a, b))
-// (runtime/point_correlation.hpp); D is symmetric bit for bit. The shells and mu are exact
+// (layouts/geometry.hpp); D is symmetric bit for bit. The shells and mu are exact
 // bounds of those float values; only the triangle inequality on rounded values needs a small
 // relative slack when a visitor prunes with it.
 #pragma once
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "layouts/kdtree.hpp"
-#include "runtime/common.hpp"
+#include "core/rounding.hpp"
 
 namespace canopy {
 

@@ -1,78 +1,11 @@
-// Canopy's public API for point correlation: build a kd-tree once, then count, for batches of
-// queries, the tree points within a radius, on the GPU (inspector -> sandpile scheduler ->
-// lockstep executor) or on the CPU. Compiles with a plain C++ compiler.
-//
-//   canopy::KdTree tree = canopy::KdTree::build(points, n, dims);
-//   canopy::PointCorrelation pc(tree);             // uploads the tree when a GPU is used
-//   canopy::PcOptions opt;
-//   opt.radius = 0.05f;
-//   canopy::PcResult r = pc.run(queries, m, opt);  // r.counts[i] belongs to query i
+// Everything a program needs to call Canopy from C++: the workloads' APIs, custom traversals on
+// the CPU, forest inference, and reading points from files. CUDA-free; custom traversals on the
+// GPU add runtime/custom.cuh in a .cu file.
 #pragma once
 
-#include <memory>
-#include <vector>
-
-#include "executor/executor.hpp"
-#include "layouts/kdtree.hpp"
-#include "runtime/common.hpp"
-#include "runtime/device.hpp"
-#include "runtime/traversal.hpp"
-#include "scheduler/schedule.hpp"
-
-namespace canopy {
-
-struct PcOptions : TraversalOptions {
-  float radius = 0.0f;  // finite and >= 0; a point at exactly this distance counts
-};
-
-struct PcResult : TraversalStats {
-  std::vector<index_t> counts;  // counts[i]: tree points within the radius of query i
-};
-
-namespace detail {
-class PcGpuEngine;
-}
-
-// Holds a tree (which must outlive it) and, on the GPU, the tree's device copy and reusable
-// buffers. Not thread-safe: use one object per thread.
-class PointCorrelation {
- public:
-  explicit PointCorrelation(const KdTree& tree, Device device = Device::Auto);
-  ~PointCorrelation();
-  PointCorrelation(const PointCorrelation&) = delete;
-  PointCorrelation& operator=(const PointCorrelation&) = delete;
-
-  // The device runs use unless options.device says cpu.
-  Device device() const { return device_; }
-  const KdTree& tree() const { return tree_; }
-
-  // queries: row-major [n_queries][tree.dims()]. Errors (canopy::Error): negative or
-  // non-finite radius, a NaN/infinite query coordinate, a depth outside 1..height, device gpu
-  // on a machine without one. Zero queries give an empty result.
-  PcResult run(const float* queries, index_t n_queries, const PcOptions& options);
-  // The same, with the counts written to the caller's buffer counts[n_queries]; queries and
-  // counts may each be host or device memory (device queries are staged through the host for
-  // the checks; the result's `counts` vector stays empty).
-  TraversalStats run(const float* queries, index_t n_queries, const PcOptions& options, index_t* counts);
-
- private:
-  struct Run;
-  void schedule_on_cpu(Run& r);
-  void schedule_on_gpu(Run& r);
-  void execute(Run& r);
-
-  const KdTree& tree_;
-  Device device_;
-  std::unique_ptr<detail::PcGpuEngine> gpu_;
-  // Kept from run to run so scheduling touches no fresh memory.
-  SandpileScheduler sandpile_;
-  std::vector<index_t> order_;
-  AutoDepth auto_depth_;
-};
-
-// Picks r so that the mean count over a seeded sample of the queries is about target_mean
-// (counting the query itself when it is a tree point): exponential search, then bisection.
-float estimate_radius(const KdTree& tree, const float* queries, index_t n_queries, double target_mean,
-                      std::uint64_t seed = 1, index_t sample = 2048);
-
-}  // namespace canopy
+#include "io/dataset.hpp"
+#include "runtime/barnes_hut.hpp"
+#include "runtime/custom.hpp"
+#include "runtime/forest_predictor.hpp"
+#include "runtime/knn.hpp"
+#include "runtime/point_correlation.hpp"

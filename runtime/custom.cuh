@@ -16,7 +16,7 @@
 
 #include "layouts/graph_tree.hpp"
 #include "runtime/custom.hpp"
-#include "runtime/device.hpp"
+#include "core/device.hpp"
 #include "runtime/traversal_gpu.cuh"
 
 namespace canopy {
@@ -29,9 +29,9 @@ class DeviceGraphTree {
   explicit DeviceGraphTree(const GraphTree<Payload>& tree, cudaStream_t stream) {
     static_assert(std::is_trivially_copyable<Payload>::value, "a GPU payload must be trivially copyable");
     const GraphTreeShape& s = tree.shape();
-    begin_.reserve(s.child_begin.size(), "the graph tree's child offsets");
-    children_.reserve(std::max<std::size_t>(s.children.size(), 1), "the graph tree's child lists");
-    payload_.reserve(tree.payload().size(), "the graph tree's node payloads");
+    begin_.reserve(s.child_begin.size(), "the graph tree's child offsets", stream);
+    children_.reserve(std::max<std::size_t>(s.children.size(), 1), "the graph tree's child lists", stream);
+    payload_.reserve(tree.payload().size(), "the graph tree's node payloads", stream);
     copy_to_device(begin_.get(), s.child_begin.data(), s.child_begin.size(), stream);
     copy_to_device(children_.get(), s.children.data(), s.children.size(), stream);
     copy_to_device(payload_.get(), tree.payload().data(), tree.payload().size(), stream);

@@ -17,8 +17,9 @@
 #include "executor/cpu_executor.hpp"
 #include "inspector/inspector.hpp"
 #include "layouts/top_tree.hpp"
-#include "runtime/checks.hpp"
-#include "runtime/traversal.hpp"
+#include "core/checks.hpp"
+#include "core/timing.hpp"
+#include "runtime/options.hpp"
 #include "scheduler/guided.hpp"
 #include "scheduler/schedule.hpp"
 

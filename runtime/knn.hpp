@@ -17,7 +17,7 @@
 #include "layouts/ball_tree.hpp"
 #include "layouts/kdtree.hpp"
 #include "layouts/vp_tree.hpp"
-#include "runtime/traversal.hpp"
+#include "runtime/options.hpp"
 
 namespace canopy {
 

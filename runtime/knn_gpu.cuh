@@ -50,9 +50,9 @@ class KnnGpuImpl final : public KnnGpu {
   void set_queries(const float* queries, index_t n, int k) override {
     const std::size_t vals = static_cast<std::size_t>(n) * view_.dims;
     const std::size_t slots = static_cast<std::size_t>(n) * static_cast<std::size_t>(k);
-    queries_.reserve(vals, "the queries");
-    dist_.reserve(slots, "the neighbour distances");
-    index_.reserve(slots, "the neighbour indices");
+    queries_.reserve(vals, "the queries", g_.stream());
+    dist_.reserve(slots, "the neighbour distances", g_.stream());
+    index_.reserve(slots, "the neighbour indices", g_.stream());
     copy_to_device(queries_.get(), queries, vals, g_.stream());
     CANOPY_CUDA_CHECK(cudaStreamSynchronize(g_.stream()));
     g_.set_query_count(n);

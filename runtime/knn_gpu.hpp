@@ -10,7 +10,7 @@
 #include "layouts/ball_tree.hpp"
 #include "layouts/kdtree.hpp"
 #include "layouts/top_tree.hpp"
-#include "runtime/traversal.hpp"
+#include "runtime/options.hpp"
 #include "layouts/vp_tree.hpp"
 
 namespace canopy {

@@ -16,8 +16,7 @@
 #include "layouts/ball_tree.hpp"
 #include "layouts/kdtree.hpp"
 #include "layouts/vp_tree.hpp"
-#include "runtime/common.hpp"
-#include "runtime/point_correlation.hpp"
+#include "core/rounding.hpp"
 
 namespace canopy {
 
@@ -25,11 +24,6 @@ namespace canopy {
 // triangle inequality; this relative slack covers the rounding of every term (<= ~1e-6 for
 // 16 dimensions), so a node is only pruned when it provably holds no candidate.
 constexpr float kMetricSlack = 1.0f + 1e-5f;
-
-template <int MaxDim>
-CANOPY_HD inline float distance(const float (&q)[MaxDim], const float* p) {
-  return sqrt_rn(point_distance2(q, p));
-}
 
 // Kd-tree: the box distance is a lower bound of every point's distance (see box_distance2).
 struct KdMetric {
@@ -52,13 +46,13 @@ struct BallMetric {
   template <int MaxDim>
   CANOPY_HD bool may_hold(const float (&q)[MaxDim], node_id n, float bound2) const {
     if (!(bound2 < std::numeric_limits<float>::infinity())) return true;
-    const float dc = distance(q, tree.centre(n));
+    const float dc = point_distance(q, tree.centre(n));
     return !(dc > mul_rn(kMetricSlack, add_rn(tree.radius(n), sqrt_rn(bound2))));
   }
   // The child whose centre is nearer (ties go to child 0).
   template <int MaxDim>
   CANOPY_HD int first_child(const float (&q)[MaxDim], node_id n) const {
-    return distance(q, tree.centre(tree.child(n, 0))) <= distance(q, tree.centre(tree.child(n, 1))) ? 0 : 1;
+    return point_distance(q, tree.centre(tree.child(n, 0))) <= point_distance(q, tree.centre(tree.child(n, 1))) ? 0 : 1;
   }
 };
 
@@ -70,7 +64,7 @@ struct VpMetric {
   CANOPY_HD bool may_hold(const float (&q)[MaxDim], node_id n, float bound2) const {
     const node_id parent = tree.parent[n];
     if (parent < 0 || !(bound2 < std::numeric_limits<float>::infinity())) return true;
-    const float d = distance(q, tree.vantage(parent));
+    const float d = point_distance(q, tree.vantage(parent));
     const float b = sqrt_rn(bound2);
     return !(d > mul_rn(kMetricSlack, add_rn(tree.shell_hi[n], b)) ||
              tree.shell_lo[n] > mul_rn(kMetricSlack, add_rn(d, b)));
@@ -78,7 +72,7 @@ struct VpMetric {
   // Inside the split radius: the inside child first.
   template <int MaxDim>
   CANOPY_HD int first_child(const float (&q)[MaxDim], node_id n) const {
-    return distance(q, tree.vantage(n)) <= tree.mu[n] ? 0 : 1;
+    return point_distance(q, tree.vantage(n)) <= tree.mu[n] ? 0 : 1;
   }
 };
 

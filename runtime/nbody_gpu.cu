@@ -1,4 +1,4 @@
-#include "runtime/barnes_hut.hpp"
+#include "runtime/bh_visitor.hpp"
 #include "runtime/nbody_gpu.hpp"
 #include "runtime/traversal_gpu.cuh"
 
@@ -48,9 +48,9 @@ BhGpu::BhGpu(const Octree& tree, const float* xyz, const float* mass) : impl_(st
   m.view.body_ids = mir.copy(tree.body_ids(), "the octree body ids", s);
   std::copy(tree.cubes().begin(), tree.cubes().begin() + 4, m.root_cube);
   const std::size_t n = static_cast<std::size_t>(tree.size());
-  m.xyz.reserve(n * 3, "the body positions");
-  m.mass.reserve(n, "the body masses");
-  m.forces.reserve(n * 3, "the forces");
+  m.xyz.reserve(n * 3, "the body positions", s);
+  m.mass.reserve(n, "the body masses", s);
+  m.forces.reserve(n * 3, "the forces", s);
   copy_to_device(m.xyz.get(), xyz, n * 3, s);
   copy_to_device(m.mass.get(), mass, n, s);
   CANOPY_CUDA_CHECK(cudaStreamSynchronize(s));

@@ -8,7 +8,7 @@
 #include "inspector/scheduling_matrix.hpp"
 #include "layouts/octree.hpp"
 #include "layouts/top_tree.hpp"
-#include "runtime/traversal.hpp"
+#include "runtime/options.hpp"
 
 namespace canopy {
 namespace detail {

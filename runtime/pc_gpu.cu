@@ -2,10 +2,10 @@
 
 #include "executor/gpu_kernels.cuh"
 #include "inspector/inspector.cuh"
-#include "runtime/cuda_support.cuh"
+#include "core/cuda.cuh"
 #include "runtime/pc_gpu.hpp"
 #include "runtime/pipeline.cuh"
-#include "runtime/point_correlation.hpp"
+#include "runtime/pc_visitor.hpp"
 #include "scheduler/sandpile_gpu.hpp"
 
 namespace canopy {
@@ -31,6 +31,7 @@ int bits_for(index_t max_value) {
 }  // namespace
 
 struct PcGpuEngine::Impl {
+  Stream stream;  // first: the buffers below are freed in order on it
   KdTreeView view;  // device pointers
   DeviceBuffer<KdNode> nodes;
   DeviceBuffer<float> boxes, points, queries;
@@ -40,7 +41,6 @@ struct PcGpuEngine::Impl {
   DeviceBuffer<unsigned char> sort_temp;
   PinnedBuffer<std::uint64_t> host_matrix;
   PinnedBuffer<index_t> host_order;  // staging, so the upload is a true asynchronous copy
-  Stream stream;
   Event start, stop;
   DeviceSandpile sandpile;
   std::unique_ptr<Pipeline> pipeline;
@@ -50,8 +50,8 @@ struct PcGpuEngine::Impl {
   // Launches the inspector for top into `matrix` (not timed, not synchronised).
   void launch_inspector(const TopTree& t, float radius2) {
     const index_t words = words_per_row(t.size()) * n_queries;
-    top_leaves.reserve(t.leaves().size(), "the top-tree leaves");
-    matrix.reserve(static_cast<std::size_t>(words), "the scheduling matrix");
+    top_leaves.reserve(t.leaves().size(), "the top-tree leaves", stream.get());
+    matrix.reserve(static_cast<std::size_t>(words), "the scheduling matrix", stream.get());
     copy_to_device(top_leaves.get(), t.leaves().data(), t.leaves().size(), stream.get());
     TopTreeView dtop = t.view();
     dtop.leaves = top_leaves.get();
@@ -77,9 +77,9 @@ struct PcGpuEngine::Impl {
 
 PcGpuEngine::PcGpuEngine(const KdTree& tree) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
-  m.nodes.reserve(tree.nodes().size(), "the kd-tree nodes");
-  m.boxes.reserve(tree.boxes().size(), "the kd-tree boxes");
-  m.points.reserve(tree.points().size(), "the kd-tree points");
+  m.nodes.reserve(tree.nodes().size(), "the kd-tree nodes", m.stream.get());
+  m.boxes.reserve(tree.boxes().size(), "the kd-tree boxes", m.stream.get());
+  m.points.reserve(tree.points().size(), "the kd-tree points", m.stream.get());
   copy_to_device(m.nodes.get(), tree.nodes().data(), tree.nodes().size(), m.stream.get());
   copy_to_device(m.boxes.get(), tree.boxes().data(), tree.boxes().size(), m.stream.get());
   copy_to_device(m.points.get(), tree.points().data(), tree.points().size(), m.stream.get());
@@ -96,8 +96,8 @@ PcGpuEngine::~PcGpuEngine() = default;
 void PcGpuEngine::set_queries(const float* queries, index_t n) {
   Impl& m = *impl_;
   const std::size_t vals = static_cast<std::size_t>(n) * m.view.dims;
-  m.queries.reserve(vals, "the queries");
-  m.counts.reserve(static_cast<std::size_t>(n), "the results");
+  m.queries.reserve(vals, "the queries", m.stream.get());
+  m.counts.reserve(static_cast<std::size_t>(n), "the results", m.stream.get());
   copy_to_device(m.queries.get(), queries, vals, m.stream.get());
   m.stream.sync();
   m.n_queries = n;
@@ -123,7 +123,7 @@ double PcGpuEngine::inspect_on_device(const TopTree& top, float radius2) {
 
 double PcGpuEngine::device_sandpile() {
   Impl& m = *impl_;
-  m.order.reserve(static_cast<std::size_t>(m.n_queries), "the schedule");
+  m.order.reserve(static_cast<std::size_t>(m.n_queries), "the schedule", m.stream.get());
   m.start.record(m.stream.get());
   m.sandpile.run(m.matrix.get(), m.n_queries, words_per_row(m.matrix_cols), m.order.get(), m.stream.get());
   m.stop.record(m.stream.get());
@@ -137,7 +137,7 @@ index_t* PcGpuEngine::order_staging(index_t n) {
 
 void PcGpuEngine::upload_order(index_t n) {
   Impl& m = *impl_;
-  m.order.reserve(static_cast<std::size_t>(n), "the schedule");
+  m.order.reserve(static_cast<std::size_t>(n), "the schedule", m.stream.get());
   copy_to_device(m.order.get(), m.host_order.get(), static_cast<std::size_t>(n), m.stream.get());
   m.stream.sync();
 }
@@ -146,15 +146,15 @@ double PcGpuEngine::leaf_sort() {
   Impl& m = *impl_;
   const index_t n = m.n_queries;
   if (n == 0) return 0.0;
-  m.keys_in.reserve(n, "the leaf-sort keys");
-  m.keys_out.reserve(n, "the leaf-sort keys");
-  m.ids_in.reserve(n, "the leaf-sort ids");
-  m.order.reserve(n, "the schedule");
+  m.keys_in.reserve(n, "the leaf-sort keys", m.stream.get());
+  m.keys_out.reserve(n, "the leaf-sort keys", m.stream.get());
+  m.ids_in.reserve(n, "the leaf-sort ids", m.stream.get());
+  m.order.reserve(n, "the schedule", m.stream.get());
   const int end_bit = bits_for(m.view.n_nodes);
   std::size_t temp_bytes = 0;
   CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, m.keys_in.get(), m.keys_out.get(),
                                                     m.ids_in.get(), m.order.get(), n, 0, end_bit, m.stream.get()));
-  m.sort_temp.reserve(temp_bytes, "the leaf-sort scratch space");
+  m.sort_temp.reserve(temp_bytes, "the leaf-sort scratch space", m.stream.get());
   m.start.record(m.stream.get());
   leaf_key_kernel<<<static_cast<unsigned>((n + kLeafKeyBlock - 1) / kLeafKeyBlock), kLeafKeyBlock, 0,
                     m.stream.get()>>>(m.view, m.queries.get(), n, m.keys_in.get(), m.ids_in.get());
@@ -190,7 +190,7 @@ double PcGpuEngine::execute(ExecutorKind kind, float radius2, bool use_order,
   const index_t warps = (m.n_queries + 31) / 32;
   index_t* wn = nullptr;
   if (gpu_warp_nodes && kind != ExecutorKind::Independent) {
-    m.warp_nodes.reserve(static_cast<std::size_t>(warps), "the per-warp node counts");
+    m.warp_nodes.reserve(static_cast<std::size_t>(warps), "the per-warp node counts", m.stream.get());
     wn = m.warp_nodes.get();
   }
   const index_t* order = use_order ? m.order.get() : nullptr;
@@ -211,7 +211,7 @@ double PcGpuEngine::execute(ExecutorKind kind, float radius2, bool use_order,
 PipelineStats PcGpuEngine::pipelined(const TopTree& top, float radius2, const TraversalOptions& opt,
                                      const std::vector<index_t>& chunks) {
   Impl& m = *impl_;
-  m.order.reserve(static_cast<std::size_t>(m.n_queries), "the schedule");
+  m.order.reserve(static_cast<std::size_t>(m.n_queries), "the schedule", m.stream.get());
   if (!m.pipeline) m.pipeline = std::make_unique<Pipeline>();
   PipelineStats st;
   m.with_visitor(radius2, [&](const auto& v) {

@@ -10,7 +10,7 @@
 #include "inspector/scheduling_matrix.hpp"
 #include "layouts/kdtree.hpp"
 #include "layouts/top_tree.hpp"
-#include "runtime/traversal.hpp"
+#include "runtime/options.hpp"
 
 namespace canopy {
 namespace detail {

@@ -16,9 +16,10 @@
 #include "executor/gpu_kernels.cuh"
 #include "inspector/inspector.cuh"
 #include "layouts/top_tree.hpp"
-#include "runtime/checks.hpp"
-#include "runtime/cuda_support.cuh"
-#include "runtime/traversal.hpp"
+#include "core/checks.hpp"
+#include "core/timing.hpp"
+#include "core/cuda.cuh"
+#include "runtime/options.hpp"
 #include "scheduler/guided.hpp"
 #include "scheduler/guided_gpu.hpp"
 #include "scheduler/sandpile_gpu.hpp"
@@ -79,7 +80,7 @@ class Pipeline {
       for (Stream& e : execute_) CANOPY_CUDA_CHECK(cudaStreamWaitEvent(e.get(), begin_.get(), 0));
     }
     TopTreeView dtop = top.view();
-    top_leaves_.reserve(top.leaves().size(), "the top-tree leaves");
+    top_leaves_.reserve(top.leaves().size(), "the top-tree leaves", inspect_);
     copy_to_device(top_leaves_.get(), top.leaves().data(), top.leaves().size(), s1);
     dtop.leaves = top_leaves_.get();
     cols_ = top.size();
@@ -161,24 +162,24 @@ class Pipeline {
   void reserve(Slot& sl, index_t chunk, bool guided) {
     const std::size_t m = static_cast<std::size_t>(chunk);
     if (guided) {
-      sl.rows.reserve(m * static_cast<std::size_t>(width()), "the guided scheduling matrix (one chunk)");
-      sl.sizes.reserve(m + 1, "the guided row sizes");
-      sl.max_len.reserve(1, "the longest-row counter");
+      sl.rows.reserve(m * static_cast<std::size_t>(width()), "the guided scheduling matrix (one chunk)", inspect_);
+      sl.sizes.reserve(m + 1, "the guided row sizes", inspect_);
+      sl.max_len.reserve(1, "the longest-row counter", inspect_);
       if (!on_device_ && !unpacked_) {  // what packing the rows on the way to the host takes
-        sl.offsets.reserve(m + 1, "the guided row offsets");
+        sl.offsets.reserve(m + 1, "the guided row offsets", inspect_);
         std::size_t bytes = 0;
         CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, sl.sizes.get(), sl.offsets.get(), m + 1,
                                                         inspect_));
-        sl.scan_temp.reserve(bytes, "the row-offset scan scratch space");
+        sl.scan_temp.reserve(bytes, "the row-offset scan scratch space", inspect_);
         sl.scan_bytes = bytes;
         sl.host_offsets.reserve(m + 1);
         sl.host_max.reserve(1);
-        sl.packed.reserve(m * static_cast<std::size_t>(width()) + m, "the packed guided rows (one chunk)");
+        sl.packed.reserve(m * static_cast<std::size_t>(width()) + m, "the packed guided rows (one chunk)", inspect_);
       }
       if (!on_device_) sl.host_rows.reserve(m * static_cast<std::size_t>(width()) + m);
     } else {
       const std::size_t words = m * static_cast<std::size_t>(words_per_row(cols_));
-      sl.bits.reserve(words, "the scheduling matrix (one chunk)");
+      sl.bits.reserve(words, "the scheduling matrix (one chunk)", inspect_);
       if (!on_device_) sl.host_bits.reserve(words);
     }
     if (!on_device_) sl.host_order.reserve(m);

@@ -11,10 +11,11 @@
 #include "executor/cpu_executor.hpp"
 #include "inspector/inspector.hpp"
 #include "layouts/top_tree.hpp"
-#include "runtime/canopy.hpp"
-#include "runtime/checks.hpp"
-#include "runtime/pc_gpu.hpp"
 #include "runtime/point_correlation.hpp"
+#include "core/checks.hpp"
+#include "core/timing.hpp"
+#include "runtime/pc_gpu.hpp"
+#include "runtime/pc_visitor.hpp"
 
 namespace canopy {
 namespace {

@@ -1,137 +1,78 @@
-// Point correlation (the paper's Figure 1): for each query, count the tree points within
-// Euclidean radius r, truncating at nodes whose bounding box lies farther than r.
+// Canopy's public API for point correlation: build a kd-tree once, then count, for batches of
+// queries, the tree points within a radius, on the GPU (inspector -> sandpile scheduler ->
+// lockstep executor) or on the CPU. Compiles with a plain C++ compiler.
+//
+//   canopy::KdTree tree = canopy::KdTree::build(points, n, dims);
+//   canopy::PointCorrelation pc(tree);             // uploads the tree when a GPU is used
+//   canopy::PcOptions opt;
+//   opt.radius = 0.05f;
+//   canopy::PcResult r = pc.run(queries, m, opt);  // r.counts[i] belongs to query i
 #pragma once
 
-#include <cmath>
-#include <string>
-#include <type_traits>
+#include <memory>
+#include <vector>
 
+#include "executor/executor.hpp"
 #include "layouts/kdtree.hpp"
-#include "runtime/common.hpp"
+#include "core/types.hpp"
+#include "core/device.hpp"
+#include "runtime/options.hpp"
+#include "scheduler/schedule.hpp"
 
 namespace canopy {
 
-// Loads N consecutive floats (a padded point or box half); 16- or 8-byte loads on the GPU.
-template <int N>
-CANOPY_HD inline void load_padded(const float* src, float (&dst)[N]) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (N % 4 == 0) {
-#pragma unroll
-    for (int i = 0; i < N / 4; ++i) {
-      const float4 v = __ldg(reinterpret_cast<const float4*>(src) + i);
-      dst[4 * i] = v.x;
-      dst[4 * i + 1] = v.y;
-      dst[4 * i + 2] = v.z;
-      dst[4 * i + 3] = v.w;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) {
-      const float2 v = __ldg(reinterpret_cast<const float2*>(src) + i);
-      dst[2 * i] = v.x;
-      dst[2 * i + 1] = v.y;
-    }
-  }
-#else
-  for (int i = 0; i < N; ++i) dst[i] = src[i];
-#endif
-}
-
-// Sums N (a power of two) terms as a balanced tree: a short dependency chain on the GPU, and
-// the same rounding everywhere. Zero terms from padding change nothing, so the value is the
-// same for every padded width that holds the dimensions.
-template <int N>
-CANOPY_HD inline float pairwise_sum(float (&t)[N]) {
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int w = 1; w < N; w *= 2) {
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-    for (int i = 0; i + w < N; i += 2 * w) t[i] = add_rn(t[i], t[i + w]);
-  }
-  return t[0];
-}
-
-// Squared distance from q to the box [lo, hi], all three padded to MaxDim floats. It uses the
-// same rounded operations and summation tree as point_distance2; rounding is monotonic, so for
-// every point p inside the box box_distance2 <= point_distance2(q, p): pruning never drops a
-// point that the brute-force count keeps.
-template <int MaxDim>
-CANOPY_HD inline float box_distance2(const float (&q)[MaxDim], const float* lo, const float* hi) {
-  float l[MaxDim], h[MaxDim], t[MaxDim];
-  load_padded(lo, l);
-  load_padded(hi, h);
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int d = 0; d < MaxDim; ++d) {
-    const float gap = fmaxf(fmaxf(sub_rn(l[d], q[d]), sub_rn(q[d], h[d])), 0.0f);
-    t[d] = mul_rn(gap, gap);
-  }
-  return pairwise_sum(t);
-}
-
-template <int MaxDim>
-CANOPY_HD inline float point_distance2(const float (&q)[MaxDim], const float* p) {
-  float x[MaxDim], t[MaxDim];
-  load_padded(p, x);
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int d = 0; d < MaxDim; ++d) {
-    const float diff = sub_rn(q[d], x[d]);
-    t[d] = mul_rn(diff, diff);
-  }
-  return pairwise_sum(t);
-}
-
-// A row of `dims` floats as a zero-padded MaxDim array.
-template <int MaxDim>
-CANOPY_HD inline void load_query(const float* src, int dims, float (&q)[MaxDim]) {
-  for (int d = 0; d < MaxDim; ++d) q[d] = d < dims ? src[d] : 0.0f;
-}
-
-// MaxDim is the padded width of the register-held query: padded_dims(tree.dims).
-template <int MaxDim>
-struct PointCorrelationVisitor {
-  KdTreeView tree;
-  const float* queries = nullptr;  // row-major [queries][dims]
-  index_t* counts = nullptr;       // [queries]
-  float radius2 = 0.0f;
-
-  struct State {
-    float q[MaxDim];
-    index_t count;
-  };
-
-  CANOPY_HD State init(index_t query) const {
-    State s;
-    load_query(queries + query * tree.dims, tree.dims, s.q);
-    s.count = 0;
-    return s;
-  }
-  CANOPY_HD bool descend(State& s, node_id n) const {
-    return box_distance2(s.q, tree.lo(n), tree.hi(n)) <= radius2;
-  }
-  CANOPY_HD void leaf(State& s, node_id n) const {
-    const KdNode node = tree.nodes[n];
-    for (index_t i = node.first; i < node.first + node.count; ++i)
-      if (point_distance2(s.q, tree.point(i)) <= radius2) ++s.count;
-  }
-  CANOPY_HD void finish(State& s, index_t query) const { counts[query] = s.count; }
+struct PcOptions : TraversalOptions {
+  float radius = 0.0f;  // finite and >= 0; a point at exactly this distance counts
 };
 
-// Calls f(std::integral_constant<int, padded_dims(dims)>{}); the library instantiates its
-// kernels for exactly these four widths.
-template <class F>
-decltype(auto) dispatch_dims(int dims, F&& f) {
-  if (dims <= 2) return f(std::integral_constant<int, 2>{});
-  if (dims <= 4) return f(std::integral_constant<int, 4>{});
-  if (dims <= 8) return f(std::integral_constant<int, 8>{});
-  if (dims <= kMaxDims) return f(std::integral_constant<int, 16>{});
-  throw Error("dims = " + std::to_string(dims) + " is outside 1.." + std::to_string(kMaxDims));
+struct PcResult : TraversalStats {
+  std::vector<index_t> counts;  // counts[i]: tree points within the radius of query i
+};
+
+namespace detail {
+class PcGpuEngine;
 }
+
+// Holds a tree (which must outlive it) and, on the GPU, the tree's device copy and reusable
+// buffers. Not thread-safe: use one object per thread.
+class PointCorrelation {
+ public:
+  explicit PointCorrelation(const KdTree& tree, Device device = Device::Auto);
+  ~PointCorrelation();
+  PointCorrelation(const PointCorrelation&) = delete;
+  PointCorrelation& operator=(const PointCorrelation&) = delete;
+
+  // The device runs use unless options.device says cpu.
+  Device device() const { return device_; }
+  const KdTree& tree() const { return tree_; }
+
+  // queries: row-major [n_queries][tree.dims()]. Errors (canopy::Error): negative or
+  // non-finite radius, a NaN/infinite query coordinate, a depth outside 1..height, device gpu
+  // on a machine without one. Zero queries give an empty result.
+  PcResult run(const float* queries, index_t n_queries, const PcOptions& options);
+  // The same, with the counts written to the caller's buffer counts[n_queries]; queries and
+  // counts may each be host or device memory (device queries are staged through the host for
+  // the checks; the result's `counts` vector stays empty).
+  TraversalStats run(const float* queries, index_t n_queries, const PcOptions& options, index_t* counts);
+
+ private:
+  struct Run;
+  void schedule_on_cpu(Run& r);
+  void schedule_on_gpu(Run& r);
+  void execute(Run& r);
+
+  const KdTree& tree_;
+  Device device_;
+  std::unique_ptr<detail::PcGpuEngine> gpu_;
+  // Kept from run to run so scheduling touches no fresh memory.
+  SandpileScheduler sandpile_;
+  std::vector<index_t> order_;
+  AutoDepth auto_depth_;
+};
+
+// Picks r so that the mean count over a seeded sample of the queries is about target_mean
+// (counting the query itself when it is a tree point): exponential search, then bisection.
+float estimate_radius(const KdTree& tree, const float* queries, index_t n_queries, double target_mean,
+                      std::uint64_t seed = 1, index_t sample = 2048);
 
 }  // namespace canopy

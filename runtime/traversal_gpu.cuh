@@ -15,7 +15,7 @@
 #include "executor/gpu_kernels.cuh"
 #include "inspector/inspector.cuh"
 #include "layouts/top_tree.hpp"
-#include "runtime/cuda_support.cuh"
+#include "core/cuda.cuh"
 #include "scheduler/guided_gpu.hpp"
 #include "scheduler/sandpile_gpu.hpp"
 #include "runtime/pipeline.cuh"
@@ -29,7 +29,7 @@ class DeviceMirror {
   template <class T>
   T* copy(const std::vector<T>& v, const char* what, cudaStream_t stream) {
     auto buf = std::make_unique<DeviceBuffer<T>>();
-    buf->reserve(std::max<std::size_t>(v.size(), 1), what);
+    buf->reserve(std::max<std::size_t>(v.size(), 1), what, stream);
     copy_to_device(buf->get(), v.data(), v.size(), stream);
     T* p = buf->get();
     holders_.push_back(std::make_unique<Holder<T>>(std::move(buf)));
@@ -74,7 +74,7 @@ class GpuTraversal {
 
   // The top-tree's leaves on the device (the inspector's column lookup).
   TopTreeView upload_top(const TopTree& t) {
-    top_leaves_.reserve(t.leaves().size(), "the top-tree leaves");
+    top_leaves_.reserve(t.leaves().size(), "the top-tree leaves", stream());
     copy_to_device(top_leaves_.get(), t.leaves().data(), t.leaves().size(), stream());
     TopTreeView v = t.view();
     v.leaves = top_leaves_.get();
@@ -86,7 +86,7 @@ class GpuTraversal {
   template <class Topology, class Visitor>
   double inspect_bits(const Topology& tree, const TopTree& top, const Visitor& v) {
     const TopTreeView dtop = upload_top(top);
-    bits_.reserve(static_cast<std::size_t>(words_per_row(cols_) * n_), "the scheduling matrix");
+    bits_.reserve(static_cast<std::size_t>(words_per_row(cols_) * n_), "the scheduling matrix", stream());
     start_.record(stream());
     gpu::launch_inspector(tree, dtop, v, n_, bits_.get(), stream());
     stop_.record(stream());
@@ -98,7 +98,7 @@ class GpuTraversal {
   SchedulingMatrixView inspect_bits_to_host(const Topology& tree, const TopTree& top, const Visitor& v, double* ms) {
     const TopTreeView dtop = upload_top(top);
     const std::size_t words = static_cast<std::size_t>(words_per_row(cols_) * n_);
-    bits_.reserve(words, "the scheduling matrix");
+    bits_.reserve(words, "the scheduling matrix", stream());
     host_bits_.reserve(words);
     start_.record(stream());
     gpu::launch_inspector(tree, dtop, v, n_, bits_.get(), stream());
@@ -117,7 +117,7 @@ class GpuTraversal {
   }
 
   double device_sandpile() {
-    order_.reserve(static_cast<std::size_t>(n_), "the schedule");
+    order_.reserve(static_cast<std::size_t>(n_), "the schedule", stream());
     start_.record(stream());
     sandpile_.run(bits_.get(), n_, words_per_row(cols_), order_.get(), stream());
     stop_.record(stream());
@@ -132,13 +132,13 @@ class GpuTraversal {
     const TopTreeView dtop = upload_top(top);
     const std::size_t n = static_cast<std::size_t>(n_);
     width_ = rows.width(cols_);
-    guided_.reserve(static_cast<std::size_t>(width_) * n, "the guided scheduling matrix");
-    sizes_.reserve(n + 1, "the guided row sizes");
-    offsets_.reserve(n + 1, "the guided row offsets");
-    max_len_.reserve(1, "the longest-row counter");
+    guided_.reserve(static_cast<std::size_t>(width_) * n, "the guided scheduling matrix", stream());
+    sizes_.reserve(n + 1, "the guided row sizes", stream());
+    offsets_.reserve(n + 1, "the guided row offsets", stream());
+    max_len_.reserve(1, "the longest-row counter", stream());
     std::size_t scan_bytes = 0;
     CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, sizes_.get(), offsets_.get(), n + 1, stream()));
-    sort_temp_.reserve(scan_bytes, "the row-offset scan scratch space");
+    sort_temp_.reserve(scan_bytes, "the row-offset scan scratch space", stream());
     host_offsets_.reserve(n + 1);
     start_.record(stream());
     CANOPY_CUDA_CHECK(cudaMemsetAsync(max_len_.get(), 0, sizeof(unsigned long long), stream()));
@@ -151,7 +151,7 @@ class GpuTraversal {
     copy_to_host(&longest, max_len_.get(), 1, stream());
     stream_.sync();
     const index_t total = host_offsets_.get()[n];
-    packed_.reserve(static_cast<std::size_t>(total), "the packed guided rows");
+    packed_.reserve(static_cast<std::size_t>(total), "the packed guided rows", stream());
     host_guided_.reserve(static_cast<std::size_t>(total));
     gpu::launch_pack_guided_rows(guided_.get(), width_, n_, offsets_.get(), packed_.get(), stream());
     copy_to_host(host_guided_.get(), packed_.get(), static_cast<std::size_t>(total), stream());
@@ -172,9 +172,9 @@ class GpuTraversal {
     const TopTreeView dtop = upload_top(top);
     const std::size_t n = static_cast<std::size_t>(n_);
     width_ = rows.width(cols_);
-    guided_.reserve(static_cast<std::size_t>(width_) * n, "the guided scheduling matrix");
-    sizes_.reserve(n + 1, "the guided row sizes");
-    max_len_.reserve(1, "the longest-row counter");
+    guided_.reserve(static_cast<std::size_t>(width_) * n, "the guided scheduling matrix", stream());
+    sizes_.reserve(n + 1, "the guided row sizes", stream());
+    max_len_.reserve(1, "the longest-row counter", stream());
     start_.record(stream());
     gpu::launch_guided_inspector(tree, dtop, v, n_, rows, guided_.get(), sizes_.get(), max_len_.get(), stream());
     stop_.record(stream());
@@ -184,7 +184,7 @@ class GpuTraversal {
   // The guided scheduler on the device rows of the last inspection (DeviceGuidedScheduler::
   // supports() must hold for the top-tree); the order stays on the device.
   double device_guided_schedule(const TopTree& top) {
-    order_.reserve(static_cast<std::size_t>(n_), "the schedule");
+    order_.reserve(static_cast<std::size_t>(n_), "the schedule", stream());
     start_.record(stream());
     guided_scheduler_.run(guided_.get(), n_, cols_, width_, top.parents().data(), order_.get(), stream());
     stop_.record(stream());
@@ -198,7 +198,7 @@ class GpuTraversal {
     return host_order_.get();
   }
   void upload_order() {
-    order_.reserve(static_cast<std::size_t>(n_), "the schedule");
+    order_.reserve(static_cast<std::size_t>(n_), "the schedule", stream());
     copy_to_device(order_.get(), host_order_.get(), static_cast<std::size_t>(n_), stream());
     stream_.sync();
   }
@@ -208,15 +208,15 @@ class GpuTraversal {
   template <class KeyOf>
   double sort_by_key(const KeyOf& key_of, std::uint64_t max_key) {
     const index_t n = n_;
-    keys_in_.reserve(n, "the sort keys");
-    keys_out_.reserve(n, "the sort keys");
-    ids_.reserve(n, "the sort ids");
-    order_.reserve(n, "the schedule");
+    keys_in_.reserve(n, "the sort keys", stream());
+    keys_out_.reserve(n, "the sort keys", stream());
+    ids_.reserve(n, "the sort ids", stream());
+    order_.reserve(n, "the schedule", stream());
     const int end_bit = bits_for(max_key);
     std::size_t temp_bytes = 0;
     CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in_.get(), keys_out_.get(), ids_.get(),
                                                       order_.get(), n, 0, end_bit, stream()));
-    sort_temp_.reserve(temp_bytes, "the sort scratch space");
+    sort_temp_.reserve(temp_bytes, "the sort scratch space", stream());
     start_.record(stream());
     query_key_kernel<<<static_cast<unsigned>((n + kKeyBlock - 1) / kKeyBlock), kKeyBlock, 0, stream()>>>(
         key_of, n, keys_in_.get(), ids_.get());
@@ -250,7 +250,7 @@ class GpuTraversal {
     const index_t warps = (n_ + 31) / 32;
     index_t* wn = nullptr;
     if (warp_nodes && kind != ExecutorKind::Independent) {
-      warp_nodes_.reserve(static_cast<std::size_t>(warps), "the per-warp node counts");
+      warp_nodes_.reserve(static_cast<std::size_t>(warps), "the per-warp node counts", stream());
       wn = warp_nodes_.get();
     }
     start_.record(stream());
@@ -271,7 +271,7 @@ class GpuTraversal {
   template <class Topology, class Visitor>
   PipelineStats pipelined(const Topology& tree, const TopTree& top, const Visitor& v, const TraversalOptions& opt,
                           const std::vector<index_t>& chunks, GuidedRows rows = {}) {
-    order_.reserve(static_cast<std::size_t>(n_), "the schedule");
+    order_.reserve(static_cast<std::size_t>(n_), "the schedule", stream());
     if (!pipeline_) pipeline_ = std::make_unique<Pipeline>();
     return pipeline_->run(tree, top, v, chunks, opt.schedule, opt.executor, rows, opt.pipeline_inspector_first,
                           order_.get(), static_cast<cudaStream_t>(opt.stream));

@@ -13,8 +13,8 @@
 
 #include <vector>
 
-#include "layouts/forest_adaptive.hpp"
-#include "runtime/common.hpp"
+#include "inspector/forest_rows.hpp"
+#include "core/types.hpp"
 
 namespace canopy {
 

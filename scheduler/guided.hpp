@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "inspector/scheduling_matrix.hpp"
-#include "runtime/common.hpp"
+#include "core/types.hpp"
 #include "scheduler/schedule.hpp"
 
 namespace canopy {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "inspector/scheduling_matrix.hpp"
-#include "runtime/cuda_support.cuh"
+#include "core/cuda.cuh"
 #include "scheduler/guided_gpu.hpp"
 
 namespace canopy {
@@ -255,18 +255,18 @@ void DeviceGuidedScheduler::run(const std::int32_t* matrix, index_t rows, index_
   if (rows <= 0) return;
   const cudaStream_t st = stream;
   const std::size_t n = static_cast<std::size_t>(rows);
-  s.cur.reserve(n, "the guided scheduler cursors");
-  s.next_cur.reserve(n, "the guided scheduler cursors");
-  s.tmp_c.reserve(n, "the guided scheduler cursors");
+  s.cur.reserve(n, "the guided scheduler cursors", st);
+  s.next_cur.reserve(n, "the guided scheduler cursors", st);
+  s.tmp_c.reserve(n, "the guided scheduler cursors", st);
   for (DeviceBuffer<index_t>* b : {&s.bstart, &s.act, &s.act_next, &s.vals_in, &s.vals_out, &s.tmp_q, &s.head, &s.seg_id})
-    b->reserve(n, "the guided scheduler workspace");
-  s.seg_begin.reserve(n + 1, "the guided scheduler segments");
-  s.count.reserve(1, "the guided scheduler count");
-  s.keys_in.reserve(n, "the guided scheduler keys");
-  s.keys_out.reserve(n, "the guided scheduler keys");
-  s.bhead.reserve(n, "the guided scheduler buckets");
-  s.still_active.reserve(n, "the guided scheduler flags");
-  s.parent.reserve(static_cast<std::size_t>(std::max<index_t>(cols, 1)), "the top-leaf parents");
+    b->reserve(n, "the guided scheduler workspace", st);
+  s.seg_begin.reserve(n + 1, "the guided scheduler segments", st);
+  s.count.reserve(1, "the guided scheduler count", st);
+  s.keys_in.reserve(n, "the guided scheduler keys", st);
+  s.keys_out.reserve(n, "the guided scheduler keys", st);
+  s.bhead.reserve(n, "the guided scheduler buckets", st);
+  s.still_active.reserve(n, "the guided scheduler flags", st);
+  s.parent.reserve(static_cast<std::size_t>(std::max<index_t>(cols, 1)), "the top-leaf parents", st);
   s.host_count.reserve(1);
   copy_to_device(s.parent.get(), column_parent, static_cast<std::size_t>(cols), st);
 
@@ -278,7 +278,7 @@ void DeviceGuidedScheduler::run(const std::int32_t* matrix, index_t rows, index_
   CANOPY_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, s.head.get(), s.seg_id.get(), rows, st));
   CANOPY_CUDA_CHECK(cub::DeviceSelect::Flagged(nullptr, select_bytes, s.act.get(), s.still_active.get(),
                                                s.act_next.get(), s.count.get(), rows, st));
-  s.temp.reserve(std::max(sort_bytes, std::max(scan_bytes, select_bytes)), "the guided scheduler scratch space");
+  s.temp.reserve(std::max(sort_bytes, std::max(scan_bytes, select_bytes)), "the guided scheduler scratch space", st);
 
   init_kernel<<<grid_for(rows), kBlock, 0, st>>>(rows, order, s.cur.get(), s.bstart.get(), s.bhead.get(), s.act.get());
   CANOPY_CUDA_CHECK_LAUNCH("init_kernel");

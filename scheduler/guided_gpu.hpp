@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/common.hpp"
+#include "core/types.hpp"
 
 struct CUstream_st;
 

@@ -29,6 +29,8 @@
 #include <tbb/parallel_reduce.h>
 #include <tbb/parallel_sort.h>
 
+#include "core/timing.hpp"
+
 namespace canopy {
 namespace {
 
@@ -99,10 +101,6 @@ std::int64_t common_count(const node_id* a, std::size_t na, const node_id* b, st
     j += y <= x;
   }
   return common;
-}
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // The set at position i of a schedule, checked.
@@ -457,3 +455,4 @@ std::vector<index_t> restrict_order(const index_t* order, index_t n, const std::
 }
 
 }  // namespace canopy
+

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "runtime/cuda_support.cuh"
+#include "core/cuda.cuh"
 #include "scheduler/sandpile_gpu.hpp"
 
 namespace canopy {
@@ -65,10 +65,10 @@ void DeviceSandpile::run(const std::uint64_t* matrix, index_t rows, index_t word
   if (rows <= 0) return;
   Impl& m = *impl_;
   const cudaStream_t s = stream;
-  m.keys_in.reserve(rows, "the device sandpile keys");
-  m.keys_out.reserve(rows, "the device sandpile keys");
-  m.order_tmp.reserve(rows, "the device sandpile order");
-  m.or_and.reserve(2 * words, "the device sandpile bit ranges");
+  m.keys_in.reserve(rows, "the device sandpile keys", s);
+  m.keys_out.reserve(rows, "the device sandpile keys", s);
+  m.order_tmp.reserve(rows, "the device sandpile order", s);
+  m.or_and.reserve(2 * words, "the device sandpile bit ranges", s);
   m.host_or_and.reserve(2 * words);
 
   // Which bits vary in each word: words where every row agrees need no pass at all.
@@ -99,7 +99,7 @@ void DeviceSandpile::run(const std::uint64_t* matrix, index_t rows, index_t word
     CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(nullptr, temp_bytes, m.keys_in.get(),
                                                                 m.keys_out.get(), cur, other, rows, begin_bit,
                                                                 end_bit, s));
-    m.temp.reserve(temp_bytes, "the device sandpile scratch space");
+    m.temp.reserve(temp_bytes, "the device sandpile scratch space", s);
     // Radix sort is stable: rows equal in this word keep the order the lower words gave them.
     CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(m.temp.get(), temp_bytes, m.keys_in.get(),
                                                                 m.keys_out.get(), cur, other, rows, begin_bit,

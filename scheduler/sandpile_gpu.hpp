@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "runtime/common.hpp"
+#include "core/types.hpp"
 
 struct CUstream_st;
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "inspector/scheduling_matrix.hpp"
-#include "runtime/common.hpp"
+#include "core/types.hpp"
 
 namespace canopy {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "layouts/forest.hpp"
-#include "runtime/common.hpp"
+#include "core/types.hpp"
 
 namespace canopy {
 

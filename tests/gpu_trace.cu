@@ -1,9 +1,9 @@
 #include "executor/gpu_kernels.cuh"
-#include "runtime/barnes_hut.hpp"
+#include "runtime/bh_visitor.hpp"
 #include "runtime/knn_gpu.cuh"
 #include "scheduler/guided_gpu.hpp"
 #include "gpu_trace.hpp"
-#include "runtime/point_correlation.hpp"
+#include "runtime/pc_visitor.hpp"
 #include "scheduler/sandpile_gpu.hpp"
 #include "scheduler/schedule.hpp"
 
@@ -11,16 +11,17 @@ namespace canopy {
 namespace test {
 
 void allocate_device_bytes(std::size_t bytes, const char* what) {
+  Stream stream;
   DeviceBuffer<unsigned char> b;
-  b.reserve(bytes, what);
+  b.reserve(bytes, what, stream.get());
 }
 
 std::vector<index_t> device_sandpile_order(const std::vector<std::uint64_t>& words, index_t rows, index_t cols) {
   Stream stream;
   DeviceBuffer<std::uint64_t> matrix;
   DeviceBuffer<index_t> order;
-  matrix.reserve(words.size(), "matrix");
-  order.reserve(rows, "order");
+  matrix.reserve(words.size(), "matrix", stream.get());
+  order.reserve(rows, "order", stream.get());
   copy_to_device(matrix.get(), words.data(), words.size(), stream.get());
   DeviceSandpile sandpile;
   sandpile.run(matrix.get(), rows, words_per_row(cols), order.get(), stream.get());
@@ -39,20 +40,20 @@ Traced run_traced_gpu(const KdTree& tree, const std::vector<float>& queries, flo
   DeviceBuffer<index_t> counts, dorder, warp_nodes;
   DeviceBuffer<node_id> trace;
   DeviceBuffer<std::int32_t> lengths;
-  nodes.reserve(tree.nodes().size(), "nodes");
-  boxes.reserve(tree.boxes().size(), "boxes");
-  points.reserve(tree.points().size(), "points");
-  dq.reserve(queries.size(), "queries");
-  counts.reserve(n, "counts");
-  warp_nodes.reserve((n + 31) / 32, "warp nodes");
-  trace.reserve(static_cast<std::size_t>(n) * capacity, "trace");
-  lengths.reserve(n, "lengths");
+  nodes.reserve(tree.nodes().size(), "nodes", stream.get());
+  boxes.reserve(tree.boxes().size(), "boxes", stream.get());
+  points.reserve(tree.points().size(), "points", stream.get());
+  dq.reserve(queries.size(), "queries", stream.get());
+  counts.reserve(n, "counts", stream.get());
+  warp_nodes.reserve((n + 31) / 32, "warp nodes", stream.get());
+  trace.reserve(static_cast<std::size_t>(n) * capacity, "trace", stream.get());
+  lengths.reserve(n, "lengths", stream.get());
   copy_to_device(nodes.get(), tree.nodes().data(), tree.nodes().size(), stream.get());
   copy_to_device(boxes.get(), tree.boxes().data(), tree.boxes().size(), stream.get());
   copy_to_device(points.get(), tree.points().data(), tree.points().size(), stream.get());
   copy_to_device(dq.get(), queries.data(), queries.size(), stream.get());
   if (!order.empty()) {
-    dorder.reserve(order.size(), "order");
+    dorder.reserve(order.size(), "order", stream.get());
     copy_to_device(dorder.get(), order.data(), order.size(), stream.get());
   }
   KdTreeView view = tree.view();
@@ -107,11 +108,11 @@ KnnTraced traced_knn(const Tree& tree, const std::vector<float>& queries, int k,
   DeviceBuffer<index_t> index;
   DeviceBuffer<node_id> trace;
   DeviceBuffer<std::int32_t> lengths;
-  dq.reserve(queries.size(), "queries");
-  dist.reserve(static_cast<std::size_t>(n) * k, "distances");
-  index.reserve(static_cast<std::size_t>(n) * k, "indices");
-  trace.reserve(static_cast<std::size_t>(n) * capacity, "trace");
-  lengths.reserve(n, "lengths");
+  dq.reserve(queries.size(), "queries", g.stream());
+  dist.reserve(static_cast<std::size_t>(n) * k, "distances", g.stream());
+  index.reserve(static_cast<std::size_t>(n) * k, "indices", g.stream());
+  trace.reserve(static_cast<std::size_t>(n) * capacity, "trace", g.stream());
+  lengths.reserve(n, "lengths", g.stream());
   copy_to_device(dq.get(), queries.data(), queries.size(), g.stream());
   if (!order.empty()) {
     std::copy(order.begin(), order.end(), g.order_staging());
@@ -145,9 +146,9 @@ PackedRows packed_rows(const Tree& tree, const std::vector<float>& queries, int 
   g.set_query_count(n);
   DeviceBuffer<float> dq, dist;
   DeviceBuffer<index_t> index;
-  dq.reserve(queries.size(), "queries");
-  dist.reserve(static_cast<std::size_t>(n) * k, "distances");
-  index.reserve(static_cast<std::size_t>(n) * k, "indices");
+  dq.reserve(queries.size(), "queries", g.stream());
+  dist.reserve(static_cast<std::size_t>(n) * k, "distances", g.stream());
+  index.reserve(static_cast<std::size_t>(n) * k, "indices", g.stream());
   copy_to_device(dq.get(), queries.data(), queries.size(), g.stream());
   const TopTree top = TopTree::build(tree.view(), depth);
   PackedRows out;
@@ -196,8 +197,8 @@ Schedule device_guided_schedule(const std::vector<std::int32_t>& entries, index_
   Stream stream;
   DeviceBuffer<std::int32_t> matrix;
   DeviceBuffer<index_t> order;
-  matrix.reserve(std::max<std::size_t>(entries.size(), 1), "matrix");
-  order.reserve(std::max<index_t>(rows, 1), "order");
+  matrix.reserve(std::max<std::size_t>(entries.size(), 1), "matrix", stream.get());
+  order.reserve(std::max<index_t>(rows, 1), "order", stream.get());
   copy_to_device(matrix.get(), entries.data(), entries.size(), stream.get());
   DeviceGuidedScheduler sched;
   sched.run(matrix.get(), rows, cols, width, parents.data(), order.get(), stream.get(), max_bucket);
@@ -226,9 +227,9 @@ BhTraced run_traced_bh_gpu(const Octree& tree, const std::vector<float>& xyz, co
   DeviceBuffer<float> forces;
   DeviceBuffer<node_id> trace;
   DeviceBuffer<std::int32_t> lengths;
-  forces.reserve(static_cast<std::size_t>(n) * 3, "forces");
-  trace.reserve(static_cast<std::size_t>(n) * capacity, "trace");
-  lengths.reserve(n, "lengths");
+  forces.reserve(static_cast<std::size_t>(n) * 3, "forces", g.stream());
+  trace.reserve(static_cast<std::size_t>(n) * capacity, "trace", g.stream());
+  lengths.reserve(n, "lengths", g.stream());
   if (!order.empty()) {
     std::copy(order.begin(), order.end(), g.order_staging());
     g.upload_order();

@@ -15,11 +15,11 @@ IntervalRun run_interval(const GraphTree<Interval>& tree, const std::vector<floa
   DeviceBuffer<std::int64_t> sums;
   DeviceBuffer<std::int32_t> counts, lengths;
   DeviceBuffer<node_id> trace;
-  dx.reserve(std::max<std::size_t>(n, 1), "xs");
-  sums.reserve(std::max<std::size_t>(n, 1), "sums");
-  counts.reserve(std::max<std::size_t>(n, 1), "counts");
-  lengths.reserve(std::max<std::size_t>(n, 1), "lengths");
-  trace.reserve(std::max<std::size_t>(n * capacity, 1), "trace");
+  dx.reserve(std::max<std::size_t>(n, 1), "xs", s);
+  sums.reserve(std::max<std::size_t>(n, 1), "sums", s);
+  counts.reserve(std::max<std::size_t>(n, 1), "counts", s);
+  lengths.reserve(std::max<std::size_t>(n, 1), "lengths", s);
+  trace.reserve(std::max<std::size_t>(n * capacity, 1), "trace", s);
   copy_to_device(dx.get(), xs.data(), n, s);
   TracingVisitor<IntervalVisitor<Guided>> v;
   v.inner.tree = dtree.view();

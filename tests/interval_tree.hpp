@@ -12,7 +12,7 @@
 
 #include "executor/visitor.hpp"
 #include "layouts/graph_tree.hpp"
-#include "runtime/traversal.hpp"
+#include "runtime/options.hpp"
 
 namespace canopy {
 namespace test {

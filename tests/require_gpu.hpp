@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/device.hpp"
+#include "core/device.hpp"
 
 #define CANOPY_REQUIRE_GPU()                                                                      \
   do {                                                                                            \

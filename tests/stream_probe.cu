@@ -4,7 +4,7 @@
 #include <exception>
 #include <future>
 
-#include "runtime/cuda_support.cuh"
+#include "core/cuda.cuh"
 
 namespace canopy {
 namespace test {

@@ -16,8 +16,8 @@
 
 #include "executor/cpu_executor.hpp"
 #include "layouts/octree.hpp"
-#include "runtime/barnes_hut.hpp"
-#include "runtime/dataset.hpp"
+#include "runtime/bh_visitor.hpp"
+#include "io/dataset.hpp"
 
 namespace canopy {
 namespace {

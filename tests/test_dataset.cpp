@@ -7,7 +7,7 @@
 
 #include <zlib.h>
 
-#include "runtime/dataset.hpp"
+#include "io/dataset.hpp"
 #include "test_errors.hpp"
 #include "test_util.hpp"
 

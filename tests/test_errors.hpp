@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "runtime/common.hpp"
+#include "core/types.hpp"
 
 namespace canopy {
 namespace test {

@@ -13,7 +13,7 @@
 #include "executor/forest_eval.hpp"
 #include "layouts/forest_adaptive.hpp"
 #include "require_gpu.hpp"
-#include "runtime/device.hpp"
+#include "core/device.hpp"
 #include "test_errors.hpp"
 #include "test_forest_util.hpp"
 

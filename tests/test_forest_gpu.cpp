@@ -9,7 +9,7 @@
 
 #include "executor/forest_eval.hpp"
 #include "require_gpu.hpp"
-#include "runtime/device.hpp"
+#include "core/device.hpp"
 #include "test_forest_util.hpp"
 
 namespace canopy {

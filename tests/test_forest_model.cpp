@@ -15,9 +15,9 @@
 #include <string>
 
 #include "require_gpu.hpp"
-#include "runtime/device.hpp"
-#include "runtime/forest_model.hpp"
-#include "runtime/forest_model_gpu.hpp"
+#include "core/device.hpp"
+#include "scheduler/forest_model.hpp"
+#include "scheduler/forest_model_gpu.hpp"
 #include "test_errors.hpp"
 
 namespace canopy {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "layouts/forest.hpp"
-#include "runtime/forest.hpp"
-#include "runtime/forest_data.hpp"
+#include "runtime/forest_predictor.hpp"
+#include "io/forest_data.hpp"
 
 namespace canopy {
 namespace forest_test {

@@ -15,8 +15,8 @@
 
 #include "layouts/ball_tree.hpp"
 #include "layouts/vp_tree.hpp"
-#include "runtime/dataset.hpp"
-#include "runtime/point_correlation.hpp"
+#include "io/dataset.hpp"
+#include "runtime/pc_visitor.hpp"
 
 namespace canopy {
 namespace {

@@ -12,8 +12,8 @@
 
 #include "executor/cpu_executor.hpp"
 #include "gpu_trace.hpp"
+#include "runtime/bh_visitor.hpp"
 #include "runtime/barnes_hut.hpp"
-#include "runtime/nbody.hpp"
 #include "test_util.hpp"
 
 namespace canopy {

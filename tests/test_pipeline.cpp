@@ -11,10 +11,10 @@
 #include <thread>
 
 #include "layouts/top_tree.hpp"
-#include "runtime/canopy.hpp"
+#include "runtime/point_correlation.hpp"
 #include "runtime/knn.hpp"
-#include "runtime/nbody.hpp"
-#include "runtime/traversal.hpp"
+#include "runtime/barnes_hut.hpp"
+#include "runtime/options.hpp"
 #include "tests/interval_tree.hpp"
 #include "tests/require_gpu.hpp"
 #include "tests/stream_probe.hpp"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/common.hpp"
+#include "core/types.hpp"
 #include "scheduler/quality.hpp"
 
 namespace canopy {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gpu_trace.hpp"
-#include "runtime/canopy.hpp"
+#include "runtime/point_correlation.hpp"
 #include "test_util.hpp"
 
 namespace canopy {

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "layouts/forest.hpp"
-#include "runtime/common.hpp"
-#include "runtime/forest_data.hpp"
+#include "core/types.hpp"
+#include "io/forest_data.hpp"
 #include "scheduler/tree_similarity.hpp"
 #include "test_errors.hpp"
 

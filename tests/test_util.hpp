@@ -9,10 +9,10 @@
 
 #include "layouts/kdtree.hpp"
 #include "require_gpu.hpp"
-#include "runtime/canopy.hpp"
-#include "runtime/dataset.hpp"
-#include "runtime/device.hpp"
 #include "runtime/point_correlation.hpp"
+#include "io/dataset.hpp"
+#include "core/device.hpp"
+#include "runtime/pc_visitor.hpp"
 
 namespace canopy {
 namespace test {

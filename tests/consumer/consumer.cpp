@@ -1,7 +1,7 @@
 // Builds against the installed Canopy only: point correlation through the library API (the
 // GPU, when there is one, against the CPU path) and a visitor of its own (points inside a box)
 // through traverse_cpu, checked by brute force.
-#include "runtime/canopy.hpp"
+#include "runtime/point_correlation.hpp"
 #include "runtime/custom.hpp"
 
 #include <cstdio>

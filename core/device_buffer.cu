@@ -1,0 +1,92 @@
+#include "core/device_buffer.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <utility>
+
+#include "core/cuda.cuh"
+
+namespace canopy {
+namespace {
+
+std::atomic<std::int64_t> g_device_allocations{0}, g_device_frees{0}, g_pinned_allocations{0}, g_pinned_frees{0};
+
+std::string mib(std::size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+}  // namespace
+
+MemoryEvents memory_events() {
+  MemoryEvents e;
+  e.device_allocations = g_device_allocations.load();
+  e.device_frees = g_device_frees.load();
+  e.pinned_allocations = g_pinned_allocations.load();
+  e.pinned_frees = g_pinned_frees.load();
+  return e;
+}
+
+namespace detail {
+
+DeviceMemory::~DeviceMemory() {
+  if (!ptr_) return;
+  ++g_device_frees;
+  cudaFreeAsync(ptr_, stream_);
+}
+
+void DeviceMemory::swap(DeviceMemory& o) noexcept {
+  std::swap(ptr_, o.ptr_);
+  std::swap(bytes_, o.bytes_);
+  std::swap(stream_, o.stream_);
+}
+
+void DeviceMemory::reserve(std::size_t bytes, const char* what, stream_t stream) {
+  if (bytes <= bytes_ && ptr_) return;
+  // Stream 0 is the legacy default stream, which synchronises with every blocking stream.
+  if (!stream) throw Error(std::string("internal: ") + what + " was to be allocated on the legacy default stream");
+  if (ptr_) {
+    ++g_device_frees;
+    CANOPY_CUDA_CHECK(cudaFreeAsync(ptr_, stream));
+  }
+  ptr_ = nullptr;
+  bytes_ = 0;
+  ++g_device_allocations;
+  const cudaError_t err = cudaMallocAsync(&ptr_, std::max<std::size_t>(bytes, 1), stream);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // an allocation failure is not sticky: clear it for later checks
+    ptr_ = nullptr;
+    std::size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    throw Error(std::string("not enough GPU memory for ") + what + ": it needs " + mib(bytes) + ", " + mib(free_b) +
+                " of " + mib(total_b) + " are free");
+  }
+  if (err != cudaSuccess) throw_cuda_error(err, "cudaMallocAsync", __FILE__, __LINE__);
+  bytes_ = bytes;
+  stream_ = stream;
+}
+
+PinnedMemory::~PinnedMemory() {
+  if (!ptr_) return;
+  ++g_pinned_frees;
+  cudaFreeHost(ptr_);
+}
+
+void PinnedMemory::swap(PinnedMemory& o) noexcept {
+  std::swap(ptr_, o.ptr_);
+  std::swap(bytes_, o.bytes_);
+}
+
+void PinnedMemory::reserve(std::size_t bytes) {
+  if (bytes <= bytes_ && ptr_) return;
+  if (ptr_) {
+    ++g_pinned_frees;
+    CANOPY_CUDA_CHECK(cudaFreeHost(ptr_));
+  }
+  ptr_ = nullptr;
+  bytes_ = 0;
+  ++g_pinned_allocations;
+  CANOPY_CUDA_CHECK(cudaMallocHost(&ptr_, std::max<std::size_t>(bytes, 1)));
+  bytes_ = bytes;
+}
+
+}  // namespace detail
+}  // namespace canopy

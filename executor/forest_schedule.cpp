@@ -1,0 +1,49 @@
+#include "executor/forest_schedule.hpp"
+
+#include <sstream>
+
+#include "core/types.hpp"
+
+namespace canopy {
+
+const char* to_string(ForestKernel k) {
+  switch (k) {
+    case ForestKernel::Direct: return "direct";
+    case ForestKernel::Hybrid: return "hybrid";
+    case ForestKernel::SharedData: return "shared-data";
+    case ForestKernel::SharedForest: return "shared-forest";
+    case ForestKernel::SplitSharedForest: return "split-shared-forest";
+    case ForestKernel::Auto: return "auto";
+  }
+  return "?";
+}
+
+ForestKernel parse_forest_kernel(const std::string& name) {
+  for (ForestKernel k : {ForestKernel::Direct, ForestKernel::Hybrid, ForestKernel::SharedData, ForestKernel::SharedForest,
+                         ForestKernel::SplitSharedForest, ForestKernel::Auto})
+    if (name == to_string(k)) return k;
+  if (name == "shared") return ForestKernel::SharedData;
+  if (name == "split") return ForestKernel::SplitSharedForest;
+  throw Error("unknown forest kernel '" + name +
+              "' (known: direct, hybrid, shared-data, shared-forest, split-shared-forest, auto)");
+}
+
+std::string ForestSchedule::describe() const {
+  std::ostringstream s;
+  auto item = [&](const char* name, int v) {
+    if (v <= 0) return;
+    if (s.tellp() > 0) s << ", ";
+    s << name << " " << v;
+  };
+  item("block", block_threads);
+  item("rows/thread", rows_per_thread);
+  item("trees/walk", tree_interleave);
+  if (cache_rows >= 0) s << (s.tellp() > 0 ? ", " : "") << (cache_rows ? "rows cached" : "rows from global");
+  if (tree_sync >= 0) s << (s.tellp() > 0 ? ", " : "") << (tree_sync ? "sync every " + std::to_string(tree_sync) + " trees" : "no sync");
+  item("rows/block", rows_per_block);
+  item("rows/pass", tree_group);
+  item("part KiB", part_kib);
+  return s.str();
+}
+
+}  // namespace canopy

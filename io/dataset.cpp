@@ -1,0 +1,226 @@
+#include "io/dataset.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "io/line_reader.hpp"
+
+namespace canopy {
+namespace {
+
+std::vector<std::string> split_fields(const std::string& line) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = line.find(',', start);
+    out.push_back(line.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\"");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t\"");
+  return s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+std::vector<int> parse_columns(const std::string& spec) {
+  std::vector<int> cols;
+  if (trim(spec).empty()) return cols;
+  for (const std::string& part_raw : split_fields(spec)) {
+    const std::string part = trim(part_raw);
+    auto number = [&](const std::string& s) {
+      char* end = nullptr;
+      errno = 0;
+      const long v = std::strtol(s.c_str(), &end, 10);
+      if (s.empty() || *end != '\0' || errno || v < 0 || v > 1000000)
+        throw Error("--columns: '" + part + "' is not a column number or range like 0-6");
+      return static_cast<int>(v);
+    };
+    const std::size_t dash = part.find('-');
+    if (dash == std::string::npos) {
+      cols.push_back(number(part));
+    } else {
+      const int a = number(trim(part.substr(0, dash))), b = number(trim(part.substr(dash + 1)));
+      if (b < a) throw Error("--columns: range '" + part + "' runs backwards");
+      for (int c = a; c <= b; ++c) cols.push_back(c);
+    }
+  }
+  return cols;
+}
+
+PointSet read_csv(const std::string& path, const std::string& columns) {
+  LineReader in(path);
+  std::string line;
+  if (!in.next(line)) throw Error(path + ": the file is empty (a header row is expected)");
+  const std::vector<std::string> header = split_fields(line);
+  const int n_fields = static_cast<int>(header.size());
+  std::vector<int> cols = parse_columns(columns);
+  if (cols.empty()) {
+    cols.resize(static_cast<std::size_t>(n_fields));
+    std::iota(cols.begin(), cols.end(), 0);
+  }
+  for (int c : cols)
+    if (c >= n_fields)
+      throw Error(path + ": column " + std::to_string(c) + " is out of range: the header has " +
+                  std::to_string(n_fields) + " columns (0.." + std::to_string(n_fields - 1) + ")");
+  PointSet ps;
+  ps.dims = static_cast<int>(cols.size());
+  for (int c : cols) ps.names.push_back(trim(header[c]));
+
+  std::vector<const char*> starts(static_cast<std::size_t>(n_fields));
+  std::vector<std::size_t> lens(static_cast<std::size_t>(n_fields));
+  index_t line_no = 1;
+  while (in.next(line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank line
+    // Split in place: field boundaries only, no allocation per field.
+    int f = 0;
+    std::size_t s = 0;
+    for (;;) {
+      const std::size_t comma = line.find(',', s);
+      if (f < n_fields) {
+        starts[f] = line.c_str() + s;
+        lens[f] = (comma == std::string::npos ? line.size() : comma) - s;
+      }
+      ++f;
+      if (comma == std::string::npos) break;
+      s = comma + 1;
+    }
+    if (f != n_fields)
+      throw Error(path + ":" + std::to_string(line_no) + ": expected " + std::to_string(n_fields) +
+                  " fields (as in the header), found " + std::to_string(f));
+    for (std::size_t k = 0; k < cols.size(); ++k) {
+      const int c = cols[k];
+      const std::string field = trim(std::string(starts[c], lens[c]));
+      char* end = nullptr;
+      const float v = std::strtof(field.c_str(), &end);
+      if (field.empty() || *end != '\0')
+        throw Error(path + ":" + std::to_string(line_no) + ": column " + std::to_string(c) + " (" +
+                    ps.names[k] + "): '" + field + "' is not a number");
+      if (!std::isfinite(v))
+        throw Error(path + ":" + std::to_string(line_no) + ": column " + std::to_string(c) + " (" +
+                    ps.names[k] + "): '" + field + "' is not finite");
+      ps.coords.push_back(v);
+    }
+  }
+  if (ps.coords.empty()) throw Error(path + ": no data rows after the header");
+  return ps;
+}
+
+Ranges ranges_of(const PointSet& ps) {
+  Ranges r;
+  r.lo.assign(static_cast<std::size_t>(ps.dims), 0.0f);
+  r.hi.assign(static_cast<std::size_t>(ps.dims), 0.0f);
+  if (ps.size() == 0) return r;
+  for (int d = 0; d < ps.dims; ++d) r.lo[d] = r.hi[d] = ps.coords[d];
+  for (index_t i = 0; i < ps.size(); ++i)
+    for (int d = 0; d < ps.dims; ++d) {
+      r.lo[d] = std::min(r.lo[d], ps.coords[i * ps.dims + d]);
+      r.hi[d] = std::max(r.hi[d], ps.coords[i * ps.dims + d]);
+    }
+  return r;
+}
+
+void normalize(PointSet& ps, const Ranges& r) {
+  if (static_cast<int>(r.lo.size()) != ps.dims || static_cast<int>(r.hi.size()) != ps.dims)
+    throw Error("normalize: the ranges have " + std::to_string(r.lo.size()) + " dimensions, the points " +
+                std::to_string(ps.dims));
+  for (int d = 0; d < ps.dims; ++d) {
+    const double lo = r.lo[d], range = static_cast<double>(r.hi[d]) - lo;
+    for (index_t i = 0; i < ps.size(); ++i) {
+      float& x = ps.coords[i * ps.dims + d];
+      x = range > 0 ? static_cast<float>((x - lo) / range) : 0.0f;
+    }
+  }
+}
+
+PointSet generate_uniform(index_t n, int dims, std::uint64_t seed) {
+  if (n <= 0) throw Error("generate uniform: N = " + std::to_string(n) + " must be at least 1");
+  if (dims <= 0) throw Error("generate uniform: D = " + std::to_string(dims) + " must be at least 1");
+  PointSet ps;
+  ps.dims = dims;
+  ps.coords.resize(static_cast<std::size_t>(n) * dims);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (float& x : ps.coords) x = u(rng);
+  for (int d = 0; d < dims; ++d) ps.names.push_back("x" + std::to_string(d));
+  return ps;
+}
+
+PointSet generate_plummer(index_t n, std::uint64_t seed) {
+  if (n <= 0) throw Error("generate plummer: N = " + std::to_string(n) + " must be at least 1");
+  PointSet ps;
+  ps.dims = 3;
+  ps.coords.resize(static_cast<std::size_t>(n) * 3);
+  std::mt19937_64 rng(seed);
+  // 53 random bits by hand rather than std::uniform_real_distribution, whose algorithm the
+  // standard leaves open, so the draws do not depend on the standard library.
+  auto unit = [&] { return static_cast<double>(rng() >> 11) * 0x1p-53; };  // [0, 1)
+  const double pi = 3.14159265358979323846;
+  // The Plummer model's radius has an unbounded tail (mass fraction within r is
+  // r^3 / (1 + r^2)^(3/2)); the ~0.4% of radii beyond 20 scale radii are redrawn so that a
+  // few far-out bodies do not stretch the root cell and waste octree levels.
+  const double cutoff = 20.0;
+  for (index_t i = 0; i < n; ++i) {
+    double r;
+    do {
+      const double u = unit();
+      r = 1.0 / std::sqrt(std::pow(u, -2.0 / 3.0) - 1.0);  // inverse of the cumulative mass
+    } while (!(r <= cutoff));
+    const double cos_t = 2.0 * unit() - 1.0, phi = 2.0 * pi * unit();
+    const double sin_t = std::sqrt(std::max(0.0, 1.0 - cos_t * cos_t));
+    ps.coords[i * 3] = static_cast<float>(r * sin_t * std::cos(phi));
+    ps.coords[i * 3 + 1] = static_cast<float>(r * sin_t * std::sin(phi));
+    ps.coords[i * 3 + 2] = static_cast<float>(r * cos_t);
+  }
+  for (int d = 0; d < 3; ++d) ps.names.push_back("x" + std::to_string(d));
+  return ps;
+}
+
+PointSet generate(const std::string& spec, std::uint64_t seed) {
+  const std::vector<std::string> parts = split_fields([&] {
+    std::string s = spec;
+    std::replace(s.begin(), s.end(), ':', ',');
+    return s;
+  }());
+  auto number = [&](const std::string& s, const char* what) {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0' || errno || v <= 0)
+      throw Error("--generate " + spec + ": " + what + " '" + s + "' is not a positive integer");
+    return static_cast<index_t>(v);
+  };
+  if (parts.size() == 3 && parts[0] == "uniform")
+    return generate_uniform(number(parts[1], "N"), static_cast<int>(number(parts[2], "D")), seed);
+  if (parts.size() == 2 && parts[0] == "plummer") return generate_plummer(number(parts[1], "N"), seed);
+  throw Error("--generate " + spec + ": expected uniform:N:D or plummer:N");
+}
+
+void shuffle(PointSet& ps, std::uint64_t seed) {
+  const index_t n = ps.size();
+  std::vector<index_t> perm(static_cast<std::size_t>(n));
+  std::iota(perm.begin(), perm.end(), index_t{0});
+  std::mt19937_64 rng(seed);
+  for (index_t i = n - 1; i > 0; --i) {
+    std::uniform_int_distribution<index_t> pick(0, i);
+    std::swap(perm[i], perm[pick(rng)]);
+  }
+  std::vector<float> out(ps.coords.size());
+  for (index_t i = 0; i < n; ++i)
+    std::copy(ps.coords.begin() + perm[i] * ps.dims, ps.coords.begin() + (perm[i] + 1) * ps.dims,
+              out.begin() + i * ps.dims);
+  ps.coords.swap(out);
+}
+
+}  // namespace canopy

@@ -1,0 +1,238 @@
+#include "runtime/forest_predictor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "executor/forest_cpu.hpp"
+#include "runtime/detail/forest_engine.hpp"
+#include "scheduler/forest_rows.hpp"
+#include "scheduler/tree_similarity.hpp"
+
+namespace canopy {
+
+namespace {
+
+// Tahoe's tree rearrangement for the adaptive layout: the SimHash + LSH order of the trees in
+// canonical (layout) order, and how much it evens out the trees dealt to a block's threads.
+AdaptiveOptions adaptive_options(const Forest& forest, const ForestConfig& config, AdaptiveReport* report) {
+  AdaptiveOptions opt;
+  opt.node_rearrangement = config.adaptive.node_rearrangement;
+  const ForestCommon common(forest);
+  const std::vector<std::vector<double>> prob = forest_node_probabilities(forest);
+  std::vector<ForestTree> trees;
+  std::vector<std::vector<double>> probs;
+  std::vector<double> depth;  // a tree's work: its expected depth, the training-weighted path length
+  for (index_t src : common.order) {
+    const ForestTree& tree = forest.trees()[static_cast<std::size_t>(src)];
+    const std::vector<double>& p = prob[static_cast<std::size_t>(src)];
+    std::vector<int> level(static_cast<std::size_t>(tree.size()), 0);
+    double expected = 0;
+    for (std::size_t k = 0; k < level.size(); ++k) {  // breadth-first: parents first
+      if (tree.left[k] < 0) {
+        expected += p[k] * level[k];
+        continue;
+      }
+      level[static_cast<std::size_t>(tree.left[k])] = level[static_cast<std::size_t>(tree.right[k])] = level[k] + 1;
+    }
+    trees.push_back(tree);
+    probs.push_back(p);
+    depth.push_back(expected);
+  }
+  std::vector<index_t> identity(trees.size());
+  for (std::size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<index_t>(i);
+  report->threads = 32;  // a warp's lanes: where uneven trees keep lanes waiting
+  report->cv_model_order = round_robin_cv(depth, identity, report->threads);
+  report->cv_rearranged = report->cv_model_order;
+  if (config.adaptive.tree_rearrangement) {
+    TreeSimilarityOptions so;
+    so.token_nodes = config.adaptive.token_nodes;
+    so.hash_bits = config.adaptive.hash_bits;
+    so.chunks = config.adaptive.chunks;
+    TreeOrdering ordering = similarity_order(trees, probs, so);
+    report->similarity_ms = ordering.seconds * 1e3;
+    report->cv_rearranged = round_robin_cv(depth, ordering.order, report->threads);
+    opt.tree_order = std::move(ordering.order);
+  }
+  return opt;
+}
+
+}  // namespace
+
+struct ForestPredictor::Impl {
+  ForestLayout layout = ForestLayout::Csr;
+  Device device = Device::Cpu;
+  int n_features = 0;
+  int width[3] = {0, 0, 0};  // per ForestOutput; 0 = not available
+  std::string no_class;      // why the class output is not available
+  std::unique_ptr<CsrForest> csr;
+  std::unique_ptr<ReorgForest> reorg;
+  std::unique_ptr<HierarchicalForest> hier;
+  std::unique_ptr<AdaptiveForest> adaptive;
+  AdaptiveReport adaptive_report;
+  std::unique_ptr<detail::ForestGpuEngine> gpu;
+
+  template <class F>
+  decltype(auto) with_view(F&& f) const {
+    switch (layout) {
+      case ForestLayout::Csr: return f(csr->view());
+      case ForestLayout::Reorg: return f(reorg->view());
+      case ForestLayout::Adaptive: return f(adaptive->view());
+      case ForestLayout::Hierarchical: break;
+    }
+    return f(hier->view());
+  }
+};
+
+ForestPredictor::ForestPredictor(const Forest& forest, const ForestConfig& config) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  if (forest.n_trees() == 0) throw Error(forest.source() + ": the model has no trees");
+  m.layout = config.layout;
+  m.n_features = forest.n_features();
+  m.width[static_cast<int>(ForestOutput::Margin)] = forest.output_width(ForestOutput::Margin);
+  m.width[static_cast<int>(ForestOutput::Prob)] = forest.output_width(ForestOutput::Prob);
+  try {
+    m.width[static_cast<int>(ForestOutput::Class)] = forest.output_width(ForestOutput::Class);
+  } catch (const Error& e) {
+    m.no_class = e.what();
+  }
+  switch (config.layout) {
+    case ForestLayout::Csr: m.csr = std::make_unique<CsrForest>(CsrForest::build(forest)); break;
+    case ForestLayout::Reorg: m.reorg = std::make_unique<ReorgForest>(ReorgForest::build(forest)); break;
+    case ForestLayout::Hierarchical:
+      m.hier = std::make_unique<HierarchicalForest>(HierarchicalForest::build(forest, config.hierarchical));
+      break;
+    case ForestLayout::Adaptive: {
+      const auto b0 = std::chrono::steady_clock::now();
+      const AdaptiveOptions opt = adaptive_options(forest, config, &m.adaptive_report);
+      m.adaptive = std::make_unique<AdaptiveForest>(AdaptiveForest::build(forest, opt));
+      m.adaptive_report.build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
+      double visits = 0;
+      for (double e : m.adaptive->expected_visits) visits += e;
+      m.adaptive_report.expected_visits = visits / static_cast<double>(m.adaptive->expected_visits.size());
+      m.adaptive_report.details = m.adaptive->details();
+      break;
+    }
+  }
+  // Refuses forests wider than the executors accumulate, before any work is done.
+  m.with_view([](const auto& v) { dispatch_forest_sums(v.common, [](auto) {}); });
+  m.device = resolve_device(config.device);
+  if (m.device == Device::Gpu) {
+    switch (config.layout) {
+      case ForestLayout::Csr: m.gpu = std::make_unique<detail::ForestGpuEngine>(*m.csr); break;
+      case ForestLayout::Reorg: m.gpu = std::make_unique<detail::ForestGpuEngine>(*m.reorg); break;
+      case ForestLayout::Hierarchical: m.gpu = std::make_unique<detail::ForestGpuEngine>(*m.hier); break;
+      case ForestLayout::Adaptive: m.gpu = std::make_unique<detail::ForestGpuEngine>(*m.adaptive); break;
+    }
+  }
+}
+
+ForestPredictor::~ForestPredictor() = default;
+
+Device ForestPredictor::device() const { return impl_->device; }
+ForestLayout ForestPredictor::layout() const { return impl_->layout; }
+int ForestPredictor::n_features() const { return impl_->n_features; }
+
+int ForestPredictor::output_width(ForestOutput out) const {
+  const int w = impl_->width[static_cast<int>(out)];
+  if (w == 0) throw Error(impl_->no_class);
+  return w;
+}
+
+std::size_t ForestPredictor::footprint_bytes() const {
+  switch (impl_->layout) {
+    case ForestLayout::Csr: return impl_->csr->footprint_bytes();
+    case ForestLayout::Reorg: return impl_->reorg->footprint_bytes();
+    case ForestLayout::Adaptive: return impl_->adaptive->footprint_bytes();
+    case ForestLayout::Hierarchical: break;
+  }
+  return impl_->hier->footprint_bytes();
+}
+
+std::string ForestPredictor::layout_details() const {
+  const Impl& m = *impl_;
+  switch (m.layout) {
+    case ForestLayout::Csr:
+      return std::to_string(m.csr->info.size()) + " nodes, " + std::to_string(m.csr->children.size()) + " child entries";
+    case ForestLayout::Reorg:
+      return std::to_string(m.reorg->level_begin.size() - 1) + " levels, " + std::to_string(m.reorg->nodes.size()) +
+             " slots (" + std::to_string(m.reorg->padding_nodes) + " padding)";
+    case ForestLayout::Adaptive: return m.adaptive->details();
+    case ForestLayout::Hierarchical: break;
+  }
+  return "subtree depth " + std::to_string(m.hier->subtree_depth) + ", root depth " + std::to_string(m.hier->root_depth) +
+         ", " + std::to_string(m.hier->n_subtrees()) + " subtrees, " + std::to_string(m.hier->padding_nodes) +
+         " padding nodes";
+}
+
+bool ForestPredictor::supports(ForestKernel k) const {
+  if (impl_->device == Device::Cpu) return true;
+  switch (k) {
+    case ForestKernel::Hybrid: return impl_->layout == ForestLayout::Hierarchical;
+    case ForestKernel::Direct:
+    case ForestKernel::SharedData: return true;
+    default: return impl_->layout == ForestLayout::Adaptive;
+  }
+}
+
+ForestTimes ForestPredictor::predict(const float* rows, index_t n_rows, float* out, const ForestRunOptions& opt) {
+  Impl& m = *impl_;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (n_rows < 0) throw Error("predict: n_rows = " + std::to_string(n_rows) + " is negative");
+  const int width = output_width(opt.output);
+  if (n_rows > 0 && (rows == nullptr || out == nullptr)) throw Error("predict: rows or out is a null pointer");
+  if (!supports(opt.kernel))
+    throw Error(std::string("the ") + to_string(opt.kernel) + " kernel needs the " +
+                (opt.kernel == ForestKernel::Hybrid ? "hierarchical" : "adaptive") + " layout (this predictor uses " +
+                to_string(m.layout) + ")");
+  if (opt.row_schedule_depth < 0)
+    throw Error("row_schedule_depth = " + std::to_string(opt.row_schedule_depth) + " must be >= 0");
+  ForestTimes times;
+  if (n_rows > 0) {
+    if (m.device == Device::Gpu) {
+      m.gpu->predict(rows, n_rows, out, width, opt, &times);
+    } else {
+      m.with_view([&](const auto& v) { predict_forest_cpu(v, rows, n_rows, opt.output, width, out); });
+    }
+  }
+  times.total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (m.device == Device::Cpu) times.kernel_ms = times.total_ms;
+  return times;
+}
+
+std::vector<ForestTrial> ForestPredictor::model_estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt) {
+  if (impl_->device != Device::Gpu) throw Error("the performance model describes the GPU strategies; this predictor runs on the CPU");
+  if (n_rows < 1 || rows == nullptr) throw Error("model_estimates: the batch has no rows");
+  return impl_->gpu->estimates(rows, n_rows, opt);
+}
+
+std::vector<ForestTrial> ForestPredictor::tune(const float* rows, index_t n_rows, const ForestRunOptions& opt, int repeat) {
+  if (impl_->device != Device::Gpu) throw Error("the tuner times GPU schedules; this predictor runs on the CPU");
+  if (rows == nullptr) throw Error("tune: rows is a null pointer");
+  return impl_->gpu->tune(rows, n_rows, output_width(opt.output), opt, repeat);
+}
+
+const AdaptiveReport& ForestPredictor::adaptive_report() const {
+  if (impl_->layout != ForestLayout::Adaptive) throw Error("adaptive_report: this predictor uses the " + std::string(to_string(impl_->layout)) + " layout");
+  return impl_->adaptive_report;
+}
+
+std::vector<index_t> ForestPredictor::schedule_rows(const float* rows, index_t n_rows, int depth) {
+  Impl& m = *impl_;
+  if (m.layout != ForestLayout::Adaptive) throw Error("schedule_rows: row scheduling needs the adaptive layout");
+  if (n_rows < 0) throw Error("schedule_rows: n_rows = " + std::to_string(n_rows) + " is negative");
+  if (n_rows > 0 && rows == nullptr) throw Error("schedule_rows: rows is a null pointer");
+  int max_depth = 0;
+  for (int d : m.adaptive->depth) max_depth = std::max(max_depth, d);
+  check_row_schedule_depth(depth, max_depth);
+  if (m.device == Device::Gpu) return m.gpu->row_order(rows, n_rows, depth);
+  return forest_row_order(m.adaptive->view(), rows, n_rows, depth);
+}
+
+double ForestPredictor::nodes_per_warp(const float* rows, index_t n_rows, const index_t* order, index_t max_warps) const {
+  const Impl& m = *impl_;
+  if (m.layout != ForestLayout::Adaptive) throw Error("nodes_per_warp: the warp emulator reads the adaptive layout");
+  return forest_nodes_per_warp(m.adaptive->view(), rows, n_rows, order, max_warps).nodes_per_warp;
+}
+
+}  // namespace canopy

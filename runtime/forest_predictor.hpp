@@ -1,0 +1,139 @@
+// Canopy's public API for decision-forest inference. Compiles with a plain C++ compiler.
+//
+//   canopy::Forest model = canopy::Forest::load("model.json");  // XGBoost or Canopy JSON
+//   canopy::ForestConfig cfg;
+//   cfg.layout = canopy::ForestLayout::Hierarchical;             // csr, reorg or hierarchical
+//   canopy::ForestPredictor predictor(model, cfg);                // builds the layout, uploads it
+//   canopy::ForestRunOptions run;
+//   run.output = canopy::ForestOutput::Prob;
+//   run.kernel = canopy::ForestKernel::Hybrid;                    // GPU kernels; ignored on the CPU
+//   std::vector<float> out(n * predictor.output_width(run.output));
+//   canopy::ForestTimes t = predictor.predict(rows, n, out.data(), run);
+//
+// rows are row-major float32 [n][n_features], NaN = missing.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor/forest_schedule.hpp"
+#include "layouts/forest.hpp"
+#include "layouts/forest_layouts.hpp"
+#include "core/types.hpp"
+#include "core/device.hpp"
+
+namespace canopy {
+
+// The adaptive layout's build options.
+struct AdaptiveConfig {
+  bool node_rearrangement = true;  // the more probable child first
+  bool tree_rearrangement = true;  // SimHash + LSH order for the shared-data strategy's copy
+  int token_nodes = 4;             // SimHash: nodes per token (T_nodes)
+  int hash_bits = 128;             // SimHash: fingerprint bits (L_hash)
+  int chunks = 64;                 // LSH: chunks per fingerprint (M)
+};
+
+// What building the adaptive layout did (ForestPredictor::adaptive_report()).
+struct AdaptiveReport {
+  double similarity_ms = 0;      // SimHash + LSH + ordering, wall clock
+  double build_ms = 0;           // the whole layout, wall clock
+  int threads = 0;               // threads the trees are dealt to round-robin (a warp's lanes)
+  double cv_model_order = 0;     // coefficient of variation of the per-thread sums of the trees'
+                                 // expected depths (training-weighted path lengths), model order
+  double cv_rearranged = 0;      // the same in the SimHash + LSH order
+  double expected_visits = 0;    // mean nodes a row visits per tree (training weights)
+  std::string details;
+};
+
+struct ForestConfig {
+  ForestLayout layout = ForestLayout::Csr;
+  Device device = Device::Auto;
+  HierarchicalOptions hierarchical;  // used by ForestLayout::Hierarchical
+  AdaptiveConfig adaptive;           // used by ForestLayout::Adaptive
+};
+
+struct ForestRunOptions {
+  ForestOutput output = ForestOutput::Prob;
+  ForestKernel kernel = ForestKernel::Direct;
+  ForestSchedule schedule;     // adaptive layout: the strategy's parameters
+  // Adaptive layout on the GPU: > 0 turns on inspector-scheduled rows: the inspector walks the
+  // first `row_schedule_depth` levels of the leading trees for every row, and rows with equal
+  // top-leaf signatures run in the same warps. Predictions are unchanged, bit for bit.
+  int row_schedule_depth = 0;
+  // The performance model's hardware parameters (Auto): this cache file, or the default
+  // (see runtime/forest_model.hpp) when empty.
+  std::string hardware_cache;
+};
+
+struct ForestTimes {
+  double upload_ms = 0;    // GPU: the rows to the device (CUDA events)
+  double schedule_ms = 0;  // GPU: inspector + sort of the rows (row scheduling), CUDA events
+  double kernel_ms = 0;    // GPU: the kernel (CUDA events); CPU: the executor (wall clock)
+  double download_ms = 0;  // GPU: the predictions back (CUDA events)
+  double total_ms = 0;     // wall clock of the whole predict() call
+  ForestKernel kernel = ForestKernel::Direct;  // the kernel that ran (Auto resolved)
+  ForestSchedule schedule;                     // its parameters, defaults resolved (adaptive)
+};
+
+// One schedule the tuner tried, and its kernel time (median).
+struct ForestTrial {
+  ForestKernel kernel = ForestKernel::Direct;
+  ForestSchedule schedule;
+  double kernel_ms = 0;
+  double model_ns_per_row = 0;  // Canopy's model: the batch's estimated time / rows (inf: infeasible)
+  double paper_ns_per_row = 0;  // equations 1-7 as printed (inf: infeasible)
+};
+
+namespace detail {
+class ForestGpuEngine;
+}
+
+class ForestPredictor {
+ public:
+  // Builds the layout from `forest` (which need not outlive the predictor) and, on the GPU,
+  // uploads it. Device::Auto picks the GPU when there is one.
+  explicit ForestPredictor(const Forest& forest, const ForestConfig& config = {});
+  ~ForestPredictor();
+  ForestPredictor(const ForestPredictor&) = delete;
+  ForestPredictor& operator=(const ForestPredictor&) = delete;
+
+  Device device() const;
+  ForestLayout layout() const;
+  int n_features() const;
+  // Values per row of an output kind (the Class output of a regressor is an Error).
+  int output_width(ForestOutput out) const;
+  // Bytes of the layout's arrays (the same on the host and the device).
+  std::size_t footprint_bytes() const;
+  // Whether predict() accepts this kernel here (always true on the CPU, which ignores it).
+  bool supports(ForestKernel k) const;
+  // Layout details for reports, e.g. "subtree depth 6, root depth 9, 1234 subtrees".
+  std::string layout_details() const;
+
+  // rows: [n_rows][n_features()]; out: [n_rows][output_width(opt.output)].
+  ForestTimes predict(const float* rows, index_t n_rows, float* out, const ForestRunOptions& opt = {});
+
+  // Adaptive layout on the GPU. The performance model's estimates for this batch, one per
+  // strategy (infeasible: infinite), fastest first, from the hardware parameters of
+  // opt.hardware_cache; the rows feed the warp emulator's coalescing ratios (first call only).
+  std::vector<ForestTrial> model_estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt = {});
+  // A small auto-tuner: times a grid of schedules around the model's choice on these rows
+  // (kernel time, median of `repeat`) and returns every trial, the fastest first.
+  std::vector<ForestTrial> tune(const float* rows, index_t n_rows, const ForestRunOptions& opt = {}, int repeat = 3);
+  const AdaptiveReport& adaptive_report() const;
+
+  // Adaptive layout, row scheduling on its own: the execution order predict() uses with
+  // row_schedule_depth = depth (order[i] = the row run at position i). GPU: the inspector
+  // kernel and a radix sort; CPU: scheduler/forest_rows.hpp's reference, the same order.
+  std::vector<index_t> schedule_rows(const float* rows, index_t n_rows, int depth);
+  // The warp emulator (scheduler/forest_rows.hpp): distinct nodes per warp of 32 rows taken in
+  // `order` (null: as given), summed over trees, averaged over up to max_warps warps.
+  double nodes_per_warp(const float* rows, index_t n_rows, const index_t* order, index_t max_warps = 1024) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace canopy

@@ -1,0 +1,39 @@
+// Point correlation (the paper's Figure 1): for each query, count the tree points within
+// Euclidean radius r, truncating at nodes whose bounding box lies farther than r.
+#pragma once
+
+#include "layouts/kdtree.hpp"
+
+namespace canopy {
+
+// MaxDim is the padded width of the register-held query: padded_dims(tree.dims).
+template <int MaxDim>
+struct PointCorrelationVisitor {
+  KdTreeView tree;
+  const float* queries = nullptr;  // row-major [queries][dims]
+  index_t* counts = nullptr;       // [queries]
+  float radius2 = 0.0f;
+
+  struct State {
+    float q[MaxDim];
+    index_t count;
+  };
+
+  CANOPY_HD State init(index_t query) const {
+    State s;
+    load_query(queries + query * tree.dims, tree.dims, s.q);
+    s.count = 0;
+    return s;
+  }
+  CANOPY_HD bool descend(State& s, node_id n) const {
+    return box_distance2(s.q, tree.lo(n), tree.hi(n)) <= radius2;
+  }
+  CANOPY_HD void leaf(State& s, node_id n) const {
+    const KdNode node = tree.nodes[n];
+    for (index_t i = node.first; i < node.first + node.count; ++i)
+      if (point_distance2(s.q, tree.point(i)) <= radius2) ++s.count;
+  }
+  CANOPY_HD void finish(State& s, index_t query) const { counts[query] = s.count; }
+};
+
+}  // namespace canopy

@@ -1,0 +1,419 @@
+// Micro-benchmarks for Tahoe's hardware parameters (Table 1). Each kernel keeps every access
+// it is meant to time: the values read are folded into an accumulator that is written out
+// only if it equals a sentinel passed at run time, so the compiler cannot drop the work, and
+// the store almost never happens.
+//
+// Sizes are chosen for an H100 (132 SMs): each launch fills the GPU with resident blocks (one
+// wave, from the occupancy calculator) and runs for roughly 0.05-1 ms, so the six runs of every
+// benchmark (a warm-up and five timed) together take a few tens of milliseconds.
+#include "scheduler/forest_model_gpu.hpp"
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/device/device_segmented_reduce.cuh>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "core/cuda.cuh"
+
+namespace canopy {
+namespace {
+
+constexpr unsigned kSentinel = 0xFFFFFFFFu;
+constexpr int kTimedRuns = 5;
+
+// ---- shared memory ----
+// A block of kSmemThreads threads owns a 16 KiB array. In round r every thread touches the
+// words threadIdx.x + off + k * kSmemThreads, k < kSmemUnroll, with off = 32 r mod 2048: a
+// warp's 32 accesses are 32 consecutive words, one per bank (conflict-free), and the offsets
+// are compile-time immediates, so the loop is little more than the loads or stores.
+constexpr int kSmemThreads = 256;
+constexpr int kSmemWords = 4096;  // 16 KiB per block: 8 blocks (2048 threads) fit on an SM
+constexpr int kSmemUnroll = 8;
+constexpr int kSmemReps = 2048;
+constexpr int kSmemOffsetMask = kSmemWords / 2 - 1;  // off + 255 + 7 * 256 < kSmemWords
+static_assert(kSmemOffsetMask + 1 - 32 + kSmemThreads * kSmemUnroll <= kSmemWords, "shared accesses out of range");
+
+__global__ void __launch_bounds__(kSmemThreads) smem_read_kernel(unsigned seed, unsigned sentinel, unsigned* out) {
+  __shared__ unsigned s[kSmemWords];
+#pragma unroll
+  for (int k = 0; k < kSmemWords / kSmemThreads; ++k) {
+    const int i = threadIdx.x + k * kSmemThreads;
+    s[i] = seed * static_cast<unsigned>(i) + blockIdx.x;
+  }
+  __syncthreads();
+  unsigned a0 = 0, a1 = 0, a2 = 0, a3 = 0;  // independent chains
+  for (int r = 0; r < kSmemReps; ++r) {
+    const unsigned* p = s + threadIdx.x + ((r * 32) & kSmemOffsetMask);
+#pragma unroll
+    for (int k = 0; k < kSmemUnroll; k += 4) {
+      a0 += p[(k + 0) * kSmemThreads];
+      a1 += p[(k + 1) * kSmemThreads];
+      a2 += p[(k + 2) * kSmemThreads];
+      a3 += p[(k + 3) * kSmemThreads];
+    }
+  }
+  const unsigned acc = a0 ^ a1 ^ a2 ^ a3;
+  if (acc == sentinel) out[0] = acc;
+}
+
+__global__ void __launch_bounds__(kSmemThreads) smem_write_kernel(unsigned seed, unsigned sentinel, unsigned* out) {
+  __shared__ unsigned s[kSmemWords];
+  volatile unsigned* vs = s;  // every store is issued, none merged or found dead
+  for (int r = 0; r < kSmemReps; ++r) {
+    volatile unsigned* p = vs + threadIdx.x + ((r * 32) & kSmemOffsetMask);
+    const unsigned v = seed + static_cast<unsigned>(r);
+#pragma unroll
+    for (int k = 0; k < kSmemUnroll; ++k) p[k * kSmemThreads] = v;
+  }
+  __syncthreads();
+  const unsigned x = vs[threadIdx.x];  // written in round 0 (and every 64th)
+  if (x == sentinel) out[0] = x;
+}
+
+// ---- global memory ----
+// One 256 MiB array (5x the H100's 50 MiB L2), read whole with consecutive 16-byte loads
+// (coalesced), or at random 4-byte words (uncoalesced).
+constexpr int kGmemThreads = 256;
+constexpr int kGmemLog2Words = 26;  // 2^26 words of 4 bytes = 256 MiB
+constexpr std::size_t kGmemWords = std::size_t(1) << kGmemLog2Words;
+constexpr std::size_t kGmemVec4 = kGmemWords / 4;
+constexpr int kRandomReads = 64;  // per thread
+
+__global__ void __launch_bounds__(kGmemThreads) gmem_coalesced_kernel(const uint4* __restrict__ in, std::size_t n,
+                                                                      unsigned sentinel, unsigned* out) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  unsigned acc = 0;
+  // Four independent 16-byte loads in flight per thread; a warp's load is 512 consecutive bytes.
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const uint4 a = in[i], b = in[i + stride], c = in[i + 2 * stride], d = in[i + 3 * stride];
+    acc += (a.x ^ a.y ^ a.z ^ a.w) + (b.x ^ b.y ^ b.z ^ b.w) + (c.x ^ c.y ^ c.z ^ c.w) + (d.x ^ d.y ^ d.z ^ d.w);
+  }
+  for (; i < n; i += stride) {
+    const uint4 a = in[i];
+    acc += a.x ^ a.y ^ a.z ^ a.w;
+  }
+  if (acc == sentinel) out[0] = acc;
+}
+
+// A per-thread seed (an integer mixing function), then a linear congruential sequence whose
+// top kGmemLog2Words bits index the array: neighbouring threads read unrelated words.
+__device__ __forceinline__ unsigned mix32(unsigned x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+
+__global__ void __launch_bounds__(kGmemThreads) gmem_random_kernel(const unsigned* __restrict__ in, unsigned seed,
+                                                                   unsigned sentinel, unsigned* out) {
+  unsigned x = mix32((blockIdx.x * blockDim.x + threadIdx.x) ^ seed);
+  unsigned acc = 0;
+#pragma unroll 8
+  for (int j = 0; j < kRandomReads; ++j) {
+    x = x * 1664525u + 1013904223u;
+    acc += in[x >> (32 - kGmemLog2Words)];
+  }
+  if (acc == sentinel) out[0] = acc;
+}
+
+// Canopy's additions. Cached random reads: each block reads at random inside its own 32 KiB
+// window of the array, so after the first touches every read hits L1.
+constexpr int kCachedLog2Words = 13;  // 8192 words = 32 KiB per block
+constexpr int kCachedReads = 512;     // per thread
+
+__global__ void __launch_bounds__(kGmemThreads) gmem_cached_random_kernel(const unsigned* __restrict__ in, unsigned seed,
+                                                                          unsigned sentinel, unsigned* out) {
+  const unsigned* window = in + ((static_cast<std::size_t>(blockIdx.x) << kCachedLog2Words) & (kGmemWords - 1));
+  unsigned x = mix32((blockIdx.x * blockDim.x + threadIdx.x) ^ seed);
+  unsigned acc = 0;
+#pragma unroll 8
+  for (int j = 0; j < kCachedReads; ++j) {
+    x = x * 1664525u + 1013904223u;
+    acc += window[x >> (32 - kCachedLog2Words)];
+  }
+  if (acc == sentinel) out[0] = acc;
+}
+
+// Latency: one thread follows a random cycle (next = a[cur]) through 8 MiB of global memory
+// (more than L1, less than L2) or through 32 KiB of shared memory.
+constexpr int kChaseLog2Words = 21;  // 8 MiB
+constexpr int kChaseSteps = 4096;
+constexpr int kSmemChaseWords = 8192;
+constexpr int kSmemChaseSteps = 16384;
+
+__global__ void gmem_chase_kernel(const unsigned* __restrict__ next, unsigned sentinel, unsigned* out) {
+  unsigned cur = 0;
+  for (int i = 0; i < kChaseSteps; ++i) cur = next[cur];
+  if (cur == sentinel) out[0] = cur;
+}
+
+__global__ void smem_chase_kernel(const unsigned* __restrict__ next, unsigned sentinel, unsigned* out) {
+  __shared__ unsigned s[kSmemChaseWords];
+  for (int i = threadIdx.x; i < kSmemChaseWords; i += blockDim.x) s[i] = next[i] & (kSmemChaseWords - 1);
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  unsigned cur = 0;
+  for (int i = 0; i < kSmemChaseSteps; ++i) cur = s[cur];
+  if (cur == sentinel) out[0] = cur;
+}
+
+__global__ void empty_kernel() {}
+
+// ---- reductions ----
+// B_rate: every resident block does kBlockReduceReps block-wide sums (cub::BlockReduce) of one
+// float per thread, the blocks of the whole GPU at once.
+constexpr int kReduceThreads = 128;  // ForestCostInputs::threads_per_block's default
+constexpr int kBlockReduceReps = 1024;
+
+__global__ void __launch_bounds__(kReduceThreads) block_reduce_kernel(float sentinel, float* out) {
+  using Reduce = cub::BlockReduce<float, kReduceThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  float x = static_cast<float>(threadIdx.x) * 0.25f;
+  float acc = 0;
+  for (int r = 0; r < kBlockReduceReps; ++r) {
+    const float total = Reduce(temp).Sum(x);  // valid in thread 0
+    __syncthreads();                          // before temp is reused
+    acc += total;
+    x += 1.0f;  // another value each round: no round can be hoisted or merged
+  }
+  if (threadIdx.x == 0 && acc == sentinel) out[0] = acc;
+}
+
+// G_rate: one global reduction of a batch of kGlobalReduceRows rows, kGlobalReduceParts partial
+// sums each (row-major, as the split kernel's blocks leave them), by
+// cub::DeviceSegmentedReduce::Sum, one segment per row.
+constexpr int kGlobalReduceRows = 1 << 16;
+constexpr int kGlobalReduceParts = 64;
+
+__global__ void segment_offsets_kernel(int* offsets, int rows, int parts) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i <= rows) offsets[i] = i * parts;
+}
+
+// Median of kTimedRuns event-timed runs of launch(), after one untimed warm-up run.
+template <class Launch>
+double median_ms(cudaStream_t stream, const Launch& launch) {
+  launch();
+  Event start, stop;
+  std::array<double, kTimedRuns> ms{};
+  for (double& m : ms) {
+    start.record(stream);
+    launch();
+    stop.record(stream);
+    m = stop.since(start);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[kTimedRuns / 2];
+}
+
+template <class Kernel>
+int resident_blocks(Kernel kernel, int threads, int sm_count) {
+  int per_sm = 0;
+  CANOPY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  return std::max(per_sm, 1) * sm_count;
+}
+
+// Makes `device` current for its lifetime; gives the previous one back.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device) {
+    CANOPY_CUDA_CHECK(cudaGetDevice(&previous_));
+    CANOPY_CUDA_CHECK(cudaSetDevice(device));
+  }
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+  ~CurrentDevice() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+std::string uuid_hex(const cudaUUID_t& uuid) {
+  static const char digits[] = "0123456789abcdef";
+  std::string s;
+  for (int i = 0; i < 16; ++i) {
+    const auto b = static_cast<unsigned char>(uuid.bytes[i]);
+    s += digits[b >> 4];
+    s += digits[b & 15];
+  }
+  return s;
+}
+
+}  // namespace
+
+ForestHardware measure_forest_hardware(int device) {
+  int n_devices = 0;
+  CANOPY_CUDA_CHECK(cudaGetDeviceCount(&n_devices));
+  if (device < 0 || device >= n_devices)
+    throw Error("measure_forest_hardware: device " + std::to_string(device) + " is not one of the " +
+                std::to_string(n_devices) + " CUDA devices");
+  // Declared first, so the stream and buffers below are released on `device`.
+  CurrentDevice current(device);
+
+  cudaDeviceProp prop;
+  CANOPY_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  ForestHardware hw;
+  hw.device_name = prop.name;
+  hw.device_uuid = uuid_hex(prop.uuid);
+  hw.sm_count = prop.multiProcessorCount;
+  const int sms = hw.sm_count;
+
+  Stream stream;
+  const cudaStream_t st = stream.get();
+  DeviceBuffer<unsigned> sink;  // the sentinel stores' target; never read
+  sink.reserve(1, "the forest-hardware benchmarks' sink", st);
+  unsigned* const out = sink.get();
+
+  // Shared memory: bytes = blocks * threads * rounds * accesses per round * 4.
+  {
+    const int blocks = resident_blocks(smem_read_kernel, kSmemThreads, sms);
+    const double bytes = double(blocks) * kSmemThreads * kSmemReps * kSmemUnroll * sizeof(unsigned);
+    const double read_ms = median_ms(st, [&] {
+      smem_read_kernel<<<blocks, kSmemThreads, 0, st>>>(0x9e3779b9u, kSentinel, out);
+      CANOPY_CUDA_CHECK_LAUNCH("smem_read_kernel");
+    });
+    hw.smem_read_gbs = bytes / (read_ms * 1e6);
+  }
+  {
+    const int blocks = resident_blocks(smem_write_kernel, kSmemThreads, sms);
+    const double bytes = double(blocks) * kSmemThreads * kSmemReps * kSmemUnroll * sizeof(unsigned);
+    const double write_ms = median_ms(st, [&] {
+      smem_write_kernel<<<blocks, kSmemThreads, 0, st>>>(0x85ebca6bu, kSentinel, out);
+      CANOPY_CUDA_CHECK_LAUNCH("smem_write_kernel");
+    });
+    hw.smem_write_gbs = bytes / (write_ms * 1e6);
+  }
+
+  // Global memory: the 256 MiB array, filled once (its contents do not matter, only that they
+  // are defined).
+  {
+    DeviceBuffer<unsigned> array;
+    array.reserve(kGmemWords, "the forest-hardware global-memory benchmark (256 MiB)", st);
+    CANOPY_CUDA_CHECK(cudaMemsetAsync(array.get(), 0x5a, kGmemWords * sizeof(unsigned), st));
+
+    const int blocks_c = resident_blocks(gmem_coalesced_kernel, kGmemThreads, sms);
+    const uint4* vec = reinterpret_cast<const uint4*>(array.get());
+    const double coalesced_ms = median_ms(st, [&] {
+      gmem_coalesced_kernel<<<blocks_c, kGmemThreads, 0, st>>>(vec, kGmemVec4, kSentinel, out);
+      CANOPY_CUDA_CHECK_LAUNCH("gmem_coalesced_kernel");
+    });
+    hw.gmem_coalesced_gbs = double(kGmemWords * sizeof(unsigned)) / (coalesced_ms * 1e6);
+
+    // Bytes counted as the 4 bytes each read asks for (not the 32-byte sectors it moves).
+    const int blocks_r = resident_blocks(gmem_random_kernel, kGmemThreads, sms);
+    const double random_bytes = double(blocks_r) * kGmemThreads * kRandomReads * sizeof(unsigned);
+    const double random_ms = median_ms(st, [&] {
+      gmem_random_kernel<<<blocks_r, kGmemThreads, 0, st>>>(array.get(), 0x27d4eb2fu, kSentinel, out);
+      CANOPY_CUDA_CHECK_LAUNCH("gmem_random_kernel");
+    });
+    hw.gmem_uncoalesced_gbs = random_bytes / (random_ms * 1e6);
+    stream.sync();  // before the array is freed
+  }
+
+  // Canopy's additions: cached random reads, dependent-load latencies, launch cost.
+  {
+    DeviceBuffer<unsigned> array;
+    array.reserve(kGmemWords, "the forest-hardware cached-read benchmark (256 MiB)", st);
+    CANOPY_CUDA_CHECK(cudaMemsetAsync(array.get(), 0x3c, kGmemWords * sizeof(unsigned), st));
+    const int blocks = resident_blocks(gmem_cached_random_kernel, kGmemThreads, sms);
+    const double bytes = double(blocks) * kGmemThreads * kCachedReads * sizeof(unsigned);
+    const double ms = median_ms(st, [&] {
+      gmem_cached_random_kernel<<<blocks, kGmemThreads, 0, st>>>(array.get(), 0x165667b1u, kSentinel, out);
+      CANOPY_CUDA_CHECK_LAUNCH("gmem_cached_random_kernel");
+    });
+    hw.gmem_cached_random_gbs = bytes / (ms * 1e6);
+    stream.sync();
+  }
+  {
+    // A single random cycle through all words (Sattolo's shuffle), so the chase never repeats early.
+    const std::size_t words = std::size_t(1) << kChaseLog2Words;
+    std::vector<unsigned> next(words);
+    for (std::size_t i = 0; i < words; ++i) next[i] = static_cast<unsigned>(i);
+    std::uint64_t state = 0x2545f4914f6cdd1dull;
+    for (std::size_t i = words - 1; i > 0; --i) {
+      state ^= state << 13;
+      state ^= state >> 7;
+      state ^= state << 17;
+      std::swap(next[i], next[state % i]);
+    }
+    DeviceBuffer<unsigned> chain;
+    chain.reserve(words, "the forest-hardware latency benchmark (8 MiB)", st);
+    copy_to_device(chain.get(), next.data(), words, st);
+    const double g_ms = median_ms(st, [&] {
+      gmem_chase_kernel<<<1, 1, 0, st>>>(chain.get(), kSentinel, out);
+      CANOPY_CUDA_CHECK_LAUNCH("gmem_chase_kernel");
+    });
+    hw.gmem_latency_ns = g_ms * 1e6 / kChaseSteps;
+    // Shared memory: a cycle through 8192 words (Sattolo again, on the first words' range).
+    std::vector<unsigned> small(kSmemChaseWords);
+    for (int i = 0; i < kSmemChaseWords; ++i) small[static_cast<std::size_t>(i)] = static_cast<unsigned>(i);
+    for (int i = kSmemChaseWords - 1; i > 0; --i) {
+      state ^= state << 13;
+      state ^= state >> 7;
+      state ^= state << 17;
+      std::swap(small[static_cast<std::size_t>(i)], small[state % static_cast<unsigned>(i)]);
+    }
+    copy_to_device(chain.get(), small.data(), small.size(), st);
+    const double fill_ms = median_ms(st, [&] {
+      smem_chase_kernel<<<1, 256, 0, st>>>(chain.get(), kSentinel, out);
+      CANOPY_CUDA_CHECK_LAUNCH("smem_chase_kernel");
+    });
+    hw.smem_latency_ns = fill_ms * 1e6 / kSmemChaseSteps;  // the parallel fill is a few hundred ns of it
+    const int launches = 32;
+    const double launch_ms = median_ms(st, [&] {
+      for (int i = 0; i < launches; ++i) empty_kernel<<<1, 32, 0, st>>>();
+      CANOPY_CUDA_CHECK_LAUNCH("empty_kernel");
+    });
+    hw.launch_ns = launch_ms * 1e6 / launches;
+    stream.sync();
+  }
+
+  // B_rate = kernel time / (blocks * reductions per block) / threads per block: the GPU's time
+  // per block-wide reduction while every SM is reducing (a throughput, like the bandwidths),
+  // per thread of the block. One reduction stands for one row of the shared-data kernel, so
+  // B_rate * threads is the reduction's cost per row.
+  {
+    const int blocks = resident_blocks(block_reduce_kernel, kReduceThreads, sms);
+    const double reduce_ms = median_ms(st, [&] {
+      block_reduce_kernel<<<blocks, kReduceThreads, 0, st>>>(-1.0f, reinterpret_cast<float*>(out));
+      CANOPY_CUDA_CHECK_LAUNCH("block_reduce_kernel");
+    });
+    hw.block_reduce_ns_per_thread = reduce_ms * 1e6 / (double(blocks) * kBlockReduceReps) / kReduceThreads;
+  }
+
+  // G_rate = the time of one segmented sum over the batch (kGlobalReduceRows rows of
+  // kGlobalReduceParts partials) / kGlobalReduceParts: ns per block (partial per row), so that
+  // G_rate * blocks is a batch's global reduction (eq. 3); exact for batches near 65536 rows.
+  {
+    const int rows = kGlobalReduceRows, parts = kGlobalReduceParts;
+    DeviceBuffer<float> partials, sums;
+    DeviceBuffer<int> offsets;
+    partials.reserve(std::size_t(rows) * parts, "the global-reduction benchmark's partial sums", st);
+    sums.reserve(rows, "the global-reduction benchmark's sums", st);
+    offsets.reserve(std::size_t(rows) + 1, "the global-reduction benchmark's offsets", st);
+    CANOPY_CUDA_CHECK(cudaMemsetAsync(partials.get(), 0, std::size_t(rows) * parts * sizeof(float), st));
+    segment_offsets_kernel<<<(rows + 1 + 255) / 256, 256, 0, st>>>(offsets.get(), rows, parts);
+    CANOPY_CUDA_CHECK_LAUNCH("segment_offsets_kernel");
+
+    std::size_t temp_bytes = 0;
+    CANOPY_CUDA_CHECK(cub::DeviceSegmentedReduce::Sum(nullptr, temp_bytes, partials.get(), sums.get(), rows,
+                                                      offsets.get(), offsets.get() + 1, st));
+    DeviceBuffer<unsigned char> temp;
+    temp.reserve(std::max<std::size_t>(temp_bytes, 1), "the global-reduction benchmark's temporary storage", st);
+    const double reduce_ms = median_ms(st, [&] {
+      CANOPY_CUDA_CHECK(cub::DeviceSegmentedReduce::Sum(temp.get(), temp_bytes, partials.get(), sums.get(), rows,
+                                                        offsets.get(), offsets.get() + 1, st));
+    });
+    hw.global_reduce_ns_per_block = reduce_ms * 1e6 / parts;
+    stream.sync();  // before the buffers are freed
+  }
+  return hw;
+}
+
+}  // namespace canopy
