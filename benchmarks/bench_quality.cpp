@@ -155,9 +155,17 @@ std::vector<QualityRow> quality_rows(const QualityConfig& c, const View& view, c
       o.probe = p;
       o.row_cap = c.row_cap;
       const GuidedRows g = guided_rows(o, Device::Cpu);
-      std::vector<index_t> order;
-      PhaseTimes times;
-      detail::schedule_custom_cpu(view, v, n, d, g, order, nullptr, times);
+      o.schedule = ScheduleKind::Hybrid;
+      TraversalStats st;
+      st.depth = d;
+      st.rows = g;
+      CpuScratch cpu;
+      CallData call;
+      call.n = n;
+      const CustomWorkload<View, Visitor> w{v, "canopy-bench quality"};
+      schedule_on_cpu(cpu, w, view, v, call, o, st, nullptr);
+      const std::vector<index_t>& order = cpu.order;
+      const PhaseTimes& times = st.times;
       std::string name = "hybrid";
       if (is_guided_v<Visitor>)
         name += std::string(" (probe ") + to_string(g.probe) + (g.cap ? ", cap " + std::to_string(g.cap) : "") + ")";

@@ -7,6 +7,8 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_reduce.h>
 
+#include "core/device.hpp"
+
 namespace canopy {
 
 index_t first_non_finite(const float* v, index_t n) {
@@ -22,14 +24,17 @@ index_t first_non_finite(const float* v, index_t n) {
       [](index_t a, index_t b) { return std::min(a, b); });
 }
 
-void check_queries(const float* queries, index_t n, int dims) {
+void check_queries(const float* queries, index_t n, int dims, stream_t after) {
   if (n < 0) throw Error("n_queries = " + std::to_string(n) + " is negative");
   if (n > 0 && queries == nullptr) throw Error("queries is a null pointer");
   const index_t total = n * dims;
-  const index_t bad = first_non_finite(queries, total);
-  if (bad < total)
-    throw Error("query " + std::to_string(bad / dims) + " has a non-finite coordinate (" +
-                std::to_string(queries[bad]) + ") in dimension " + std::to_string(bad % dims));
+  const bool on_device = is_device_pointer(queries);
+  const index_t bad = on_device ? first_non_finite_on_device(queries, total, after) : first_non_finite(queries, total);
+  if (bad >= total) return;
+  float value = 0;
+  copy_memory(&value, queries + bad, sizeof value, after);
+  throw Error("query " + std::to_string(bad / dims) + " has a non-finite coordinate (" + std::to_string(value) +
+              ") in dimension " + std::to_string(bad % dims));
 }
 
 }  // namespace canopy

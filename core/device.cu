@@ -1,6 +1,7 @@
 #include "core/cuda.cuh"
 #include "core/device.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace canopy {
@@ -70,6 +71,44 @@ void copy_memory(void* dst, const void* src, std::size_t bytes, stream_t after) 
 void copy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) {
   if (bytes == 0) return;
   CANOPY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+}
+
+namespace {
+
+constexpr int kScanBlock = 256;
+
+__global__ void __launch_bounds__(kScanBlock)
+first_non_finite_kernel(const float* v, index_t n, unsigned long long* first) {
+  for (index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<index_t>(gridDim.x) * blockDim.x) {
+    if (!isfinite(v[i])) {
+      atomicMin(first, static_cast<unsigned long long>(i));
+      return;  // later values of this thread are larger
+    }
+  }
+}
+
+}  // namespace
+
+index_t first_non_finite_on_device(const float* v, index_t n, stream_t after) {
+  if (n <= 0) return n;
+  thread_local Stream stream;
+  thread_local Event ready;
+  thread_local DeviceBuffer<unsigned long long> first;
+  thread_local PinnedBuffer<unsigned long long> found;
+  if (after) stream.wait_for(after, ready);
+  first.reserve(1, "the non-finite value search", stream.get());
+  found.reserve(1);
+  *found.get() = static_cast<unsigned long long>(n);
+  CANOPY_CUDA_CHECK(cudaMemcpyAsync(first.get(), found.get(), sizeof(unsigned long long), cudaMemcpyHostToDevice,
+                                    stream.get()));
+  const index_t blocks = std::min<index_t>((n + kScanBlock - 1) / kScanBlock, 1024);
+  first_non_finite_kernel<<<static_cast<unsigned>(blocks), kScanBlock, 0, stream.get()>>>(v, n, first.get());
+  CANOPY_CUDA_CHECK_LAUNCH("first_non_finite_kernel");
+  CANOPY_CUDA_CHECK(cudaMemcpyAsync(found.get(), first.get(), sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                                    stream.get()));
+  stream.sync();
+  return static_cast<index_t>(*found.get());
 }
 
 Device resolve_device(Device requested) {

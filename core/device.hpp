@@ -32,6 +32,9 @@ void copy_n_async(T* dst, const T* src, std::size_t n, stream_t stream) {
   copy_async(dst, src, n * sizeof(T), stream);
 }
 
+// first_non_finite() of values in device memory, computed there after the work queued on `after`.
+index_t first_non_finite_on_device(const float* v, index_t n, stream_t after = nullptr);
+
 // Auto becomes Gpu when one is available, else Cpu; Gpu without one is an error.
 Device resolve_device(Device requested);
 const char* to_string(Device d);

@@ -18,21 +18,27 @@ inspector_kernel(Topology tree, TopTreeView top, Visitor v, index_t n, std::uint
   if (q < n) inspect_row(tree, top, v, q, matrix + q * n_words, n_words);
 }
 
-// Guided rows of `width` entries (kRowEnd-terminated when shorter, not padded); packed_size[q]
-// gets the row's length + 1 (its size when packed with a kRowEnd) and *max_length the longest
-// row (one atomic per warp).
+// Where the guided inspector writes: rows of `width` entries (kRowEnd-terminated when shorter,
+// not padded); packed_size[q] gets row q's length + 1 (its size when packed with a kRowEnd) and
+// *max_length the longest row (one atomic per warp).
+struct GuidedRowsOut {
+  std::int32_t* matrix;
+  index_t width;
+  index_t* packed_size;
+  unsigned long long* max_length;
+};
+
 template <class Topology, class Visitor>
 __global__ void __launch_bounds__(kInspectorBlock)
-guided_inspector_kernel(Topology tree, TopTreeView top, Visitor v, index_t n, index_t width, GuidedProbe probe,
-                        std::int32_t* matrix, index_t* packed_size, unsigned long long* max_length) {
+guided_inspector_kernel(Topology tree, TopTreeView top, Visitor v, index_t n, GuidedProbe probe, GuidedRowsOut out) {
   const index_t q = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
   index_t len = 0;
   if (q < n) {
-    len = inspect_row_guided(tree, top, v, q, matrix + q * width, width, probe);
-    packed_size[q] = len + 1;
+    len = inspect_row_guided(tree, top, v, q, out.matrix + q * out.width, out.width, probe);
+    out.packed_size[q] = len + 1;
   }
   for (int off = 16; off > 0; off /= 2) len = max(len, static_cast<index_t>(__shfl_down_sync(0xffffffffu, len, off)));
-  if ((threadIdx.x & 31) == 0 && len > 0) atomicMax(max_length, static_cast<unsigned long long>(len));
+  if ((threadIdx.x & 31) == 0 && len > 0) atomicMax(out.max_length, static_cast<unsigned long long>(len));
 }
 
 // Packs the rows back to back, each followed by kRowEnd, at the scanned offsets. (A template
@@ -56,9 +62,9 @@ void launch_guided_inspector(const Topology& tree, const TopTreeView& top, const
                              GuidedRows rows, std::int32_t* matrix, index_t* packed_size,
                              unsigned long long* max_length, cudaStream_t stream) {
   if (n <= 0) return;
+  const GuidedRowsOut out{matrix, rows.width(top.n_leaves), packed_size, max_length};
   guided_inspector_kernel<<<static_cast<unsigned>((n + kInspectorBlock - 1) / kInspectorBlock), kInspectorBlock, 0,
-                            stream>>>(tree, top, v, n, rows.width(top.n_leaves), rows.probe, matrix, packed_size,
-                                      max_length);
+                            stream>>>(tree, top, v, n, rows.probe, out);
   CANOPY_CUDA_CHECK_LAUNCH("guided_inspector_kernel");
 }
 

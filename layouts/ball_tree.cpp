@@ -122,24 +122,4 @@ BallTree BallTree::build(const float* points, index_t n, int dims, const BallTre
   return tree;
 }
 
-BallTreeView BallTree::view() const {
-  BallTreeView v;
-  v.nodes = nodes_.data();
-  v.centres = centres_.data();
-  v.radii = radii_.data();
-  v.points = points_.data();
-  v.point_ids = point_ids_.data();
-  v.n_points = size();
-  v.n_nodes = node_count();
-  v.dims = dims_;
-  v.stride = padded_dims(dims_);
-  v.height = height_;
-  return v;
-}
-
-std::size_t BallTree::bytes() const {
-  return nodes_.size() * sizeof(KdNode) + centres_.size() * sizeof(float) + radii_.size() * sizeof(float) +
-         points_.size() * sizeof(float) + point_ids_.size() * sizeof(index_t);
-}
-
 }  // namespace canopy

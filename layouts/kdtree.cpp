@@ -120,23 +120,4 @@ KdTree KdTree::build(const float* points, index_t n, int dims, const KdTreeOptio
   return tree;
 }
 
-KdTreeView KdTree::view() const {
-  KdTreeView v;
-  v.nodes = nodes_.data();
-  v.boxes = boxes_.data();
-  v.points = points_.data();
-  v.point_ids = point_ids_.data();
-  v.n_points = size();
-  v.n_nodes = node_count();
-  v.dims = dims_;
-  v.stride = padded_dims(dims_);
-  v.height = height_;
-  return v;
-}
-
-std::size_t KdTree::bytes() const {
-  return nodes_.size() * sizeof(KdNode) + boxes_.size() * sizeof(float) +
-         points_.size() * sizeof(float) + point_ids_.size() * sizeof(index_t);
-}
-
 }  // namespace canopy

@@ -16,7 +16,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_invoke.h>
 
-#include "layouts/kdtree.hpp"
+#include "layouts/point_tree.hpp"
 #include "core/checks.hpp"
 #include "core/types.hpp"
 

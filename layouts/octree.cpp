@@ -317,23 +317,4 @@ Octree Octree::build(const float* xyz, const float* mass, index_t n, const Octre
   return tree;
 }
 
-OctreeView Octree::view() const {
-  OctreeView v;
-  v.nodes = nodes_.data();
-  v.child_ids = child_ids_.data();
-  v.com = com_.data();
-  v.cubes = cubes_.data();
-  v.bodies = bodies_.data();
-  v.body_ids = body_ids_.data();
-  v.n_bodies = size();
-  v.n_nodes = node_count();
-  v.height = height_;
-  return v;
-}
-
-std::size_t Octree::bytes() const {
-  return nodes_.size() * sizeof(OctNode) + child_ids_.size() * sizeof(node_id) +
-         (com_.size() + cubes_.size() + bodies_.size()) * sizeof(float) + body_ids_.size() * sizeof(index_t);
-}
-
 }  // namespace canopy

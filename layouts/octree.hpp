@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/types.hpp"
+#include "layouts/arrays.hpp"
 
 namespace canopy {
 
@@ -71,13 +72,13 @@ class Octree {
   // max_depth outside 1..OctreeView::kMaxDepth.
   static Octree build(const float* xyz, const float* mass, index_t n, const OctreeOptions& options = {});
 
-  OctreeView view() const;
+  OctreeView view() const { return map_view(HostArrays{}); }
   index_t size() const { return static_cast<index_t>(body_ids_.size()); }
   int height() const { return height_; }
   int leaf_size() const { return leaf_size_; }
   int max_depth() const { return max_depth_; }
   node_id node_count() const { return static_cast<node_id>(nodes_.size()); }
-  std::size_t bytes() const;
+  std::size_t bytes() const { return array_bytes(*this); }  // what the device copy takes
 
   const std::vector<OctNode>& nodes() const { return nodes_; }
   const std::vector<node_id>& child_ids() const { return child_ids_; }
@@ -85,6 +86,21 @@ class Octree {
   const std::vector<float>& cubes() const { return cubes_; }    // [nodes][4]
   const std::vector<float>& bodies() const { return bodies_; }  // [n][4], tree order
   const std::vector<index_t>& body_ids() const { return body_ids_; }
+
+  template <class Map>
+  OctreeView map_view(Map&& map) const {
+    OctreeView v;
+    v.nodes = map(nodes_, "the octree nodes");
+    v.child_ids = map(child_ids_, "the octree child lists");
+    v.com = map(com_, "the octree centres of mass");
+    v.cubes = map(cubes_, "the octree cells");
+    v.bodies = map(bodies_, "the octree bodies");
+    v.body_ids = map(body_ids_, "the octree body ids");
+    v.n_bodies = size();
+    v.n_nodes = node_count();
+    v.height = height_;
+    return v;
+  }
 
  private:
   std::vector<OctNode> nodes_;

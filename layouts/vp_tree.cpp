@@ -185,28 +185,4 @@ VpTree VpTree::build(const float* points, index_t n, int dims, const VpTreeOptio
   return tree;
 }
 
-VpTreeView VpTree::view() const {
-  VpTreeView v;
-  v.nodes = nodes_.data();
-  v.vantages = vantages_.data();
-  v.mu = mu_.data();
-  v.parent = parent_.data();
-  v.shell_lo = shell_lo_.data();
-  v.shell_hi = shell_hi_.data();
-  v.points = points_.data();
-  v.point_ids = point_ids_.data();
-  v.n_points = size();
-  v.n_nodes = node_count();
-  v.dims = dims_;
-  v.stride = padded_dims(dims_);
-  v.height = height_;
-  return v;
-}
-
-std::size_t VpTree::bytes() const {
-  return nodes_.size() * sizeof(KdNode) +
-         (vantages_.size() + mu_.size() + shell_lo_.size() + shell_hi_.size() + points_.size()) * sizeof(float) +
-         parent_.size() * sizeof(node_id) + point_ids_.size() * sizeof(index_t);
-}
-
 }  // namespace canopy

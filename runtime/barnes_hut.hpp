@@ -13,7 +13,6 @@
 
 #include "layouts/octree.hpp"
 #include "runtime/options.hpp"
-#include "scheduler/schedule.hpp"
 
 namespace canopy {
 
@@ -32,8 +31,11 @@ struct BhResult : TraversalStats {
   std::vector<float> forces;  // [bodies][3], original body order
 };
 
+template <class W>
+class Engine;
 namespace detail {
-class BhGpu;
+struct BhData;
+struct BhWorkload;
 }
 
 // Holds an octree (which must outlive it), the bodies in their original order and, on the GPU,
@@ -45,26 +47,20 @@ class BarnesHut {
   BarnesHut(const BarnesHut&) = delete;
   BarnesHut& operator=(const BarnesHut&) = delete;
 
-  Device device() const { return device_; }
+  Device device() const;
   const Octree& tree() const { return tree_; }
 
   // Errors (canopy::Error): theta or softening negative or not finite, a depth outside
   // 1..height, device gpu on a machine without one.
   BhResult run(const BhOptions& options);
+  // The same into the caller's buffer forces[bodies][3] (original body order), host or device
+  // memory (the GPU writes device memory in place, after the work queued on options.stream).
+  TraversalStats run(const BhOptions& options, float* forces);
 
  private:
-  struct Run;
-  void schedule_on_cpu(Run& r);
-  void schedule_on_gpu(Run& r);
-  void execute(Run& r);
-
   const Octree& tree_;
-  Device device_;
-  std::vector<float> xyz_, mass_;  // original order
-  std::unique_ptr<detail::BhGpu> gpu_;
-  SandpileScheduler sandpile_;  // its workspace is reused from run to run
-  std::vector<index_t> order_;
-  AutoDepth auto_depth_;
+  std::unique_ptr<detail::BhData> data_;  // the bodies in their original order: the queries
+  std::unique_ptr<Engine<detail::BhWorkload>> engine_;
 };
 
 }  // namespace canopy

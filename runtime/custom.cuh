@@ -10,19 +10,20 @@
 //   // results are in device_results; every kernel ran on t.stream(), which run() has synced
 #pragma once
 
-#include <chrono>
-#include <string>
-#include <vector>
+#include <algorithm>
+#include <type_traits>
 
+#include "core/cuda.cuh"
+#include "core/device.hpp"
 #include "layouts/graph_tree.hpp"
 #include "runtime/custom.hpp"
-#include "core/device.hpp"
-#include "runtime/traversal_gpu.cuh"
+#include "runtime/engine.cuh"
 
 namespace canopy {
 
 // A GraphTree's shape and payloads in device memory, copied on `stream` (synchronised before
-// the constructor returns). Payload must be trivially copyable.
+// the constructor returns; freed on it, so it must outlive this object). Payload must be
+// trivially copyable.
 template <class Payload>
 class DeviceGraphTree {
  public:
@@ -56,110 +57,55 @@ class Traverser {
   Traverser() {
     if (!gpu_available()) throw Error("canopy::Traverser needs a CUDA device: " + gpu_description());
   }
-  cudaStream_t stream() const { return g_.stream(); }
+  cudaStream_t stream() const { return g_.stream.get(); }
 
   // host_tree: the topology with host pointers (the top-tree is cut on the host);
   // device_tree: the same tree with device pointers; v: the visitor with device pointers.
-  // Hybrid: GPU inspector, matrix to pinned host memory, CPU scheduler, order to the GPU.
-  // HybridDevice: the same schedule computed on the GPU (guided visitors: where the top-tree
-  // has at most two leaves per parent, else the CPU's). Then the executor kernel; with
+  // Every schedule but LeafSort (a custom traversal has no sort key), the pipeline, depth auto
+  // and the caller's stream (opt.stream) work as for the built-in workloads; with
   // gpu_count_nodes, the instrumented lockstep kernel runs once more (so finish() must be
   // idempotent: write results, do not accumulate). count_nodes (the CPU emulator) needs the
   // host visitor: run traverse_cpu for it.
   template <class Topology, class Visitor>
   TraversalStats run(const Topology& host_tree, const Topology& device_tree, const Visitor& v, index_t n_queries,
                      const TraversalOptions& opt = {}) {
-    detail::check_custom_options(opt, n_queries, "Traverser::run");
     if (opt.count_nodes)
       throw Error("Traverser::run: count_nodes runs the CPU warp emulator, which needs host pointers; use "
                   "traverse_cpu for it, or gpu_count_nodes");
-    TraversalStats res;
-    res.begin(opt, Device::Gpu, "Traverser", host_tree.height, kDefaultTopTreeDepth,
-              is_guided_v<Visitor> ? TraversalStats::Guided::CustomTree : TraversalStats::Guided::No);
-    if (res.device == Device::Cpu)
+    if (opt.device == Device::Cpu)
       throw Error("Traverser::run: device cpu was requested; the visitor holds device pointers (use traverse_cpu)");
-    g_.set_query_count(n_queries);
-    if (n_queries == 0) {
-      if (opt.keep_schedule) res.schedule = input_order(0);
-      return res;
-    }
-    const index_t* order = nullptr;  // host copy of the order, when one exists
-    std::vector<index_t> buckets;
-    const bool reordered = opt.schedule != ScheduleKind::InputOrder;
-    if (reordered) {
-      // The caller's data sizes are not known here: a budget bounds the matrix alone.
-      const TopTree top = TopTree::build(host_tree, res.depth);
-      index_t* kept = nullptr;
-      if (pipeline_if_planned(
-              opt, n_queries, 0, 0,
-              pipeline_bytes_per_query(is_guided_v<Visitor>,
-                                       is_guided_v<Visitor> ? res.rows.width(top.size()) : top.size()),
-              res, [&](const std::vector<index_t>& chunks) { return g_.pipelined(device_tree, top, v, opt, chunks, res.rows); },
-              [&] { return g_.download_order(); }, order_, kept, buckets)) {
-        if (opt.measure_overlap) res.pipeline.execute_only_ms = g_.execute(opt.executor, device_tree, v, true, nullptr);
-        if (opt.keep_schedule) res.keep(kept, n_queries, std::move(buckets));
-        if (opt.gpu_count_nodes && opt.executor != ExecutorKind::Independent)
-          g_.execute(opt.executor, device_tree, v, true, &res.gpu_warp_nodes);
-        return res;
-      }
-      order = schedule(top, device_tree, v, opt, res, buckets);
-    }
-    if (opt.keep_schedule) res.keep(order, n_queries, std::move(buckets));
-    res.times.execute_ms = g_.execute(opt.executor, device_tree, v, reordered, nullptr);
-    if (opt.gpu_count_nodes && opt.executor != ExecutorKind::Independent)
-      g_.execute(opt.executor, device_tree, v, reordered, &res.gpu_warp_nodes);
-    return res;
+    using W = CustomWorkload<Topology, Visitor>;
+    const W w{v, "Traverser::run"};
+    Part<W> part(g_, host_tree, device_tree);
+    CallData call;
+    call.n = n_queries;
+    return run_call(w, host_tree, Device::Gpu, &part, state_, call, opt);
   }
 
  private:
-  template <class Topology, class Visitor>
-  const index_t* schedule(const TopTree& top, const Topology& device_tree, const Visitor& v,
-                          const TraversalOptions& opt, TraversalStats& res, std::vector<index_t>& buckets) {
-    const index_t n = g_.queries();
-    std::vector<index_t>* want_buckets = opt.keep_schedule ? &buckets : nullptr;
-    bool on_device = opt.schedule == ScheduleKind::HybridDevice;
-    if constexpr (is_guided_v<Visitor>)
-      on_device = on_device && DeviceGuidedScheduler::supports(top.parents().data(), top.size(), n);
-    if (on_device) {
-      if constexpr (is_guided_v<Visitor>) {
-        res.times.inspect_ms = g_.inspect_guided_on_device(device_tree, top, v, res.rows);
-        res.times.schedule_ms = g_.device_guided_schedule(top);
-      } else {
-        res.times.inspect_ms = g_.inspect_bits(device_tree, top, v);
-        res.times.schedule_ms = g_.device_sandpile();
-      }
-      // The order stays on the device; fetch it only when asked, outside the timed regions.
-      if (!opt.keep_schedule) return nullptr;
-      order_ = g_.download_order();
-      if constexpr (is_guided_v<Visitor>) {
-        buckets = g_.device_guided_buckets();
-      } else {
-        const SchedulingMatrixView m = g_.download_bits();
-        buckets = bucket_boundaries(n, [&](index_t i) { return highest_column(m, order_[i]); });
-      }
-      return order_.data();
+  // The call's GPU side over the caller's device tree. The caller's data sizes are not known
+  // here: a memory budget bounds the scheduling matrix alone.
+  template <class W>
+  class Part final : public GpuPart<W> {
+   public:
+    Part(GpuResources& g, const typename W::View& host, const typename W::View& device)
+        : g_(g), host_(host), device_(device) {}
+    std::size_t tree_bytes() const override { return 0; }
+    void run(const W& w, const CallData& call, const TraversalOptions& opt, TraversalStats& st) override {
+      CallerStream caller(g_, opt.stream);
+      run_on_gpu(g_, w, host_, device_, call, opt, DeviceFootprint{}, st);
+      caller.release();
+      g_.stream.sync();
     }
-    index_t* staging = nullptr;
-    std::chrono::steady_clock::time_point t0;
-    if constexpr (is_guided_v<Visitor>) {
-      const GuidedMatrixView m = g_.inspect_guided_to_host(device_tree, top, v, res.rows, &res.times.inspect_ms);
-      t0 = std::chrono::steady_clock::now();
-      staging = g_.order_staging();  // the scheduler writes straight into pinned memory
-      guided_schedule(m, top.parents().data(), staging, want_buckets);
-    } else {
-      const SchedulingMatrixView m = g_.inspect_bits_to_host(device_tree, top, v, &res.times.inspect_ms);
-      t0 = std::chrono::steady_clock::now();
-      staging = g_.order_staging();
-      sandpile_.run(m, staging, want_buckets);
-    }
-    g_.upload_order();
-    res.times.schedule_ms = ms_since(t0);
-    return staging;
-  }
 
-  detail::GpuTraversal g_;
-  SandpileScheduler sandpile_;
-  std::vector<index_t> order_;
+   private:
+    GpuResources& g_;
+    const typename W::View& host_;
+    const typename W::View& device_;
+  };
+
+  GpuResources g_;
+  EngineState state_;
 };
 
 }  // namespace canopy

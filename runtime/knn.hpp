@@ -39,8 +39,11 @@ struct KnnResult : TraversalStats {
   std::vector<float> distances;  // [queries][k]
 };
 
+template <class W>
+class Engine;
 namespace detail {
-class KnnGpu;
+template <class Tree>
+struct KnnWorkload;
 }
 
 // Holds a tree (which must outlive it) and, on the GPU, its device copy and reusable buffers.
@@ -54,7 +57,7 @@ class NearestNeighbors {
   NearestNeighbors(const NearestNeighbors&) = delete;
   NearestNeighbors& operator=(const NearestNeighbors&) = delete;
 
-  Device device() const { return device_; }
+  Device device() const;
   SearchTree tree_kind() const { return kind_; }
   int dims() const;
   index_t size() const;  // tree points
@@ -65,27 +68,19 @@ class NearestNeighbors {
   // one. Zero queries give an empty result.
   KnnResult run(const float* queries, index_t n_queries, const KnnOptions& options);
   // The same into the caller's buffers indices[n_queries][k] and distances[n_queries][k]; the
-  // queries and both outputs may each be host or device memory (device queries are staged
-  // through the host for the checks).
+  // queries and both outputs may each be host or device memory (the GPU reads and writes device
+  // memory in place, after the work queued on options.stream).
   TraversalStats run(const float* queries, index_t n_queries, const KnnOptions& options, index_t* indices,
                      float* distances);
 
  private:
-  struct Run;
   template <class F>
-  decltype(auto) with_tree(F&& f) const;
-  void schedule_on_cpu(Run& r);
-  void schedule_on_gpu(Run& r);
-  void execute(Run& r);
+  decltype(auto) with_engine(F&& f) const;
 
   SearchTree kind_;
-  const KdTree* kd_ = nullptr;
-  const BallTree* ball_ = nullptr;
-  const VpTree* vp_ = nullptr;
-  Device device_;
-  std::unique_ptr<detail::KnnGpu> gpu_;
-  std::vector<index_t> order_;
-  AutoDepth auto_depth_;
+  std::unique_ptr<Engine<detail::KnnWorkload<KdTree>>> kd_;
+  std::unique_ptr<Engine<detail::KnnWorkload<BallTree>>> ball_;
+  std::unique_ptr<Engine<detail::KnnWorkload<VpTree>>> vp_;
 };
 
 }  // namespace canopy

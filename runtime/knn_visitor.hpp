@@ -184,7 +184,7 @@ template <class Topology, class Visitor>
 struct GreedyLeafKey {
   Topology tree;
   Visitor v;
-  CANOPY_HD std::uint64_t operator()(index_t q) const { return static_cast<std::uint64_t>(greedy_leaf(tree, v, q)); }
+  CANOPY_HD std::uint32_t operator()(index_t q) const { return static_cast<std::uint32_t>(greedy_leaf(tree, v, q)); }
 };
 
 }  // namespace canopy

@@ -12,12 +12,8 @@
 #include <memory>
 #include <vector>
 
-#include "executor/executor.hpp"
 #include "layouts/kdtree.hpp"
-#include "core/types.hpp"
-#include "core/device.hpp"
 #include "runtime/options.hpp"
-#include "scheduler/schedule.hpp"
 
 namespace canopy {
 
@@ -29,8 +25,10 @@ struct PcResult : TraversalStats {
   std::vector<index_t> counts;  // counts[i]: tree points within the radius of query i
 };
 
+template <class W>
+class Engine;
 namespace detail {
-class PcGpuEngine;
+struct PcWorkload;
 }
 
 // Holds a tree (which must outlive it) and, on the GPU, the tree's device copy and reusable
@@ -43,7 +41,7 @@ class PointCorrelation {
   PointCorrelation& operator=(const PointCorrelation&) = delete;
 
   // The device runs use unless options.device says cpu.
-  Device device() const { return device_; }
+  Device device() const;
   const KdTree& tree() const { return tree_; }
 
   // queries: row-major [n_queries][tree.dims()]. Errors (canopy::Error): negative or
@@ -51,23 +49,13 @@ class PointCorrelation {
   // on a machine without one. Zero queries give an empty result.
   PcResult run(const float* queries, index_t n_queries, const PcOptions& options);
   // The same, with the counts written to the caller's buffer counts[n_queries]; queries and
-  // counts may each be host or device memory (device queries are staged through the host for
-  // the checks; the result's `counts` vector stays empty).
+  // counts may each be host or device memory (the GPU reads and writes device memory in place,
+  // after the work queued on options.stream).
   TraversalStats run(const float* queries, index_t n_queries, const PcOptions& options, index_t* counts);
 
  private:
-  struct Run;
-  void schedule_on_cpu(Run& r);
-  void schedule_on_gpu(Run& r);
-  void execute(Run& r);
-
   const KdTree& tree_;
-  Device device_;
-  std::unique_ptr<detail::PcGpuEngine> gpu_;
-  // Kept from run to run so scheduling touches no fresh memory.
-  SandpileScheduler sandpile_;
-  std::vector<index_t> order_;
-  AutoDepth auto_depth_;
+  std::unique_ptr<Engine<detail::PcWorkload>> engine_;
 };
 
 // Picks r so that the mean count over a seeded sample of the queries is about target_mean

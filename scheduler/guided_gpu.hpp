@@ -10,11 +10,8 @@
 
 #include <cstdint>
 #include <memory>
-#include <vector>
 
 #include "core/types.hpp"
-
-struct CUstream_st;
 
 namespace canopy {
 
@@ -30,12 +27,10 @@ class DeviceGuidedScheduler {
 
   // matrix: device rows [rows][width] of columns in [0, cols) (the guided inspector's output:
   // each row ends at its first kRowEnd or after width entries); column_parent: host [cols].
-  // Writes the order into device memory order[rows]; the buckets stay on the device until
-  // bucket_offsets() fetches them.
+  // Writes the order into device memory order[rows] and, in heads[rows] (device memory), a 1
+  // where a final bucket starts, else 0 (the buckets of Schedule are the positions of the 1s).
   void run(const std::int32_t* matrix, index_t rows, index_t cols, index_t width, const node_id* column_parent,
-           index_t* order, CUstream_st* stream, index_t max_bucket = 32);
-  // The bucket offsets of the last run (0, each final bucket's start, rows), like Schedule's.
-  std::vector<index_t> bucket_offsets(CUstream_st* stream);
+           index_t* order, std::uint8_t* heads, stream_t stream, index_t max_bucket = 32);
 
  private:
   struct Impl;

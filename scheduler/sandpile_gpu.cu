@@ -61,7 +61,7 @@ DeviceSandpile::DeviceSandpile() : impl_(std::make_unique<Impl>()) {}
 DeviceSandpile::~DeviceSandpile() = default;
 
 void DeviceSandpile::run(const std::uint64_t* matrix, index_t rows, index_t words, index_t* order,
-                         CUstream_st* stream) {
+                         stream_t stream) {
   if (rows <= 0) return;
   Impl& m = *impl_;
   const cudaStream_t s = stream;

@@ -7,7 +7,6 @@
 
 #include "core/types.hpp"
 
-struct CUstream_st;
 
 namespace canopy {
 
@@ -23,7 +22,7 @@ class DeviceSandpile {
   // Stable radix sorts, one per word of the rows from the least significant word to the most,
   // each over the bits that vary in that word; equal to the descending stable sort of the
   // rows, which is the sandpile.
-  void run(const std::uint64_t* matrix, index_t rows, index_t words_per_row, index_t* order, CUstream_st* stream);
+  void run(const std::uint64_t* matrix, index_t rows, index_t words_per_row, index_t* order, stream_t stream);
 
  private:
   struct Impl;

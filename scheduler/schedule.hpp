@@ -12,6 +12,28 @@
 
 namespace canopy {
 
+// How the queries are ordered before the executor runs them.
+enum class ScheduleKind {
+  InputOrder,    // run the queries as given
+  Hybrid,        // inspector over the top-tree + the CPU scheduler (the paper's design: the
+                 // matrix crosses to the host): the sandpile for unguided traversals, the
+                 // recursive buckets for guided ones
+  HybridDevice,  // the same schedule, bit for bit, computed on the GPU next to the matrix
+                 // (the sandpile, or the recursive buckets for binary top-trees; otherwise the
+                 // CPU's); on the CPU device the same as Hybrid
+  LeafSort,      // the hand-tuned baseline: sort by the leaf each query falls in (kd, ball and
+                 // vp trees) or by Morton code (Barnes-Hut)
+};
+inline const char* to_string(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::InputOrder: return "input-order";
+    case ScheduleKind::Hybrid: return "hybrid";
+    case ScheduleKind::HybridDevice: return "hybrid-device";
+    case ScheduleKind::LeafSort: return "leaf-sort";
+  }
+  return "?";
+}
+
 struct Schedule {
   std::vector<index_t> order;           // order[i] = the query run at position i
   std::vector<index_t> bucket_offsets;  // bucket b is order[offsets[b] .. offsets[b + 1])

@@ -1,93 +1,17 @@
-#include "executor/gpu_kernels.cuh"
+#include "tests/gpu_trace.hpp"
+
+#include <algorithm>
+
+#include "inspector/device_matrix.cuh"
+#include "layouts/device_copy.hpp"
 #include "runtime/bh_visitor.hpp"
-#include "runtime/knn_gpu.cuh"
-#include "scheduler/guided_gpu.hpp"
-#include "gpu_trace.hpp"
+#include "runtime/engine.cuh"
+#include "runtime/knn_visitor.hpp"
 #include "runtime/pc_visitor.hpp"
-#include "scheduler/sandpile_gpu.hpp"
-#include "scheduler/schedule.hpp"
+#include "scheduler/device_schedule.hpp"
 
 namespace canopy {
 namespace test {
-
-void allocate_device_bytes(std::size_t bytes, const char* what) {
-  Stream stream;
-  DeviceBuffer<unsigned char> b;
-  b.reserve(bytes, what, stream.get());
-}
-
-std::vector<index_t> device_sandpile_order(const std::vector<std::uint64_t>& words, index_t rows, index_t cols) {
-  Stream stream;
-  DeviceBuffer<std::uint64_t> matrix;
-  DeviceBuffer<index_t> order;
-  matrix.reserve(words.size(), "matrix", stream.get());
-  order.reserve(rows, "order", stream.get());
-  copy_to_device(matrix.get(), words.data(), words.size(), stream.get());
-  DeviceSandpile sandpile;
-  sandpile.run(matrix.get(), rows, words_per_row(cols), order.get(), stream.get());
-  std::vector<index_t> out(static_cast<std::size_t>(rows));
-  copy_to_host(out.data(), order.get(), out.size(), stream.get());
-  stream.sync();
-  return out;
-}
-
-Traced run_traced_gpu(const KdTree& tree, const std::vector<float>& queries, float radius,
-                      const std::vector<index_t>& order, ExecutorKind kind, int capacity) {
-  const index_t n = static_cast<index_t>(queries.size()) / tree.dims();
-  Stream stream;
-  DeviceBuffer<KdNode> nodes;
-  DeviceBuffer<float> boxes, points, dq;
-  DeviceBuffer<index_t> counts, dorder, warp_nodes;
-  DeviceBuffer<node_id> trace;
-  DeviceBuffer<std::int32_t> lengths;
-  nodes.reserve(tree.nodes().size(), "nodes", stream.get());
-  boxes.reserve(tree.boxes().size(), "boxes", stream.get());
-  points.reserve(tree.points().size(), "points", stream.get());
-  dq.reserve(queries.size(), "queries", stream.get());
-  counts.reserve(n, "counts", stream.get());
-  warp_nodes.reserve((n + 31) / 32, "warp nodes", stream.get());
-  trace.reserve(static_cast<std::size_t>(n) * capacity, "trace", stream.get());
-  lengths.reserve(n, "lengths", stream.get());
-  copy_to_device(nodes.get(), tree.nodes().data(), tree.nodes().size(), stream.get());
-  copy_to_device(boxes.get(), tree.boxes().data(), tree.boxes().size(), stream.get());
-  copy_to_device(points.get(), tree.points().data(), tree.points().size(), stream.get());
-  copy_to_device(dq.get(), queries.data(), queries.size(), stream.get());
-  if (!order.empty()) {
-    dorder.reserve(order.size(), "order", stream.get());
-    copy_to_device(dorder.get(), order.data(), order.size(), stream.get());
-  }
-  KdTreeView view = tree.view();
-  view.nodes = nodes.get();
-  view.boxes = boxes.get();
-  view.points = points.get();
-  view.point_ids = nullptr;
-  dispatch_dims(view.dims, [&](auto md) {
-    TracingVisitor<PointCorrelationVisitor<decltype(md)::value>> v;
-    v.inner.tree = view;
-    v.inner.queries = dq.get();
-    v.inner.counts = counts.get();
-    v.inner.radius2 = radius * radius;
-    v.trace = trace.get();
-    v.lengths = lengths.get();
-    v.capacity = capacity;
-    gpu::launch_executor(kind, view, v, order.empty() ? nullptr : dorder.get(), n,
-                         kind == ExecutorKind::Independent ? nullptr : warp_nodes.get(), stream.get());
-  });
-  Traced out;
-  out.trace.resize(static_cast<std::size_t>(n) * capacity);
-  out.lengths.resize(n);
-  out.counts.resize(n);
-  copy_to_host(out.trace.data(), trace.get(), out.trace.size(), stream.get());
-  copy_to_host(out.lengths.data(), lengths.get(), out.lengths.size(), stream.get());
-  copy_to_host(out.counts.data(), counts.get(), out.counts.size(), stream.get());
-  if (kind != ExecutorKind::Independent) {
-    out.warp_nodes.resize((n + 31) / 32);
-    copy_to_host(out.warp_nodes.data(), warp_nodes.get(), out.warp_nodes.size(), stream.get());
-  }
-  stream.sync();
-  return out;
-}
-
 namespace {
 
 template <class F>
@@ -97,75 +21,180 @@ void test_dims(int dims, F&& f) {
   throw Error("the GPU trace tests are built for 2 or 7 dimensions only");
 }
 
-template <class Tree>
-KnnTraced traced_knn(const Tree& tree, const std::vector<float>& queries, int k, const std::vector<index_t>& order,
-                     ExecutorKind kind, int capacity) {
-  detail::GpuTraversal g;
-  const auto view = detail::device_view(g.mirror(), tree, g.stream());
-  const index_t n = static_cast<index_t>(queries.size()) / tree.dims();
-  g.set_query_count(n);
-  DeviceBuffer<float> dq, dist;
-  DeviceBuffer<index_t> index;
-  DeviceBuffer<node_id> trace;
-  DeviceBuffer<std::int32_t> lengths;
-  dq.reserve(queries.size(), "queries", g.stream());
-  dist.reserve(static_cast<std::size_t>(n) * k, "distances", g.stream());
-  index.reserve(static_cast<std::size_t>(n) * k, "indices", g.stream());
-  trace.reserve(static_cast<std::size_t>(n) * capacity, "trace", g.stream());
-  lengths.reserve(n, "lengths", g.stream());
-  copy_to_device(dq.get(), queries.data(), queries.size(), g.stream());
-  if (!order.empty()) {
-    std::copy(order.begin(), order.end(), g.order_staging());
-    g.upload_order();
-  }
-  KnnTraced out;
-  test_dims(tree.dims(), [&](auto md) {
-    TracingVisitor<decltype(make_knn_visitor<decltype(md)::value>(view, dq.get(), k, dist.get(), index.get()))> v;
-    v.inner = make_knn_visitor<decltype(md)::value>(view, dq.get(), k, dist.get(), index.get());
-    v.trace = trace.get();
-    v.lengths = lengths.get();
-    v.capacity = capacity;
-    g.execute(kind, view, v, !order.empty(), kind == ExecutorKind::Independent ? nullptr : &out.warp_nodes);
-  });
-  out.trace.resize(static_cast<std::size_t>(n) * capacity);
-  out.lengths.resize(n);
-  out.indices.resize(static_cast<std::size_t>(n) * k);
-  out.distances.resize(static_cast<std::size_t>(n) * k);
-  g.download(out.trace.data(), trace.get(), out.trace.size());
-  g.download(out.lengths.data(), lengths.get(), out.lengths.size());
-  g.download(out.indices.data(), index.get(), out.indices.size());
-  g.download(out.distances.data(), dist.get(), out.distances.size());
+template <class T>
+T* upload(DeviceBuffer<T>& b, const std::vector<T>& v, cudaStream_t s) {
+  b.reserve(v.size(), "a test array", s);
+  copy_to_device(b.get(), v.data(), v.size(), s);
+  return b.get();
+}
+
+template <class T>
+std::vector<T> download(const DeviceBuffer<T>& b, std::size_t n, cudaStream_t s) {
+  std::vector<T> out(n);
+  copy_to_host(out.data(), b.get(), n, s);
+  CANOPY_CUDA_CHECK(cudaStreamSynchronize(s));
   return out;
 }
 
+// The tracing side of a run: the visit sequences and, for lockstep kinds, nodes per warp.
+struct Trace {
+  DeviceBuffer<node_id> trace;
+  DeviceBuffer<std::int32_t> lengths;
+  DeviceBuffer<index_t> warp_nodes;
+  index_t n;
+  int capacity;
+  Trace(index_t queries, int cap, cudaStream_t s) : n(queries), capacity(cap) {
+    trace.reserve(static_cast<std::size_t>(n) * capacity, "trace", s);
+    lengths.reserve(static_cast<std::size_t>(n), "lengths", s);
+    warp_nodes.reserve(static_cast<std::size_t>((n + 31) / 32), "warp nodes", s);
+  }
+  template <class Inner>
+  TracingVisitor<Inner> wrap(const Inner& inner) const {
+    TracingVisitor<Inner> v;
+    v.inner = inner;
+    v.trace = trace.get();
+    v.lengths = lengths.get();
+    v.capacity = capacity;
+    return v;
+  }
+  // Step 3 over the given order (empty: the input order), then the trace back on the host.
+  template <class Topology, class Visitor, class Out>
+  void execute(const Topology& tree, const Visitor& v, const std::vector<index_t>& order, ExecutorKind kind,
+               cudaStream_t s, Out& out) {
+    DeviceSchedule schedule;
+    if (!order.empty()) DeviceScheduler::upload(order, schedule, s);
+    const bool lockstep = kind != ExecutorKind::Independent;
+    gpu::execute(tree, v, order.empty() ? nullptr : &schedule, n, kind, s, lockstep ? warp_nodes.get() : nullptr);
+    out.trace = download(trace, static_cast<std::size_t>(n) * capacity, s);
+    out.lengths = download(lengths, static_cast<std::size_t>(n), s);
+    if (lockstep) out.warp_nodes = download(warp_nodes, static_cast<std::size_t>((n + 31) / 32), s);
+  }
+};
+
 template <class Tree>
-PackedRows packed_rows(const Tree& tree, const std::vector<float>& queries, int k, int depth, GuidedRows rows) {
-  detail::GpuTraversal g;
-  const auto view = detail::device_view(g.mirror(), tree, g.stream());
+KnnTraced traced_knn(const Tree& tree, const std::vector<float>& queries, int k, const std::vector<index_t>& order,
+                     ExecutorKind kind, int capacity) {
+  Stream stream;
+  const cudaStream_t s = stream.get();
+  const DeviceCopy<Tree> dtree(tree, s);
   const index_t n = static_cast<index_t>(queries.size()) / tree.dims();
-  g.set_query_count(n);
   DeviceBuffer<float> dq, dist;
   DeviceBuffer<index_t> index;
-  dq.reserve(queries.size(), "queries", g.stream());
-  dist.reserve(static_cast<std::size_t>(n) * k, "distances", g.stream());
-  index.reserve(static_cast<std::size_t>(n) * k, "indices", g.stream());
-  copy_to_device(dq.get(), queries.data(), queries.size(), g.stream());
-  const TopTree top = TopTree::build(tree.view(), depth);
-  PackedRows out;
+  upload(dq, queries, s);
+  dist.reserve(static_cast<std::size_t>(n) * k, "distances", s);
+  index.reserve(static_cast<std::size_t>(n) * k, "indices", s);
+  Trace t(n, capacity, s);
+  KnnTraced out;
   test_dims(tree.dims(), [&](auto md) {
-    double ms = 0;
-    const GuidedMatrixView m = g.inspect_guided_to_host(
-        view, top, make_knn_visitor<decltype(md)::value>(view, dq.get(), k, dist.get(), index.get()), rows, &ms);
-    out.offsets.assign(m.offsets, m.offsets + m.rows + 1);
-    out.entries.assign(m.entries, m.entries + out.offsets.back());
-    out.rows = m.rows;
-    out.cols = m.cols;
-    out.width = m.width;
+    const auto inner = make_knn_visitor<decltype(md)::value>(dtree.view(), dq.get(), k, dist.get(), index.get());
+    t.execute(dtree.view(), t.wrap(inner), order, kind, s, out);
   });
+  out.indices = download(index, static_cast<std::size_t>(n) * k, s);
+  out.distances = download(dist, static_cast<std::size_t>(n) * k, s);
+  return out;
+}
+
+// Step 1 alone, with the rows packed for the host.
+template <class Tree>
+PackedRows packed_rows(const Tree& tree, const std::vector<float>& queries, int k, int depth, GuidedRows rows) {
+  Stream stream;
+  const cudaStream_t s = stream.get();
+  const DeviceCopy<Tree> dtree(tree, s);
+  const index_t n = static_cast<index_t>(queries.size()) / tree.dims();
+  DeviceBuffer<float> dq, dist;
+  DeviceBuffer<index_t> index;
+  upload(dq, queries, s);
+  dist.reserve(static_cast<std::size_t>(n) * k, "distances", s);
+  index.reserve(static_cast<std::size_t>(n) * k, "indices", s);
+  const TopTree top = TopTree::build(tree.view(), depth);
+  DeviceTopTree dtop;
+  dtop.upload(top, s);
+  DeviceMatrix m;
+  m.reserve(true, n, top.size(), rows, HostCopy::Packed, s);
+  test_dims(tree.dims(), [&](auto md) {
+    gpu::inspect(dtree.view(), dtop.view,
+                 make_knn_visitor<decltype(md)::value>(dtree.view(), dq.get(), k, dist.get(), index.get()), rows, m, s);
+  });
+  gpu::finish_inspect(m, s);
+  stream.sync();
+  const GuidedMatrixView v = m.host_rows_view();
+  PackedRows out;
+  out.offsets.assign(v.offsets, v.offsets + v.rows + 1);
+  out.entries.assign(v.entries, v.entries + out.offsets.back());
+  out.rows = v.rows;
+  out.cols = v.cols;
+  out.width = v.width;
   return out;
 }
 
 }  // namespace
+
+void allocate_device_bytes(std::size_t bytes, const char* what) {
+  Stream stream;
+  DeviceBuffer<unsigned char> b;
+  b.reserve(bytes, what, stream.get());
+}
+
+std::vector<index_t> device_sandpile_order(const std::vector<std::uint64_t>& words, index_t rows, index_t cols) {
+  Stream stream;
+  const cudaStream_t s = stream.get();
+  DeviceMatrix m;
+  m.reserve(false, rows, cols, GuidedRows{}, HostCopy::None, s);
+  copy_to_device(m.bits.get(), words.data(), words.size(), s);
+  DeviceScheduler scheduler;
+  DeviceSchedule schedule;
+  scheduler.schedule(m, ScheduleKind::HybridDevice, TopTree{}, schedule, s, false);
+  return DeviceScheduler::download(schedule, s).order;
+}
+
+std::vector<std::uint64_t> pc_matrix_gpu(const KdTree& tree, const std::vector<float>& queries, float radius,
+                                         int depth) {
+  Stream stream;
+  const cudaStream_t s = stream.get();
+  const DeviceCopy<KdTree> dtree(tree, s);
+  const index_t n = static_cast<index_t>(queries.size()) / tree.dims();
+  DeviceBuffer<float> dq;
+  upload(dq, queries, s);
+  const TopTree top = TopTree::build(tree.view(), depth);
+  DeviceTopTree dtop;
+  dtop.upload(top, s);
+  DeviceMatrix m;
+  m.reserve(false, n, top.size(), GuidedRows{}, HostCopy::Auto, s);
+  dispatch_dims(tree.dims(), [&](auto md) {
+    PointCorrelationVisitor<decltype(md)::value> v;
+    v.tree = dtree.view();
+    v.queries = dq.get();
+    v.radius2 = radius * radius;
+    gpu::inspect(dtree.view(), dtop.view, v, GuidedRows{}, m, s);
+  });
+  stream.sync();
+  const SchedulingMatrixView h = m.host_bits_view();
+  return std::vector<std::uint64_t>(h.words, h.words + h.rows * h.words_per_row);
+}
+
+Traced run_traced_gpu(const KdTree& tree, const std::vector<float>& queries, float radius,
+                      const std::vector<index_t>& order, ExecutorKind kind, int capacity) {
+  Stream stream;
+  const cudaStream_t s = stream.get();
+  const DeviceCopy<KdTree> dtree(tree, s);
+  const index_t n = static_cast<index_t>(queries.size()) / tree.dims();
+  DeviceBuffer<float> dq;
+  DeviceBuffer<index_t> counts;
+  upload(dq, queries, s);
+  counts.reserve(static_cast<std::size_t>(n), "counts", s);
+  Trace t(n, capacity, s);
+  Traced out;
+  dispatch_dims(tree.dims(), [&](auto md) {
+    PointCorrelationVisitor<decltype(md)::value> inner;
+    inner.tree = dtree.view();
+    inner.queries = dq.get();
+    inner.counts = counts.get();
+    inner.radius2 = radius * radius;
+    t.execute(dtree.view(), t.wrap(inner), order, kind, s, out);
+  });
+  out.counts = download(counts, static_cast<std::size_t>(n), s);
+  return out;
+}
 
 KnnTraced run_traced_knn_gpu(const KdTree& tree, const std::vector<float>& queries, int k,
                              const std::vector<index_t>& order, ExecutorKind kind, int capacity) {
@@ -195,63 +224,40 @@ PackedRows guided_matrix_gpu(const VpTree& tree, const std::vector<float>& queri
 Schedule device_guided_schedule(const std::vector<std::int32_t>& entries, index_t rows, index_t cols, index_t width,
                                 const std::vector<node_id>& parents, index_t max_bucket) {
   Stream stream;
+  const cudaStream_t s = stream.get();
   DeviceBuffer<std::int32_t> matrix;
-  DeviceBuffer<index_t> order;
-  matrix.reserve(std::max<std::size_t>(entries.size(), 1), "matrix", stream.get());
-  order.reserve(std::max<index_t>(rows, 1), "order", stream.get());
-  copy_to_device(matrix.get(), entries.data(), entries.size(), stream.get());
-  DeviceGuidedScheduler sched;
-  sched.run(matrix.get(), rows, cols, width, parents.data(), order.get(), stream.get(), max_bucket);
-  Schedule out;
-  out.order.resize(static_cast<std::size_t>(rows));
-  copy_to_host(out.order.data(), order.get(), out.order.size(), stream.get());
-  stream.sync();
-  out.bucket_offsets = sched.bucket_offsets(stream.get());
-  return out;
+  upload(matrix, entries, s);
+  DeviceSchedule schedule;
+  schedule.size = rows;
+  schedule.order.reserve(static_cast<std::size_t>(rows), "order", s);
+  schedule.heads.reserve(static_cast<std::size_t>(rows), "heads", s);
+  schedule.has_heads = true;
+  DeviceGuidedScheduler scheduler;
+  scheduler.run(matrix.get(), rows, cols, width, parents.data(), schedule.order.get(), schedule.heads.get(), s,
+                max_bucket);
+  return DeviceScheduler::download(schedule, s);
 }
 
 BhTraced run_traced_bh_gpu(const Octree& tree, const std::vector<float>& xyz, const std::vector<float>& mass,
                            float theta, float softening, const std::vector<index_t>& order, ExecutorKind kind,
                            int capacity) {
-  detail::GpuTraversal g;
-  detail::DeviceMirror& mir = g.mirror();
-  OctreeView view = tree.view();
-  view.nodes = mir.copy(tree.nodes(), "nodes", g.stream());
-  view.child_ids = mir.copy(tree.child_ids(), "child ids", g.stream());
-  view.com = mir.copy(tree.com(), "com", g.stream());
-  view.cubes = mir.copy(tree.cubes(), "cubes", g.stream());
-  view.bodies = mir.copy(tree.bodies(), "bodies", g.stream());
-  view.body_ids = mir.copy(tree.body_ids(), "body ids", g.stream());
+  Stream stream;
+  const cudaStream_t s = stream.get();
+  const DeviceCopy<Octree> dtree(tree, s);
   const index_t n = tree.size();
-  g.set_query_count(n);
-  DeviceBuffer<float> forces;
-  DeviceBuffer<node_id> trace;
-  DeviceBuffer<std::int32_t> lengths;
-  forces.reserve(static_cast<std::size_t>(n) * 3, "forces", g.stream());
-  trace.reserve(static_cast<std::size_t>(n) * capacity, "trace", g.stream());
-  lengths.reserve(n, "lengths", g.stream());
-  if (!order.empty()) {
-    std::copy(order.begin(), order.end(), g.order_staging());
-    g.upload_order();
-  }
-  TracingVisitor<BarnesHutVisitor> v;
-  v.inner.tree = view;
-  v.inner.bodies_xyz = mir.copy(xyz, "xyz", g.stream());
-  v.inner.masses = mir.copy(mass, "mass", g.stream());
-  v.inner.forces = forces.get();
-  v.inner.theta2 = theta * theta;
-  v.inner.eps2 = softening * softening;
-  v.trace = trace.get();
-  v.lengths = lengths.get();
-  v.capacity = capacity;
+  DeviceBuffer<float> dxyz, dmass, forces;
+  forces.reserve(static_cast<std::size_t>(n) * 3, "forces", s);
+  Trace t(n, capacity, s);
+  BarnesHutVisitor inner;
+  inner.tree = dtree.view();
+  inner.bodies_xyz = upload(dxyz, xyz, s);
+  inner.masses = upload(dmass, mass, s);
+  inner.forces = forces.get();
+  inner.theta2 = theta * theta;
+  inner.eps2 = softening * softening;
   BhTraced out;
-  g.execute(kind, view, v, !order.empty(), kind == ExecutorKind::Independent ? nullptr : &out.warp_nodes);
-  out.trace.resize(static_cast<std::size_t>(n) * capacity);
-  out.lengths.resize(n);
-  out.forces.resize(static_cast<std::size_t>(n) * 3);
-  g.download(out.trace.data(), trace.get(), out.trace.size());
-  g.download(out.lengths.data(), lengths.get(), out.lengths.size());
-  g.download(out.forces.data(), forces.get(), out.forces.size());
+  t.execute(dtree.view(), t.wrap(inner), order, kind, s, out);
+  out.forces = download(forces, static_cast<std::size_t>(n) * 3, s);
   return out;
 }
 

@@ -1,5 +1,6 @@
-// Test-only GPU entry points that the public API does not offer: the executors run with the
-// tracing visitor, so the soundness tests can compare visit sequences across devices.
+// The GPU steps (runtime/engine.cuh: inspect, schedule, execute) driven by hand with the
+// tracing visitor, behind a CUDA-free interface, so the soundness tests can compare visit
+// sequences across devices.
 #pragma once
 
 #include <vector>
@@ -27,6 +28,11 @@ void allocate_device_bytes(std::size_t bytes, const char* what);
 
 // The device sandpile's order for a host matrix (uploaded first).
 std::vector<index_t> device_sandpile_order(const std::vector<std::uint64_t>& words, index_t rows, index_t cols);
+
+// Step 1 alone on the GPU: the point-correlation scheduling matrix of `queries` at top-tree
+// depth `depth`, as it reaches the host (words_per_row(top-leaves) words per query).
+std::vector<std::uint64_t> pc_matrix_gpu(const KdTree& tree, const std::vector<float>& queries, float radius,
+                                         int depth);
 
 // Runs point correlation on the GPU with the given executor over `order` (empty: input order).
 Traced run_traced_gpu(const KdTree& tree, const std::vector<float>& queries, float radius,

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <memory>
 #include <vector>
 
 #include "executor/visitor.hpp"
@@ -106,6 +107,19 @@ struct IntervalRun {
   std::vector<index_t> order;           // keep_schedule
   std::vector<index_t> gpu_warp_nodes;  // gpu_count_nodes
 };
+// The interval visitors on the GPU (tests/interval_gpu.cu) through one Traverser, device tree and
+// set of buffers kept from call to call, as a program would keep them.
+class IntervalGpu {
+ public:
+  explicit IntervalGpu(const GraphTree<Interval>& tree);
+  ~IntervalGpu();
+  IntervalRun run(const std::vector<float>& xs, bool guided, const TraversalOptions& opt, int capacity);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 IntervalRun run_interval_gpu(const GraphTree<Interval>& tree, const std::vector<float>& xs, bool guided,
                              const TraversalOptions& opt, int capacity);
 

@@ -15,7 +15,25 @@ __global__ void spin_until(volatile int* flag) {
   }
 }
 
+__global__ void spin_then_copy(float* dst, const float* src, std::size_t n, long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
+}
+
 }  // namespace
+
+void write_late(float* dst, const float* src, std::size_t n, void* stream, double ms) {
+  int dev = 0, khz = 0;
+  CANOPY_CUDA_CHECK(cudaGetDevice(&dev));
+  CANOPY_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev));
+  const long long cycles = static_cast<long long>(ms * khz);
+  spin_then_copy<<<64, 256, 0, static_cast<cudaStream_t>(stream)>>>(dst, src, n, cycles);
+  CANOPY_CUDA_CHECK_LAUNCH("spin_then_copy");
+}
 
 bool finishes_beside_a_blocking_stream(const std::function<void()>& call, double timeout_s) {
   int* flag = nullptr;

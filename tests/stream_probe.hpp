@@ -26,6 +26,10 @@ namespace canopy {
 namespace test {
 // Work that does use the legacy default stream (a memset on stream 0): the probe's own check.
 void legacy_stream_work();
+// Enqueues on the caller's `stream` a kernel that spins for about `ms` milliseconds and then
+// copies n floats from src to dst (device memory): data a program produces asynchronously on its
+// own stream, just before it hands that stream to Canopy.
+void write_late(float* dst, const float* src, std::size_t n, void* stream, double ms);
 // Device memory for caller-buffer tests.
 void* device_alloc(std::size_t bytes);
 void device_free(void* p);

@@ -12,6 +12,7 @@
 #include "executor/cpu_executor.hpp"
 #include "gpu_trace.hpp"
 #include "inspector/inspector.hpp"
+#include "runtime/engine.hpp"
 #include "runtime/knn.hpp"
 #include "runtime/knn_visitor.hpp"
 #include "scheduler/guided.hpp"
@@ -212,16 +213,15 @@ TEST(GuidedRowsOption, DefaultsCapsAndErrors) {
   {
     TraversalOptions none;
     none.probe = GuidedProbe::None;
-    TraversalStats builtin, custom, unguided;
-    builtin.begin(none, Device::Cpu, "test", 20, kDefaultTopTreeDepth, TraversalStats::Guided::BuiltinTree);
-    custom.begin(none, Device::Cpu, "test", 20, kDefaultTopTreeDepth, TraversalStats::Guided::CustomTree);
-    unguided.begin(none, Device::Cpu, "test", 20, kDefaultTopTreeDepth);
+    TraversalStats builtin = begin_call(none, Device::Cpu, "test", 20, kDefaultTopTreeDepth, true, true);
+    const TraversalStats custom = begin_call(none, Device::Cpu, "test", 20, kDefaultTopTreeDepth, true, false);
+    const TraversalStats unguided = begin_call(none, Device::Cpu, "test", 20, kDefaultTopTreeDepth, false, true);
     EXPECT_EQ(builtin.depth, kDefaultPositionalDepth);
     EXPECT_EQ(custom.depth, kDefaultTopTreeDepth);
     EXPECT_EQ(custom.rows.probe, GuidedProbe::None);
     EXPECT_EQ(custom.rows.cap, kDefaultPositionalRowCap);
     EXPECT_EQ(unguided.depth, kDefaultTopTreeDepth);
-    builtin.begin(none, Device::Cpu, "test", 9, kDefaultTopTreeDepth, TraversalStats::Guided::BuiltinTree);
+    builtin = begin_call(none, Device::Cpu, "test", 9, kDefaultTopTreeDepth, true, true);
     EXPECT_EQ(builtin.depth, 9) << "capped at the tree's height";
   }
   o.probe = GuidedProbe::Lean;

@@ -1,7 +1,9 @@
-// The pipeline (runtime/pipeline.cuh) and the library-use guarantees: pipelined results equal
-// unpipelined ones bit for bit for every workload and chunk size, memory budgets chunk instead
-// of failing, concurrent calls from several threads agree with serial ones, no work ever runs
-// on the legacy default stream, and a caller's stream is honoured.
+// The traversal engine (runtime/engine.hpp, engine.cuh, pipeline.cuh) under every workload:
+// pipelined results equal unpipelined ones bit for bit for every workload and chunk size,
+// memory budgets chunk instead of failing, concurrent calls from several threads agree with
+// serial ones, depth auto, and the library-use guarantees: no work ever runs on the legacy
+// default stream, a steady-state call allocates and frees nothing, and a caller's stream is
+// honoured, device queries written on it included.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,12 +11,15 @@
 #include <functional>
 #include <numeric>
 #include <thread>
+#include <tuple>
 
+#include "core/device_buffer.hpp"
 #include "layouts/top_tree.hpp"
-#include "runtime/point_correlation.hpp"
-#include "runtime/knn.hpp"
 #include "runtime/barnes_hut.hpp"
+#include "runtime/engine.hpp"
+#include "runtime/knn.hpp"
 #include "runtime/options.hpp"
+#include "runtime/point_correlation.hpp"
 #include "tests/interval_tree.hpp"
 #include "tests/require_gpu.hpp"
 #include "tests/stream_probe.hpp"
@@ -75,6 +80,20 @@ struct Objects {
 const Objects& objects() {
   static const Objects o;
   return o;
+}
+
+// An interval tree and its stabbing queries: a custom visitor (tests/interval_tree.hpp).
+struct Intervals {
+  GraphTree<test::Interval> tree = test::build_interval_tree(test::random_interval_tree(3000, 4, 41));
+  std::vector<float> xs;
+  Intervals() {
+    xs.resize(1200);
+    for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f;
+  }
+};
+const Intervals& intervals() {
+  static const Intervals in;
+  return in;
 }
 
 // The API objects of one host thread.
@@ -293,14 +312,38 @@ TEST(PipelineGpu, ConcurrentCallsFromSeveralThreadsEqualSerialCalls) {
   }
 }
 
+// Custom visitors on the GPU, unguided and guided, through one kept Traverser each.
+struct CustomApis {
+  test::IntervalGpu unguided{intervals().tree}, guided{intervals().tree};
+  std::vector<Workload> workloads() {
+    std::vector<Workload> w;
+    for (auto [name, api, g] : {std::tuple<const char*, test::IntervalGpu*, bool>{"custom", &unguided, false},
+                                {"custom guided", &guided, true}}) {
+      w.push_back({name, 1200, [api = api, g = g](const TraversalOptions& t, TraversalStats*) {
+                     TraversalOptions o = t;
+                     o.count_nodes = false;
+                     const test::IntervalRun r = api->run(intervals().xs, g, o, 64);
+                     Words out(r.counts.begin(), r.counts.end());
+                     out.insert(out.end(), r.sums.begin(), r.sums.end());
+                     return out;
+                   }});
+    }
+    return w;
+  }
+};
+
 TEST(PipelineGpu, NoWorkRunsOnTheLegacyDefaultStream) {
   CANOPY_REQUIRE_GPU();
   // The probe itself: work on the legacy stream waits for the spinning kernel.
   EXPECT_FALSE(test::finishes_beside_a_blocking_stream(test::legacy_stream_work, 2.0));
   Apis apis;
-  for (Workload& w : apis.workloads()) {
+  CustomApis custom;
+  std::vector<Workload> all = apis.workloads();
+  for (Workload& w : custom.workloads()) all.push_back(w);
+  for (Workload& w : all) {
     for (ScheduleKind s : {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::HybridDevice, ScheduleKind::LeafSort})
       for (bool pipelined : {false, true}) {
+        if (s == ScheduleKind::LeafSort && w.name.rfind("custom", 0) == 0) continue;  // no sort key
         SCOPED_TRACE(w.name + ", " + to_string(s) + (pipelined ? ", pipelined" : ""));
         TraversalOptions o;
         o.device = Device::Gpu;
@@ -316,19 +359,104 @@ TEST(PipelineGpu, NoWorkRunsOnTheLegacyDefaultStream) {
   }
 }
 
+TEST(PipelineGpu, ASteadyStateCallAllocatesAndFreesNothing) {
+  CANOPY_REQUIRE_GPU();
+  Apis apis;
+  CustomApis custom;
+  std::vector<Workload> all = apis.workloads();
+  for (Workload& w : custom.workloads()) all.push_back(w);
+  for (Workload& w : all) {
+    for (ScheduleKind s : {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::HybridDevice, ScheduleKind::LeafSort})
+      for (bool pipelined : {false, true}) {
+        if (s == ScheduleKind::LeafSort && w.name.rfind("custom", 0) == 0) continue;
+        SCOPED_TRACE(w.name + ", " + to_string(s) + (pipelined ? ", pipelined" : ""));
+        TraversalOptions o;
+        o.device = Device::Gpu;
+        o.schedule = s;
+        o.pipeline = pipelined;
+        o.chunk = 500;
+        const Words reference = w.run(o, nullptr);  // warm: every buffer exists
+        const MemoryEvents before = memory_events();
+        EXPECT_EQ(w.run(o, nullptr), reference);
+        const MemoryEvents after = memory_events();
+        EXPECT_EQ(after.device_allocations, before.device_allocations);
+        EXPECT_EQ(after.device_frees, before.device_frees);
+        EXPECT_EQ(after.pinned_allocations, before.pinned_allocations);
+        EXPECT_EQ(after.pinned_frees, before.pinned_frees);
+      }
+  }
+}
+
+// Queries a program writes into device memory on its own stream, then hands to Canopy with that
+// stream: the call must read them after the write (a late kernel, so reading early would see the
+// zeros that were there before).
+TEST(PipelineGpu, DeviceQueriesWrittenOnTheCallersStreamAreReadAfterThem) {
+  CANOPY_REQUIRE_GPU();
+  Apis apis;
+  void* s = test::make_stream();
+  const std::vector<float>& pq = inputs().pc_queries;
+  const std::vector<float>& kq = inputs().queries;
+  PcOptions po;
+  po.device = Device::Gpu;
+  po.radius = objects().radius;
+  const PcResult pref = apis.pc.run(pq.data(), 1500, po);
+  KnnOptions ko;
+  ko.device = Device::Gpu;
+  ko.k = 5;
+  const KnnResult kref = apis.kd.run(kq.data(), 1500, ko);
+  const std::size_t pbytes = pq.size() * sizeof(float), kbytes = kq.size() * sizeof(float);
+  float* p_src = static_cast<float*>(test::device_alloc(pbytes));
+  float* k_src = static_cast<float*>(test::device_alloc(kbytes));
+  float* p_dst = static_cast<float*>(test::device_alloc(pbytes));
+  float* k_dst = static_cast<float*>(test::device_alloc(kbytes));
+  copy_memory(p_src, pq.data(), pbytes);
+  copy_memory(k_src, kq.data(), kbytes);
+  const std::vector<float> zeros(std::max(pq.size(), kq.size()), 0.0f);
+  std::vector<index_t> counts(1500), idx(1500 * 5);
+  std::vector<float> dist(1500 * 5);
+  po.stream = static_cast<stream_t>(s);
+  ko.stream = static_cast<stream_t>(s);
+  for (ScheduleKind kind : {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::HybridDevice, ScheduleKind::LeafSort})
+    for (bool pipelined : {false, true})
+      for (int round = 0; round < 3; ++round) {
+        SCOPED_TRACE(std::string(to_string(kind)) + (pipelined ? ", pipelined" : "") + ", round " + std::to_string(round));
+        po.schedule = ko.schedule = kind;
+        po.pipeline = ko.pipeline = pipelined;
+        po.chunk = ko.chunk = 500;
+        copy_memory(p_dst, zeros.data(), pbytes);
+        copy_memory(k_dst, zeros.data(), kbytes);
+        test::write_late(p_dst, p_src, pq.size(), s, 20.0);
+        apis.pc.run(p_dst, 1500, po, counts.data());
+        EXPECT_EQ(counts, pref.counts);
+        test::write_late(k_dst, k_src, kq.size(), s, 20.0);
+        apis.kd.run(k_dst, 1500, ko, idx.data(), dist.data());
+        EXPECT_EQ(idx, kref.indices);
+        EXPECT_EQ(dist, kref.distances);
+      }
+  test::sync_stream(s);
+  for (void* p : {static_cast<void*>(p_src), static_cast<void*>(k_src), static_cast<void*>(p_dst), static_cast<void*>(k_dst)})
+    test::device_free(p);
+  test::destroy_stream(s);
+}
+
 TEST(PipelineGpu, TheCallersStreamIsHonoured) {
   CANOPY_REQUIRE_GPU();
   Apis apis;
   void* s = test::make_stream();
-  for (Workload& w : apis.workloads()) {
+  CustomApis custom;
+  std::vector<Workload> all = apis.workloads();
+  for (Workload& w : custom.workloads()) all.push_back(w);
+  for (Workload& w : all) {
     TraversalOptions o;
     o.device = Device::Gpu;
     const Words reference = w.run(o, nullptr);
-    o.stream = s;
-    o.pipeline = true;
-    o.chunk = 256;
-    EXPECT_EQ(w.run(o, nullptr), reference) << w.name;
-    test::sync_stream(s);
+    o.stream = static_cast<stream_t>(s);
+    for (bool pipelined : {false, true}) {
+      o.pipeline = pipelined;
+      o.chunk = 256;
+      EXPECT_EQ(w.run(o, nullptr), reference) << w.name;
+      test::sync_stream(s);
+    }
   }
   test::destroy_stream(s);
 }

@@ -1,0 +1,87 @@
+// What the kd-tree, ball tree and vp-tree share: nodes split at a median and flattened depth
+// first (child 0 of node n is n + 1, child 1 is stored in the node), the points in the leaves as
+// contiguous ranges of a tree-ordered copy padded to padded_dims(dims), and their original ids.
+// Each tree adds its own bounds (boxes, balls, shells) to the view and the owner.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "layouts/arrays.hpp"
+#include "layouts/geometry.hpp"
+
+namespace canopy {
+
+struct KdNode {
+  index_t first;          // leaf: first point (tree order); inner: id of child 1
+  std::int32_t count;     // leaf: number of points; inner: 0
+  std::int16_t split_dim; // inner: the dimension split at (vp-tree: 0, a marker); leaf: -1
+  std::int16_t depth;     // root is 0
+};
+static_assert(sizeof(KdNode) == 16, "KdNode is read as one 16-byte record");
+
+// The topology and points of a median-split tree: non-owning and trivially copyable, host or
+// device pointers alike. It is what the inspector and executors walk (is_leaf / child_count /
+// child).
+struct PointTreeView {
+  const KdNode* nodes = nullptr;
+  const float* points = nullptr;       // tree order, row-major [n_points][stride]
+  const index_t* point_ids = nullptr;  // original index of each tree-order point
+  index_t n_points = 0;
+  node_id n_nodes = 0;
+  int dims = 0;
+  int stride = 0;  // padded_dims(dims)
+  int height = 0;  // number of levels: the deepest node has depth height - 1
+
+  // The rope stack holds at most one pending sibling per level plus the current node.
+  static constexpr int kMaxStack = 64;
+
+  CANOPY_HD bool is_leaf(node_id n) const { return nodes[n].split_dim < 0; }
+  CANOPY_HD int child_count(node_id n) const { return is_leaf(n) ? 0 : 2; }
+  CANOPY_HD node_id child(node_id n, int i) const { return i == 0 ? n + 1 : static_cast<node_id>(nodes[n].first); }
+  CANOPY_HD const float* point(index_t i) const { return points + i * stride; }
+};
+
+// The owner of what the three trees share. Tree is the derived owner (its map_view lists its
+// arrays, layouts/arrays.hpp), View its view type (derived from PointTreeView).
+template <class Tree, class View>
+class PointTree {
+ public:
+  View view() const { return static_cast<const Tree&>(*this).map_view(HostArrays{}); }
+  // Bytes of the tree's arrays: what its device copy takes.
+  std::size_t bytes() const { return array_bytes(static_cast<const Tree&>(*this)); }
+  index_t size() const { return static_cast<index_t>(point_ids_.size()); }
+  int dims() const { return dims_; }
+  int height() const { return height_; }
+  int leaf_size() const { return leaf_size_; }
+  node_id node_count() const { return static_cast<node_id>(nodes_.size()); }
+
+  const std::vector<KdNode>& nodes() const { return nodes_; }
+  const std::vector<float>& points() const { return points_; }  // padded, tree order
+  const std::vector<index_t>& point_ids() const { return point_ids_; }
+
+ protected:
+  // The shared part of a view, its arrays mapped (map_view).
+  template <class Map>
+  View map_points(Map& map) const {
+    View v;
+    v.nodes = map(nodes_, "the tree nodes");
+    v.points = map(points_, "the tree points");
+    v.point_ids = map(point_ids_, "the tree point ids");
+    v.n_points = size();
+    v.n_nodes = node_count();
+    v.dims = dims_;
+    v.stride = padded_dims(dims_);
+    v.height = height_;
+    return v;
+  }
+
+  std::vector<KdNode> nodes_;
+  std::vector<float> points_;
+  std::vector<index_t> point_ids_;
+  int dims_ = 0;
+  int height_ = 0;
+  int leaf_size_ = 0;
+};
+
+}  // namespace canopy

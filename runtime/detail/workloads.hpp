@@ -1,0 +1,172 @@
+// The built-in workloads as the engine sees them (runtime/engine.hpp): each names its data and
+// tree view, its visitor over a call's queries and results, its sort key (the hand-tuned
+// LeafSort baseline) and the shape of its per-query data. The public APIs are adapters over
+// Engine<one of these>.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/device_buffer.hpp"
+#include "layouts/ball_tree.hpp"
+#include "layouts/device_copy.hpp"
+#include "layouts/kdtree.hpp"
+#include "layouts/octree.hpp"
+#include "layouts/vp_tree.hpp"
+#include "runtime/barnes_hut.hpp"
+#include "runtime/bh_visitor.hpp"
+#include "runtime/knn_visitor.hpp"
+#include "runtime/options.hpp"
+#include "runtime/pc_visitor.hpp"
+
+namespace canopy {
+namespace detail {
+
+// The leaf a query falls in: the kd-tree's sort key.
+struct KdLeafKey {
+  KdTreeView tree;
+  const float* queries;
+  CANOPY_HD std::uint32_t operator()(index_t q) const {
+    return static_cast<std::uint32_t>(tree.find_leaf(queries + q * tree.dims));
+  }
+};
+
+// Point correlation: counts [n] of index_t.
+struct PcWorkload {
+  using Data = KdTree;
+  using View = KdTreeView;
+  using Device = DeviceCopy<KdTree>;
+  static constexpr bool kGuided = false, kBuiltinTree = true, kSortKey = true;
+  static View host_view(const Data& tree) { return tree.view(); }
+  static const View& topology(const View& v) { return v; }
+
+  const char* name = "PointCorrelation";
+  int default_depth = kDefaultTopTreeDepth;
+  int query_dims = 0;
+  std::size_t output_bytes[2] = {sizeof(index_t), 0};
+  float radius2 = 0;
+
+  template <class F>
+  void with_visitor(const View& tree, const float* queries, void* const* out, F&& f) const {
+    dispatch_dims(tree.dims, [&](auto md) {
+      PointCorrelationVisitor<decltype(md)::value> v;
+      v.tree = tree;
+      v.queries = queries;
+      v.counts = static_cast<index_t*>(out[0]);
+      v.radius2 = radius2;
+      f(v);
+    });
+  }
+  template <class F>
+  void with_sort_key(const View& tree, const float* queries, F&& f) const {
+    f(KdLeafKey{tree, queries}, static_cast<std::uint64_t>(tree.n_nodes));
+  }
+};
+
+// k nearest neighbours over a kd, ball or vp tree: indices [n][k] of index_t, distances [n][k]
+// of float.
+template <class Tree>
+struct KnnWorkload {
+  using Data = Tree;
+  using View = decltype(std::declval<const Tree&>().view());
+  using Device = DeviceCopy<Tree>;
+  static constexpr bool kGuided = true, kBuiltinTree = true, kSortKey = true;
+  static View host_view(const Data& tree) { return tree.view(); }
+  static const View& topology(const View& v) { return v; }
+
+  const char* name = "NearestNeighbors";
+  int default_depth = kDefaultTopTreeDepth;
+  int query_dims = 0;
+  std::size_t output_bytes[2] = {0, 0};
+  int k = 1;
+
+  KnnWorkload(int dims, int neighbours) : query_dims(dims), k(neighbours) {
+    output_bytes[0] = static_cast<std::size_t>(k) * sizeof(index_t);
+    output_bytes[1] = static_cast<std::size_t>(k) * sizeof(float);
+  }
+  template <class F>
+  void with_visitor(const View& tree, const float* queries, void* const* out, F&& f) const {
+    dispatch_dims(tree.dims, [&](auto md) {
+      f(make_knn_visitor<decltype(md)::value>(tree, queries, k, static_cast<float*>(out[1]),
+                                              static_cast<index_t*>(out[0])));
+    });
+  }
+  // The leaf of each query's greedy descent (greedy_leaf).
+  template <class F>
+  void with_sort_key(const View& tree, const float* queries, F&& f) const {
+    void* none[2] = {nullptr, nullptr};  // the descent writes no results
+    with_visitor(tree, queries, none, [&](const auto& v) {
+      f(GreedyLeafKey<View, std::decay_t<decltype(v)>>{tree, v}, static_cast<std::uint64_t>(tree.n_nodes));
+    });
+  }
+};
+
+// Barnes-Hut: the octree and the bodies in their original order, which are the queries.
+struct BhData {
+  const Octree& tree;
+  std::vector<float> xyz, mass;  // [n][3], [n]
+};
+struct BhView {
+  OctreeView tree;
+  const float* xyz = nullptr;
+  const float* mass = nullptr;
+};
+// The bodies' device copy, beside the octree's.
+class BhDevice {
+ public:
+  BhDevice(const BhData& d, stream_t s) : tree_(d.tree, s) {
+    xyz_.reserve(d.xyz.size(), "the body positions", s);
+    mass_.reserve(d.mass.size(), "the body masses", s);
+    copy_n_async(xyz_.get(), d.xyz.data(), d.xyz.size(), s);
+    copy_n_async(mass_.get(), d.mass.data(), d.mass.size(), s);
+    view_ = BhView{tree_.view(), xyz_.get(), mass_.get()};
+  }
+  const BhView& view() const { return view_; }
+  std::size_t bytes() const { return tree_.bytes(); }
+
+ private:
+  DeviceCopy<Octree> tree_;
+  DeviceBuffer<float> xyz_, mass_;
+  BhView view_;
+};
+
+// Forces [n][3] of float.
+struct BhWorkload {
+  using Data = BhData;
+  using View = BhView;
+  using Device = BhDevice;
+  static constexpr bool kGuided = false, kBuiltinTree = true, kSortKey = true;
+  static View host_view(const Data& d) { return BhView{d.tree.view(), d.xyz.data(), d.mass.data()}; }
+  static const OctreeView& topology(const View& v) { return v.tree; }
+
+  const char* name = "BarnesHut";
+  int default_depth = kDefaultOctreeDepth;
+  int query_dims = 0;  // the bodies are in the view
+  std::size_t output_bytes[2] = {3 * sizeof(float), 0};
+  float theta2 = 0, eps2 = 0;
+
+  template <class F>
+  void with_visitor(const View& view, const float* /*queries*/, void* const* out, F&& f) const {
+    BarnesHutVisitor v;
+    v.tree = view.tree;
+    v.bodies_xyz = view.xyz;
+    v.masses = view.mass;
+    v.forces = static_cast<float*>(out[0]);
+    v.theta2 = theta2;
+    v.eps2 = eps2;
+    f(v);
+  }
+  // The bodies' Morton codes in the root cell.
+  struct MortonKey {
+    const float* xyz;
+    const float* cube;
+    CANOPY_HD std::uint64_t operator()(index_t i) const { return morton_key(xyz[i * 3], xyz[i * 3 + 1], xyz[i * 3 + 2], cube); }
+  };
+  template <class F>
+  void with_sort_key(const View& view, const float* /*queries*/, F&& f) const {
+    f(MortonKey{view.xyz, view.tree.cube(0)}, ~std::uint64_t{0} >> 1);
+  }
+};
+
+}  // namespace detail
+}  // namespace canopy

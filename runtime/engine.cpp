@@ -1,0 +1,156 @@
+#include "runtime/engine.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace canopy {
+
+TraversalStats begin_call(const TraversalOptions& opt, Device held, const char* who, int height, int default_depth,
+                          bool guided, bool builtin_tree) {
+  if (opt.depth == kAutoDepth)
+    throw Error(std::string(who) + ": depth auto is resolved before the run; this entry point takes a fixed depth");
+  if (opt.depth < 0 || opt.depth > height)
+    throw Error("depth = " + std::to_string(opt.depth) + " is deeper than the tree (it has " + std::to_string(height) +
+                " levels; use 1.." + std::to_string(height) + ")");
+  if (opt.device == Device::Gpu && held != Device::Gpu)
+    throw Error(std::string("device gpu was requested but this ") + who + " was created for the cpu (" +
+                gpu_description() + ")");
+  TraversalStats st;
+  st.device = opt.device == Device::Cpu ? Device::Cpu : held;
+  if (guided) {
+    st.rows = guided_rows(opt, st.device, builtin_tree);
+    if (builtin_tree) default_depth = guided_default_depth(opt, st.device);
+  }
+  st.depth = opt.depth > 0 ? opt.depth : std::min(default_depth, height);
+  return st;
+}
+
+std::vector<index_t> spread_sample(index_t n, index_t m) {
+  m = std::max<index_t>(1, std::min(m, n));
+  std::vector<index_t> rows(static_cast<std::size_t>(m));
+  for (index_t i = 0; i < m; ++i) rows[i] = i * n / m;
+  return rows;
+}
+
+std::vector<float> gather_rows(const float* data, int dims, const std::vector<index_t>& rows) {
+  std::vector<float> out(rows.size() * static_cast<std::size_t>(dims));
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    std::copy(data + rows[i] * dims, data + (rows[i] + 1) * dims, out.begin() + static_cast<std::ptrdiff_t>(i) * dims);
+  return out;
+}
+
+TraversalOptions trial_options(const TraversalOptions& opt, int depth) {
+  TraversalOptions o = opt;
+  o.depth = depth;
+  o.keep_schedule = false;
+  o.count_nodes = false;
+  o.gpu_count_nodes = false;
+  o.measure_overlap = false;
+  return o;
+}
+
+namespace detail {
+
+std::vector<float> host_copy_of_queries(const float* queries, index_t n, int dims, stream_t after) {
+  std::vector<float> host;
+  if (n > 0 && dims > 0 && is_device_pointer(queries)) {
+    host.resize(static_cast<std::size_t>(n) * static_cast<std::size_t>(dims));
+    copy_memory(host.data(), queries, host.size() * sizeof(float), after);
+  }
+  return host;
+}
+
+}  // namespace detail
+
+double run_ms(const TraversalStats& s) { return s.pipeline.chunks ? s.pipeline.wall_ms : s.times.total_ms(); }
+
+std::vector<index_t> chunk_boundaries(index_t n, index_t chunk, bool ramp) {
+  chunk = std::max<index_t>(1, chunk);
+  std::vector<index_t> b;
+  index_t size = ramp && n > chunk ? std::max<index_t>(1, chunk / kPipelineRamp) : chunk;
+  for (index_t i = 0; i < n; i += size, size = std::min(chunk, 2 * size)) b.push_back(i);
+  b.push_back(n);
+  return b;
+}
+
+std::size_t pipeline_bytes_per_query(bool guided, index_t row_entries) {
+  // Two slots; guided rows plus their packed copy; the device schedulers' sorts.
+  const std::size_t sort = 6 * sizeof(index_t) + 2 * sizeof(std::uint64_t);
+  const std::size_t cols = static_cast<std::size_t>(row_entries);
+  if (guided) return 2 * (2 * sizeof(std::int32_t) * cols + 3 * sizeof(index_t)) + sort;
+  return 2 * sizeof(std::uint64_t) * static_cast<std::size_t>(words_per_row(row_entries)) + sort;
+}
+
+namespace {
+std::string mib(std::size_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; }
+}  // namespace
+
+index_t budget_batch(const TraversalOptions& opt, index_t n, std::size_t tree_bytes, std::size_t per_query_bytes,
+                     std::size_t matrix_bytes_per_query) {
+  if (opt.memory_budget == 0 || n == 0) return n;
+  const std::size_t budget = opt.memory_budget;
+  if (tree_bytes >= budget)
+    throw Error("the tree needs " + mib(tree_bytes) + " of GPU memory, more than the memory budget (memory_budget = " +
+                mib(budget) + ")");
+  // While the queries and results fit, the matrix is what gets chunked (plan_run).
+  if (tree_bytes + static_cast<std::size_t>(n) * per_query_bytes <= budget) return n;
+  const std::size_t each = per_query_bytes + matrix_bytes_per_query;
+  const index_t batch = static_cast<index_t>((budget - tree_bytes) / each);
+  if (batch < 1)
+    throw Error("one query needs " + std::to_string(each) + " bytes of GPU memory and only " +
+                std::to_string(budget - tree_bytes) + " bytes of the memory budget are left after the tree");
+  return batch;
+}
+
+void append_batch(TraversalStats& all, TraversalStats&& part, index_t first, bool first_batch) {
+  if (first_batch) {
+    all.device = part.device;
+    all.depth = part.depth;
+  }
+  all.times.inspect_ms += part.times.inspect_ms;
+  all.times.schedule_ms += part.times.schedule_ms;
+  all.times.execute_ms += part.times.execute_ms;
+  all.pipeline.chunks += part.pipeline.chunks;
+  all.pipeline.chunk = std::max(all.pipeline.chunk, part.pipeline.chunk);
+  all.pipeline.wall_ms += part.pipeline.wall_ms;
+  all.pipeline.inspect_ms += part.pipeline.inspect_ms;
+  all.pipeline.schedule_ms += part.pipeline.schedule_ms;
+  all.pipeline.execute_ms += part.pipeline.execute_ms;
+  all.pipeline.execute_only_ms += part.pipeline.execute_only_ms;
+  all.warp_nodes.insert(all.warp_nodes.end(), part.warp_nodes.begin(), part.warp_nodes.end());
+  all.gpu_warp_nodes.insert(all.gpu_warp_nodes.end(), part.gpu_warp_nodes.begin(), part.gpu_warp_nodes.end());
+  const index_t base = static_cast<index_t>(all.schedule.order.size());
+  for (index_t q : part.schedule.order) all.schedule.order.push_back(q + first);
+  if (all.schedule.bucket_offsets.empty()) all.schedule.bucket_offsets.push_back(0);
+  for (std::size_t i = 1; i < part.schedule.bucket_offsets.size(); ++i)
+    all.schedule.bucket_offsets.push_back(part.schedule.bucket_offsets[i] + base);
+}
+
+RunPlan plan_run(const TraversalOptions& opt, index_t n, std::size_t tree_bytes, std::size_t fixed_bytes,
+                 std::size_t per_query_bytes, std::size_t free_bytes) {
+  // Without a budget the tree, queries and results are already on the device: what is free
+  // is what the matrix may take.
+  const bool budgeted = opt.memory_budget > 0;
+  const std::size_t budget = budgeted ? opt.memory_budget : free_bytes;
+  const std::string what = budgeted ? "the memory budget (memory_budget = " + mib(budget) + ")"
+                                    : "the GPU's free memory (" + mib(budget) + ")";
+  if (budgeted && tree_bytes > budget)
+    throw Error("the tree needs " + mib(tree_bytes) + " of GPU memory, more than " + what);
+  if (budgeted && fixed_bytes > budget)
+    throw Error("the tree, queries and results need " + mib(fixed_bytes) + " of GPU memory, more than " + what +
+                "; pass fewer queries per call");
+  const std::size_t room = budgeted ? budget - fixed_bytes : free_bytes;
+  const index_t fit = per_query_bytes ? static_cast<index_t>(room / per_query_bytes) : n;
+  RunPlan p;
+  // Whole (one slot's worth per query), the matrix needs n / 2 of `fit`'s two-slot queries.
+  p.pipelined = opt.pipeline || 2 * fit < n;
+  if (!p.pipelined) return p;
+  if (fit < 1)
+    throw Error("the scheduling matrix needs " + std::to_string(per_query_bytes) + " bytes per query and only " +
+                std::to_string(room) + " bytes of " + what + " are left after the tree, queries and results");
+  p.chunk = opt.chunk > 0 ? opt.chunk : std::max<index_t>(65536, (n + 7) / 8);
+  p.chunk = std::max<index_t>(1, std::min({p.chunk, n, fit}));
+  return p;
+}
+
+}  // namespace canopy

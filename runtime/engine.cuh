@@ -1,0 +1,210 @@
+// The GPU half of the traversal engine (runtime/engine.hpp): one call of a workload on the GPU
+// as explicit steps with explicit data,
+//   inspect  (inspector/device_matrix.cuh)     queries through the top-tree -> a DeviceMatrix
+//   schedule (scheduler/device_schedule.hpp,   the matrix (or a sort key)   -> a DeviceSchedule
+//             scheduler/key_sort.cuh)
+//   execute  (gpu::execute below)              the schedule                 -> the results
+// or the same steps overlapped chunk by chunk (runtime/pipeline.cuh). Each step may be called on
+// its own (the tests do). Include from .cu files only.
+#pragma once
+
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "core/cuda.cuh"
+#include "executor/gpu_kernels.cuh"
+#include "inspector/device_matrix.cuh"
+#include "runtime/engine.hpp"
+#include "runtime/pipeline.cuh"
+#include "scheduler/device_schedule.hpp"
+#include "scheduler/key_sort.cuh"
+
+namespace canopy {
+namespace gpu {
+
+// Step 3: the executor over queries 0..n-1 in the schedule's order (null: the input order), on
+// stream s; warp_nodes (lockstep only, may be null) gets each warp's node count.
+template <class Topology, class Visitor>
+void execute(const Topology& tree, const Visitor& v, const DeviceSchedule* schedule, index_t n, ExecutorKind kind,
+             cudaStream_t s, index_t* warp_nodes = nullptr) {
+  launch_executor(kind, tree, v, schedule ? schedule->order.get() : nullptr, n, warp_nodes, s);
+}
+
+}  // namespace gpu
+
+// What GPU calls keep from one to the next on a host thread: a non-blocking stream, the
+// top-tree, matrix and schedule buffers, the schedulers' scratch and the pipeline.
+struct GpuResources {
+  Stream stream;  // first: the buffers below are freed in order on it
+  Event start, stop, caller_ready, done;
+  DeviceTopTree top;
+  DeviceMatrix matrix;
+  DeviceSchedule schedule;
+  DeviceScheduler scheduler;
+  KeySortScratch key_sort;
+  DeviceBuffer<index_t> warp_nodes;
+  std::unique_ptr<detail::Pipeline> pipeline;
+
+  // GPU milliseconds of f()'s work on the stream (CUDA events).
+  template <class F>
+  double time(F&& f) {
+    start.record(stream.get());
+    f();
+    stop.record(stream.get());
+    return stop.since(start);
+  }
+};
+
+// The caller's stream (opt.stream) around a call: the call's work waits for the caller's, and,
+// at the end, the caller's stream for the call's.
+class CallerStream {
+ public:
+  CallerStream(GpuResources& g, stream_t caller) : g_(g), caller_(caller) {
+    if (caller_) g_.stream.wait_for(caller_, g_.caller_ready);
+  }
+  void release() {
+    if (caller_) stream_wait(caller_, g_.stream.get(), g_.done);
+  }
+
+ private:
+  GpuResources& g_;
+  stream_t caller_;
+};
+
+// Device bytes of a call's fixed data: the tree's, and the queries' and results' per query.
+struct DeviceFootprint {
+  std::size_t tree = 0;
+  std::size_t per_query = 0;
+};
+
+// One call on the GPU (the depth resolved, the statistics begun): `host` and `device` are the
+// workload's view with host and device pointers, `call` the queries and results in device
+// memory. The executor's results are on the device when this returns; the order it ran goes to
+// st.schedule when kept or counted.
+template <class W>
+void run_on_gpu(GpuResources& g, const W& w, const typename W::View& host, const typename W::View& device,
+                const CallData& call, const TraversalOptions& opt, DeviceFootprint fp, TraversalStats& st) {
+  const cudaStream_t s = g.stream.get();
+  const auto& tree = W::topology(device);
+  const index_t n = call.n;
+  const bool want = opt.keep_schedule || opt.count_nodes;
+  w.with_visitor(device, call.queries, call.outputs, [&](const auto& v) {
+    const DeviceSchedule* schedule = nullptr;  // null: the input order
+    bool pipelined = false;
+    if (opt.schedule == ScheduleKind::Hybrid || opt.schedule == ScheduleKind::HybridDevice) {
+      const TopTree top = TopTree::build(W::topology(host), st.depth);
+      const index_t entries = W::kGuided ? st.rows.width(top.size()) : top.size();
+      const RunPlan plan = plan_run(opt, n, fp.tree, fp.tree + static_cast<std::size_t>(n) * fp.per_query,
+                                    pipeline_bytes_per_query(W::kGuided, entries), gpu_free_memory());
+      g.schedule.size = n;
+      if (plan.pipelined) {
+        const std::vector<index_t> chunks = chunk_boundaries(n, plan.chunk, pipeline_ramps(opt));
+        g.schedule.order.reserve(static_cast<std::size_t>(n), "the schedule", s);
+        g.schedule.has_heads = false;
+        if (!g.pipeline) g.pipeline = std::make_unique<detail::Pipeline>();
+        detail::PipelineRun r;
+        r.kind = opt.schedule;
+        r.executor = opt.executor;
+        r.rows = st.rows;
+        r.inspector_first = opt.pipeline_inspector_first;
+        r.order = g.schedule.order.get();
+        r.after = s;
+        st.pipeline = g.pipeline->run(tree, top, v, chunks, r);
+        st.times.inspect_ms = st.pipeline.inspect_ms;
+        st.times.schedule_ms = st.pipeline.schedule_ms;
+        st.times.execute_ms = st.pipeline.execute_ms;
+        g.schedule.buckets = chunks;  // a pipelined schedule's buckets are its chunks
+        pipelined = true;
+      } else {
+        const bool to_host = DeviceScheduler::on_host(opt.schedule, W::kGuided, top, n);
+        g.top.upload(top, s);
+        g.matrix.reserve(W::kGuided, n, top.size(), st.rows, to_host ? HostCopy::Auto : HostCopy::None, s);
+        st.times.inspect_ms = g.time([&] {
+          gpu::inspect(tree, g.top.view, v, st.rows, g.matrix, s);
+          gpu::finish_inspect(g.matrix, s);
+        });
+        if (to_host) {  // the CPU scheduler: host time, the order's upload included
+          const auto t0 = std::chrono::steady_clock::now();
+          g.scheduler.schedule(g.matrix, opt.schedule, top, g.schedule, s, want);
+          st.times.schedule_ms = ms_since(t0);
+        } else {
+          st.times.schedule_ms = g.time([&] { g.scheduler.schedule(g.matrix, opt.schedule, top, g.schedule, s, want); });
+        }
+      }
+      schedule = &g.schedule;
+    } else if (opt.schedule == ScheduleKind::LeafSort) {
+      if constexpr (W::kSortKey) {
+        w.with_sort_key(device, call.queries, [&](const auto& key_of, std::uint64_t max_key) {
+          st.times.schedule_ms = g.time([&] { gpu::sort_by_key(key_of, max_key, n, g.key_sort, g.schedule, s, want); });
+        });
+        schedule = &g.schedule;
+      }
+    }
+    if (!pipelined) {
+      st.times.execute_ms = g.time([&] { gpu::execute(tree, v, schedule, n, opt.executor, s); });
+    } else if (opt.measure_overlap) {
+      st.pipeline.execute_only_ms = g.time([&] { gpu::execute(tree, v, schedule, n, opt.executor, s); });
+    }
+    if (opt.gpu_count_nodes && opt.executor != ExecutorKind::Independent) {
+      const std::size_t warps = static_cast<std::size_t>((n + 31) / 32);
+      g.warp_nodes.reserve(warps, "the per-warp node counts", s);
+      gpu::execute(tree, v, schedule, n, opt.executor, s, g.warp_nodes.get());
+      st.gpu_warp_nodes.resize(warps);
+      copy_to_host(st.gpu_warp_nodes.data(), g.warp_nodes.get(), warps, s);
+      g.stream.sync();
+    }
+    if (want) st.schedule = schedule ? DeviceScheduler::download(*schedule, s) : input_order(n);
+  });
+}
+
+// A built-in workload's GPU side: the device copy of its data, made once, and the queries' and
+// results' device buffers, reused from call to call. Queries and results the caller holds in
+// device memory are read and written in place.
+template <class W>
+class BuiltinGpuPart final : public GpuPart<W> {
+ public:
+  explicit BuiltinGpuPart(const typename W::Data& data)
+      : host_(W::host_view(data)), device_(data, g_.stream.get()) {
+    g_.stream.sync();
+  }
+  std::size_t tree_bytes() const override { return device_.bytes(); }
+
+  void run(const W& w, const CallData& call, const TraversalOptions& opt, TraversalStats& st) override {
+    const cudaStream_t s = g_.stream.get();
+    CallerStream caller(g_, opt.stream);
+    const std::size_t n = static_cast<std::size_t>(call.n);
+    CallData d = call;
+    const std::size_t query_floats = n * static_cast<std::size_t>(w.query_dims);
+    if (query_floats > 0 && !is_device_pointer(call.queries)) {
+      queries_.reserve(query_floats, "the queries", s);
+      copy_to_device(queries_.get(), call.queries, query_floats, s);
+      d.queries = queries_.get();
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (w.output_bytes[i] == 0 || is_device_pointer(call.outputs[i])) continue;
+      outputs_[i].reserve(n * w.output_bytes[i], "the results", s);
+      d.outputs[i] = outputs_[i].get();
+    }
+    const DeviceFootprint fp{device_.bytes(), w.query_dims * sizeof(float) + w.output_bytes[0] + w.output_bytes[1]};
+    run_on_gpu(g_, w, host_, device_.view(), d, opt, fp, st);
+    for (int i = 0; i < 2; ++i)
+      if (d.outputs[i] != call.outputs[i]) copy_to_host(static_cast<unsigned char*>(call.outputs[i]), outputs_[i].get(), n * w.output_bytes[i], s);
+    caller.release();
+    g_.stream.sync();
+  }
+
+ private:
+  GpuResources g_;  // first: its stream frees the buffers below
+  typename W::View host_;
+  typename W::Device device_;
+  DeviceBuffer<float> queries_;
+  DeviceBuffer<unsigned char> outputs_[2];
+};
+
+template <class W>
+std::unique_ptr<GpuPart<W>> make_gpu_part(const typename W::Data& data) {
+  return std::make_unique<BuiltinGpuPart<W>>(data);
+}
+
+}  // namespace canopy

@@ -1,0 +1,432 @@
+// The one traversal engine under every workload: point correlation, nearest neighbours,
+// Barnes-Hut and custom visitors all run through Engine (here, CUDA-free: the option checks,
+// depth auto, memory-budget batches, the CPU run) and run_on_gpu (runtime/engine.cuh). A
+// workload supplies its tree view, its visitor, its sort key and the shape of its per-query
+// data; its API class is an adapter of a page.
+//
+// A workload W (see runtime/detail/workloads.hpp for the built-in ones, runtime/custom.hpp for a
+// caller's visitor) provides:
+//   using View = ...;                          // what the visitor reads: the tree (and any fixed
+//                                              // data), host or device pointers alike
+//   static const auto& topology(const View&);  // the tree the inspector and executors walk
+//   static constexpr bool kGuided;             // guided rows (nearest neighbour and its kin)
+//   static constexpr bool kBuiltinTree;        // a binary tree of Canopy's (custom trees keep
+//                                              // probed rows at kDefaultTopTreeDepth)
+//   static constexpr bool kSortKey;            // whether LeafSort has a key
+//   const char* name;                          // the API's name in errors ("PointCorrelation")
+//   int default_depth;                         // top-tree depth for depth 0
+//   int query_dims;                            // floats per query (0: the view holds the queries)
+//   std::size_t output_bytes[2];               // result bytes per query, per result array
+//   with_visitor(view, queries, outputs, f)    // f(visitor over them)
+//   with_sort_key(view, queries, f)            // f(key functor, largest key), if kSortKey
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/checks.hpp"
+#include "core/device.hpp"
+#include "core/timing.hpp"
+#include "executor/cpu_executor.hpp"
+#include "inspector/inspector.hpp"
+#include "layouts/top_tree.hpp"
+#include "runtime/options.hpp"
+#include "scheduler/guided.hpp"
+#include "scheduler/schedule.hpp"
+
+namespace canopy {
+
+// One call's per-query data: queries [n][query_dims] and result arrays [n][output_bytes[i]],
+// each in host or device memory (the GPU reads and writes device memory in place).
+struct CallData {
+  const float* queries = nullptr;
+  index_t n = 0;
+  void* outputs[2] = {nullptr, nullptr};
+};
+
+// ---- The rules every workload shares -----------------------------------------------------------
+
+// The pipeline's first chunk is chunk / kPipelineRamp (TraversalOptions::pipeline_ramp).
+constexpr index_t kPipelineRamp = 8;
+
+// Checks the options every workload shares and starts a call's statistics: a depth outside
+// 0..height, a negative row_cap, device gpu on an object made for the cpu (`who` names it), are
+// errors. Depth 0 becomes default_depth capped at the height, or kDefaultPositionalDepth for
+// guided rows without a probe on a built-in tree (a custom tree's fan-out is unknown: a deeper
+// top-tree could have millions of leaves).
+TraversalStats begin_call(const TraversalOptions& opt, Device held, const char* who, int height, int default_depth,
+                          bool guided, bool builtin_tree);
+
+// How a GPU run of n queries is carried out under the options and the memory budget.
+struct RunPlan {
+  bool pipelined = false;
+  index_t chunk = 0;
+};
+// fixed_bytes: the tree, queries and results on the device; per_query_bytes: what the pipeline
+// holds per query of a chunk (pipeline_bytes_per_query); free_bytes: the device's free memory.
+// Errors name the sizes: a budget (or device) too small for the tree, or for the tree plus the
+// queries and results, or for one query's matrix row.
+RunPlan plan_run(const TraversalOptions& opt, index_t n, std::size_t tree_bytes, std::size_t fixed_bytes,
+                 std::size_t per_query_bytes, std::size_t free_bytes);
+// Queries per call when the queries and results themselves (per_query_bytes each) do not fit
+// the memory budget beside the tree (tree_bytes): batches that leave room for their whole
+// matrix (matrix_bytes_per_query). n when there is no budget or the queries and results fit
+// (the matrix is then chunked instead); an error naming the sizes when not even one query fits.
+index_t budget_batch(const TraversalOptions& opt, index_t n, std::size_t tree_bytes, std::size_t per_query_bytes,
+                     std::size_t matrix_bytes_per_query);
+// Appends one batch's statistics (the queries first .. first + batch) to the whole call's.
+void append_batch(TraversalStats& all, TraversalStats&& part, index_t first, bool first_batch);
+
+// A pipeline's chunks, as boundaries 0, ..., n (a pipelined schedule's buckets are its chunks):
+// of `chunk` queries each, or with `ramp` (and more than one chunk) of chunk / kPipelineRamp,
+// doubling up to `chunk`.
+std::vector<index_t> chunk_boundaries(index_t n, index_t chunk, bool ramp);
+// Whether a pipelined run under `opt` ramps its chunks (TraversalOptions::pipeline_ramp).
+inline bool pipeline_ramps(const TraversalOptions& opt) {
+  return opt.pipeline_ramp && opt.schedule == ScheduleKind::Hybrid;
+}
+// Device bytes per query of a chunk the pipeline's two buffer slots need; row_entries: the
+// top-leaves (unguided) or the entries per guided row (GuidedRows::width).
+std::size_t pipeline_bytes_per_query(bool guided, index_t row_entries);
+
+// m query indices spread evenly over 0..n-1 (all of them when m >= n): row i is i * n / m.
+std::vector<index_t> spread_sample(index_t n, index_t m);
+// The rows of a row-major [n][dims] array at `rows`.
+std::vector<float> gather_rows(const float* data, int dims, const std::vector<index_t>& rows);
+// The options of one trial run at `depth`: nothing kept, nothing counted.
+TraversalOptions trial_options(const TraversalOptions& opt, int depth);
+// A run's total time: the wall time when pipelined, else inspect + schedule + execute.
+double run_ms(const TraversalStats& s);
+
+// --depth auto. A quick trial: each candidate depth (the default - 3 .. the default + 3, within
+// the tree) runs the whole call, with the caller's options, on an evenly spread sample of the
+// queries (kAutoDepthSample on the GPU, a tenth of it on the CPU; all when fewer), once to warm
+// up and once timed; the fastest total (the wall time when pipelined) wins. Choices are
+// remembered per schedule, executor, pipeline setting, guided rows and power of two of the
+// query count, so a program streaming batches through one tree pays for the trial once.
+constexpr index_t kAutoDepthSample = 131072;
+class AutoDepth {
+ public:
+  // trial(depth, sample rows) -> total ms of the call on those rows (ascending query indices).
+  template <class Trial>
+  int choose(const TraversalOptions& opt, Device device, index_t n, int height, int default_depth, Trial&& trial,
+             double* trial_ms);
+
+ private:
+  struct Key {
+    int schedule, executor, pipeline, scale, probe;
+    index_t row_cap;
+    bool operator==(const Key& o) const {
+      return schedule == o.schedule && executor == o.executor && pipeline == o.pipeline && scale == o.scale &&
+             probe == o.probe && row_cap == o.row_cap;
+    }
+  };
+  std::vector<std::pair<Key, int>> chosen_;
+};
+
+template <class Trial>
+int AutoDepth::choose(const TraversalOptions& opt, Device device, index_t n, int height, int default_depth,
+                      Trial&& trial, double* trial_ms) {
+  *trial_ms = 0;
+  if (n == 0 || (opt.schedule != ScheduleKind::Hybrid && opt.schedule != ScheduleKind::HybridDevice))
+    return std::min(default_depth, height);
+  int scale = 0;
+  while ((index_t{1} << scale) < n) ++scale;
+  const GuidedRows g = guided_rows(opt, device);
+  const Key key{static_cast<int>(opt.schedule), static_cast<int>(opt.executor), opt.pipeline ? 1 : 0, scale,
+                static_cast<int>(g.probe), g.cap};
+  for (const auto& [k, d] : chosen_)
+    if (k == key) return d;
+  const std::vector<index_t> rows =
+      spread_sample(n, device == Device::Gpu ? kAutoDepthSample : kAutoDepthSample / 10);
+  int best = std::min(default_depth, height);
+  double best_ms = 0;
+  for (int d = std::max(1, default_depth - 3); d <= std::min(height, default_depth + 3); ++d) {
+    *trial_ms += trial(d, rows);
+    const double ms = trial(d, rows);
+    *trial_ms += ms;
+    if (best_ms == 0 || ms < best_ms) {
+      best = d;
+      best_ms = ms;
+    }
+  }
+  chosen_.push_back({key, best});
+  return best;
+}
+
+// ---- The CPU run --------------------------------------------------------------------------------
+
+// What the CPU side keeps from call to call (fresh memory costs page faults on every call).
+struct CpuScratch {
+  SandpileScheduler sandpile;
+  std::vector<index_t> order;
+};
+
+// The CPU schedule of one call (the depth and guided rows resolved in st): inspector + CPU
+// scheduler for Hybrid and HybridDevice, the workload's sort key for LeafSort, none for
+// InputOrder. Returns the order (in cpu.order; null: the input order) and fills the phase times
+// and, when asked, the buckets.
+template <class W, class Visitor>
+const index_t* schedule_on_cpu(CpuScratch& cpu, const W& w, const typename W::View& view, const Visitor& v,
+                               const CallData& call, const TraversalOptions& opt, TraversalStats& st,
+                               std::vector<index_t>* buckets) {
+  const auto& tree = W::topology(view);
+  const index_t n = call.n;
+  if (opt.schedule == ScheduleKind::Hybrid || opt.schedule == ScheduleKind::HybridDevice) {
+    auto t0 = std::chrono::steady_clock::now();
+    const TopTree top = TopTree::build(tree, st.depth);
+    cpu.order.resize(static_cast<std::size_t>(n));
+    if constexpr (W::kGuided) {
+      const GuidedMatrix matrix = inspect_cpu_guided(tree, top.view(), v, n, st.rows);
+      st.times.inspect_ms = ms_since(t0);
+      t0 = std::chrono::steady_clock::now();
+      guided_schedule(matrix.view(), top.parents().data(), cpu.order.data(), buckets);
+    } else {
+      const SchedulingMatrix matrix = inspect_cpu(tree, top.view(), v, n);
+      st.times.inspect_ms = ms_since(t0);
+      t0 = std::chrono::steady_clock::now();
+      cpu.sandpile.run(matrix.view(), cpu.order.data(), buckets);
+    }
+    st.times.schedule_ms = ms_since(t0);
+    return cpu.order.data();
+  }
+  if constexpr (W::kSortKey) {
+    if (opt.schedule == ScheduleKind::LeafSort) {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::vector<std::int64_t> keys(static_cast<std::size_t>(n));
+      w.with_sort_key(view, call.queries, [&](const auto& key_of, std::uint64_t) {
+        tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 1024), [&](const tbb::blocked_range<index_t>& r) {
+          for (index_t i = r.begin(); i < r.end(); ++i) keys[i] = static_cast<std::int64_t>(key_of(i));
+        });
+      });
+      Schedule sorted = sort_by_key(keys.data(), n);
+      st.times.schedule_ms = ms_since(t0);
+      cpu.order.swap(sorted.order);
+      if (buckets) buckets->swap(sorted.bucket_offsets);
+      return cpu.order.data();
+    }
+  }
+  return nullptr;
+}
+
+// One call on the CPU with the depth resolved and the data in host memory: the schedule
+// (schedule_on_cpu), then the executor (Independent: TBB tasks; the lockstep kinds: the warp
+// emulator, which counts nodes per warp). The order the executor ran goes to st.schedule when
+// kept or counted.
+template <class W>
+void run_on_cpu(CpuScratch& cpu, const W& w, const typename W::View& view, const CallData& call,
+                const TraversalOptions& opt, TraversalStats& st) {
+  const bool want = opt.keep_schedule || opt.count_nodes;
+  std::vector<index_t> buckets;
+  const index_t* order = nullptr;
+  w.with_visitor(view, call.queries, call.outputs, [&](const auto& v) {
+    order = schedule_on_cpu(cpu, w, view, v, call, opt, st, want ? &buckets : nullptr);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (opt.executor == ExecutorKind::Independent)
+      execute_cpu(W::topology(view), v, order, call.n);
+    else
+      st.warp_nodes = emulate_lockstep(W::topology(view), v, order, call.n, lockstep_mode(opt.executor));
+    st.times.execute_ms = ms_since(t0);
+  });
+  if (!want) return;
+  if (order) {
+    st.schedule.order.assign(order, order + call.n);
+    st.schedule.bucket_offsets = std::move(buckets);
+  } else {
+    st.schedule = input_order(call.n);
+  }
+}
+
+// ---- The engine ---------------------------------------------------------------------------------
+
+// The GPU side of a workload (runtime/engine.cuh): run() is one call with the depth resolved and
+// the statistics begun, the data in host or device memory.
+template <class W>
+class GpuPart {
+ public:
+  virtual ~GpuPart() = default;
+  virtual void run(const W& w, const CallData& call, const TraversalOptions& opt, TraversalStats& st) = 0;
+  // Device bytes of the tree (and any fixed data) that every call keeps on the device.
+  virtual std::size_t tree_bytes() const = 0;
+};
+
+// What a workload's calls keep from one to the next on a host thread.
+struct EngineState {
+  CpuScratch cpu;
+  AutoDepth auto_depth;
+};
+
+namespace detail {
+
+// Host scratch for the results of n queries: what a trial, the CPU run over device outputs or the
+// node-counting emulator writes into.
+struct ScratchOutputs {
+  std::vector<unsigned char> bytes[2];
+  void* ptr[2] = {nullptr, nullptr};
+  ScratchOutputs(const std::size_t (&per_query)[2], index_t n) {
+    for (int i = 0; i < 2; ++i) {
+      bytes[i].resize(per_query[i] * static_cast<std::size_t>(n));
+      ptr[i] = per_query[i] ? bytes[i].data() : nullptr;
+    }
+  }
+};
+
+// A host copy of queries [n][dims] in device memory, made after the work queued on `after`;
+// empty when they are in host memory (or there are none).
+std::vector<float> host_copy_of_queries(const float* queries, index_t n, int dims, stream_t after);
+
+template <class W>
+void check_call(const W& w, const CallData& call, const TraversalOptions& opt) {
+  const std::string who = w.name;
+  if (call.n < 0) throw Error(who + ": n_queries = " + std::to_string(call.n) + " is negative");
+  for (int i = 0; i < 2; ++i)
+    if (call.n > 0 && w.output_bytes[i] && !call.outputs[i]) throw Error(who + "::run: an output buffer is null");
+  if (w.query_dims > 0) check_queries(call.queries, call.n, w.query_dims, opt.stream);
+  if (opt.schedule == ScheduleKind::LeafSort && !W::kSortKey)
+    throw Error(who + ": schedule leaf-sort needs a workload's own sort key; a custom traversal takes input-order, "
+                      "hybrid or hybrid-device");
+}
+
+// The top-tree depth that depth 0 stands for before it is capped at the tree's height (the
+// centre of depth auto's trial).
+template <class W>
+int uncapped_default_depth(const W& w, const TraversalOptions& opt, Device where) {
+  return W::kGuided && W::kBuiltinTree ? guided_default_depth(opt, where) : w.default_depth;
+}
+
+// One call at a fixed depth, the data fitting the device.
+template <class W>
+TraversalStats run_fixed(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
+                         const CallData& call, const TraversalOptions& opt) {
+  TraversalStats st = begin_call(opt, held, w.name, W::topology(view).height, w.default_depth, W::kGuided,
+                                 W::kBuiltinTree);
+  if (call.n == 0) {
+    if (opt.keep_schedule) st.schedule = input_order(0);
+    return st;
+  }
+  std::vector<float> host_queries;
+  if (st.device == Device::Gpu) {
+    gpu->run(w, call, opt, st);
+  } else {
+    // The CPU reads and writes host memory: device queries and results go through the host.
+    host_queries = host_copy_of_queries(call.queries, call.n, w.query_dims, opt.stream);
+    CallData host = call;
+    if (!host_queries.empty()) host.queries = host_queries.data();
+    ScratchOutputs staged(w.output_bytes, call.n);
+    for (int i = 0; i < 2; ++i)
+      if (call.outputs[i] && is_device_pointer(call.outputs[i])) host.outputs[i] = staged.ptr[i];
+    run_on_cpu(state.cpu, w, view, host, opt, st);
+    for (int i = 0; i < 2; ++i)
+      if (host.outputs[i] != call.outputs[i])
+        copy_memory(call.outputs[i], host.outputs[i], w.output_bytes[i] * static_cast<std::size_t>(call.n), opt.stream);
+    if (!opt.count_nodes) st.warp_nodes.clear();
+  }
+  if (opt.count_nodes && st.warp_nodes.empty()) {
+    // The warp emulator over the order that ran, into scratch results.
+    if (host_queries.empty()) host_queries = host_copy_of_queries(call.queries, call.n, w.query_dims, opt.stream);
+    ScratchOutputs scratch(w.output_bytes, call.n);
+    const float* queries = host_queries.empty() ? call.queries : host_queries.data();
+    const index_t* order = st.schedule.order.empty() ? nullptr : st.schedule.order.data();
+    w.with_visitor(view, queries, scratch.ptr, [&](const auto& v) {
+      st.warp_nodes = emulate_lockstep(W::topology(view), v, order, call.n, lockstep_mode(opt.executor));
+    });
+  }
+  if (!opt.keep_schedule) st.schedule = Schedule{};
+  return st;
+}
+
+}  // namespace detail
+
+// A whole call of workload w over its tree `view` (host pointers), on the device `held` the
+// caller's object was made for (gpu: its GPU side): checks the call's data, resolves depth auto
+// by a trial, splits queries and results that do not fit the memory budget into batches, and runs
+// each on the CPU or the GPU.
+template <class W>
+TraversalStats run_call(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
+                        const CallData& call, const TraversalOptions& opt) {
+  detail::check_call(w, call, opt);
+  const int height = W::topology(view).height;
+  if (opt.depth == kAutoDepth) {
+    const Device where = opt.device == Device::Cpu ? Device::Cpu : held;
+    const std::vector<float> staged = detail::host_copy_of_queries(call.queries, call.n, w.query_dims, opt.stream);
+    const float* queries = staged.empty() ? call.queries : staged.data();
+    double trial_ms = 0;
+    TraversalOptions chosen = opt;
+    chosen.depth = state.auto_depth.choose(
+        opt, where, call.n, height, detail::uncapped_default_depth(w, opt, where),
+        [&](int d, const std::vector<index_t>& rows) {
+          // A workload that holds its own queries runs them all.
+          const std::vector<float> sample =
+              w.query_dims > 0 ? gather_rows(queries, w.query_dims, rows) : std::vector<float>{};
+          CallData t;
+          t.n = w.query_dims > 0 ? static_cast<index_t>(rows.size()) : call.n;
+          t.queries = sample.data();
+          detail::ScratchOutputs out(w.output_bytes, t.n);
+          t.outputs[0] = out.ptr[0];
+          t.outputs[1] = out.ptr[1];
+          return run_ms(run_call(w, view, held, gpu, state, t, trial_options(opt, d)));
+        },
+        &trial_ms);
+    TraversalStats st = run_call(w, view, held, gpu, state, call, chosen);
+    st.depth_trial_ms = trial_ms;
+    return st;
+  }
+  if (opt.memory_budget > 0 && opt.device != Device::Cpu && held == Device::Gpu && w.query_dims > 0 &&
+      opt.depth >= 0 && opt.depth <= height) {
+    // Queries and results that do not fit the budget beside the tree: one call per batch, each
+    // leaving room for its whole matrix.
+    const TraversalStats plan = begin_call(opt, held, w.name, height, w.default_depth, W::kGuided, W::kBuiltinTree);
+    const TopTree top = TopTree::build(W::topology(view), plan.depth);
+    const std::size_t per_query = w.query_dims * sizeof(float) + w.output_bytes[0] + w.output_bytes[1];
+    const index_t batch =
+        budget_batch(opt, call.n, gpu->tree_bytes(), per_query,
+                     pipeline_bytes_per_query(W::kGuided, W::kGuided ? plan.rows.width(top.size()) : top.size()));
+    if (batch < call.n) {
+      TraversalStats all;
+      for (index_t a = 0; a < call.n; a += batch) {
+        CallData part = call;
+        part.n = std::min(batch, call.n - a);
+        part.queries = call.queries + a * w.query_dims;
+        for (int i = 0; i < 2; ++i)
+          if (call.outputs[i]) part.outputs[i] = static_cast<unsigned char*>(call.outputs[i]) + a * w.output_bytes[i];
+        append_batch(all, detail::run_fixed(w, view, held, gpu, state, part, opt), a, a == 0);
+      }
+      return all;
+    }
+  }
+  return detail::run_fixed(w, view, held, gpu, state, call, opt);
+}
+
+// Made in runtime/engine.cuh; each built-in workload's .cu file instantiates it.
+template <class W>
+std::unique_ptr<GpuPart<W>> make_gpu_part(const typename W::Data& data);
+
+// A built-in workload's engine on one host thread: its tree (the host view; on the GPU, its
+// device copy, made once here) and what calls keep from one to the next.
+template <class W>
+class Engine {
+ public:
+  using Workload = W;
+  // data must outlive the engine.
+  Engine(const typename W::Data& data, Device device) : view_(W::host_view(data)), device_(resolve_device(device)) {
+    if (device_ == Device::Gpu) gpu_ = make_gpu_part<W>(data);
+  }
+  Device device() const { return device_; }
+  const typename W::View& view() const { return view_; }
+  TraversalStats run(const W& w, const CallData& call, const TraversalOptions& opt) {
+    return run_call(w, view_, device_, gpu_.get(), state_, call, opt);
+  }
+
+ private:
+  typename W::View view_;
+  Device device_;
+  std::unique_ptr<GpuPart<W>> gpu_;
+  EngineState state_;
+};
+
+}  // namespace canopy

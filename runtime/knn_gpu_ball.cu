@@ -1,9 +1,0 @@
-#include "runtime/knn_gpu.cuh"
-
-namespace canopy {
-namespace detail {
-
-std::unique_ptr<KnnGpu> make_knn_gpu(const BallTree& tree) { return std::make_unique<KnnGpuImpl<BallTree>>(tree); }
-
-}  // namespace detail
-}  // namespace canopy

@@ -1,0 +1,85 @@
+// LeafSort on the GPU, the hand-tuned baseline's schedule: a stable radix sort of the queries
+// by a per-query key (the leaf a query's greedy descent ends in, a body's Morton code). key_of
+// is a device functor index_t -> unsigned integer (32 or 64 bits). Include from .cu files only.
+#pragma once
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/cuda.cuh"
+#include "scheduler/device_schedule.hpp"
+
+namespace canopy {
+
+// Bits to hold every value in 0 .. max_value (at least 1, the radix sort's smallest range).
+inline int bits_for(std::uint64_t max_value) {
+  int b = 1;
+  while (b < 64 && (std::uint64_t{1} << b) <= max_value) ++b;
+  return b;
+}
+
+// The key sort's scratch memory, reused from call to call.
+struct KeySortScratch {
+  DeviceBuffer<unsigned char> keys_in, keys_out, temp;
+  DeviceBuffer<index_t> ids;
+};
+
+namespace gpu {
+
+constexpr int kKeyBlock = 256;
+
+template <class KeyOf, class Key>
+__global__ void __launch_bounds__(kKeyBlock) query_key_kernel(KeyOf key_of, index_t n, Key* keys, index_t* ids) {
+  const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  keys[i] = key_of(i);
+  ids[i] = i;
+}
+
+template <class Key>
+__global__ void __launch_bounds__(kKeyBlock) key_heads_kernel(const Key* sorted, index_t n, std::uint8_t* heads) {
+  const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (i < n) heads[i] = i == 0 || sorted[i] != sorted[i - 1];
+}
+
+// The queries 0..n-1 stably sorted by key_of(i) (every key <= max_key) into out, on stream s;
+// with `buckets`, a bucket is a run of equal keys.
+template <class KeyOf>
+void sort_by_key(const KeyOf& key_of, std::uint64_t max_key, index_t n, KeySortScratch& k, DeviceSchedule& out,
+                 cudaStream_t s, bool buckets) {
+  using Key = std::decay_t<decltype(key_of(index_t{}))>;
+  static_assert(std::is_unsigned<Key>::value, "a sort key is an unsigned integer");
+  out.size = n;
+  out.buckets.clear();
+  out.has_heads = false;
+  const std::size_t m = static_cast<std::size_t>(n);
+  out.order.reserve(m, "the schedule", s);
+  if (n == 0) return;
+  k.keys_in.reserve(m * sizeof(Key), "the sort keys", s);
+  k.keys_out.reserve(m * sizeof(Key), "the sort keys", s);
+  k.ids.reserve(m, "the sort ids", s);
+  Key* in = reinterpret_cast<Key*>(k.keys_in.get());
+  Key* sorted = reinterpret_cast<Key*>(k.keys_out.get());
+  const int end_bit = bits_for(max_key);
+  std::size_t temp_bytes = 0;
+  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, in, sorted, k.ids.get(), out.order.get(), n,
+                                                    0, end_bit, s));
+  k.temp.reserve(temp_bytes, "the sort scratch space", s);
+  query_key_kernel<<<static_cast<unsigned>((n + kKeyBlock - 1) / kKeyBlock), kKeyBlock, 0, s>>>(key_of, n, in,
+                                                                                                k.ids.get());
+  CANOPY_CUDA_CHECK_LAUNCH("query_key_kernel");
+  // Radix sort is stable: queries with equal keys keep their input order.
+  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(k.temp.get(), temp_bytes, in, sorted, k.ids.get(), out.order.get(),
+                                                    n, 0, end_bit, s));
+  if (!buckets) return;
+  out.heads.reserve(m, "the schedule's bucket heads", s);
+  key_heads_kernel<<<static_cast<unsigned>((n + kKeyBlock - 1) / kKeyBlock), kKeyBlock, 0, s>>>(sorted, n,
+                                                                                               out.heads.get());
+  CANOPY_CUDA_CHECK_LAUNCH("key_heads_kernel");
+  out.has_heads = true;
+}
+
+}  // namespace gpu
+}  // namespace canopy
