@@ -1,7 +1,7 @@
 // The forest row inspector: each row's walk through the top levels of the leading trees, packed
 // into one sort key (the scheduling matrix of a forest, one word per row). The same function
 // runs on the CPU (scheduler/forest_rows.hpp's reference) and in the GPU kernel
-// (inspector/forest_rows.cuh).
+// (launch_forest_row_keys below).
 #pragma once
 
 #include <cstdint>
@@ -35,10 +35,6 @@ CANOPY_HD inline std::uint64_t adaptive_row_key(const AdaptiveForestView& v, con
 inline int adaptive_key_trees(index_t n_trees, int depth) {
   return static_cast<int>(n_trees < 64 / depth ? n_trees : 64 / depth);
 }
-
-}  // namespace canopy
-
-namespace canopy {
 
 // The GPU inspector (inspector/forest_rows.cu): keys[i] = adaptive_row_key(row i), index[i] = i,
 // for the rows in device memory, on `stream`.

@@ -61,7 +61,7 @@ constexpr std::int32_t kRowEnd = -1;
 //   None: never probe: the row is the top-leaves in the query's own preferred order under the
 //         bound it starts with (for nearest neighbour, none), a positional signature. Its cost
 //         is a fixed walk of the top-tree, reading no points; it needs a deeper top-tree and a
-//         row cap to be a good schedule (README, "Guided rows").
+//         row cap to be a good schedule (docs/design.md, "Guided rows: probe or position").
 // The probe only shapes the schedule; results never depend on it.
 enum class GuidedProbe : std::uint8_t { Full, Lean, None };
 inline const char* to_string(GuidedProbe p) {

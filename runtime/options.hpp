@@ -21,7 +21,7 @@ constexpr int kDefaultTopTreeDepth = 8;
 
 // Guided rows without a probe (GuidedProbe::None) are a positional signature: they need a
 // deeper top-tree than probed rows, and only their first entries shape the schedule
-// (README, "Guided rows").
+// (docs/design.md, "Guided rows: probe or position").
 constexpr int kDefaultPositionalDepth = 12;
 constexpr index_t kDefaultPositionalRowCap = 32;
 // Depth value that asks for the automatic choice (AutoDepth, runtime/engine.hpp).

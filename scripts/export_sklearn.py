@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes a scikit-learn random forest as a Canopy forest JSON file (layouts/FOREST_FORMAT.md).
+"""Writes a scikit-learn random forest as a Canopy forest JSON file (docs/forest_format.md).
 
 Supported: RandomForestClassifier, RandomForestRegressor, ExtraTreesClassifier,
 ExtraTreesRegressor with a single output. Use it as a module:

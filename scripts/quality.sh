@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The schedule-quality table of the README: canopy-bench quality for point correlation and kNN
+# The schedule-quality table of benchmarks/RESULTS.md: canopy-bench quality for point correlation and kNN
 # on covtype, cities and uniform:400000:7 (queries shuffled, so "input order" is a random
 # order), the guided inspector's probes for kNN, and Barnes-Hut on plummer:100000. CPU-only
 # work; a machine with more cores is faster.
@@ -22,7 +22,7 @@ inputs=("covtype --points $data/covtype_points_254k.csv.gz --columns 0-6"
       echo
     done
   done
-  # Guided rows: the inspector's probe (README, "Guided rows"); uniform with a pipeline chunk's
+  # Guided rows: the inspector's probe (docs/design.md, "Guided rows: probe or position"); uniform with a pipeline chunk's
   # 500,000 queries against the 400,000-point tree.
   for input in "${inputs[@]}"; do
     set -- $input
