@@ -14,6 +14,18 @@ class App;
 namespace canopy {
 namespace bench {
 
+// Where the points and queries come from: --points (a CSV or CSV.gz file) with --columns, or
+// --generate; --queries; --seed; --shuffle.
+struct InputConfig {
+  std::string points;
+  std::string generate;
+  std::string queries;
+  std::string columns;
+  std::uint64_t seed = 1;
+  bool shuffle_set = false;
+  std::uint64_t shuffle_seed = 0;
+};
+
 // --pipeline, --chunk, --memory-budget (MiB), --inspector-first and --ramp as given.
 struct PipelineArgs {
   std::string pipeline = "off";
@@ -23,41 +35,9 @@ struct PipelineArgs {
   std::string ramp = "on";
 };
 
-struct PcConfig {
-  std::string points;                       // CSV / CSV.gz, or empty
-  std::string generate = "uniform:400000:7";  // used when points is empty
-  std::string queries;                      // CSV of queries (same columns); default: the points
-  std::string columns;
-  std::uint64_t seed = 1;
-  bool shuffle_set = false;
-  std::uint64_t shuffle_seed = 0;
-  std::string radius = "auto:32";
-  int depth = 0;
-  std::string depths;  // a sweep, e.g. "4-14"
-  int leaf_size = 8;
-  std::string device = "auto";
-  std::string variants = "all";
-  int repeat = 5;
-  std::string json;
-  PipelineArgs pipeline;
-  // Set by the command line parser: whether the user chose the input and the repeat count.
-  bool source_given = false;
-  bool repeat_given = false;
-};
-
-// nn, knn, bt, vp (nearest neighbours on the kd-tree, ball tree, vp-tree) and bh (Barnes-Hut).
-struct TraversalBenchConfig {
-  std::string workload;  // nn, knn, bt, vp, bh
-  std::string points;
-  std::string generate;  // default per workload: uniform:400000:7, or plummer:1000000 for bh
-  std::string queries;
-  std::string columns;
-  std::uint64_t seed = 1;
-  bool shuffle_set = false;
-  std::uint64_t shuffle_seed = 0;
-  int k = 0;  // 0: 1 for nn, bt, vp; 8 for knn
-  float theta = 0.5f;
-  float softening = 0.01f;
+// How the variants of a traversal workload run: --depth, --depths (a sweep, e.g. "4-14"),
+// --leaf-size, --device, --variants, --repeat, --json and the pipeline's options.
+struct SuiteConfig {
   int depth = 0;
   std::string depths;
   int leaf_size = 8;
@@ -66,6 +46,25 @@ struct TraversalBenchConfig {
   int repeat = 5;
   std::string json;
   PipelineArgs pipeline;
+};
+
+struct PcConfig {
+  InputConfig input{"", "uniform:400000:7", "", "", 1, false, 0};  // default: the points query themselves
+  std::string radius = "auto:32";
+  SuiteConfig suite;
+  // Set by the command line parser: whether the user chose the input and the repeat count.
+  bool source_given = false;
+  bool repeat_given = false;
+};
+
+// nn, knn, bt, vp (nearest neighbours on the kd-tree, ball tree, vp-tree) and bh (Barnes-Hut).
+struct TraversalBenchConfig {
+  std::string workload;  // nn, knn, bt, vp, bh
+  InputConfig input;     // default per workload: uniform:400000:7, or plummer:1000000 for bh
+  int k = 0;  // 0: 1 for nn, bt, vp; 8 for knn
+  float theta = 0.5f;
+  float softening = 0.01f;
+  SuiteConfig suite;
   std::string probe = "auto";  // guided workloads: the inspector's probe
   std::int64_t row_cap = 0;
   bool source_given = false;
@@ -114,13 +113,7 @@ struct ForestStudyConfig {
 // canopy-bench quality <workload>: schedules against the MST lower bound of the paper's Sched.
 struct QualityConfig {
   std::string workload;  // pc, nn, knn, bt, vp, bh
-  std::string points;
-  std::string generate;  // default uniform:100000:7, bh plummer:100000
-  std::string queries;
-  std::string columns;
-  std::uint64_t seed = 1;
-  bool shuffle_set = false;
-  std::uint64_t shuffle_seed = 0;
+  InputConfig input;     // default uniform:100000:7, bh plummer:100000
   std::string radius = "auto:32";
   int k = 0;
   float theta = 0.5f;

@@ -310,6 +310,27 @@ void write_json(const std::string& path, const nlohmann::json& j) {
   out << j.dump(2) << "\n";
 }
 
+void add_input_options(CLI::App& app, InputConfig& c, const InputHelp& help) {
+  app.add_option("--points", c.points, help.points);
+  app.add_option("--generate", c.generate, help.generate)->capture_default_str();
+  app.add_option("--queries", c.queries, help.queries);
+  app.add_option("--columns", c.columns, "columns to use, e.g. 0-6 or 0,2,4 (default: all)");
+  app.add_option("--seed", c.seed, help.seed)->capture_default_str();
+  app.add_option_function<std::uint64_t>(
+      "--shuffle", [&c](std::uint64_t s) { c.shuffle_set = true; c.shuffle_seed = s; }, help.shuffle);
+}
+
+void add_suite_options(CLI::App& app, SuiteConfig& c, const SuiteHelp& help) {
+  app.add_option_function<std::string>("--depth", [&c](const std::string& d) { c.depth = parse_depth(d); }, help.depth);
+  app.add_option("--depths", c.depths, "a depth sweep, e.g. 4-14 or 4-12,auto: the hybrid variants run at each depth");
+  app.add_option("--leaf-size", c.leaf_size, help.leaf_size)->capture_default_str();
+  app.add_option("--device", c.device, "auto, cpu or gpu")->capture_default_str();
+  app.add_option("--variants", c.variants, help.variants)->capture_default_str();
+  app.add_option("--repeat", c.repeat, "timed runs per variant (the median is reported)")->capture_default_str();
+  app.add_option("--json", c.json, "write the results as JSON to this file");
+  add_pipeline_options(app, c.pipeline);
+}
+
 Inputs load_inputs(const InputConfig& c, bool normalise, bool split) {
   Inputs in;
   in.source = c.points.empty() ? c.generate : c.points;

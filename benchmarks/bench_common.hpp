@@ -99,17 +99,24 @@ void write_json(const std::string& path, const nlohmann::json& j);
 // FNV-1a over 64-bit words: the checksum of result vectors that are not counts.
 std::uint64_t hash_words(const std::vector<std::uint64_t>& words);
 
-// The input options every point-set workload shares, and loading them: a CSV(.gz) file with
-// chosen columns or a generator, normalised to the unit cube (`normalise`), and the query set.
-struct InputConfig {
-  std::string points;
-  std::string generate;
-  std::string queries;
-  std::string columns;
-  std::uint64_t seed = 1;
-  bool shuffle_set = false;
-  std::uint64_t shuffle_seed = 0;
+// The input options every point-set workload shares (InputConfig), with the help texts that
+// differ between workloads, and loading them: a CSV(.gz) file with chosen columns or a
+// generator, normalised to the unit cube (`normalise`), and the query set.
+struct InputHelp {
+  const char* points;
+  const char* generate;
+  const char* queries;
+  const char* seed;
+  const char* shuffle;
 };
+void add_input_options(CLI::App& app, InputConfig& c, const InputHelp& help);
+// The options of SuiteConfig; the help texts that differ between workloads.
+struct SuiteHelp {
+  const char* depth;
+  const char* leaf_size;
+  const char* variants;
+};
+void add_suite_options(CLI::App& app, SuiteConfig& c, const SuiteHelp& help);
 struct Inputs {
   PointSet points;
   PointSet queries;

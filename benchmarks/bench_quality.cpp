@@ -18,15 +18,15 @@
 
 #include "benchmarks/bench.hpp"
 #include "benchmarks/bench_common.hpp"
-#include "runtime/pc_visitor.hpp"
-#include "runtime/point_correlation.hpp"
-#include "runtime/bh_visitor.hpp"
 #include "core/checks.hpp"
 #include "core/timing.hpp"
+#include "runtime/barnes_hut.hpp"
+#include "runtime/bh_visitor.hpp"
 #include "runtime/custom.hpp"
 #include "runtime/knn.hpp"
 #include "runtime/knn_visitor.hpp"
-#include "runtime/barnes_hut.hpp"
+#include "runtime/pc_visitor.hpp"
+#include "runtime/point_correlation.hpp"
 #include "runtime/schedule_quality.hpp"
 
 namespace canopy {
@@ -37,8 +37,8 @@ struct QualityRow {
   std::string name;
   int depth = 0;
   std::int64_t sample_delta = 0;
-  double ratio = 0;           // sample Δ / MST weight
-  double delta_per_query = 0; // Δ over all queries / (queries - 1)
+  double ratio = 0;            // sample Δ / MST weight
+  double delta_per_query = 0;  // Δ over all queries / (queries - 1)
   double union_per_warp = 0;
   double schedule_ms = 0;
   // The inspector's work (guided rows): descend() and leaf() calls per query, and per warp of
@@ -104,9 +104,10 @@ std::vector<QualityRow> quality_rows(const QualityConfig& c, const View& view, c
               static_cast<unsigned long long>(c.sample_seed),
               sample.empty() ? 0.0 : static_cast<double>(sets.nodes.size()) / static_cast<double>(sample.size()),
               trace_ms);
-  std::printf("MST of the sample's difference graph (Boost.Graph Prim): weight %lld (lower bound on the optimal Δ), "
-              "its preorder's Δ %lld; edge weights %.0f ms, Prim %.0f ms\n\n",
-              static_cast<long long>(mst.weight), static_cast<long long>(mst.preorder_delta), mst.graph_ms, mst.mst_ms);
+  std::printf(
+      "MST of the sample's difference graph (Boost.Graph Prim): weight %lld (lower bound on the optimal Δ), "
+      "its preorder's Δ %lld; edge weights %.0f ms, Prim %.0f ms\n\n",
+      static_cast<long long>(mst.weight), static_cast<long long>(mst.preorder_delta), mst.graph_ms, mst.mst_ms);
   j["sample"] = sample.size();
   j["sample_seed"] = c.sample_seed;
   j["mst_weight"] = mst.weight;
@@ -200,8 +201,9 @@ void print_rows(const std::vector<QualityRow>& rows) {
     std::printf("\n");
   }
   if (steps)
-    std::printf("insp steps: the guided inspector's descend() and leaf() calls per query; warp max: per warp of 32 "
-                "input-order queries, the busiest lane's\n");
+    std::printf(
+        "insp steps: the guided inspector's descend() and leaf() calls per query; warp max: per warp of 32 "
+        "input-order queries, the busiest lane's\n");
 }
 
 nlohmann::json rows_json(const std::vector<QualityRow>& rows) {
@@ -242,21 +244,20 @@ std::vector<index_t> leaf_sorted(Api&& run, Options opt, double* ms) {
 
 void add_quality_options(CLI::App& app, QualityConfig& c) {
   app.add_option("workload", c.workload, "pc, nn, knn, bt, vp or bh")->required();
-  app.add_option("--points", c.points, "CSV or CSV.gz with a header row (normalised to [0,1]; bh: as is)");
-  app.add_option("--generate", c.generate, "generated points: uniform:N:D or plummer:N")->capture_default_str();
-  app.add_option("--queries", c.queries, "nn family, pc: CSV(.gz) of queries (default: pc the points themselves, "
-                                         "nn family a seeded random half of the points)");
-  app.add_option("--columns", c.columns, "columns to use, e.g. 0-6 or 0,2,4 (default: all)");
-  app.add_option("--seed", c.seed, "seed of --generate, of the tree/query split and of the radius sample")
-      ->capture_default_str();
-  app.add_option_function<std::uint64_t>("--shuffle", [&c](std::uint64_t s) { c.shuffle_set = true; c.shuffle_seed = s; },
-                                         "put the queries in a random order (seed)");
+  add_input_options(
+      app, c.input,
+      {"CSV or CSV.gz with a header row (normalised to [0,1]; bh: as is)", "generated points: uniform:N:D or plummer:N",
+       "nn family, pc: CSV(.gz) of queries (default: pc the points themselves, nn family a seeded "
+       "random half of the points)",
+       "seed of --generate, of the tree/query split and of the radius sample",
+       "put the queries in a random order (seed)"});
   app.add_option("--radius", c.radius, "pc: radius R, or auto:K for a mean count of about K")->capture_default_str();
   app.add_option("--k", c.k, "neighbours per query (default 1 for nn, bt, vp; 8 for knn)");
   app.add_option("--theta", c.theta, "bh: opening angle")->capture_default_str();
   app.add_option("--softening", c.softening, "bh: softening length epsilon")->capture_default_str();
   app.add_option("--depths", c.depths, "top-tree depths of the hybrid variants")->capture_default_str();
-  app.add_option("--probes", c.probes, "nn family: guided inspector probes to compare, a comma list of full, lean, none")
+  app.add_option("--probes", c.probes,
+                 "nn family: guided inspector probes to compare, a comma list of full, lean, none")
       ->capture_default_str();
   app.add_option("--row-cap", c.row_cap, "nn family: most top-leaves per guided row (0: all; 32 with probe none)")
       ->capture_default_str();
@@ -274,10 +275,9 @@ int run_quality(const QualityConfig& config) {
     throw Error("quality: unknown workload '" + w + "' (pc, nn, knn, bt, vp or bh)");
   if (c.sample < 2) throw Error("--sample " + std::to_string(c.sample) + " must be at least 2");
   const bool bh = w == "bh", pc = w == "pc";
-  if (c.generate.empty()) c.generate = bh ? "plummer:100000" : "uniform:100000:7";
-  if (bh && !c.queries.empty()) throw Error("--queries: bh computes the force on its own bodies");
-  const Inputs in = load_inputs({c.points, c.generate, c.queries, c.columns, c.seed, c.shuffle_set, c.shuffle_seed},
-                                !bh, !bh && !pc);
+  if (c.input.generate.empty()) c.input.generate = bh ? "plummer:100000" : "uniform:100000:7";
+  if (bh && !c.input.queries.empty()) throw Error("--queries: bh computes the force on its own bodies");
+  const Inputs in = load_inputs(c.input, !bh, !bh && !pc);
   std::printf("canopy-bench quality %s: %s\n", w.c_str(), in.source.c_str());
   nlohmann::json j;
   j["workload"] = w;
@@ -288,7 +288,7 @@ int run_quality(const QualityConfig& config) {
     KdTreeOptions o;
     o.leaf_size = c.leaf_size;
     const KdTree tree = KdTree::build(in.points.data(), in.points.size(), in.points.dims, o);
-    const float radius = parse_radius(c.radius, tree, in.queries, c.seed);
+    const float radius = parse_radius(c.radius, tree, in.queries, c.input.seed);
     std::printf("points %lld, queries %lld, dims %d, radius %.6g, kd-tree of %d levels\n",
                 static_cast<long long>(in.points.size()), static_cast<long long>(nq), in.points.dims, radius,
                 tree.height());
@@ -297,8 +297,8 @@ int run_quality(const QualityConfig& config) {
     PcOptions po;
     po.radius = radius;
     double leaf_ms = 0;
-    const std::vector<index_t> leaf = leaf_sorted([&](const PcOptions& o2) { return api.run(in.queries.data(), nq, o2); },
-                                                  po, &leaf_ms);
+    const std::vector<index_t> leaf =
+        leaf_sorted([&](const PcOptions& o2) { return api.run(in.queries.data(), nq, o2); }, po, &leaf_ms);
     std::vector<index_t> counts(static_cast<std::size_t>(nq));
     dispatch_dims(tree.dims(), [&](auto md) {
       PointCorrelationVisitor<decltype(md)::value> v;
@@ -354,7 +354,8 @@ int run_quality(const QualityConfig& config) {
       std::vector<float> dist(static_cast<std::size_t>(nq) * k);
       std::vector<index_t> index(static_cast<std::size_t>(nq) * k);
       dispatch_dims(tree.dims(), [&](auto md) {
-        const auto v = make_knn_visitor<decltype(md)::value>(tree.view(), in.queries.data(), k, dist.data(), index.data());
+        const auto v =
+            make_knn_visitor<decltype(md)::value>(tree.view(), in.queries.data(), k, dist.data(), index.data());
         rows = quality_rows(c, tree.view(), v, nq, leaf, leaf_ms, j);
       });
     };

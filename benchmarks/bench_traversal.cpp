@@ -13,8 +13,8 @@
 #include "benchmarks/bench_common.hpp"
 #include "core/checks.hpp"
 #include "core/timing.hpp"
-#include "runtime/knn.hpp"
 #include "runtime/barnes_hut.hpp"
+#include "runtime/knn.hpp"
 
 namespace canopy {
 namespace bench {
@@ -28,12 +28,12 @@ std::uint64_t float_bits(float f) {
 
 int finish(const TraversalBenchConfig& c, const Suite& suite, nlohmann::json j) {
   print_suite(suite);
-  if (!c.json.empty()) {
-    j["depth"] = suite_depth(suite, c.depth);
-    j["repeat"] = c.repeat;
+  if (!c.suite.json.empty()) {
+    j["depth"] = suite_depth(suite, c.suite.depth);
+    j["repeat"] = c.suite.repeat;
     j["results_identical"] = suite.all_same;
     j["variants"] = suite_json(suite);
-    write_json(c.json, j);
+    write_json(c.suite.json, j);
   }
   return suite.all_same ? 0 : 2;
 }
@@ -45,15 +45,15 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
   const Tree tree = [&] {
     if constexpr (std::is_same_v<Tree, KdTree>) {
       KdTreeOptions o;
-      o.leaf_size = c.leaf_size;
+      o.leaf_size = c.suite.leaf_size;
       return KdTree::build(in.points.data(), in.points.size(), in.points.dims, o);
     } else if constexpr (std::is_same_v<Tree, BallTree>) {
       BallTreeOptions o;
-      o.leaf_size = c.leaf_size;
+      o.leaf_size = c.suite.leaf_size;
       return BallTree::build(in.points.data(), in.points.size(), in.points.dims, o);
     } else {
       VpTreeOptions o;
-      o.leaf_size = c.leaf_size;
+      o.leaf_size = c.suite.leaf_size;
       return VpTree::build(in.points.data(), in.points.size(), in.points.dims, o);
     }
   }();
@@ -65,32 +65,34 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
   TraversalOptions shown;  // the rows the hybrid variants use
   shown.probe = probe;
   shown.row_cap = c.row_cap;
-  const PipelineSetting pipeline = parse_pipeline(c.pipeline);
+  const PipelineSetting pipeline = parse_pipeline(c.suite.pipeline);
   shown.pipeline = pipeline.on;
   const GuidedRows rows = guided_rows(shown, dev);
   std::printf("canopy-bench %s: %s, %s, k = %d\n", c.workload.c_str(), in.source.c_str(), tree_name, k);
   print_device_line(dev, requested);
   std::printf("tree points %lld, queries %lld%s, dims %d, tree: %d levels, leaf size %d, built in %.1f ms\n",
               static_cast<long long>(in.points.size()), static_cast<long long>(in.queries.size()),
-              c.shuffle_set ? " (shuffled)" : "", in.points.dims, tree.height(), tree.leaf_size(), build_ms);
+              c.input.shuffle_set ? " (shuffled)" : "", in.points.dims, tree.height(), tree.leaf_size(), build_ms);
   std::printf("guided inspector rows: probe %s, row cap %s\n", to_string(rows.probe),
               rows.cap > 0 ? std::to_string(rows.cap).c_str() : "none");
-  const Suite suite = run_suite(parse_variants(c.variants, true), parse_depths(c.depths), c.depth, dev, c.repeat,
-                                [&](const TraversalOptions& t) {
-                                  KnnOptions opt;
-                                  static_cast<TraversalOptions&>(opt) = t;
-                                  opt.k = k;
-                                  opt.probe = probe;
-                                  opt.row_cap = c.row_cap;
-                                  KnnResult r = nn.run(in.queries.data(), in.queries.size(), opt);
-                                  Measured m;
-                                  m.result.reserve(r.indices.size() * 2);
-                                  for (index_t i : r.indices) m.result.push_back(static_cast<std::uint64_t>(i));
-                                  for (float d : r.distances) m.result.push_back(float_bits(d));
-                                  m.checksum = hash_words(m.result);
-                                  m.stats = std::move(r);
-                                  return m;
-                                }, pipeline);
+  const Suite suite = run_suite(
+      parse_variants(c.suite.variants, true), parse_depths(c.suite.depths), c.suite.depth, dev, c.suite.repeat,
+      [&](const TraversalOptions& t) {
+        KnnOptions opt;
+        static_cast<TraversalOptions&>(opt) = t;
+        opt.k = k;
+        opt.probe = probe;
+        opt.row_cap = c.row_cap;
+        KnnResult r = nn.run(in.queries.data(), in.queries.size(), opt);
+        Measured m;
+        m.result.reserve(r.indices.size() * 2);
+        for (index_t i : r.indices) m.result.push_back(static_cast<std::uint64_t>(i));
+        for (float d : r.distances) m.result.push_back(float_bits(d));
+        m.checksum = hash_words(m.result);
+        m.stats = std::move(r);
+        return m;
+      },
+      pipeline);
   nlohmann::json j;
   j["workload"] = c.workload;
   j["tree"] = tree_name;
@@ -99,7 +101,7 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
   j["source"] = in.source;
   j["n_points"] = in.points.size();
   j["n_queries"] = in.queries.size();
-  j["shuffled"] = c.shuffle_set;
+  j["shuffled"] = c.input.shuffle_set;
   j["dims"] = in.points.dims;
   j["k"] = k;
   j["probe"] = to_string(rows.probe);
@@ -115,7 +117,7 @@ int run_bh(const TraversalBenchConfig& c, const Inputs& in, Device requested) {
   const index_t n = in.points.size();
   const std::vector<float> mass(static_cast<std::size_t>(n), 1.0f / static_cast<float>(n));
   OctreeOptions o;
-  o.leaf_size = c.leaf_size;
+  o.leaf_size = c.suite.leaf_size;
   const auto t0 = std::chrono::steady_clock::now();
   const Octree tree = Octree::build(in.points.data(), mass.data(), n, o);
   const double build_ms = ms_since(t0);
@@ -124,29 +126,31 @@ int run_bh(const TraversalBenchConfig& c, const Inputs& in, Device requested) {
   std::printf("canopy-bench bh: %s, theta %.3g, softening %.3g\n", in.source.c_str(), c.theta, c.softening);
   print_device_line(dev, requested);
   std::printf("bodies %lld (equal masses 1/N)%s, octree: %d levels, %d nodes, leaf size %d, built in %.1f ms\n",
-              static_cast<long long>(n), c.shuffle_set ? " (shuffled)" : "", tree.height(), tree.node_count(),
+              static_cast<long long>(n), c.input.shuffle_set ? " (shuffled)" : "", tree.height(), tree.node_count(),
               tree.leaf_size(), build_ms);
-  const Suite suite = run_suite(parse_variants(c.variants, false), parse_depths(c.depths), c.depth, dev, c.repeat,
-                                [&](const TraversalOptions& t) {
-                                  BhOptions opt;
-                                  static_cast<TraversalOptions&>(opt) = t;
-                                  opt.theta = c.theta;
-                                  opt.softening = c.softening;
-                                  BhResult r = bh.run(opt);
-                                  Measured m;
-                                  m.result.reserve(r.forces.size());
-                                  for (float f : r.forces) m.result.push_back(float_bits(f));
-                                  m.checksum = hash_words(m.result);
-                                  m.stats = std::move(r);
-                                  return m;
-                                }, parse_pipeline(c.pipeline));
+  const Suite suite = run_suite(
+      parse_variants(c.suite.variants, false), parse_depths(c.suite.depths), c.suite.depth, dev, c.suite.repeat,
+      [&](const TraversalOptions& t) {
+        BhOptions opt;
+        static_cast<TraversalOptions&>(opt) = t;
+        opt.theta = c.theta;
+        opt.softening = c.softening;
+        BhResult r = bh.run(opt);
+        Measured m;
+        m.result.reserve(r.forces.size());
+        for (float f : r.forces) m.result.push_back(float_bits(f));
+        m.checksum = hash_words(m.result);
+        m.stats = std::move(r);
+        return m;
+      },
+      parse_pipeline(c.suite.pipeline));
   nlohmann::json j;
   j["workload"] = "bh";
   j["device"] = to_string(dev);
   j["device_name"] = dev == Device::Gpu ? gpu_description() : std::string("cpu");
   j["source"] = in.source;
   j["n_bodies"] = n;
-  j["shuffled"] = c.shuffle_set;
+  j["shuffled"] = c.input.shuffle_set;
   j["theta"] = c.theta;
   j["softening"] = c.softening;
   j["leaf_size"] = tree.leaf_size();
@@ -157,56 +161,48 @@ int run_bh(const TraversalBenchConfig& c, const Inputs& in, Device requested) {
 }  // namespace
 
 void add_traversal_options(CLI::App& app, TraversalBenchConfig& c) {
-  app.add_option("--points", c.points, "CSV or CSV.gz with a header row (nn family: normalised to [0,1])");
-  app.add_option("--generate", c.generate,
-                 "generated points instead of a file: uniform:N:D or plummer:N (default uniform:400000:7; bh: "
-                 "plummer:1000000)");
-  app.add_option("--queries", c.queries,
-                 "nn family: CSV(.gz) of queries against all the points, or a generator such as uniform:4000000:7 "
-                 "(default: a seeded random half of the points builds the tree, the other half queries it)");
-  app.add_option("--columns", c.columns, "columns to use, e.g. 0-6 or 0,2,4 (default: all)");
-  app.add_option("--seed", c.seed, "seed of --generate and of the tree/query split")->capture_default_str();
-  app.add_option_function<std::uint64_t>("--shuffle", [&c](std::uint64_t s) { c.shuffle_set = true; c.shuffle_seed = s; },
-                                         "put the queries (bh: bodies) in a random order (seed)");
+  add_input_options(
+      app, c.input,
+      {"CSV or CSV.gz with a header row (nn family: normalised to [0,1])",
+       "generated points instead of a file: uniform:N:D or plummer:N (default uniform:400000:7; bh: "
+       "plummer:1000000)",
+       "nn family: CSV(.gz) of queries against all the points, or a generator such as "
+       "uniform:4000000:7 (default: a seeded random half of the points builds the tree, the other half "
+       "queries it)",
+       "seed of --generate and of the tree/query split", "put the queries (bh: bodies) in a random order (seed)"});
   app.add_option("--k", c.k, "neighbours per query (default 1 for nn, bt, vp; 8 for knn)");
   app.add_option("--theta", c.theta, "bh: opening angle")->capture_default_str();
   app.add_option("--softening", c.softening, "bh: softening length epsilon")->capture_default_str();
-  app.add_option_function<std::string>(
-      "--depth", [&c](const std::string& d) { c.depth = parse_depth(d); },
-      "top-tree depth of the inspector, or auto (a quick trial on a sample) (0 = default: 8, bh 4, 12 for guided rows with probe none)");
-  app.add_option("--depths", c.depths, "a depth sweep, e.g. 4-14 or 4-12,auto: the hybrid variants run at each depth");
-  app.add_option("--leaf-size", c.leaf_size, "most points (bodies) per leaf")->capture_default_str();
-  app.add_option("--device", c.device, "auto, cpu or gpu")->capture_default_str();
-  app.add_option("--variants", c.variants,
-                 "comma list of independent, mask-lockstep, fsm-lockstep, mask-lockstep-sorted, fsm-lockstep-sorted, "
-                 "hybrid, independent-hybrid, hybrid-gpu-sandpile (bh) or hybrid-gpu-buckets (nn, knn, bt, vp); or all")
-      ->capture_default_str();
-  app.add_option("--repeat", c.repeat, "timed runs per variant (the median is reported)")->capture_default_str();
-  app.add_option("--json", c.json, "write the results as JSON to this file");
-  add_pipeline_options(app, c.pipeline);
+  add_suite_options(app, c.suite,
+                    {"top-tree depth of the inspector, or auto (a quick trial on a sample) (0 = "
+                     "default: 8, bh 4, 12 for guided rows with probe none)",
+                     "most points (bodies) per leaf",
+                     "comma list of independent, mask-lockstep, fsm-lockstep, mask-lockstep-sorted, "
+                     "fsm-lockstep-sorted, hybrid, independent-hybrid, hybrid-gpu-sandpile (bh) or "
+                     "hybrid-gpu-buckets (nn, knn, bt, vp); or all"});
   app.add_option("--probe", c.probe,
-                 "nn family: how the guided inspector bounds a query's top-tree walk: full, lean, none, or auto (full; "
+                 "nn family: how the guided inspector bounds a query's top-tree walk: full, lean, none, or auto "
+                 "(full; "
                  "none when pipelined)")
       ->capture_default_str();
-  app.add_option("--row-cap", c.row_cap,
-                 "nn family: most top-leaves per guided row (0: all; 32 with probe none)")
+  app.add_option("--row-cap", c.row_cap, "nn family: most top-leaves per guided row (0: all; 32 with probe none)")
       ->capture_default_str();
 }
 
 int run_traversal(const TraversalBenchConfig& config) {
   TraversalBenchConfig c = config;
-  if (c.repeat < 1) throw Error("--repeat " + std::to_string(c.repeat) + " must be at least 1");
+  if (c.suite.repeat < 1) throw Error("--repeat " + std::to_string(c.suite.repeat) + " must be at least 1");
   const bool bh = c.workload == "bh";
-  if (c.generate.empty()) c.generate = bh ? "plummer:1000000" : "uniform:400000:7";
-  const Device requested = parse_device(c.device);
+  if (c.input.generate.empty()) c.input.generate = bh ? "plummer:1000000" : "uniform:400000:7";
+  const Device requested = parse_device(c.suite.device);
   if (resolve_device(requested) == Device::Cpu && !c.source_given && !c.repeat_given) {
-    c.generate = bh ? "plummer:50000" : "uniform:50000:7";
-    c.repeat = 1;
-    std::printf("no GPU in use: the default workload shrinks to %s, one timed run per variant\n", c.generate.c_str());
+    c.input.generate = bh ? "plummer:50000" : "uniform:50000:7";
+    c.suite.repeat = 1;
+    std::printf("no GPU in use: the default workload shrinks to %s, one timed run per variant\n",
+                c.input.generate.c_str());
   }
-  if (bh && !c.queries.empty()) throw Error("--queries: bh computes the force on its own bodies");
-  const Inputs in = load_inputs({c.points, c.generate, c.queries, c.columns, c.seed, c.shuffle_set, c.shuffle_seed},
-                                !bh, !bh);
+  if (bh && !c.input.queries.empty()) throw Error("--queries: bh computes the force on its own bodies");
+  const Inputs in = load_inputs(c.input, !bh, !bh);
   if (bh) return run_bh(c, in, requested);
   if (c.workload == "bt") return run_knn<BallTree>(c, in, requested, "ball tree");
   if (c.workload == "vp") return run_knn<VpTree>(c, in, requested, "vantage-point tree");

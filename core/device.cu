@@ -120,12 +120,8 @@ Device resolve_device(Device requested) {
 }
 
 const char* to_string(Device d) {
-  switch (d) {
-    case Device::Auto: return "auto";
-    case Device::Cpu: return "cpu";
-    case Device::Gpu: return "gpu";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"auto", "cpu", "gpu"};
+  return enum_name(d, kNames);
 }
 
 }  // namespace canopy

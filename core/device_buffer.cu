@@ -27,19 +27,15 @@ MemoryEvents memory_events() {
 
 namespace detail {
 
-DeviceMemory::~DeviceMemory() {
+template <>
+Memory<MemoryKind::Device>::~Memory() {
   if (!ptr_) return;
   ++g_device_frees;
   cudaFreeAsync(ptr_, stream_);
 }
 
-void DeviceMemory::swap(DeviceMemory& o) noexcept {
-  std::swap(ptr_, o.ptr_);
-  std::swap(bytes_, o.bytes_);
-  std::swap(stream_, o.stream_);
-}
-
-void DeviceMemory::reserve(std::size_t bytes, const char* what, stream_t stream) {
+template <>
+void Memory<MemoryKind::Device>::reserve(std::size_t bytes, const char* what, stream_t stream) {
   if (bytes <= bytes_ && ptr_) return;
   // Stream 0 is the legacy default stream, which synchronises with every blocking stream.
   if (!stream) throw Error(std::string("internal: ") + what + " was to be allocated on the legacy default stream");
@@ -64,18 +60,15 @@ void DeviceMemory::reserve(std::size_t bytes, const char* what, stream_t stream)
   stream_ = stream;
 }
 
-PinnedMemory::~PinnedMemory() {
+template <>
+Memory<MemoryKind::Pinned>::~Memory() {
   if (!ptr_) return;
   ++g_pinned_frees;
   cudaFreeHost(ptr_);
 }
 
-void PinnedMemory::swap(PinnedMemory& o) noexcept {
-  std::swap(ptr_, o.ptr_);
-  std::swap(bytes_, o.bytes_);
-}
-
-void PinnedMemory::reserve(std::size_t bytes) {
+template <>
+void Memory<MemoryKind::Pinned>::reserve(std::size_t bytes, const char* /*what*/, stream_t /*stream*/) {
   if (bytes <= bytes_ && ptr_) return;
   if (ptr_) {
     ++g_pinned_frees;

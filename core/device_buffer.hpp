@@ -7,54 +7,54 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "core/types.hpp"
 
 namespace canopy {
 namespace detail {
 
-class DeviceMemory {
+// Owned memory of one kind, grown on demand: device memory (stream-ordered, as above) or
+// page-locked host memory (cudaMallocHost; the stream is not used).
+enum class MemoryKind { Device, Pinned };
+template <MemoryKind kKind>
+class Memory {
  public:
-  DeviceMemory() = default;
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-  DeviceMemory(DeviceMemory&& o) noexcept { swap(o); }
-  DeviceMemory& operator=(DeviceMemory&& o) noexcept {
+  Memory() = default;
+  Memory(const Memory&) = delete;
+  Memory& operator=(const Memory&) = delete;
+  Memory(Memory&& o) noexcept { swap(o); }
+  Memory& operator=(Memory&& o) noexcept {
     swap(o);
     return *this;
   }
-  ~DeviceMemory();
+  ~Memory();
   // Room for `bytes` (old contents are not kept); `what` names the buffer in an out-of-memory error.
   void reserve(std::size_t bytes, const char* what, stream_t stream);
   void* get() const { return ptr_; }
   std::size_t bytes() const { return bytes_; }
 
  private:
-  void swap(DeviceMemory& o) noexcept;
+  void swap(Memory& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    std::swap(stream_, o.stream_);
+  }
   void* ptr_ = nullptr;
   std::size_t bytes_ = 0;
   stream_t stream_ = nullptr;
 };
-
-class PinnedMemory {
- public:
-  PinnedMemory() = default;
-  PinnedMemory(const PinnedMemory&) = delete;
-  PinnedMemory& operator=(const PinnedMemory&) = delete;
-  PinnedMemory(PinnedMemory&& o) noexcept { swap(o); }
-  PinnedMemory& operator=(PinnedMemory&& o) noexcept {
-    swap(o);
-    return *this;
-  }
-  ~PinnedMemory();
-  void reserve(std::size_t bytes);
-  void* get() const { return ptr_; }
-
- private:
-  void swap(PinnedMemory& o) noexcept;
-  void* ptr_ = nullptr;
-  std::size_t bytes_ = 0;
-};
+using DeviceMemory = Memory<MemoryKind::Device>;
+using PinnedMemory = Memory<MemoryKind::Pinned>;
+// Defined in core/device_buffer.cu.
+template <>
+DeviceMemory::~Memory();
+template <>
+void DeviceMemory::reserve(std::size_t bytes, const char* what, stream_t stream);
+template <>
+PinnedMemory::~Memory();
+template <>
+void PinnedMemory::reserve(std::size_t bytes, const char* what, stream_t stream);
 
 }  // namespace detail
 
@@ -74,7 +74,7 @@ class DeviceBuffer {
 template <class T>
 class PinnedBuffer {
  public:
-  void reserve(std::size_t n) { mem_.reserve(n * sizeof(T)); }
+  void reserve(std::size_t n) { mem_.reserve(n * sizeof(T), "pinned host memory", nullptr); }
   T* get() const { return static_cast<T*>(mem_.get()); }
 
  private:

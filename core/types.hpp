@@ -2,6 +2,7 @@
 // Compiles with a plain C++ compiler; includes nothing of Canopy (core/ is the floor).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -39,5 +40,12 @@ class CudaError : public Error {
  public:
   explicit CudaError(const std::string& what) : Error(what) {}
 };
+
+// The name of enumerator e, given the names in declaration order; "?" for any other value.
+template <class E, std::size_t N>
+constexpr const char* enum_name(E e, const char* const (&names)[N]) {
+  const auto i = static_cast<std::size_t>(e);
+  return i < N ? names[i] : "?";
+}
 
 }  // namespace canopy

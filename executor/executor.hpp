@@ -1,6 +1,8 @@
 // The executor component's public header: which executor runs the scheduled queries.
 #pragma once
 
+#include "core/types.hpp"
+
 namespace canopy {
 
 enum class ExecutorKind {
@@ -10,12 +12,8 @@ enum class ExecutorKind {
 };
 
 inline const char* to_string(ExecutorKind k) {
-  switch (k) {
-    case ExecutorKind::Independent: return "independent";
-    case ExecutorKind::MaskLockstep: return "mask-lockstep";
-    case ExecutorKind::FsmLockstep: return "fsm-lockstep";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"independent", "mask-lockstep", "fsm-lockstep"};
+  return enum_name(k, kNames);
 }
 
 }  // namespace canopy

@@ -172,6 +172,14 @@ void launch_executor(ExecutorKind k, const Topology& tree, const Visitor& v, con
   if (n <= 0) return;
   const index_t warps = (n + 31) / 32;
   const unsigned lock_blocks = static_cast<unsigned>((warps + kLockstepWarpsPerBlock - 1) / kLockstepWarpsPerBlock);
+  // A lockstep kernel in its instrumented build (counting each warp's nodes) or its plain one.
+  using Kernel = void (*)(Topology, Visitor, const index_t*, index_t, index_t*);
+  const auto lockstep = [&](Kernel counting, Kernel plain, const char* name) {
+    (warp_nodes ? counting : plain)<<<lock_blocks, kLockstepWarpsPerBlock * 32, 0, stream>>>(tree, v, order, n,
+                                                                                            warp_nodes);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) throw_cuda_error(err, name, __FILE__, __LINE__);
+  };
   switch (k) {
     case ExecutorKind::Independent:
       independent_kernel<<<static_cast<unsigned>((n + kIndependentBlock - 1) / kIndependentBlock),
@@ -179,18 +187,12 @@ void launch_executor(ExecutorKind k, const Topology& tree, const Visitor& v, con
       CANOPY_CUDA_CHECK_LAUNCH("independent_kernel");
       break;
     case ExecutorKind::MaskLockstep:
-      if (warp_nodes)
-        mask_lockstep_kernel<true><<<lock_blocks, kLockstepWarpsPerBlock * 32, 0, stream>>>(tree, v, order, n, warp_nodes);
-      else
-        mask_lockstep_kernel<false><<<lock_blocks, kLockstepWarpsPerBlock * 32, 0, stream>>>(tree, v, order, n, nullptr);
-      CANOPY_CUDA_CHECK_LAUNCH("mask_lockstep_kernel");
+      lockstep(mask_lockstep_kernel<true, Topology, Visitor>, mask_lockstep_kernel<false, Topology, Visitor>,
+               "launch of mask_lockstep_kernel");
       break;
     case ExecutorKind::FsmLockstep:
-      if (warp_nodes)
-        fsm_lockstep_kernel<true><<<lock_blocks, kLockstepWarpsPerBlock * 32, 0, stream>>>(tree, v, order, n, warp_nodes);
-      else
-        fsm_lockstep_kernel<false><<<lock_blocks, kLockstepWarpsPerBlock * 32, 0, stream>>>(tree, v, order, n, nullptr);
-      CANOPY_CUDA_CHECK_LAUNCH("fsm_lockstep_kernel");
+      lockstep(fsm_lockstep_kernel<true, Topology, Visitor>, fsm_lockstep_kernel<false, Topology, Visitor>,
+               "launch of fsm_lockstep_kernel");
       break;
   }
 }

@@ -77,6 +77,22 @@ CANOPY_HD inline int preferred_child(const Visitor& v, const typename Visitor::S
   }
 }
 
+// A visitor that forwards everything to an inner one: the wrappers (a pipeline chunk's query
+// offset, the schedule-quality visit sets) derive from it and replace what they change.
+template <class Inner>
+struct ForwardingVisitor {
+  static constexpr bool kGuided = is_guided_v<Inner>;
+  using State = typename Inner::State;
+  Inner inner;
+
+  CANOPY_HD State init(index_t q) const { return inner.init(q); }
+  CANOPY_HD bool descend(State& s, node_id n) const { return inner.descend(s, n); }
+  CANOPY_HD void leaf(State& s, node_id n) const { inner.leaf(s, n); }
+  CANOPY_HD int first_child(const State& s, node_id n) const { return preferred_child(inner, s, n); }
+  CANOPY_HD bool probe_satisfied(const State& s) const { return canopy::probe_satisfied(inner, s); }
+  CANOPY_HD void finish(State& s, index_t q) const { inner.finish(s, q); }
+};
+
 // Records, per query, the sequence of nodes at which descend() was called (a node id, or its
 // bitwise complement when the query truncated there). The soundness tests compare these
 // sequences across schedules, executors and devices.

@@ -65,12 +65,8 @@ constexpr std::int32_t kRowEnd = -1;
 // The probe only shapes the schedule; results never depend on it.
 enum class GuidedProbe : std::uint8_t { Full, Lean, None };
 inline const char* to_string(GuidedProbe p) {
-  switch (p) {
-    case GuidedProbe::Full: return "full";
-    case GuidedProbe::Lean: return "lean";
-    case GuidedProbe::None: return "none";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"full", "lean", "none"};
+  return enum_name(p, kNames);
 }
 
 // How the guided inspector forms rows: the probe, and the most top-leaves a row keeps (the walk

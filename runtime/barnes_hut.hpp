@@ -31,8 +31,6 @@ struct BhResult : TraversalStats {
   std::vector<float> forces;  // [bodies][3], original body order
 };
 
-template <class W>
-class Engine;
 namespace detail {
 struct BhData;
 struct BhWorkload;
@@ -44,8 +42,6 @@ class BarnesHut {
  public:
   explicit BarnesHut(const Octree& tree, Device device = Device::Auto);
   ~BarnesHut();
-  BarnesHut(const BarnesHut&) = delete;
-  BarnesHut& operator=(const BarnesHut&) = delete;
 
   Device device() const;
   const Octree& tree() const { return tree_; }

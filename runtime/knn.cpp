@@ -9,12 +9,8 @@
 namespace canopy {
 
 const char* to_string(SearchTree t) {
-  switch (t) {
-    case SearchTree::Kd: return "kd-tree";
-    case SearchTree::Ball: return "ball tree";
-    case SearchTree::Vp: return "vantage-point tree";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"kd-tree", "ball tree", "vantage-point tree"};
+  return enum_name(t, kNames);
 }
 
 NearestNeighbors::NearestNeighbors(const KdTree& tree, Device device)

@@ -39,8 +39,6 @@ struct KnnResult : TraversalStats {
   std::vector<float> distances;  // [queries][k]
 };
 
-template <class W>
-class Engine;
 namespace detail {
 template <class Tree>
 struct KnnWorkload;
@@ -54,8 +52,6 @@ class NearestNeighbors {
   explicit NearestNeighbors(const BallTree& tree, Device device = Device::Auto);
   explicit NearestNeighbors(const VpTree& tree, Device device = Device::Auto);
   ~NearestNeighbors();
-  NearestNeighbors(const NearestNeighbors&) = delete;
-  NearestNeighbors& operator=(const NearestNeighbors&) = delete;
 
   Device device() const;
   SearchTree tree_kind() const { return kind_; }

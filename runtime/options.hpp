@@ -91,6 +91,10 @@ GuidedRows guided_rows(const TraversalOptions& opt, Device device, bool builtin 
 // a probe, else kDefaultTopTreeDepth); AutoDepth's trial centres on it.
 int guided_default_depth(const TraversalOptions& opt, Device device);
 
+// The engine every workload's API object runs on (runtime/engine.hpp).
+template <class W>
+class Engine;
+
 struct PhaseTimes {
   double inspect_ms = 0;   // GPU: inspector kernel + matrix copy to pinned host memory
   double schedule_ms = 0;  // CPU scheduler + order upload, or the device sandpile / sort

@@ -30,18 +30,12 @@ namespace detail {
 
 // The inspector's view of one chunk: its queries 0..m-1 are the caller's first..first+m-1.
 template <class Inner>
-struct ChunkVisitor {
-  static constexpr bool kGuided = is_guided_v<Inner>;
+struct ChunkVisitor : ForwardingVisitor<Inner> {
   using State = typename Inner::State;
-  Inner inner;
   index_t first;
 
-  CANOPY_HD State init(index_t q) const { return inner.init(first + q); }
-  CANOPY_HD bool descend(State& s, node_id n) const { return inner.descend(s, n); }
-  CANOPY_HD void leaf(State& s, node_id n) const { inner.leaf(s, n); }
-  CANOPY_HD int first_child(const State& s, node_id n) const { return preferred_child(inner, s, n); }
-  CANOPY_HD bool probe_satisfied(const State& s) const { return canopy::probe_satisfied(inner, s); }
-  CANOPY_HD void finish(State& s, index_t q) const { inner.finish(s, first + q); }
+  CANOPY_HD State init(index_t q) const { return this->inner.init(first + q); }
+  CANOPY_HD void finish(State& s, index_t q) const { this->inner.finish(s, first + q); }
 };
 
 template <class T>
@@ -156,7 +150,7 @@ class Pipeline {
     const cudaStream_t s = inspect_;
     sl.matrix.reserve(is_guided_v<Visitor>, m, top.size(), rows_, on_device_ ? HostCopy::None : HostCopy::Auto, s);
     sl.inspect_start.record(s);
-    gpu::inspect(tree, top_.view, ChunkVisitor<Visitor>{v, first}, rows_, sl.matrix, s);
+    gpu::inspect(tree, top_.view, ChunkVisitor<Visitor>{{v}, first}, rows_, sl.matrix, s);
     if (on_device_) {
       sl.inspect_stop.record(s);
       if constexpr (is_guided_v<Visitor>)

@@ -25,8 +25,6 @@ struct PcResult : TraversalStats {
   std::vector<index_t> counts;  // counts[i]: tree points within the radius of query i
 };
 
-template <class W>
-class Engine;
 namespace detail {
 struct PcWorkload;
 }
@@ -37,8 +35,6 @@ class PointCorrelation {
  public:
   explicit PointCorrelation(const KdTree& tree, Device device = Device::Auto);
   ~PointCorrelation();
-  PointCorrelation(const PointCorrelation&) = delete;
-  PointCorrelation& operator=(const PointCorrelation&) = delete;
 
   // The device runs use unless options.device says cpu.
   Device device() const;

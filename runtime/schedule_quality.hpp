@@ -19,20 +19,14 @@ namespace detail {
 
 // Forwards to the workload's visitor and appends every node descend() is called on to `sink`.
 template <class Inner>
-struct SetCollectingVisitor {
-  static constexpr bool kGuided = is_guided_v<Inner>;
+struct SetCollectingVisitor : ForwardingVisitor<Inner> {
   using State = typename Inner::State;
-  Inner inner;
   std::vector<node_id>* sink;
 
-  State init(index_t q) const { return inner.init(q); }
   bool descend(State& s, node_id n) const {
     sink->push_back(n);
-    return inner.descend(s, n);
+    return this->inner.descend(s, n);
   }
-  void leaf(State& s, node_id n) const { inner.leaf(s, n); }
-  int first_child(const State& s, node_id n) const { return preferred_child(inner, s, n); }
-  void finish(State& s, index_t q) const { inner.finish(s, q); }
 };
 
 }  // namespace detail
@@ -42,7 +36,7 @@ struct SetCollectingVisitor {
 template <class Topology, class Visitor>
 void trace_visit_set(const Topology& tree, const Visitor& v, index_t q, std::vector<node_id>& out) {
   out.clear();
-  traverse_one(tree, detail::SetCollectingVisitor<Visitor>{v, &out}, q);
+  traverse_one(tree, detail::SetCollectingVisitor<Visitor>{{v}, &out}, q);
   if (!std::is_sorted(out.begin(), out.end())) std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
 }

@@ -26,9 +26,6 @@ sandpile_heads_kernel(const std::uint64_t* bits, index_t words, const index_t* o
 
 }  // namespace
 
-DeviceScheduler::DeviceScheduler() = default;
-DeviceScheduler::~DeviceScheduler() = default;
-
 bool DeviceScheduler::on_host(ScheduleKind kind, bool guided, const TopTree& top, index_t rows) {
   if (kind == ScheduleKind::Hybrid) return true;
   return kind == ScheduleKind::HybridDevice && guided &&

@@ -33,11 +33,6 @@ struct DeviceSchedule {
 // Owns the schedulers' scratch memory (host and device), reused from call to call.
 class DeviceScheduler {
  public:
-  DeviceScheduler();
-  ~DeviceScheduler();
-  DeviceScheduler(const DeviceScheduler&) = delete;
-  DeviceScheduler& operator=(const DeviceScheduler&) = delete;
-
   // Whether `kind` reads the matrix on the host (the inspector must then copy it there).
   static bool on_host(ScheduleKind kind, bool guided, const TopTree& top, index_t rows);
 

@@ -19,8 +19,6 @@ class DeviceGuidedScheduler {
  public:
   DeviceGuidedScheduler();
   ~DeviceGuidedScheduler();
-  DeviceGuidedScheduler(const DeviceGuidedScheduler&) = delete;
-  DeviceGuidedScheduler& operator=(const DeviceGuidedScheduler&) = delete;
 
   // column_parent: host array [cols] (TopTree::parents()).
   static bool supports(const node_id* column_parent, index_t cols, index_t rows);

@@ -15,8 +15,6 @@ class DeviceSandpile {
  public:
   DeviceSandpile();
   ~DeviceSandpile();
-  DeviceSandpile(const DeviceSandpile&) = delete;
-  DeviceSandpile& operator=(const DeviceSandpile&) = delete;
 
   // matrix: device rows [rows][words_per_row]; writes the order into device memory order[rows].
   // Stable radix sorts, one per word of the rows from the least significant word to the most,

@@ -25,13 +25,8 @@ enum class ScheduleKind {
                  // vp trees) or by Morton code (Barnes-Hut)
 };
 inline const char* to_string(ScheduleKind k) {
-  switch (k) {
-    case ScheduleKind::InputOrder: return "input-order";
-    case ScheduleKind::Hybrid: return "hybrid";
-    case ScheduleKind::HybridDevice: return "hybrid-device";
-    case ScheduleKind::LeafSort: return "leaf-sort";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"input-order", "hybrid", "hybrid-device", "leaf-sort"};
+  return enum_name(k, kNames);
 }
 
 struct Schedule {
@@ -79,8 +74,6 @@ class SandpileScheduler {
  public:
   SandpileScheduler();
   ~SandpileScheduler();
-  SandpileScheduler(const SandpileScheduler&) = delete;
-  SandpileScheduler& operator=(const SandpileScheduler&) = delete;
   void run(const SchedulingMatrixView& matrix, index_t* order, std::vector<index_t>* bucket_offsets = nullptr);
 
  private:

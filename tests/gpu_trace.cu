@@ -71,52 +71,55 @@ struct Trace {
   }
 };
 
+// A kNN run's device side: the tree, the queries and the result slots, and f(visitor).
+template <class Tree>
+struct KnnOnDevice {
+  Stream stream;  // first: the buffers below are freed in order on it
+  DeviceCopy<Tree> tree;
+  index_t n;
+  int k;
+  DeviceBuffer<float> queries, dist;
+  DeviceBuffer<index_t> index;
+  KnnOnDevice(const Tree& t, const std::vector<float>& q, int neighbours)
+      : tree(t, stream.get()), n(static_cast<index_t>(q.size()) / t.dims()), k(neighbours) {
+    upload(queries, q, stream.get());
+    dist.reserve(static_cast<std::size_t>(n) * k, "distances", stream.get());
+    index.reserve(static_cast<std::size_t>(n) * k, "indices", stream.get());
+  }
+  template <class F>
+  void with_visitor(F&& f) const {
+    test_dims(tree.view().dims, [&](auto md) {
+      f(make_knn_visitor<decltype(md)::value>(tree.view(), queries.get(), k, dist.get(), index.get()));
+    });
+  }
+};
+
 template <class Tree>
 KnnTraced traced_knn(const Tree& tree, const std::vector<float>& queries, int k, const std::vector<index_t>& order,
                      ExecutorKind kind, int capacity) {
-  Stream stream;
-  const cudaStream_t s = stream.get();
-  const DeviceCopy<Tree> dtree(tree, s);
-  const index_t n = static_cast<index_t>(queries.size()) / tree.dims();
-  DeviceBuffer<float> dq, dist;
-  DeviceBuffer<index_t> index;
-  upload(dq, queries, s);
-  dist.reserve(static_cast<std::size_t>(n) * k, "distances", s);
-  index.reserve(static_cast<std::size_t>(n) * k, "indices", s);
-  Trace t(n, capacity, s);
+  const KnnOnDevice<Tree> d(tree, queries, k);
+  const cudaStream_t s = d.stream.get();
+  Trace t(d.n, capacity, s);
   KnnTraced out;
-  test_dims(tree.dims(), [&](auto md) {
-    const auto inner = make_knn_visitor<decltype(md)::value>(dtree.view(), dq.get(), k, dist.get(), index.get());
-    t.execute(dtree.view(), t.wrap(inner), order, kind, s, out);
-  });
-  out.indices = download(index, static_cast<std::size_t>(n) * k, s);
-  out.distances = download(dist, static_cast<std::size_t>(n) * k, s);
+  d.with_visitor([&](const auto& v) { t.execute(d.tree.view(), t.wrap(v), order, kind, s, out); });
+  out.indices = download(d.index, static_cast<std::size_t>(d.n) * k, s);
+  out.distances = download(d.dist, static_cast<std::size_t>(d.n) * k, s);
   return out;
 }
 
 // Step 1 alone, with the rows packed for the host.
 template <class Tree>
 PackedRows packed_rows(const Tree& tree, const std::vector<float>& queries, int k, int depth, GuidedRows rows) {
-  Stream stream;
-  const cudaStream_t s = stream.get();
-  const DeviceCopy<Tree> dtree(tree, s);
-  const index_t n = static_cast<index_t>(queries.size()) / tree.dims();
-  DeviceBuffer<float> dq, dist;
-  DeviceBuffer<index_t> index;
-  upload(dq, queries, s);
-  dist.reserve(static_cast<std::size_t>(n) * k, "distances", s);
-  index.reserve(static_cast<std::size_t>(n) * k, "indices", s);
+  const KnnOnDevice<Tree> d(tree, queries, k);
+  const cudaStream_t s = d.stream.get();
   const TopTree top = TopTree::build(tree.view(), depth);
   DeviceTopTree dtop;
   dtop.upload(top, s);
   DeviceMatrix m;
-  m.reserve(true, n, top.size(), rows, HostCopy::Packed, s);
-  test_dims(tree.dims(), [&](auto md) {
-    gpu::inspect(dtree.view(), dtop.view,
-                 make_knn_visitor<decltype(md)::value>(dtree.view(), dq.get(), k, dist.get(), index.get()), rows, m, s);
-  });
+  m.reserve(true, d.n, top.size(), rows, HostCopy::Packed, s);
+  d.with_visitor([&](const auto& v) { gpu::inspect(d.tree.view(), dtop.view, v, rows, m, s); });
   gpu::finish_inspect(m, s);
-  stream.sync();
+  d.stream.sync();
   const GuidedMatrixView v = m.host_rows_view();
   PackedRows out;
   out.offsets.assign(v.offsets, v.offsets + v.rows + 1);

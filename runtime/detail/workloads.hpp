@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/device_buffer.hpp"
@@ -31,18 +32,25 @@ struct KdLeafKey {
   }
 };
 
-// Point correlation: counts [n] of index_t.
-struct PcWorkload {
-  using Data = KdTree;
-  using View = KdTreeView;
-  using Device = DeviceCopy<KdTree>;
-  static constexpr bool kGuided = false, kBuiltinTree = true, kSortKey = true;
+// What the workloads over one of Canopy's point trees share: the tree is the data, its view the
+// topology, its DeviceCopy the device side; queries are points of the tree's dimension.
+template <class Tree>
+struct PointTreeWorkload {
+  using Data = Tree;
+  using View = decltype(std::declval<const Tree&>().view());
+  using Device = DeviceCopy<Tree>;
+  static constexpr bool kBuiltinTree = true, kSortKey = true;
   static View host_view(const Data& tree) { return tree.view(); }
   static const View& topology(const View& v) { return v; }
 
-  const char* name = "PointCorrelation";
   int default_depth = kDefaultTopTreeDepth;
   int query_dims = 0;
+};
+
+// Point correlation: counts [n] of index_t.
+struct PcWorkload : PointTreeWorkload<KdTree> {
+  static constexpr bool kGuided = false;
+  const char* name = "PointCorrelation";
   std::size_t output_bytes[2] = {sizeof(index_t), 0};
   float radius2 = 0;
 
@@ -66,21 +74,15 @@ struct PcWorkload {
 // k nearest neighbours over a kd, ball or vp tree: indices [n][k] of index_t, distances [n][k]
 // of float.
 template <class Tree>
-struct KnnWorkload {
-  using Data = Tree;
-  using View = decltype(std::declval<const Tree&>().view());
-  using Device = DeviceCopy<Tree>;
-  static constexpr bool kGuided = true, kBuiltinTree = true, kSortKey = true;
-  static View host_view(const Data& tree) { return tree.view(); }
-  static const View& topology(const View& v) { return v; }
-
+struct KnnWorkload : PointTreeWorkload<Tree> {
+  using View = typename PointTreeWorkload<Tree>::View;
+  static constexpr bool kGuided = true;
   const char* name = "NearestNeighbors";
-  int default_depth = kDefaultTopTreeDepth;
-  int query_dims = 0;
   std::size_t output_bytes[2] = {0, 0};
   int k = 1;
 
-  KnnWorkload(int dims, int neighbours) : query_dims(dims), k(neighbours) {
+  KnnWorkload(int dims, int neighbours) : k(neighbours) {
+    this->query_dims = dims;
     output_bytes[0] = static_cast<std::size_t>(k) * sizeof(index_t);
     output_bytes[1] = static_cast<std::size_t>(k) * sizeof(float);
   }
