@@ -2,7 +2,7 @@
 // hardware parameters, measured once per GPU and cached on disk, and equations 1-7, which
 // predict the time per row of each inference strategy so that the fastest one can be chosen
 // for a batch (Algorithm 1). CUDA-free: callable from any C++ code; the measurement itself is
-// in runtime/forest_model_gpu.hpp.
+// in scheduler/forest_model_gpu.hpp.
 //
 // Units throughout: times in ns (per row where it says so), sizes in bytes, bandwidths in
 // GB/s, which is bytes per ns, so bytes / bandwidth is ns.

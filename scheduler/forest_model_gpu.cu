@@ -416,4 +416,11 @@ ForestHardware measure_forest_hardware(int device) {
   return hw;
 }
 
+ForestHardware cached_forest_hardware(int device, const std::string& path) {
+  cudaDeviceProp prop;
+  CANOPY_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return load_or_measure_forest_hardware(path, prop.name, uuid_hex(prop.uuid),
+                                         [device] { return measure_forest_hardware(device); });
+}
+
 }  // namespace canopy
