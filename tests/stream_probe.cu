@@ -15,6 +15,18 @@ __global__ void spin_until(volatile int* flag) {
   }
 }
 
+__device__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void spin_for(unsigned long long ns) {
+  const unsigned long long start = global_ns();
+  while (global_ns() - start < ns) {
+  }
+}
+
 }  // namespace
 
 bool finishes_beside_a_blocking_stream(const std::function<void()>& call, double timeout_s) {
@@ -63,6 +75,12 @@ void* make_stream() {
   cudaStream_t s = nullptr;
   CANOPY_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   return s;
+}
+void copy_after_delay(void* dst, const void* src, std::size_t bytes, double delay_ms, void* s) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(s);
+  spin_for<<<1, 1, 0, stream>>>(static_cast<unsigned long long>(delay_ms * 1e6));
+  CANOPY_CUDA_CHECK_LAUNCH("spin_for");
+  CANOPY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
 }
 void sync_stream(void* s) { CANOPY_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(s))); }
 void destroy_stream(void* s) { CANOPY_CUDA_CHECK(cudaStreamDestroy(static_cast<cudaStream_t>(s))); }

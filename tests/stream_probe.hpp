@@ -16,6 +16,9 @@ bool finishes_beside_a_blocking_stream(const std::function<void()>& call, double
 
 // A non-blocking stream of the caller's (an opaque cudaStream_t), and its synchronisation.
 void* make_stream();
+// Enqueues on stream `s` a kernel that spins for delay_ms, then a copy of `bytes` from src to
+// dst (any of host, pinned or device memory): a write that lands well after this returns.
+void copy_after_delay(void* dst, const void* src, std::size_t bytes, double delay_ms, void* s);
 void sync_stream(void* s);
 void destroy_stream(void* s);
 
