@@ -165,9 +165,7 @@ std::vector<GpuCall> calls_of(const ForestPredictor& p) {
 // shared memory whole, so the shared-forest strategy runs too).
 void for_every_gpu_call(const std::function<void(ForestPredictor&, const GpuCall&)>& f) {
   for (ForestLayout l : {ForestLayout::Csr, ForestLayout::Reorg, ForestLayout::Hierarchical, ForestLayout::Adaptive}) {
-    ForestConfig cfg;
-    cfg.layout = l;
-    cfg.device = Device::Gpu;
+    ForestConfig cfg = forest_config(l, Device::Gpu);
     ForestPredictor p(model("xgb_higgs"), cfg);
     for (const GpuCall& c : calls_of(p)) {
       SCOPED_TRACE(std::string(to_string(l)) + " " + c.name);
