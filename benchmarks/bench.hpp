@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "layouts/forest.hpp"
@@ -80,34 +81,35 @@ struct ScheduleConfig {
   std::string json;
 };
 
-struct ForestBenchConfig {
-  std::string model;
-  std::string data;
-  std::string label;
-  std::string batch = "100000";
+// What both forest commands read (benchmarks/bench_forest.hpp adds the options): a model, a
+// data file, batches of its rows, how they run; the defaults differ per command.
+struct ForestInputs {
+  ForestInputs(std::string batch_, int repeat_, int row_depth_)
+      : batch(std::move(batch_)), repeat(repeat_), row_depth(row_depth_) {}
+  std::string model, data, label;
+  std::string batch;
+  int repeat;
+  int row_depth;  // adaptive layout: row scheduling's top-tree depth
+  std::string output = "prob";
+  std::string json;
+};
+
+struct ForestBenchConfig : ForestInputs {
+  ForestBenchConfig() : ForestInputs("100000", 5, 0) {}
   std::string layouts = "all";
   std::string kernels = "all";
   std::string device = "auto";
-  std::string output = "prob";
   int subtree_depth = 6;
   int root_depth = 10;
-  int row_depth = 0;
-  int repeat = 5;
-  std::string json;
   std::string predictions;
 };
 
 // canopy-bench forest-study: strategies, model, tuner and techniques on the adaptive layout.
-struct ForestStudyConfig {
-  std::string model, data, label;
-  std::string batch = "100,10000,1000000";
-  int repeat = 10;
-  int row_depth = 4;
-  std::string output = "prob";
+struct ForestStudyConfig : ForestInputs {
+  ForestStudyConfig() : ForestInputs("100,10000,1000000", 10, 4) {}
   std::string hardware_cache;
   bool tune = false;
   double jitter = 0.05;
-  std::string json;
 };
 
 // canopy-bench quality <workload>: schedules against the MST lower bound of the paper's Sched.
@@ -138,9 +140,6 @@ int run_pc(const PcConfig& c);
 int run_forest(const ForestBenchConfig& c);
 void add_forest_study_options(CLI::App& app, ForestStudyConfig& c);
 int run_forest_study(const ForestStudyConfig& c);
-// Shared by the forest commands: "100,10000" -> row counts; "margin" / "prob" / "class".
-std::vector<index_t> parse_forest_batches(const std::string& s);
-ForestOutput parse_forest_output(const std::string& s);
 int run_schedule(const ScheduleConfig& c);
 
 }  // namespace bench

@@ -1,5 +1,5 @@
 // Internal: launching the adaptive-format strategies (executor/forest_adaptive_kernels.cuh).
-// Each strategy is compiled in its own .cu file (runtime/forest_adaptive_*.cu) so that its many
+// Each strategy is compiled in its own .cu file (executor/forest_adaptive_*.cu) so that its many
 // template instances build in parallel.
 #pragma once
 

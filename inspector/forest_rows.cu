@@ -7,22 +7,18 @@ namespace {
 
 constexpr int kBlock = 128;
 
-__global__ void __launch_bounds__(kBlock)
-forest_row_key_kernel(AdaptiveForestView v, const float* rows, index_t n_rows, int depth, int key_trees,
-                      std::uint64_t* keys, index_t* index) {
+__global__ void __launch_bounds__(kBlock) forest_row_key_kernel(AdaptiveForestView v, ForestRowKeys k) {
   const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
-  if (i >= n_rows) return;
-  keys[i] = adaptive_row_key(v, rows + i * v.common.n_features, depth, key_trees);
-  index[i] = i;
+  if (i >= k.n_rows) return;
+  k.keys[i] = adaptive_row_key(v, k.rows + i * v.common.n_features, k.depth, k.key_trees);
+  k.index[i] = i;
 }
 
 }  // namespace
 
-void launch_forest_row_keys(const AdaptiveForestView& v, const float* rows, index_t n_rows, int depth, int key_trees,
-                            std::uint64_t* keys, index_t* index, stream_t stream) {
-  if (n_rows <= 0) return;
-  forest_row_key_kernel<<<static_cast<unsigned>((n_rows + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
-      v, rows, n_rows, depth, key_trees, keys, index);
+void launch_forest_row_keys(const AdaptiveForestView& v, const ForestRowKeys& k, stream_t stream) {
+  if (k.n_rows <= 0) return;
+  forest_row_key_kernel<<<static_cast<unsigned>((k.n_rows + kBlock - 1) / kBlock), kBlock, 0, stream>>>(v, k);
   CANOPY_CUDA_CHECK_LAUNCH("forest_row_key_kernel");
 }
 

@@ -36,9 +36,18 @@ inline int adaptive_key_trees(index_t n_trees, int depth) {
   return static_cast<int>(n_trees < 64 / depth ? n_trees : 64 / depth);
 }
 
+// One batch's inspection: its rows and where their keys go, all in device memory.
+struct ForestRowKeys {
+  const float* rows = nullptr;    // [n_rows][n_features]
+  index_t n_rows = 0;
+  int depth = 1;                  // the top-tree depth
+  int key_trees = 1;              // adaptive_key_trees(n_trees, depth)
+  std::uint64_t* keys = nullptr;  // [n_rows]
+  index_t* index = nullptr;       // [n_rows]
+};
+
 // The GPU inspector (inspector/forest_rows.cu): keys[i] = adaptive_row_key(row i), index[i] = i,
-// for the rows in device memory, on `stream`.
-void launch_forest_row_keys(const AdaptiveForestView& v, const float* rows, index_t n_rows, int depth, int key_trees,
-                            std::uint64_t* keys, index_t* index, stream_t stream);
+// on `stream`.
+void launch_forest_row_keys(const AdaptiveForestView& v, const ForestRowKeys& k, stream_t stream);
 
 }  // namespace canopy

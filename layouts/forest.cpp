@@ -114,7 +114,6 @@ class At {
   [[noreturn]] void fail(const std::string& msg) const {
     throw Error(*file_ + ": " + (path_.empty() ? std::string("(top level)") : path_) + ": " + msg);
   }
-  const json& raw() const { return *j_; }
   const std::string& path() const { return path_; }
 
   void expect(json::value_t t, const char* what) const {
@@ -253,16 +252,28 @@ class ForestImporter {
     Forest f;
     f.source_ = file_;
     const At learner = doc_["learner"];
-    const std::string obj = learner["objective"]["name"].str();
+    const std::string obj = xgboost_objective(f, learner["objective"]["name"]);
+    xgboost_model_param(f, learner["learner_model_param"], obj);
+    xgboost_trees(f, learner["gradient_booster"]);
+    f.leaf_width_ = 0;
+    return f;
+  }
+
+  // The objective's name, and f's objective from it.
+  static std::string xgboost_objective(Forest& f, const At& name) {
+    const std::string obj = name.str();
     if (obj == "binary:logistic") f.objective_ = ForestObjective::BinaryLogistic;
     else if (obj == "multi:softprob") f.objective_ = ForestObjective::MultiSoftprob;
     else if (obj == "multi:softmax") f.objective_ = ForestObjective::MultiSoftmax;
     else if (obj == "reg:squarederror") f.objective_ = ForestObjective::SquaredError;
     else
-      learner["objective"]["name"].fail("objective '" + obj +
-                                        "' is not supported (supported: binary:logistic, multi:softprob, "
-                                        "multi:softmax, reg:squarederror)");
-    const At lmp = learner["learner_model_param"];
+      name.fail("objective '" + obj +
+                "' is not supported (supported: binary:logistic, multi:softprob, multi:softmax, reg:squarederror)");
+    return obj;
+  }
+
+  // learner_model_param: the features, the output groups, the base margin and the classes.
+  static void xgboost_model_param(Forest& f, const At& lmp, const std::string& obj) {
     const std::int64_t nf = lmp["num_feature"].int_param();
     if (nf < 1 || nf >= kMaxForestFeatures)
       lmp["num_feature"].fail(std::to_string(nf) + " features: must be 1.." + std::to_string(kMaxForestFeatures - 1));
@@ -297,11 +308,12 @@ class ForestImporter {
     if (f.objective_ == ForestObjective::BinaryLogistic) f.class_values_ = {0.0, 1.0};
     if (multi)
       for (int k = 0; k < f.n_groups_; ++k) f.class_values_.push_back(k);
+  }
 
-    const At gb = learner["gradient_booster"];
+  // gradient_booster: the trees, each in its output group.
+  void xgboost_trees(Forest& f, const At& gb) {
     const std::string booster = gb["name"].str();
-    if (booster != "gbtree")
-      gb["name"].fail("booster '" + booster + "' is not supported (only gbtree)");
+    if (booster != "gbtree") gb["name"].fail("booster '" + booster + "' is not supported (only gbtree)");
     const At model = gb["model"];
     const At trees = model["trees"];
     const At info = model["tree_info"];
@@ -317,43 +329,7 @@ class ForestImporter {
     f.trees_.reserve(nt);
     for (std::size_t i = 0; i < nt; ++i) {
       const At t = trees[i];
-      const At tp = t["tree_param"];
-      const std::int64_t n64 = tp["num_nodes"].int_param();
-      if (n64 < 1 || n64 > INT32_MAX) tp["num_nodes"].fail(std::to_string(n64) + " nodes");
-      const std::size_t n = static_cast<std::size_t>(n64);
-      if (tp.has("size_leaf_vector")) {
-        const std::int64_t slv = tp["size_leaf_vector"].int_param();
-        if (slv > 1) tp["size_leaf_vector"].fail("vector leaves (multi-target trees) are not supported");
-      }
-      const char* count = "tree_param/num_nodes";
-      const At lc = node_array(t, "left_children", n, count);
-      const At rc = node_array(t, "right_children", n, count);
-      const At si = node_array(t, "split_indices", n, count);
-      const At sc = node_array(t, "split_conditions", n, count);
-      const At dl = node_array(t, "default_left", n, count);
-      if (t.has("split_type")) {
-        const At st = node_array(t, "split_type", n, count);
-        for (std::size_t k = 0; k < n; ++k)
-          if (st[k].integer() != 0) st[k].fail("categorical splits are not supported");
-      }
-      if (t.has("categories_nodes") && t["categories_nodes"].size() > 0)
-        t["categories_nodes"].fail("categorical splits are not supported");
-      RawTree raw;
-      raw.left.resize(n);
-      raw.right.resize(n);
-      raw.feature.resize(n);
-      raw.threshold.resize(n);
-      raw.default_left.resize(n);
-      if (t.has("sum_hessian")) raw.cover = node_weights(t, "sum_hessian", n, count);
-      for (std::size_t k = 0; k < n; ++k) {
-        raw.left[k] = lc[k].integer();
-        raw.right[k] = rc[k].integer();
-        raw.threshold[k] = sc[k].number();
-        if (raw.left[k] != -1) {
-          raw.feature[k] = si[k].integer();
-          raw.default_left[k] = dl[k].flag() ? 1 : 0;
-        }
-      }
+      const RawTree raw = xgboost_raw_tree(t);
       const std::int64_t group = info[i].integer();
       if (group < 0 || group >= f.n_groups_)
         info[i].fail("output group " + std::to_string(group) + " is out of range (the model has " +
@@ -362,13 +338,70 @@ class ForestImporter {
       tree.group = static_cast<int>(group);
       f.trees_.push_back(std::move(tree));
     }
-    f.leaf_width_ = 0;
-    return f;
+  }
+
+  // One XGBoost tree's node arrays; numerical splits and scalar leaves only.
+  static RawTree xgboost_raw_tree(const At& t) {
+    const At tp = t["tree_param"];
+    const std::int64_t n64 = tp["num_nodes"].int_param();
+    if (n64 < 1 || n64 > INT32_MAX) tp["num_nodes"].fail(std::to_string(n64) + " nodes");
+    const std::size_t n = static_cast<std::size_t>(n64);
+    if (tp.has("size_leaf_vector")) {
+      const std::int64_t slv = tp["size_leaf_vector"].int_param();
+      if (slv > 1) tp["size_leaf_vector"].fail("vector leaves (multi-target trees) are not supported");
+    }
+    const char* count = "tree_param/num_nodes";
+    const At lc = node_array(t, "left_children", n, count);
+    const At rc = node_array(t, "right_children", n, count);
+    const At si = node_array(t, "split_indices", n, count);
+    const At sc = node_array(t, "split_conditions", n, count);
+    const At dl = node_array(t, "default_left", n, count);
+    if (t.has("split_type")) {
+      const At st = node_array(t, "split_type", n, count);
+      for (std::size_t k = 0; k < n; ++k)
+        if (st[k].integer() != 0) st[k].fail("categorical splits are not supported");
+    }
+    if (t.has("categories_nodes") && t["categories_nodes"].size() > 0)
+      t["categories_nodes"].fail("categorical splits are not supported");
+    RawTree raw;
+    raw.left.resize(n);
+    raw.right.resize(n);
+    raw.feature.resize(n);
+    raw.threshold.resize(n);
+    raw.default_left.resize(n);
+    if (t.has("sum_hessian")) raw.cover = node_weights(t, "sum_hessian", n, count);
+    for (std::size_t k = 0; k < n; ++k) {
+      raw.left[k] = lc[k].integer();
+      raw.right[k] = rc[k].integer();
+      raw.threshold[k] = sc[k].number();
+      if (raw.left[k] != -1) {
+        raw.feature[k] = si[k].integer();
+        raw.default_left[k] = dl[k].flag() ? 1 : 0;
+      }
+    }
+    return raw;
   }
 
   Forest canopy_format() {
     Forest f;
     f.source_ = file_;
+    const int width = canopy_header(f);
+    const At trees = doc_["trees"];
+    if (trees.size() == 0) trees.fail("the forest has no trees");
+    for (std::size_t i = 0; i < trees.size(); ++i) {
+      const At t = trees[i];
+      std::vector<double> samples;
+      const RawTree raw = canopy_raw_tree(t, &samples);
+      const bool have_dl = t.has("default_left");
+      ForestTree tree = normalise(raw, t, f.n_features_, /*sklearn=*/true, have_dl ? nullptr : &samples, width);
+      canopy_leaf_values(tree, t["values"], width, f.objective_);
+      f.trees_.push_back(std::move(tree));
+    }
+    return f;
+  }
+
+  // The format, version, task, features and classes; returns the values per leaf.
+  int canopy_header(Forest& f) const {
     const std::string format = doc_["format"].str();
     if (format != "canopy-forest") doc_["format"].fail("'" + format + "' is not 'canopy-forest'");
     const std::int64_t version = doc_["version"].integer();
@@ -394,78 +427,79 @@ class ForestImporter {
     }
     f.leaf_width_ = width;
     f.base_margin_.assign(1, 0.0f);
-    const At trees = doc_["trees"];
-    if (trees.size() == 0) trees.fail("the forest has no trees");
-    for (std::size_t i = 0; i < trees.size(); ++i) {
-      const At t = trees[i];
-      const At lc = t["left_children"];
-      const std::size_t n = lc.size();
-      if (n < 1 || n > static_cast<std::size_t>(INT32_MAX)) lc.fail(std::to_string(n) + " nodes");
-      const char* count = "the length of left_children";
-      const At rc = node_array(t, "right_children", n, count);
-      const At fe = node_array(t, "features", n, count);
-      const At th = node_array(t, "thresholds", n, count);
-      const At va = node_array(t, "values", n, count);
-      const bool have_dl = t.has("default_left");
-      const bool have_ns = t.has("node_samples");
-      if (!have_dl && !have_ns) t.fail("needs 'default_left' or 'node_samples' to send missing values somewhere");
-      RawTree raw;
-      raw.left.resize(n);
-      raw.right.resize(n);
-      raw.feature.resize(n);
-      raw.threshold.resize(n);
-      raw.default_left.assign(n, -1);
-      for (std::size_t k = 0; k < n; ++k) {
-        raw.left[k] = lc[k].integer();
-        raw.right[k] = rc[k].integer();
-        if (raw.left[k] != -1) {
-          raw.feature[k] = fe[k].integer();
-          raw.threshold[k] = th[k].number();
-        }
+    return width;
+  }
+
+  // One Canopy tree's node arrays; *samples: its node_samples (empty when it has none).
+  static RawTree canopy_raw_tree(const At& t, std::vector<double>* samples) {
+    const At lc = t["left_children"];
+    const std::size_t n = lc.size();
+    if (n < 1 || n > static_cast<std::size_t>(INT32_MAX)) lc.fail(std::to_string(n) + " nodes");
+    const char* count = "the length of left_children";
+    const At rc = node_array(t, "right_children", n, count);
+    const At fe = node_array(t, "features", n, count);
+    const At th = node_array(t, "thresholds", n, count);
+    node_array(t, "values", n, count);
+    const bool have_dl = t.has("default_left");
+    const bool have_ns = t.has("node_samples");
+    if (!have_dl && !have_ns) t.fail("needs 'default_left' or 'node_samples' to send missing values somewhere");
+    RawTree raw;
+    raw.left.resize(n);
+    raw.right.resize(n);
+    raw.feature.resize(n);
+    raw.threshold.resize(n);
+    raw.default_left.assign(n, -1);
+    for (std::size_t k = 0; k < n; ++k) {
+      raw.left[k] = lc[k].integer();
+      raw.right[k] = rc[k].integer();
+      if (raw.left[k] != -1) {
+        raw.feature[k] = fe[k].integer();
+        raw.threshold[k] = th[k].number();
       }
-      if (have_dl) {
-        const At dl = node_array(t, "default_left", n, count);
-        for (std::size_t k = 0; k < n; ++k)
-          if (raw.left[k] != -1) raw.default_left[k] = dl[k].flag() ? 1 : 0;
-      }
-      std::vector<double> samples;
-      if (have_ns) {
-        const At ns = node_array(t, "node_samples", n, count);
-        samples.resize(n);
-        for (std::size_t k = 0; k < n; ++k) {
-          samples[k] = ns[k].number();
-          if (!(samples[k] >= 0)) ns[k].fail("a sample count must be >= 0");
-        }
-      }
-      if (t.has("weighted_node_samples")) raw.cover = node_weights(t, "weighted_node_samples", n, count);
-      else if (have_ns) raw.cover = samples;
-      ForestTree tree = normalise(raw, t, f.n_features_, /*sklearn=*/true, have_dl ? nullptr : &samples, width);
-      // Leaf values, in the normalised (breadth-first) leaf order.
-      tree.leaf_values.assign(static_cast<std::size_t>(std::count_if(tree.leaf_index.begin(), tree.leaf_index.end(),
-                                                                     [](std::int32_t v) { return v >= 0; })) * width,
-                              0.0);
-      for (std::size_t k = 0; k < orig_of_.size(); ++k) {
-        const std::int32_t leaf = tree.leaf_index[k];
-        if (leaf < 0) continue;
-        const At v = va[static_cast<std::size_t>(orig_of_[k])];
-        if (v.size() != static_cast<std::size_t>(width))
-          v.fail("a leaf needs " + std::to_string(width) + (width == 1 ? " value" : " values (one per class)") +
-                 ", found " + std::to_string(v.size()));
-        double sum = 0;
-        for (int c = 0; c < width; ++c) {
-          const double x = v[static_cast<std::size_t>(c)].number();
-          if (f.objective_ == ForestObjective::RfClassifier && !(x >= 0.0))
-            v[static_cast<std::size_t>(c)].fail("a class probability must be >= 0");
-          tree.leaf_values[static_cast<std::size_t>(leaf) * width + c] = x;
-          sum += x;
-        }
-        if (f.objective_ == ForestObjective::RfClassifier && sum != 0.0 && std::fabs(sum - 1.0) > 1e-6)
-          v.fail("the class distribution sums to " + std::to_string(sum) +
-                 ", not 1 (Canopy expects normalised distributions; see layouts/FOREST_FORMAT.md)");
-      }
-      f.trees_.push_back(std::move(tree));
     }
-    return f;
+    if (have_dl) {
+      const At dl = node_array(t, "default_left", n, count);
+      for (std::size_t k = 0; k < n; ++k)
+        if (raw.left[k] != -1) raw.default_left[k] = dl[k].flag() ? 1 : 0;
+    }
+    if (have_ns) {
+      const At ns = node_array(t, "node_samples", n, count);
+      samples->resize(n);
+      for (std::size_t k = 0; k < n; ++k) {
+        (*samples)[k] = ns[k].number();
+        if (!((*samples)[k] >= 0)) ns[k].fail("a sample count must be >= 0");
+      }
+    }
+    if (t.has("weighted_node_samples")) raw.cover = node_weights(t, "weighted_node_samples", n, count);
+    else if (have_ns) raw.cover = *samples;
+    return raw;
+  }
+
+  // The leaves' values (`values`, by source node id), in the normalised (breadth-first) leaf
+  // order that normalise() left in orig_of_.
+  void canopy_leaf_values(ForestTree& tree, const At& va, int width, ForestObjective objective) const {
+    tree.leaf_values.assign(static_cast<std::size_t>(std::count_if(tree.leaf_index.begin(), tree.leaf_index.end(),
+                                                                   [](std::int32_t v) { return v >= 0; })) * width,
+                            0.0);
+    for (std::size_t k = 0; k < orig_of_.size(); ++k) {
+      const std::int32_t leaf = tree.leaf_index[k];
+      if (leaf < 0) continue;
+      const At v = va[static_cast<std::size_t>(orig_of_[k])];
+      if (v.size() != static_cast<std::size_t>(width))
+        v.fail("a leaf needs " + std::to_string(width) + (width == 1 ? " value" : " values (one per class)") +
+               ", found " + std::to_string(v.size()));
+      double sum = 0;
+      for (int c = 0; c < width; ++c) {
+        const double x = v[static_cast<std::size_t>(c)].number();
+        if (objective == ForestObjective::RfClassifier && !(x >= 0.0))
+          v[static_cast<std::size_t>(c)].fail("a class probability must be >= 0");
+        tree.leaf_values[static_cast<std::size_t>(leaf) * width + c] = x;
+        sum += x;
+      }
+      if (objective == ForestObjective::RfClassifier && sum != 0.0 && std::fabs(sum - 1.0) > 1e-6)
+        v.fail("the class distribution sums to " + std::to_string(sum) +
+               ", not 1 (Canopy expects normalised distributions; see docs/forest_format.md)");
+    }
   }
 
   // Checks the topology (children in range, every node reached once from the root: no cycle,

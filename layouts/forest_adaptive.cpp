@@ -141,27 +141,6 @@ AdaptiveForest AdaptiveForest::build(const Forest& f, const AdaptiveOptions& opt
   return a;
 }
 
-AdaptiveForestView AdaptiveForest::view() const {
-  AdaptiveForestView v;
-  v.common = common.view();
-  v.feature_bits = feature_bits;
-  v.feature_mask = (1u << feature_bits) - 1u;
-  v.nodes = nodes.data();
-  v.leaf = leaf.data();
-  v.tree_begin = tree_begin.data();
-  v.depth = depth.data();
-  v.inter = inter.data();
-  v.inter_tree = inter_tree.data();
-  v.max_nodes = max_nodes;
-  return v;
-}
-
-std::size_t AdaptiveForest::footprint_bytes() const {
-  return common.bytes() + nodes.size() * sizeof(ForestNode) + leaf.size() * sizeof(std::uint32_t) +
-         depth.size() * sizeof(std::int32_t) + tree_begin.size() * sizeof(index_t) +
-         inter.size() * sizeof(ForestNode) + inter_tree.size() * sizeof(index_t);
-}
-
 std::string AdaptiveForest::details() const {
   std::ostringstream s;
   s << feature_bits << " feature bits, " << swapped_nodes << " nodes swapped"

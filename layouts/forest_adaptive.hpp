@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "layouts/arrays.hpp"
 #include "layouts/forest.hpp"
 #include "layouts/forest_layouts.hpp"
 #include "core/types.hpp"
@@ -104,8 +105,23 @@ CANOPY_HD inline ForestNode adaptive_leaf(const AdaptiveForestView& v, index_t t
 
 struct AdaptiveForest {
   static AdaptiveForest build(const Forest& f, const AdaptiveOptions& opt = {});
-  AdaptiveForestView view() const;
-  std::size_t footprint_bytes() const;
+  template <class Map>
+  AdaptiveForestView map_view(Map&& map) const {
+    AdaptiveForestView v;
+    v.common = common.map_view(map);
+    v.feature_bits = feature_bits;
+    v.feature_mask = (1u << feature_bits) - 1u;
+    v.nodes = map(nodes, "the adaptive nodes");
+    v.leaf = map(leaf, "the adaptive leaf values");
+    v.tree_begin = map(tree_begin, "the adaptive tree offsets");
+    v.depth = map(depth, "the adaptive tree depths");
+    v.inter = map(inter, "the adaptive interleaved nodes");
+    v.inter_tree = map(inter_tree, "the adaptive tree order");
+    v.max_nodes = max_nodes;
+    return v;
+  }
+  AdaptiveForestView view() const { return map_view(HostArrays{}); }
+  std::size_t footprint_bytes() const { return array_bytes(*this); }
   std::string details() const;  // for reports
 
   ForestCommon common;

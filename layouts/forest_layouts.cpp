@@ -18,11 +18,6 @@ const char* to_string(ForestLayout l) {
 
 namespace {
 
-template <class T>
-std::size_t bytes_of(const std::vector<T>& v) {
-  return v.size() * sizeof(T);
-}
-
 constexpr ForestNode kPaddingNode{0.0f, kForestLeafBit};
 
 // Trees whose node and child indices must fit the 30/31-bit fields of the layouts.
@@ -88,27 +83,6 @@ ForestCommon::ForestCommon(const Forest& f)
   }
 }
 
-ForestCommonView ForestCommon::view() const {
-  ForestCommonView v;
-  v.n_trees = n_trees;
-  v.n_features = n_features;
-  v.n_groups = n_groups;
-  v.leaf_width = leaf_width;
-  v.n_classes = static_cast<int>(class_values.size());
-  v.objective = objective;
-  v.group_begin = group_begin.data();
-  v.base_margin = base_margin.data();
-  v.class_values = class_values.empty() ? nullptr : class_values.data();
-  v.tree_leaf_begin = tree_leaf_begin.empty() ? nullptr : tree_leaf_begin.data();
-  v.leaf_values = leaf_values.empty() ? nullptr : leaf_values.data();
-  return v;
-}
-
-std::size_t ForestCommon::bytes() const {
-  return bytes_of(group_begin) + bytes_of(base_margin) + bytes_of(class_values) + bytes_of(tree_leaf_begin) +
-         bytes_of(leaf_values);
-}
-
 // ---- CSR --------------------------------------------------------------------------------------
 
 CsrForest CsrForest::build(const Forest& f) {
@@ -142,21 +116,8 @@ CsrForest CsrForest::build(const Forest& f) {
   return c;
 }
 
-CsrForestView CsrForest::view() const {
-  CsrForestView v;
-  v.common = common.view();
-  v.tree_node_begin = tree_node_begin.data();
-  v.tree_child_begin = tree_child_begin.data();
-  v.info = info.data();
-  v.value = value.data();
-  v.child_index = child_index.data();
-  v.children = children.data();
-  return v;
-}
-
-std::size_t CsrForest::footprint_bytes() const {
-  return common.bytes() + bytes_of(tree_node_begin) + bytes_of(tree_child_begin) + bytes_of(info) + bytes_of(value) +
-         bytes_of(child_index) + bytes_of(children);
+std::string CsrForest::details() const {
+  return std::to_string(info.size()) + " nodes, " + std::to_string(children.size()) + " child entries";
 }
 
 // ---- Reorg --------------------------------------------------------------------------------------
@@ -204,18 +165,9 @@ ReorgForest ReorgForest::build(const Forest& f) {
   return r;
 }
 
-ReorgForestView ReorgForest::view() const {
-  ReorgForestView v;
-  v.common = common.view();
-  v.n_levels = static_cast<int>(level_begin.size()) - 1;
-  v.level_begin = level_begin.data();
-  v.nodes = nodes.data();
-  v.child_slot = child_slot.data();
-  return v;
-}
-
-std::size_t ReorgForest::footprint_bytes() const {
-  return common.bytes() + bytes_of(level_begin) + bytes_of(nodes) + bytes_of(child_slot);
+std::string ReorgForest::details() const {
+  return std::to_string(level_begin.size() - 1) + " levels, " + std::to_string(nodes.size()) + " slots (" +
+         std::to_string(padding_nodes) + " padding)";
 }
 
 // ---- Hierarchical ---------------------------------------------------------------------------------
@@ -313,23 +265,9 @@ HierarchicalForest HierarchicalForest::build(const Forest& f, const Hierarchical
   return h;
 }
 
-HierarchicalForestView HierarchicalForest::view() const {
-  HierarchicalForestView v;
-  v.common = common.view();
-  v.subtree_depth = subtree_depth;
-  v.root_depth = root_depth;
-  v.root_stride = root_stride;
-  v.root_nodes = root_nodes.data();
-  v.nodes = nodes.data();
-  v.subtree_node_begin = subtree_node_begin.data();
-  v.connection_begin = connection_begin.data();
-  v.connections = connections.data();
-  return v;
-}
-
-std::size_t HierarchicalForest::footprint_bytes() const {
-  return common.bytes() + bytes_of(root_nodes) + bytes_of(nodes) + bytes_of(subtree_node_begin) +
-         bytes_of(connection_begin) + bytes_of(connections);
+std::string HierarchicalForest::details() const {
+  return "subtree depth " + std::to_string(subtree_depth) + ", root depth " + std::to_string(root_depth) + ", " +
+         std::to_string(n_subtrees()) + " subtrees, " + std::to_string(padding_nodes) + " padding nodes";
 }
 
 }  // namespace canopy

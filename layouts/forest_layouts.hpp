@@ -1,7 +1,8 @@
 // The three forest layouts of the seed papers. Each is an owning host object (plain vectors,
 // built from a Forest) and a trivially copyable, non-owning view of it that the CPU executor
-// and the GPU kernels both take; the GPU engine uploads the vectors and points a copy of the
-// view at the device arrays. CUDA-free.
+// and the GPU kernels both take. Each lists its arrays once, in map_view (layouts/arrays.hpp):
+// its host view, its footprint and its device copy (layouts/device_copy.hpp) all come from
+// that list. CUDA-free.
 //
 //   CSR           the random-forest paper's baseline (Shah et al., Fig. 2): per node a feature
 //                 id and a value; children through an index into a children array.
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "layouts/arrays.hpp"
 #include "layouts/forest.hpp"
 #include "core/types.hpp"
 
@@ -73,8 +75,23 @@ struct ForestCommonView {
 // The owner of the arrays every layout shares.
 struct ForestCommon {
   explicit ForestCommon(const Forest& f);
-  ForestCommonView view() const;
-  std::size_t bytes() const;
+  template <class Map>
+  ForestCommonView map_view(Map&& map) const {
+    ForestCommonView v;
+    v.n_trees = n_trees;
+    v.n_features = n_features;
+    v.n_groups = n_groups;
+    v.leaf_width = leaf_width;
+    v.n_classes = static_cast<int>(class_values.size());
+    v.objective = objective;
+    v.group_begin = map(group_begin, "the forest's output groups");
+    v.base_margin = map(base_margin, "the forest's base margins");
+    v.class_values = map(class_values, "the forest's class values");
+    v.tree_leaf_begin = map(tree_leaf_begin, "the forest's leaf offsets");
+    v.leaf_values = map(leaf_values, "the forest's leaf values");
+    return v;
+  }
+  ForestCommonView view() const { return map_view(HostArrays{}); }
 
   index_t n_trees = 0;
   int n_features = 0, n_groups = 1, leaf_width = 0;
@@ -101,8 +118,21 @@ struct CsrForestView {
 
 struct CsrForest {
   static CsrForest build(const Forest& f);
-  CsrForestView view() const;
-  std::size_t footprint_bytes() const;
+  template <class Map>
+  CsrForestView map_view(Map&& map) const {
+    CsrForestView v;
+    v.common = common.map_view(map);
+    v.tree_node_begin = map(tree_node_begin, "the CSR tree offsets");
+    v.tree_child_begin = map(tree_child_begin, "the CSR tree child offsets");
+    v.info = map(info, "the CSR feature ids");
+    v.value = map(value, "the CSR values");
+    v.child_index = map(child_index, "the CSR child indices");
+    v.children = map(children, "the CSR children");
+    return v;
+  }
+  CsrForestView view() const { return map_view(HostArrays{}); }
+  std::size_t footprint_bytes() const { return array_bytes(*this); }
+  std::string details() const;  // for reports
 
   ForestCommon common;
   std::vector<index_t> tree_node_begin, tree_child_begin;
@@ -126,8 +156,19 @@ struct ReorgForestView {
 
 struct ReorgForest {
   static ReorgForest build(const Forest& f);
-  ReorgForestView view() const;
-  std::size_t footprint_bytes() const;
+  template <class Map>
+  ReorgForestView map_view(Map&& map) const {
+    ReorgForestView v;
+    v.common = common.map_view(map);
+    v.n_levels = static_cast<int>(level_begin.size()) - 1;
+    v.level_begin = map(level_begin, "the reorg level offsets");
+    v.nodes = map(nodes, "the reorg nodes");
+    v.child_slot = map(child_slot, "the reorg child slots");
+    return v;
+  }
+  ReorgForestView view() const { return map_view(HostArrays{}); }
+  std::size_t footprint_bytes() const { return array_bytes(*this); }
+  std::string details() const;
   // Slots holding no node (levels are padded to the widest tree), for the footprint report.
   index_t padding_nodes = 0;
 
@@ -166,8 +207,23 @@ struct HierarchicalForestView {
 
 struct HierarchicalForest {
   static HierarchicalForest build(const Forest& f, const HierarchicalOptions& opt = {});
-  HierarchicalForestView view() const;
-  std::size_t footprint_bytes() const;
+  template <class Map>
+  HierarchicalForestView map_view(Map&& map) const {
+    HierarchicalForestView v;
+    v.common = common.map_view(map);
+    v.subtree_depth = subtree_depth;
+    v.root_depth = root_depth;
+    v.root_stride = root_stride;
+    v.root_nodes = map(root_nodes, "the root subtrees");
+    v.nodes = map(nodes, "the subtrees");
+    v.subtree_node_begin = map(subtree_node_begin, "the subtree offsets");
+    v.connection_begin = map(connection_begin, "the subtree connection offsets");
+    v.connections = map(connections, "the subtree connections");
+    return v;
+  }
+  HierarchicalForestView view() const { return map_view(HostArrays{}); }
+  std::size_t footprint_bytes() const { return array_bytes(*this); }
+  std::string details() const;
   std::size_t root_subtree_bytes() const { return static_cast<std::size_t>(root_stride) * sizeof(ForestNode); }
   index_t n_subtrees() const { return static_cast<index_t>(subtree_node_begin.size()); }
   index_t padding_nodes = 0;  // null nodes that complete the subtrees

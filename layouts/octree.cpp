@@ -214,9 +214,9 @@ struct Bounds {
   float lo[3], hi[3];
 };
 
-}  // namespace
-
-Octree Octree::build(const float* xyz, const float* mass, index_t n, const OctreeOptions& options) {
+// Errors for bodies the octree cannot take: none, null arrays, bad options, a coordinate or a
+// mass that is not finite, a negative mass.
+void check_bodies(const float* xyz, const float* mass, index_t n, const OctreeOptions& options) {
   if (n <= 0) throw Error("octree: the body set is empty (" + std::to_string(n) + " bodies)");
   if (xyz == nullptr) throw Error("octree: xyz is a null pointer");
   if (mass == nullptr) throw Error("octree: mass is a null pointer");
@@ -236,18 +236,16 @@ Octree Octree::build(const float* xyz, const float* mass, index_t n, const Octre
   for (index_t i = 0; i < n; ++i)
     if (mass[i] < 0.0f)
       throw Error("octree: body " + std::to_string(i) + " has a negative mass (" + std::to_string(mass[i]) + ")");
+}
 
-  Octree tree;
-  tree.leaf_size_ = options.leaf_size;
-  tree.max_depth_ = options.max_depth;
-
-  // Bounding box (min and max are exact, so the reduction order does not matter).
+// The bodies' bounding box (min and max are exact, so the reduction order does not matter).
+Bounds bounding_box(const float* xyz, index_t n) {
   Bounds init;
   for (int a = 0; a < 3; ++a) {
     init.lo[a] = std::numeric_limits<float>::infinity();
     init.hi[a] = -std::numeric_limits<float>::infinity();
   }
-  const Bounds box = tbb::parallel_reduce(
+  return tbb::parallel_reduce(
       tbb::blocked_range<index_t>(0, n, 1 << 15), init,
       [&](const tbb::blocked_range<index_t>& r, Bounds b) {
         for (index_t i = r.begin(); i < r.end(); ++i)
@@ -264,10 +262,12 @@ Octree Octree::build(const float* xyz, const float* mass, index_t n, const Octre
         }
         return a;
       });
+}
 
-  // Root cube: side = the largest extent, enlarged by 2^-12 so that bodies on the far faces
-  // stay inside after the centre and half are rounded; the floors give coincident bodies (zero
-  // extent) a cell of sane size, relative to their coordinates.
+// The root cell of n bodies in `box`: side = the largest extent, enlarged by 2^-12 so that
+// bodies on the far faces stay inside after the centre and half are rounded; the floors give
+// coincident bodies (zero extent) a cell of sane size, relative to their coordinates.
+Cell root_cell(const Bounds& box, index_t n) {
   Cell root;
   root.begin = 0;
   root.end = n;
@@ -282,6 +282,17 @@ Octree Octree::build(const float* xyz, const float* mass, index_t n, const Octre
     root.lo[a] = std::min(centre[a] - half, static_cast<double>(box.lo[a]));
     root.hi[a] = std::max(centre[a] + half, static_cast<double>(box.hi[a]));
   }
+  return root;
+}
+
+}  // namespace
+
+Octree Octree::build(const float* xyz, const float* mass, index_t n, const OctreeOptions& options) {
+  check_bodies(xyz, mass, n, options);
+  Octree tree;
+  tree.leaf_size_ = options.leaf_size;
+  tree.max_depth_ = options.max_depth;
+  Cell root = root_cell(bounding_box(xyz, n), n);
 
   // Default-initialised: every element is written before it is read.
   std::unique_ptr<Rec[]> a(new Rec[static_cast<std::size_t>(n)]), b(new Rec[static_cast<std::size_t>(n)]);

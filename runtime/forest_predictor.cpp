@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <variant>
 
 #include "executor/forest_cpu.hpp"
 #include "runtime/detail/forest_engine.hpp"
@@ -57,37 +58,53 @@ AdaptiveOptions adaptive_options(const Forest& forest, const ForestConfig& confi
   return opt;
 }
 
+// The layout the predictor was built with; every layout's arrays and view.
+using AnyForestLayout = std::variant<CsrForest, ReorgForest, HierarchicalForest, AdaptiveForest>;
+
+AnyForestLayout build_layout(const Forest& forest, const ForestConfig& config, AdaptiveReport* report) {
+  switch (config.layout) {
+    case ForestLayout::Csr: return CsrForest::build(forest);
+    case ForestLayout::Reorg: return ReorgForest::build(forest);
+    case ForestLayout::Hierarchical: return HierarchicalForest::build(forest, config.hierarchical);
+    case ForestLayout::Adaptive: break;
+  }
+  const auto b0 = std::chrono::steady_clock::now();
+  const AdaptiveOptions opt = adaptive_options(forest, config, report);
+  AdaptiveForest a = AdaptiveForest::build(forest, opt);
+  report->build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
+  double visits = 0;
+  for (double e : a.expected_visits) visits += e;
+  report->expected_visits = visits / static_cast<double>(a.expected_visits.size());
+  report->details = a.details();
+  return a;
+}
+
 }  // namespace
 
 struct ForestPredictor::Impl {
-  ForestLayout layout = ForestLayout::Csr;
+  Impl(const Forest& forest, const ForestConfig& config)
+      : layout(config.layout), forest(build_layout(forest, config, &adaptive_report)) {}
+
+  ForestLayout layout;
   Device device = Device::Cpu;
   int n_features = 0;
   int width[3] = {0, 0, 0};  // per ForestOutput; 0 = not available
   std::string no_class;      // why the class output is not available
-  std::unique_ptr<CsrForest> csr;
-  std::unique_ptr<ReorgForest> reorg;
-  std::unique_ptr<HierarchicalForest> hier;
-  std::unique_ptr<AdaptiveForest> adaptive;
-  AdaptiveReport adaptive_report;
-  std::unique_ptr<detail::ForestGpuEngine> gpu;
+  AdaptiveReport adaptive_report;  // before `forest`, which fills it
+  const AnyForestLayout forest;    // the GPU engine reads it: it outlives `gpu`
+  std::unique_ptr<detail::ForestGpu> gpu;
 
   template <class F>
   decltype(auto) with_view(F&& f) const {
-    switch (layout) {
-      case ForestLayout::Csr: return f(csr->view());
-      case ForestLayout::Reorg: return f(reorg->view());
-      case ForestLayout::Adaptive: return f(adaptive->view());
-      case ForestLayout::Hierarchical: break;
-    }
-    return f(hier->view());
+    return std::visit([&](const auto& l) -> decltype(auto) { return f(l.view()); }, forest);
   }
+  const AdaptiveForest& adaptive() const { return std::get<AdaptiveForest>(forest); }
 };
 
-ForestPredictor::ForestPredictor(const Forest& forest, const ForestConfig& config) : impl_(std::make_unique<Impl>()) {
-  Impl& m = *impl_;
+ForestPredictor::ForestPredictor(const Forest& forest, const ForestConfig& config) {
   if (forest.n_trees() == 0) throw Error(forest.source() + ": the model has no trees");
-  m.layout = config.layout;
+  impl_ = std::make_unique<Impl>(forest, config);
+  Impl& m = *impl_;
   m.n_features = forest.n_features();
   m.width[static_cast<int>(ForestOutput::Margin)] = forest.output_width(ForestOutput::Margin);
   m.width[static_cast<int>(ForestOutput::Prob)] = forest.output_width(ForestOutput::Prob);
@@ -96,35 +113,10 @@ ForestPredictor::ForestPredictor(const Forest& forest, const ForestConfig& confi
   } catch (const Error& e) {
     m.no_class = e.what();
   }
-  switch (config.layout) {
-    case ForestLayout::Csr: m.csr = std::make_unique<CsrForest>(CsrForest::build(forest)); break;
-    case ForestLayout::Reorg: m.reorg = std::make_unique<ReorgForest>(ReorgForest::build(forest)); break;
-    case ForestLayout::Hierarchical:
-      m.hier = std::make_unique<HierarchicalForest>(HierarchicalForest::build(forest, config.hierarchical));
-      break;
-    case ForestLayout::Adaptive: {
-      const auto b0 = std::chrono::steady_clock::now();
-      const AdaptiveOptions opt = adaptive_options(forest, config, &m.adaptive_report);
-      m.adaptive = std::make_unique<AdaptiveForest>(AdaptiveForest::build(forest, opt));
-      m.adaptive_report.build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
-      double visits = 0;
-      for (double e : m.adaptive->expected_visits) visits += e;
-      m.adaptive_report.expected_visits = visits / static_cast<double>(m.adaptive->expected_visits.size());
-      m.adaptive_report.details = m.adaptive->details();
-      break;
-    }
-  }
   // Refuses forests wider than the executors accumulate, before any work is done.
   m.with_view([](const auto& v) { dispatch_forest_sums(v.common, [](auto) {}); });
   m.device = resolve_device(config.device);
-  if (m.device == Device::Gpu) {
-    switch (config.layout) {
-      case ForestLayout::Csr: m.gpu = std::make_unique<detail::ForestGpuEngine>(*m.csr); break;
-      case ForestLayout::Reorg: m.gpu = std::make_unique<detail::ForestGpuEngine>(*m.reorg); break;
-      case ForestLayout::Hierarchical: m.gpu = std::make_unique<detail::ForestGpuEngine>(*m.hier); break;
-      case ForestLayout::Adaptive: m.gpu = std::make_unique<detail::ForestGpuEngine>(*m.adaptive); break;
-    }
-  }
+  if (m.device == Device::Gpu) m.gpu = std::visit([](const auto& l) { return detail::make_forest_gpu(l); }, m.forest);
 }
 
 ForestPredictor::~ForestPredictor() = default;
@@ -140,29 +132,11 @@ int ForestPredictor::output_width(ForestOutput out) const {
 }
 
 std::size_t ForestPredictor::footprint_bytes() const {
-  switch (impl_->layout) {
-    case ForestLayout::Csr: return impl_->csr->footprint_bytes();
-    case ForestLayout::Reorg: return impl_->reorg->footprint_bytes();
-    case ForestLayout::Adaptive: return impl_->adaptive->footprint_bytes();
-    case ForestLayout::Hierarchical: break;
-  }
-  return impl_->hier->footprint_bytes();
+  return std::visit([](const auto& l) { return l.footprint_bytes(); }, impl_->forest);
 }
 
 std::string ForestPredictor::layout_details() const {
-  const Impl& m = *impl_;
-  switch (m.layout) {
-    case ForestLayout::Csr:
-      return std::to_string(m.csr->info.size()) + " nodes, " + std::to_string(m.csr->children.size()) + " child entries";
-    case ForestLayout::Reorg:
-      return std::to_string(m.reorg->level_begin.size() - 1) + " levels, " + std::to_string(m.reorg->nodes.size()) +
-             " slots (" + std::to_string(m.reorg->padding_nodes) + " padding)";
-    case ForestLayout::Adaptive: return m.adaptive->details();
-    case ForestLayout::Hierarchical: break;
-  }
-  return "subtree depth " + std::to_string(m.hier->subtree_depth) + ", root depth " + std::to_string(m.hier->root_depth) +
-         ", " + std::to_string(m.hier->n_subtrees()) + " subtrees, " + std::to_string(m.hier->padding_nodes) +
-         " padding nodes";
+  return std::visit([](const auto& l) { return l.details(); }, impl_->forest);
 }
 
 bool ForestPredictor::supports(ForestKernel k) const {
@@ -217,22 +191,22 @@ const AdaptiveReport& ForestPredictor::adaptive_report() const {
   return impl_->adaptive_report;
 }
 
-std::vector<index_t> ForestPredictor::schedule_rows(const float* rows, index_t n_rows, int depth) {
+std::vector<index_t> ForestPredictor::schedule_rows(const float* rows, index_t n_rows, int depth, stream_t stream) {
   Impl& m = *impl_;
   if (m.layout != ForestLayout::Adaptive) throw Error("schedule_rows: row scheduling needs the adaptive layout");
   if (n_rows < 0) throw Error("schedule_rows: n_rows = " + std::to_string(n_rows) + " is negative");
   if (n_rows > 0 && rows == nullptr) throw Error("schedule_rows: rows is a null pointer");
   int max_depth = 0;
-  for (int d : m.adaptive->depth) max_depth = std::max(max_depth, d);
+  for (int d : m.adaptive().depth) max_depth = std::max(max_depth, d);
   check_row_schedule_depth(depth, max_depth);
-  if (m.device == Device::Gpu) return m.gpu->row_order(rows, n_rows, depth);
-  return forest_row_order(m.adaptive->view(), rows, n_rows, depth);
+  if (m.device == Device::Gpu) return m.gpu->row_order(rows, n_rows, depth, stream);
+  return forest_row_order(m.adaptive().view(), rows, n_rows, depth);
 }
 
 double ForestPredictor::nodes_per_warp(const float* rows, index_t n_rows, const index_t* order, index_t max_warps) const {
   const Impl& m = *impl_;
   if (m.layout != ForestLayout::Adaptive) throw Error("nodes_per_warp: the warp emulator reads the adaptive layout");
-  return forest_nodes_per_warp(m.adaptive->view(), rows, n_rows, order, max_warps).nodes_per_warp;
+  return forest_nodes_per_warp(m.adaptive().view(), rows, n_rows, order, max_warps).nodes_per_warp;
 }
 
 }  // namespace canopy

@@ -10,7 +10,8 @@
 //   std::vector<float> out(n * predictor.output_width(run.output));
 //   canopy::ForestTimes t = predictor.predict(rows, n, out.data(), run);
 //
-// rows are row-major float32 [n][n_features], NaN = missing.
+// rows are row-major float32 [n][n_features], NaN = missing. On the GPU, rows and out may be
+// host or device memory.
 #pragma once
 
 #include <cstddef>
@@ -63,8 +64,12 @@ struct ForestRunOptions {
   // top-leaf signatures run in the same warps. Predictions are unchanged, bit for bit.
   int row_schedule_depth = 0;
   // The performance model's hardware parameters (Auto): this cache file, or the default
-  // (see runtime/forest_model.hpp) when empty.
+  // (see scheduler/forest_model.hpp) when empty.
   std::string hardware_cache;
+  // A cudaStream_t of the caller's (null: Canopy's own non-blocking stream only). The call's
+  // GPU work starts after the work queued there, and the stream waits for the call's work.
+  // On the GPU, rows and out may then be device memory the caller's stream writes and reads.
+  stream_t stream = nullptr;
 };
 
 struct ForestTimes {
@@ -87,7 +92,7 @@ struct ForestTrial {
 };
 
 namespace detail {
-class ForestGpuEngine;
+class ForestGpu;
 }
 
 class ForestPredictor {
@@ -125,8 +130,9 @@ class ForestPredictor {
 
   // Adaptive layout, row scheduling on its own: the execution order predict() uses with
   // row_schedule_depth = depth (order[i] = the row run at position i). GPU: the inspector
-  // kernel and a radix sort; CPU: scheduler/forest_rows.hpp's reference, the same order.
-  std::vector<index_t> schedule_rows(const float* rows, index_t n_rows, int depth);
+  // kernel and a radix sort, after the work queued on `stream` (as ForestRunOptions::stream);
+  // CPU: scheduler/forest_rows.hpp's reference, the same order.
+  std::vector<index_t> schedule_rows(const float* rows, index_t n_rows, int depth, stream_t stream = nullptr);
   // The warp emulator (scheduler/forest_rows.hpp): distinct nodes per warp of 32 rows taken in
   // `order` (null: as given), summed over trees, averaged over up to max_warps warps.
   double nodes_per_warp(const float* rows, index_t n_rows, const index_t* order, index_t max_warps = 1024) const;

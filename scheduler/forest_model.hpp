@@ -2,7 +2,7 @@
 // hardware parameters, measured once per GPU and cached on disk, and equations 1-7, which
 // predict the time per row of each inference strategy so that the fastest one can be chosen
 // for a batch (Algorithm 1). CUDA-free: callable from any C++ code; the measurement itself is
-// in runtime/forest_model_gpu.hpp.
+// in scheduler/forest_model_gpu.hpp.
 //
 // Units throughout: times in ns (per row where it says so), sizes in bytes, bandwidths in
 // GB/s, which is bytes per ns, so bytes / bandwidth is ns.
@@ -90,7 +90,7 @@ std::vector<ForestCostEstimate> estimate_forest_costs(const ForestCostInputs& in
 ForestStrategy choose_forest_strategy(const std::vector<ForestCostEstimate>& est);
 
 // ---- Canopy's extension of the model --------------------------------------------------------
-// Equations 1-7 as printed cannot rank the strategies on an H100 (measured, README): (1) their
+// Equations 1-7 as printed cannot rank the strategies on an H100 (measured, benchmarks/RESULTS.md): (1) their
 // attribute reads assume DRAM-random accesses, while a row's attributes are re-read from L1 (or
 // shared memory); (2) they charge the forest reads of every strategy at half the coalesced
 // bandwidth, while the real ratio depends on the strategy: a warp of rows walking one tree
@@ -116,7 +116,7 @@ struct ForestShape {
   double launches = 1;
   // > 0: the strategy's time per row on this forest when the GPU is full, measured once
   // (replaces the bandwidth terms: the kernels are bound by latency and issue, which the
-  // bandwidths do not see; README, "performance model").
+  // bandwidths do not see; docs/forests.md, "The performance model").
   double calibrated_row_ns = 0;
   // > 0: the strategy's time for a small calibration batch on this forest (its critical path
   // and launches, measured); the batch's estimate is then never below it.

@@ -80,7 +80,6 @@ constexpr int kGmemThreads = 256;
 constexpr int kGmemLog2Words = 26;  // 2^26 words of 4 bytes = 256 MiB
 constexpr std::size_t kGmemWords = std::size_t(1) << kGmemLog2Words;
 constexpr std::size_t kGmemVec4 = kGmemWords / 4;
-constexpr int kRandomReads = 64;  // per thread
 
 __global__ void __launch_bounds__(kGmemThreads) gmem_coalesced_kernel(const uint4* __restrict__ in, std::size_t n,
                                                                       unsigned sentinel, unsigned* out) {
@@ -100,7 +99,7 @@ __global__ void __launch_bounds__(kGmemThreads) gmem_coalesced_kernel(const uint
 }
 
 // A per-thread seed (an integer mixing function), then a linear congruential sequence whose
-// top kGmemLog2Words bits index the array: neighbouring threads read unrelated words.
+// top bits index the array: neighbouring threads read unrelated words.
 __device__ __forceinline__ unsigned mix32(unsigned x) {
   x ^= x >> 16;
   x *= 0x7feb352du;
@@ -110,35 +109,31 @@ __device__ __forceinline__ unsigned mix32(unsigned x) {
   return x;
 }
 
+// kReads random 4-byte reads per thread within a window of 2^kLog2Window words that starts at
+// word blockIdx.x << kLog2Window (modulo the array): the whole array (kLog2Window =
+// kGmemLog2Words, every block at word 0), or one window per block.
+template <int kLog2Window, int kReads>
 __global__ void __launch_bounds__(kGmemThreads) gmem_random_kernel(const unsigned* __restrict__ in, unsigned seed,
                                                                    unsigned sentinel, unsigned* out) {
+  const unsigned* window = in + ((static_cast<std::size_t>(blockIdx.x) << kLog2Window) & (kGmemWords - 1));
   unsigned x = mix32((blockIdx.x * blockDim.x + threadIdx.x) ^ seed);
   unsigned acc = 0;
 #pragma unroll 8
-  for (int j = 0; j < kRandomReads; ++j) {
+  for (int j = 0; j < kReads; ++j) {
     x = x * 1664525u + 1013904223u;
-    acc += in[x >> (32 - kGmemLog2Words)];
+    acc += window[x >> (32 - kLog2Window)];
   }
   if (acc == sentinel) out[0] = acc;
 }
 
+// Uncoalesced reads: at random over the whole array, past L2.
+constexpr int kRandomReads = 64;  // per thread
+const auto gmem_uncoalesced_kernel = gmem_random_kernel<kGmemLog2Words, kRandomReads>;
 // Canopy's additions. Cached random reads: each block reads at random inside its own 32 KiB
 // window of the array, so after the first touches every read hits L1.
 constexpr int kCachedLog2Words = 13;  // 8192 words = 32 KiB per block
 constexpr int kCachedReads = 512;     // per thread
-
-__global__ void __launch_bounds__(kGmemThreads) gmem_cached_random_kernel(const unsigned* __restrict__ in, unsigned seed,
-                                                                          unsigned sentinel, unsigned* out) {
-  const unsigned* window = in + ((static_cast<std::size_t>(blockIdx.x) << kCachedLog2Words) & (kGmemWords - 1));
-  unsigned x = mix32((blockIdx.x * blockDim.x + threadIdx.x) ^ seed);
-  unsigned acc = 0;
-#pragma unroll 8
-  for (int j = 0; j < kCachedReads; ++j) {
-    x = x * 1664525u + 1013904223u;
-    acc += window[x >> (32 - kCachedLog2Words)];
-  }
-  if (acc == sentinel) out[0] = acc;
-}
+const auto gmem_cached_random_kernel = gmem_random_kernel<kCachedLog2Words, kCachedReads>;
 
 // Latency: one thread follows a random cycle (next = a[cur]) through 8 MiB of global memory
 // (more than L1, less than L2) or through 32 KiB of shared memory.
@@ -245,6 +240,157 @@ std::string uuid_hex(const cudaUUID_t& uuid) {
   return s;
 }
 
+// CANOPY_CUDA_CHECK_LAUNCH for a kernel named at run time.
+void check_launch(const char* kernel) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) throw_cuda_error(err, (std::string("launch of ") + kernel).c_str(), __FILE__, __LINE__);
+}
+
+// What every micro-benchmark runs on: the stream, the GPU's SMs, the sentinel stores' target.
+struct Bench {
+  cudaStream_t stream;
+  int sms;
+  unsigned* out;
+};
+
+// A random cycle through all `words` words (Sattolo's shuffle, xorshift64 from `state`), so a
+// chase never repeats early.
+std::vector<unsigned> random_cycle(std::size_t words, std::uint64_t& state) {
+  std::vector<unsigned> next(words);
+  for (std::size_t i = 0; i < words; ++i) next[i] = static_cast<unsigned>(i);
+  for (std::size_t i = words - 1; i > 0; --i) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    std::swap(next[i], next[state % i]);
+  }
+  return next;
+}
+
+// GB/s of a shared-memory kernel over one wave of resident blocks: bytes = blocks * threads *
+// rounds * accesses per round * 4.
+template <class Kernel>
+double smem_gbs(const Bench& b, Kernel kernel, unsigned seed, const char* name) {
+  const int blocks = resident_blocks(kernel, kSmemThreads, b.sms);
+  const double bytes = double(blocks) * kSmemThreads * kSmemReps * kSmemUnroll * sizeof(unsigned);
+  const double ms = median_ms(b.stream, [&] {
+    kernel<<<blocks, kSmemThreads, 0, b.stream>>>(seed, kSentinel, b.out);
+    check_launch(name);
+  });
+  return bytes / (ms * 1e6);
+}
+
+// GB/s of a random-read kernel over one wave of resident blocks, counting the 4 bytes each read
+// asks for (not the 32-byte sectors it moves).
+template <class Kernel>
+double random_read_gbs(const Bench& b, Kernel kernel, int reads, const unsigned* array, unsigned seed, const char* name) {
+  const int blocks = resident_blocks(kernel, kGmemThreads, b.sms);
+  const double bytes = double(blocks) * kGmemThreads * reads * sizeof(unsigned);
+  const double ms = median_ms(b.stream, [&] {
+    kernel<<<blocks, kGmemThreads, 0, b.stream>>>(array, seed, kSentinel, b.out);
+    check_launch(name);
+  });
+  return bytes / (ms * 1e6);
+}
+
+// BW_RSMEM and BW_WSMEM.
+void measure_shared_memory(const Bench& b, ForestHardware* hw) {
+  hw->smem_read_gbs = smem_gbs(b, smem_read_kernel, 0x9e3779b9u, "smem_read_kernel");
+  hw->smem_write_gbs = smem_gbs(b, smem_write_kernel, 0x85ebca6bu, "smem_write_kernel");
+}
+
+// BW^COA_GMEM, BW^NCOA_GMEM and (Canopy's) cached random reads, on the 256 MiB array, filled
+// once (its contents do not matter, only that they are defined).
+void measure_global_memory(const Bench& b, ForestHardware* hw) {
+  const cudaStream_t st = b.stream;
+  DeviceBuffer<unsigned> array;
+  array.reserve(kGmemWords, "the forest-hardware global-memory benchmark (256 MiB)", st);
+  CANOPY_CUDA_CHECK(cudaMemsetAsync(array.get(), 0x5a, kGmemWords * sizeof(unsigned), st));
+  const int blocks = resident_blocks(gmem_coalesced_kernel, kGmemThreads, b.sms);
+  const uint4* vec = reinterpret_cast<const uint4*>(array.get());
+  const double coalesced_ms = median_ms(st, [&] {
+    gmem_coalesced_kernel<<<blocks, kGmemThreads, 0, st>>>(vec, kGmemVec4, kSentinel, b.out);
+    CANOPY_CUDA_CHECK_LAUNCH("gmem_coalesced_kernel");
+  });
+  hw->gmem_coalesced_gbs = double(kGmemWords * sizeof(unsigned)) / (coalesced_ms * 1e6);
+  hw->gmem_uncoalesced_gbs =
+      random_read_gbs(b, gmem_uncoalesced_kernel, kRandomReads, array.get(), 0x27d4eb2fu, "gmem_uncoalesced_kernel");
+  hw->gmem_cached_random_gbs =
+      random_read_gbs(b, gmem_cached_random_kernel, kCachedReads, array.get(), 0x165667b1u, "gmem_cached_random_kernel");
+  CANOPY_CUDA_CHECK(cudaStreamSynchronize(st));  // before the array is freed
+}
+
+// Canopy's additions: dependent-load latencies (global and shared memory) and a launch's cost.
+void measure_latencies(const Bench& b, ForestHardware* hw) {
+  const cudaStream_t st = b.stream;
+  std::uint64_t state = 0x2545f4914f6cdd1dull;
+  const std::vector<unsigned> next = random_cycle(std::size_t(1) << kChaseLog2Words, state);
+  DeviceBuffer<unsigned> chain;
+  chain.reserve(next.size(), "the forest-hardware latency benchmark (8 MiB)", st);
+  copy_to_device(chain.get(), next.data(), next.size(), st);
+  const double g_ms = median_ms(st, [&] {
+    gmem_chase_kernel<<<1, 1, 0, st>>>(chain.get(), kSentinel, b.out);
+    CANOPY_CUDA_CHECK_LAUNCH("gmem_chase_kernel");
+  });
+  hw->gmem_latency_ns = g_ms * 1e6 / kChaseSteps;
+  // Shared memory: a cycle through 8192 words, copied over the chain's first words.
+  const std::vector<unsigned> small = random_cycle(kSmemChaseWords, state);
+  copy_to_device(chain.get(), small.data(), small.size(), st);
+  const double fill_ms = median_ms(st, [&] {
+    smem_chase_kernel<<<1, 256, 0, st>>>(chain.get(), kSentinel, b.out);
+    CANOPY_CUDA_CHECK_LAUNCH("smem_chase_kernel");
+  });
+  hw->smem_latency_ns = fill_ms * 1e6 / kSmemChaseSteps;  // the parallel fill is a few hundred ns of it
+  const int launches = 32;
+  const double launch_ms = median_ms(st, [&] {
+    for (int i = 0; i < launches; ++i) empty_kernel<<<1, 32, 0, st>>>();
+    CANOPY_CUDA_CHECK_LAUNCH("empty_kernel");
+  });
+  hw->launch_ns = launch_ms * 1e6 / launches;
+  CANOPY_CUDA_CHECK(cudaStreamSynchronize(st));
+}
+
+// B_rate = kernel time / (blocks * reductions per block) / threads per block: the GPU's time
+// per block-wide reduction while every SM is reducing (a throughput, like the bandwidths),
+// per thread of the block. One reduction stands for one row of the shared-data kernel, so
+// B_rate * threads is the reduction's cost per row.
+void measure_block_reduction(const Bench& b, ForestHardware* hw) {
+  const int blocks = resident_blocks(block_reduce_kernel, kReduceThreads, b.sms);
+  const double reduce_ms = median_ms(b.stream, [&] {
+    block_reduce_kernel<<<blocks, kReduceThreads, 0, b.stream>>>(-1.0f, reinterpret_cast<float*>(b.out));
+    CANOPY_CUDA_CHECK_LAUNCH("block_reduce_kernel");
+  });
+  hw->block_reduce_ns_per_thread = reduce_ms * 1e6 / (double(blocks) * kBlockReduceReps) / kReduceThreads;
+}
+
+// G_rate = the time of one segmented sum over the batch (kGlobalReduceRows rows of
+// kGlobalReduceParts partials) / kGlobalReduceParts: ns per block (partial per row), so that
+// G_rate * blocks is a batch's global reduction (eq. 3); exact for batches near 65536 rows.
+void measure_global_reduction(const Bench& b, ForestHardware* hw) {
+  const cudaStream_t st = b.stream;
+  const int rows = kGlobalReduceRows, parts = kGlobalReduceParts;
+  DeviceBuffer<float> partials, sums;
+  DeviceBuffer<int> offsets;
+  partials.reserve(std::size_t(rows) * parts, "the global-reduction benchmark's partial sums", st);
+  sums.reserve(rows, "the global-reduction benchmark's sums", st);
+  offsets.reserve(std::size_t(rows) + 1, "the global-reduction benchmark's offsets", st);
+  CANOPY_CUDA_CHECK(cudaMemsetAsync(partials.get(), 0, std::size_t(rows) * parts * sizeof(float), st));
+  segment_offsets_kernel<<<(rows + 1 + 255) / 256, 256, 0, st>>>(offsets.get(), rows, parts);
+  CANOPY_CUDA_CHECK_LAUNCH("segment_offsets_kernel");
+
+  std::size_t temp_bytes = 0;
+  CANOPY_CUDA_CHECK(cub::DeviceSegmentedReduce::Sum(nullptr, temp_bytes, partials.get(), sums.get(), rows,
+                                                    offsets.get(), offsets.get() + 1, st));
+  DeviceBuffer<unsigned char> temp;
+  temp.reserve(std::max<std::size_t>(temp_bytes, 1), "the global-reduction benchmark's temporary storage", st);
+  const double reduce_ms = median_ms(st, [&] {
+    CANOPY_CUDA_CHECK(cub::DeviceSegmentedReduce::Sum(temp.get(), temp_bytes, partials.get(), sums.get(), rows,
+                                                      offsets.get(), offsets.get() + 1, st));
+  });
+  hw->global_reduce_ns_per_block = reduce_ms * 1e6 / parts;
+  CANOPY_CUDA_CHECK(cudaStreamSynchronize(st));  // before the buffers are freed
+}
+
 }  // namespace
 
 ForestHardware measure_forest_hardware(int device) {
@@ -262,158 +408,24 @@ ForestHardware measure_forest_hardware(int device) {
   hw.device_name = prop.name;
   hw.device_uuid = uuid_hex(prop.uuid);
   hw.sm_count = prop.multiProcessorCount;
-  const int sms = hw.sm_count;
 
   Stream stream;
-  const cudaStream_t st = stream.get();
   DeviceBuffer<unsigned> sink;  // the sentinel stores' target; never read
-  sink.reserve(1, "the forest-hardware benchmarks' sink", st);
-  unsigned* const out = sink.get();
-
-  // Shared memory: bytes = blocks * threads * rounds * accesses per round * 4.
-  {
-    const int blocks = resident_blocks(smem_read_kernel, kSmemThreads, sms);
-    const double bytes = double(blocks) * kSmemThreads * kSmemReps * kSmemUnroll * sizeof(unsigned);
-    const double read_ms = median_ms(st, [&] {
-      smem_read_kernel<<<blocks, kSmemThreads, 0, st>>>(0x9e3779b9u, kSentinel, out);
-      CANOPY_CUDA_CHECK_LAUNCH("smem_read_kernel");
-    });
-    hw.smem_read_gbs = bytes / (read_ms * 1e6);
-  }
-  {
-    const int blocks = resident_blocks(smem_write_kernel, kSmemThreads, sms);
-    const double bytes = double(blocks) * kSmemThreads * kSmemReps * kSmemUnroll * sizeof(unsigned);
-    const double write_ms = median_ms(st, [&] {
-      smem_write_kernel<<<blocks, kSmemThreads, 0, st>>>(0x85ebca6bu, kSentinel, out);
-      CANOPY_CUDA_CHECK_LAUNCH("smem_write_kernel");
-    });
-    hw.smem_write_gbs = bytes / (write_ms * 1e6);
-  }
-
-  // Global memory: the 256 MiB array, filled once (its contents do not matter, only that they
-  // are defined).
-  {
-    DeviceBuffer<unsigned> array;
-    array.reserve(kGmemWords, "the forest-hardware global-memory benchmark (256 MiB)", st);
-    CANOPY_CUDA_CHECK(cudaMemsetAsync(array.get(), 0x5a, kGmemWords * sizeof(unsigned), st));
-
-    const int blocks_c = resident_blocks(gmem_coalesced_kernel, kGmemThreads, sms);
-    const uint4* vec = reinterpret_cast<const uint4*>(array.get());
-    const double coalesced_ms = median_ms(st, [&] {
-      gmem_coalesced_kernel<<<blocks_c, kGmemThreads, 0, st>>>(vec, kGmemVec4, kSentinel, out);
-      CANOPY_CUDA_CHECK_LAUNCH("gmem_coalesced_kernel");
-    });
-    hw.gmem_coalesced_gbs = double(kGmemWords * sizeof(unsigned)) / (coalesced_ms * 1e6);
-
-    // Bytes counted as the 4 bytes each read asks for (not the 32-byte sectors it moves).
-    const int blocks_r = resident_blocks(gmem_random_kernel, kGmemThreads, sms);
-    const double random_bytes = double(blocks_r) * kGmemThreads * kRandomReads * sizeof(unsigned);
-    const double random_ms = median_ms(st, [&] {
-      gmem_random_kernel<<<blocks_r, kGmemThreads, 0, st>>>(array.get(), 0x27d4eb2fu, kSentinel, out);
-      CANOPY_CUDA_CHECK_LAUNCH("gmem_random_kernel");
-    });
-    hw.gmem_uncoalesced_gbs = random_bytes / (random_ms * 1e6);
-    stream.sync();  // before the array is freed
-  }
-
-  // Canopy's additions: cached random reads, dependent-load latencies, launch cost.
-  {
-    DeviceBuffer<unsigned> array;
-    array.reserve(kGmemWords, "the forest-hardware cached-read benchmark (256 MiB)", st);
-    CANOPY_CUDA_CHECK(cudaMemsetAsync(array.get(), 0x3c, kGmemWords * sizeof(unsigned), st));
-    const int blocks = resident_blocks(gmem_cached_random_kernel, kGmemThreads, sms);
-    const double bytes = double(blocks) * kGmemThreads * kCachedReads * sizeof(unsigned);
-    const double ms = median_ms(st, [&] {
-      gmem_cached_random_kernel<<<blocks, kGmemThreads, 0, st>>>(array.get(), 0x165667b1u, kSentinel, out);
-      CANOPY_CUDA_CHECK_LAUNCH("gmem_cached_random_kernel");
-    });
-    hw.gmem_cached_random_gbs = bytes / (ms * 1e6);
-    stream.sync();
-  }
-  {
-    // A single random cycle through all words (Sattolo's shuffle), so the chase never repeats early.
-    const std::size_t words = std::size_t(1) << kChaseLog2Words;
-    std::vector<unsigned> next(words);
-    for (std::size_t i = 0; i < words; ++i) next[i] = static_cast<unsigned>(i);
-    std::uint64_t state = 0x2545f4914f6cdd1dull;
-    for (std::size_t i = words - 1; i > 0; --i) {
-      state ^= state << 13;
-      state ^= state >> 7;
-      state ^= state << 17;
-      std::swap(next[i], next[state % i]);
-    }
-    DeviceBuffer<unsigned> chain;
-    chain.reserve(words, "the forest-hardware latency benchmark (8 MiB)", st);
-    copy_to_device(chain.get(), next.data(), words, st);
-    const double g_ms = median_ms(st, [&] {
-      gmem_chase_kernel<<<1, 1, 0, st>>>(chain.get(), kSentinel, out);
-      CANOPY_CUDA_CHECK_LAUNCH("gmem_chase_kernel");
-    });
-    hw.gmem_latency_ns = g_ms * 1e6 / kChaseSteps;
-    // Shared memory: a cycle through 8192 words (Sattolo again, on the first words' range).
-    std::vector<unsigned> small(kSmemChaseWords);
-    for (int i = 0; i < kSmemChaseWords; ++i) small[static_cast<std::size_t>(i)] = static_cast<unsigned>(i);
-    for (int i = kSmemChaseWords - 1; i > 0; --i) {
-      state ^= state << 13;
-      state ^= state >> 7;
-      state ^= state << 17;
-      std::swap(small[static_cast<std::size_t>(i)], small[state % static_cast<unsigned>(i)]);
-    }
-    copy_to_device(chain.get(), small.data(), small.size(), st);
-    const double fill_ms = median_ms(st, [&] {
-      smem_chase_kernel<<<1, 256, 0, st>>>(chain.get(), kSentinel, out);
-      CANOPY_CUDA_CHECK_LAUNCH("smem_chase_kernel");
-    });
-    hw.smem_latency_ns = fill_ms * 1e6 / kSmemChaseSteps;  // the parallel fill is a few hundred ns of it
-    const int launches = 32;
-    const double launch_ms = median_ms(st, [&] {
-      for (int i = 0; i < launches; ++i) empty_kernel<<<1, 32, 0, st>>>();
-      CANOPY_CUDA_CHECK_LAUNCH("empty_kernel");
-    });
-    hw.launch_ns = launch_ms * 1e6 / launches;
-    stream.sync();
-  }
-
-  // B_rate = kernel time / (blocks * reductions per block) / threads per block: the GPU's time
-  // per block-wide reduction while every SM is reducing (a throughput, like the bandwidths),
-  // per thread of the block. One reduction stands for one row of the shared-data kernel, so
-  // B_rate * threads is the reduction's cost per row.
-  {
-    const int blocks = resident_blocks(block_reduce_kernel, kReduceThreads, sms);
-    const double reduce_ms = median_ms(st, [&] {
-      block_reduce_kernel<<<blocks, kReduceThreads, 0, st>>>(-1.0f, reinterpret_cast<float*>(out));
-      CANOPY_CUDA_CHECK_LAUNCH("block_reduce_kernel");
-    });
-    hw.block_reduce_ns_per_thread = reduce_ms * 1e6 / (double(blocks) * kBlockReduceReps) / kReduceThreads;
-  }
-
-  // G_rate = the time of one segmented sum over the batch (kGlobalReduceRows rows of
-  // kGlobalReduceParts partials) / kGlobalReduceParts: ns per block (partial per row), so that
-  // G_rate * blocks is a batch's global reduction (eq. 3); exact for batches near 65536 rows.
-  {
-    const int rows = kGlobalReduceRows, parts = kGlobalReduceParts;
-    DeviceBuffer<float> partials, sums;
-    DeviceBuffer<int> offsets;
-    partials.reserve(std::size_t(rows) * parts, "the global-reduction benchmark's partial sums", st);
-    sums.reserve(rows, "the global-reduction benchmark's sums", st);
-    offsets.reserve(std::size_t(rows) + 1, "the global-reduction benchmark's offsets", st);
-    CANOPY_CUDA_CHECK(cudaMemsetAsync(partials.get(), 0, std::size_t(rows) * parts * sizeof(float), st));
-    segment_offsets_kernel<<<(rows + 1 + 255) / 256, 256, 0, st>>>(offsets.get(), rows, parts);
-    CANOPY_CUDA_CHECK_LAUNCH("segment_offsets_kernel");
-
-    std::size_t temp_bytes = 0;
-    CANOPY_CUDA_CHECK(cub::DeviceSegmentedReduce::Sum(nullptr, temp_bytes, partials.get(), sums.get(), rows,
-                                                      offsets.get(), offsets.get() + 1, st));
-    DeviceBuffer<unsigned char> temp;
-    temp.reserve(std::max<std::size_t>(temp_bytes, 1), "the global-reduction benchmark's temporary storage", st);
-    const double reduce_ms = median_ms(st, [&] {
-      CANOPY_CUDA_CHECK(cub::DeviceSegmentedReduce::Sum(temp.get(), temp_bytes, partials.get(), sums.get(), rows,
-                                                        offsets.get(), offsets.get() + 1, st));
-    });
-    hw.global_reduce_ns_per_block = reduce_ms * 1e6 / parts;
-    stream.sync();  // before the buffers are freed
-  }
+  sink.reserve(1, "the forest-hardware benchmarks' sink", stream.get());
+  const Bench b{stream.get(), hw.sm_count, sink.get()};
+  measure_shared_memory(b, &hw);
+  measure_global_memory(b, &hw);
+  measure_latencies(b, &hw);
+  measure_block_reduction(b, &hw);
+  measure_global_reduction(b, &hw);
   return hw;
+}
+
+ForestHardware cached_forest_hardware(int device, const std::string& path) {
+  cudaDeviceProp prop;
+  CANOPY_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return load_or_measure_forest_hardware(path, prop.name, uuid_hex(prop.uuid),
+                                         [device] { return measure_forest_hardware(device); });
 }
 
 }  // namespace canopy

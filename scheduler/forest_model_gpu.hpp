@@ -3,6 +3,8 @@
 // for the record, its cache and the equations that use it.
 #pragma once
 
+#include <string>
+
 #include "scheduler/forest_model.hpp"
 
 namespace canopy {
@@ -13,5 +15,9 @@ namespace canopy {
 // memory; takes a few tens of milliseconds once the CUDA context exists. Error (CudaError for a
 // failed CUDA call, naming it) on failure.
 ForestHardware measure_forest_hardware(int device);
+
+// Device `device`'s parameters from the cache file at `path` when it holds this GPU's (name and
+// UUID), else measured and saved there (load_or_measure_forest_hardware).
+ForestHardware cached_forest_hardware(int device, const std::string& path);
 
 }  // namespace canopy

@@ -36,7 +36,7 @@ ForestWarpVisits forest_nodes_per_warp(const AdaptiveForestView& v, const float*
                                        const index_t* order, index_t max_warps = 1024);
 
 // How the strategies' forest reads coalesce on this forest and these rows (the warp emulator
-// again), for the performance model's COA_rate (runtime/forest_model.hpp):
+// again), for the performance model's COA_rate (scheduler/forest_model.hpp):
 //   coalescing_direct        a warp of 32 consecutive rows walking one tree (tree-major copy):
 //                            bytes asked (8 per active lane) / bytes moved (32-byte sectors)
 //   coalescing_shared_data   a warp of 32 neighbouring trees of the interleaved copy walked for

@@ -15,25 +15,19 @@ __global__ void spin_until(volatile int* flag) {
   }
 }
 
-__global__ void spin_then_copy(float* dst, const float* src, std::size_t n, long long cycles) {
-  const long long start = clock64();
-  while (clock64() - start < cycles) {
+__device__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void spin_for(unsigned long long ns) {
+  const unsigned long long start = global_ns();
+  while (global_ns() - start < ns) {
   }
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
-    dst[i] = src[i];
 }
 
 }  // namespace
-
-void write_late(float* dst, const float* src, std::size_t n, void* stream, double ms) {
-  int dev = 0, khz = 0;
-  CANOPY_CUDA_CHECK(cudaGetDevice(&dev));
-  CANOPY_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev));
-  const long long cycles = static_cast<long long>(ms * khz);
-  spin_then_copy<<<64, 256, 0, static_cast<cudaStream_t>(stream)>>>(dst, src, n, cycles);
-  CANOPY_CUDA_CHECK_LAUNCH("spin_then_copy");
-}
 
 bool finishes_beside_a_blocking_stream(const std::function<void()>& call, double timeout_s) {
   int* flag = nullptr;
@@ -81,6 +75,12 @@ void* make_stream() {
   cudaStream_t s = nullptr;
   CANOPY_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   return s;
+}
+void copy_after_delay(void* dst, const void* src, std::size_t bytes, double delay_ms, void* s) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(s);
+  spin_for<<<1, 1, 0, stream>>>(static_cast<unsigned long long>(delay_ms * 1e6));
+  CANOPY_CUDA_CHECK_LAUNCH("spin_for");
+  CANOPY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
 }
 void sync_stream(void* s) { CANOPY_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(s))); }
 void destroy_stream(void* s) { CANOPY_CUDA_CHECK(cudaStreamDestroy(static_cast<cudaStream_t>(s))); }

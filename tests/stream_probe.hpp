@@ -16,6 +16,9 @@ bool finishes_beside_a_blocking_stream(const std::function<void()>& call, double
 
 // A non-blocking stream of the caller's (an opaque cudaStream_t), and its synchronisation.
 void* make_stream();
+// Enqueues on stream `s` a kernel that spins for delay_ms, then a copy of `bytes` from src to
+// dst (any of host, pinned or device memory): a write that lands well after this returns.
+void copy_after_delay(void* dst, const void* src, std::size_t bytes, double delay_ms, void* s);
 void sync_stream(void* s);
 void destroy_stream(void* s);
 
@@ -26,10 +29,6 @@ namespace canopy {
 namespace test {
 // Work that does use the legacy default stream (a memset on stream 0): the probe's own check.
 void legacy_stream_work();
-// Enqueues on the caller's `stream` a kernel that spins for about `ms` milliseconds and then
-// copies n floats from src to dst (device memory): data a program produces asynchronously on its
-// own stream, just before it hands that stream to Canopy.
-void write_late(float* dst, const float* src, std::size_t n, void* stream, double ms);
 // Device memory for caller-buffer tests.
 void* device_alloc(std::size_t bytes);
 void device_free(void* p);

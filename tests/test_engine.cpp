@@ -425,10 +425,10 @@ TEST(PipelineGpu, DeviceQueriesWrittenOnTheCallersStreamAreReadAfterThem) {
         po.chunk = ko.chunk = 500;
         copy_memory(p_dst, zeros.data(), pbytes);
         copy_memory(k_dst, zeros.data(), kbytes);
-        test::write_late(p_dst, p_src, pq.size(), s, 20.0);
+        test::copy_after_delay(p_dst, p_src, pbytes, 20.0, s);
         apis.pc.run(p_dst, 1500, po, counts.data());
         EXPECT_EQ(counts, pref.counts);
-        test::write_late(k_dst, k_src, kq.size(), s, 20.0);
+        test::copy_after_delay(k_dst, k_src, kbytes, 20.0, s);
         apis.kd.run(k_dst, 1500, ko, idx.data(), dist.data());
         EXPECT_EQ(idx, kref.indices);
         EXPECT_EQ(dist, kref.distances);

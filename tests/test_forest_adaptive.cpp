@@ -44,9 +44,7 @@ TEST(ForestAdaptive, CpuPredictionsEqualCsrBitForBit) {
     const ForestData& d = rows(c.rows);
     for (bool nodes : {false, true})
       for (bool trees : {false, true}) {
-        ForestConfig cfg;
-        cfg.layout = ForestLayout::Adaptive;
-        cfg.device = Device::Cpu;
+        ForestConfig cfg = forest_config(ForestLayout::Adaptive, Device::Cpu);
         cfg.adaptive.node_rearrangement = nodes;
         cfg.adaptive.tree_rearrangement = trees;
         ForestPredictor p(f, cfg);
@@ -60,9 +58,7 @@ TEST(ForestAdaptive, CpuPredictionsEqualCsrBitForBit) {
 // Against the libraries' own predictions directly, within 1e-6 relative.
 TEST(ForestAdaptive, CpuMatchesLibrariesWithin1e6) {
   for (const ModelCase& c : all_cases()) {
-    ForestConfig cfg;
-    cfg.layout = ForestLayout::Adaptive;
-    cfg.device = Device::Cpu;
+    ForestConfig cfg = forest_config(ForestLayout::Adaptive, Device::Cpu);
     ForestPredictor p(model(c.name), cfg);
     const std::vector<float> got = predict(p, rows(c.rows), ForestOutput::Prob);
     const auto want = read_lines(dir() + expected_name(c) + ".prob.txt");
@@ -155,9 +151,7 @@ TEST(ForestAdaptive, BadTreeOrderIsAnError) {
 }
 
 TEST(ForestAdaptive, ReportsTreeRearrangement) {
-  ForestConfig cfg;
-  cfg.layout = ForestLayout::Adaptive;
-  cfg.device = Device::Cpu;
+  ForestConfig cfg = forest_config(ForestLayout::Adaptive, Device::Cpu);
   ForestPredictor p(model("xgb_covtype"), cfg);
   const AdaptiveReport& r = p.adaptive_report();
   EXPECT_GT(r.similarity_ms, 0.0);
@@ -206,9 +200,7 @@ TEST(ForestRowSchedule, OrderIsTheStableSortByTheInspectorKey) {
   for (const char* name : {"xgb_higgs", "rf_covtype"}) {
     const Forest& f = model(name);
     const ForestData& d = rows(std::string(name) == "xgb_higgs" ? "higgs_rows" : "covtype_rows_dense");
-    ForestConfig cfg;
-    cfg.layout = ForestLayout::Adaptive;
-    cfg.device = Device::Cpu;
+    ForestConfig cfg = forest_config(ForestLayout::Adaptive, Device::Cpu);
     ForestPredictor p(f, cfg);
     for (int depth : {1, 3}) {
       const std::vector<index_t> order = p.schedule_rows(d.values.data(), d.n_rows, depth);
@@ -231,9 +223,7 @@ TEST(ForestRowSchedule, OrderIsTheStableSortByTheInspectorKey) {
 TEST(ForestRowSchedule, WarpEmulatorCountsDistinctNodes) {
   const Forest& f = model("xgb_covtype");
   const ForestData& d = rows("covtype_rows");
-  ForestConfig cfg;
-  cfg.layout = ForestLayout::Adaptive;
-  cfg.device = Device::Cpu;
+  ForestConfig cfg = forest_config(ForestLayout::Adaptive, Device::Cpu);
   ForestPredictor p(f, cfg);
   // 32 copies of one row: the warp visits exactly that row's path in every tree.
   ForestData single;
@@ -326,9 +316,7 @@ TEST(ForestAdaptiveGpu, EveryStrategyEqualsTheCpuBitForBit) {
     for (ForestOutput o : outs) want.push_back(cpu_predict(f, d, o));
     const bool wide = std::max(f.n_groups(), f.leaf_width()) > 8;
     for (int rearrange = 0; rearrange < 3; ++rearrange) {
-      ForestConfig cfg;
-      cfg.layout = ForestLayout::Adaptive;
-      cfg.device = Device::Gpu;
+      ForestConfig cfg = forest_config(ForestLayout::Adaptive, Device::Gpu);
       cfg.adaptive.node_rearrangement = rearrange != 1;
       cfg.adaptive.tree_rearrangement = rearrange != 2;
       ForestPredictor p(f, cfg);
@@ -393,9 +381,7 @@ ForestData uniform_rows(index_t n, int features, unsigned seed) {
 
 TEST(ForestAdaptiveGpu, SharedForestRunsWhenTheForestFitsAndSaysWhyOtherwise) {
   CANOPY_REQUIRE_GPU();
-  ForestConfig cfg;
-  cfg.layout = ForestLayout::Adaptive;
-  cfg.device = Device::Gpu;
+  ForestConfig cfg = forest_config(ForestLayout::Adaptive, Device::Gpu);
   ForestRunOptions opt;
   opt.kernel = ForestKernel::SharedForest;
   const ForestData d = uniform_rows(2000, 6, 1);
@@ -421,9 +407,7 @@ TEST(ForestAdaptiveGpu, SharedForestRunsWhenTheForestFitsAndSaysWhyOtherwise) {
 
 TEST(ForestAdaptiveGpu, BadSchedulesAreClearErrors) {
   CANOPY_REQUIRE_GPU();
-  ForestConfig cfg;
-  cfg.layout = ForestLayout::Adaptive;
-  cfg.device = Device::Gpu;
+  ForestConfig cfg = forest_config(ForestLayout::Adaptive, Device::Gpu);
   const Forest& f = model("xgb_higgs");
   ForestPredictor p(f, cfg);
   const ForestData d = tiled(rows("higgs_rows"), 100);
@@ -472,9 +456,7 @@ TEST(ForestAdaptiveGpu, GpuRowOrderEqualsTheCpuReference) {
   CANOPY_REQUIRE_GPU();
   const Forest& f = model("xgb_covtype");
   const ForestData d = tiled(rows("covtype_rows"), 5000);
-  ForestConfig cfg;
-  cfg.layout = ForestLayout::Adaptive;
-  cfg.device = Device::Cpu;
+  ForestConfig cfg = forest_config(ForestLayout::Adaptive, Device::Cpu);
   ForestPredictor cpu(f, cfg);
   cfg.device = Device::Gpu;
   ForestPredictor gpu(f, cfg);
@@ -483,9 +465,7 @@ TEST(ForestAdaptiveGpu, GpuRowOrderEqualsTheCpuReference) {
 
 TEST(ForestAdaptiveGpu, TunerAndModelCoverTheStrategies) {
   CANOPY_REQUIRE_GPU();
-  ForestConfig cfg;
-  cfg.layout = ForestLayout::Adaptive;
-  cfg.device = Device::Gpu;
+  ForestConfig cfg = forest_config(ForestLayout::Adaptive, Device::Gpu);
   const Forest& f = model("xgb_covtype");
   ForestPredictor p(f, cfg);
   ForestRunOptions opt;

@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "executor/forest_eval.hpp"
 #include "require_gpu.hpp"
 #include "core/device.hpp"
+#include "core/device_buffer.hpp"
+#include "stream_probe.hpp"
 #include "test_forest_util.hpp"
 
 namespace canopy {
@@ -128,6 +131,127 @@ TEST(ForestGpu, EmptyBatchAndErrors) {
   EXPECT_EQ(predict(csr, first_rows(d, 10), ForestOutput::Prob),
             cpu_predict(model("xgb_higgs"), first_rows(d, 10), ForestOutput::Prob));
   EXPECT_EQ(predict(csr, d, ForestOutput::Prob), cpu_predict(model("xgb_higgs"), d, ForestOutput::Prob));
+}
+
+// ---- the stream contract --------------------------------------------------------------------------
+
+// One GPU call of each kind a layout offers: every kernel it supports and, on the adaptive
+// layout, row scheduling too.
+struct GpuCall {
+  std::string name;
+  ForestRunOptions opt;
+};
+
+std::vector<GpuCall> calls_of(const ForestPredictor& p) {
+  std::vector<GpuCall> out;
+  for (ForestKernel k : {ForestKernel::Direct, ForestKernel::Hybrid, ForestKernel::SharedData, ForestKernel::SharedForest,
+                         ForestKernel::SplitSharedForest, ForestKernel::Auto}) {
+    if (!p.supports(k)) continue;
+    GpuCall c;
+    c.name = to_string(k);
+    c.opt.kernel = k;
+    c.opt.hardware_cache = ::testing::TempDir() + "canopy_forest_hw_test.json";
+    out.push_back(c);
+    if (p.layout() == ForestLayout::Adaptive && k != ForestKernel::Auto) {
+      c.name += ", rows scheduled";
+      c.opt.row_schedule_depth = 2;
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// Every layout on the GPU, each with every call it offers, on xgb_higgs (its forest fits in
+// shared memory whole, so the shared-forest strategy runs too).
+void for_every_gpu_call(const std::function<void(ForestPredictor&, const GpuCall&)>& f) {
+  for (ForestLayout l : {ForestLayout::Csr, ForestLayout::Reorg, ForestLayout::Hierarchical, ForestLayout::Adaptive}) {
+    ForestConfig cfg = forest_config(l, Device::Gpu);
+    ForestPredictor p(model("xgb_higgs"), cfg);
+    for (const GpuCall& c : calls_of(p)) {
+      SCOPED_TRACE(std::string(to_string(l)) + " " + c.name);
+      f(p, c);
+    }
+  }
+}
+
+std::vector<float> predict_rows(ForestPredictor& p, const float* rows, index_t n, const ForestRunOptions& opt) {
+  std::vector<float> out(static_cast<std::size_t>(n * p.output_width(opt.output)));
+  p.predict(rows, n, out.data(), opt);
+  return out;
+}
+
+TEST(ForestGpu, NoWorkRunsOnTheLegacyDefaultStream) {
+  CANOPY_REQUIRE_GPU();
+  // The probe itself: work on the legacy stream waits for the spinning kernel.
+  EXPECT_FALSE(test::finishes_beside_a_blocking_stream(test::legacy_stream_work, 2.0));
+  const ForestData& d = rows("higgs_rows");
+  for_every_gpu_call([&](ForestPredictor& p, const GpuCall& c) {
+    const std::vector<float> reference = predict_rows(p, d.values.data(), d.n_rows, c.opt);  // warm: every buffer exists
+    std::vector<float> got;
+    EXPECT_TRUE(test::finishes_beside_a_blocking_stream([&] { got = predict_rows(p, d.values.data(), d.n_rows, c.opt); },
+                                                        20.0));
+    EXPECT_EQ(got, reference);
+  });
+}
+
+TEST(ForestGpu, ASecondIdenticalCallAllocatesAndFreesNothing) {
+  CANOPY_REQUIRE_GPU();
+  const ForestData& d = rows("higgs_rows");
+  for_every_gpu_call([&](ForestPredictor& p, const GpuCall& c) {
+    predict_rows(p, d.values.data(), d.n_rows, c.opt);
+    const MemoryEvents before = memory_events();
+    predict_rows(p, d.values.data(), d.n_rows, c.opt);
+    const MemoryEvents after = memory_events();
+    EXPECT_EQ(after.device_allocations, before.device_allocations);
+    EXPECT_EQ(after.device_frees, before.device_frees);
+    EXPECT_EQ(after.pinned_allocations, before.pinned_allocations);
+    EXPECT_EQ(after.pinned_frees, before.pinned_frees);
+  });
+}
+
+TEST(ForestGpu, TheCallersStreamIsHonoured) {
+  CANOPY_REQUIRE_GPU();
+  // Two batches in pinned memory; the caller's stream writes one or the other into the device
+  // rows just before each call, after a spin, so a call that did not wait for it would read
+  // the other batch.
+  const ForestData& d = rows("higgs_rows");
+  const index_t n = d.n_rows;
+  const std::size_t values = d.values.size(), bytes = values * sizeof(float);
+  PinnedBuffer<float> batch[2];
+  for (int b = 0; b < 2; ++b) {
+    batch[b].reserve(values);
+    for (index_t i = 0; i < n; ++i)  // the second batch: the rows in reverse
+      std::copy(d.row(b == 0 ? i : n - 1 - i), d.row(b == 0 ? i : n - 1 - i) + d.n_features,
+                batch[b].get() + i * d.n_features);
+  }
+  void* s = test::make_stream();
+  float* d_rows = static_cast<float*>(test::device_alloc(bytes));
+  const std::size_t out_bytes = static_cast<std::size_t>(n * model("xgb_higgs").output_width(ForestOutput::Prob)) * sizeof(float);
+  float* d_out = static_cast<float*>(test::device_alloc(out_bytes));
+  for_every_gpu_call([&](ForestPredictor& p, const GpuCall& c) {
+    const std::vector<float> want[2] = {predict_rows(p, batch[0].get(), n, c.opt), predict_rows(p, batch[1].get(), n, c.opt)};
+    copy_memory(d_rows, batch[1].get(), bytes);
+    ForestRunOptions opt = c.opt;
+    opt.stream = static_cast<stream_t>(s);
+    for (int i = 0; i < 6; ++i) {
+      const int b = i % 2;
+      const bool out_on_device = i >= 3;
+      test::copy_after_delay(d_rows, batch[b].get(), bytes, 2.0, s);
+      std::vector<float> got(want[b].size());
+      p.predict(d_rows, n, out_on_device ? d_out : got.data(), opt);
+      ASSERT_EQ(got.size() * sizeof(float), out_bytes);
+      if (out_on_device) copy_memory(got.data(), d_out, out_bytes, opt.stream);
+      EXPECT_EQ(got, want[b]) << "call " << i;
+    }
+    if (p.layout() == ForestLayout::Adaptive && c.opt.kernel == ForestKernel::Direct && c.opt.row_schedule_depth == 0) {
+      test::copy_after_delay(d_rows, batch[0].get(), bytes, 2.0, s);
+      EXPECT_EQ(p.schedule_rows(d_rows, n, 2, opt.stream), p.schedule_rows(batch[0].get(), n, 2));
+    }
+  });
+  test::sync_stream(s);
+  test::device_free(d_out);
+  test::device_free(d_rows);
+  test::destroy_stream(s);
 }
 
 TEST(ForestGpu, CpuDeviceWhenRequested) {

@@ -162,9 +162,7 @@ TEST(ForestLayouts, AwkwardTreesMatchAPlainWalker) {
   std::vector<ForestConfig> configs = cpu_layouts();
   for (int sd : {2, 5, 8})
     for (int rsd : {1, 3, 12}) {
-      ForestConfig c;
-      c.layout = ForestLayout::Hierarchical;
-      c.device = Device::Cpu;
+      ForestConfig c = forest_config(ForestLayout::Hierarchical, Device::Cpu);
       c.hierarchical.subtree_depth = sd;
       c.hierarchical.root_depth = rsd;
       configs.push_back(c);

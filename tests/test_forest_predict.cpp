@@ -132,9 +132,7 @@ TEST(ForestPredict, BatchSizeDoesNotChangeResults) {
       return ModelCase{};
     }();
     const ForestData& d = rows(c.rows);
-    ForestConfig cfg;
-    cfg.device = Device::Cpu;
-    cfg.layout = ForestLayout::Hierarchical;
+    ForestConfig cfg = forest_config(ForestLayout::Hierarchical, Device::Cpu);
     ForestPredictor p(model(name), cfg);
     const int w = p.output_width(ForestOutput::Prob);
     const std::vector<float> whole = predict(p, d, ForestOutput::Prob);

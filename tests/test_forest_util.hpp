@@ -44,27 +44,24 @@ struct ModelCase {
   bool klass;        // a classifier
 };
 
-// Models trained by python3-xgboost 1.7 on the real data sets, rows with missing values.
-inline std::vector<ModelCase> xgboost_cases() {
-  return {{"xgb_covtype", "covtype_rows", true, true},
-          {"xgb_letter", "letter_rows", true, true},
-          {"xgb_higgs", "higgs_rows", true, true},
-          {"xgb_higgs_v2", "higgs_rows", true, true},
-          {"xgb_higgs_reg", "higgs_rows", true, false}};
-}
-// scikit-learn forests (scikit-learn 1.2 refuses NaN: rows without missing values).
-inline std::vector<ModelCase> sklearn_cases() {
-  return {{"rf_covtype", "covtype_rows_dense", false, true},
-          {"rf_letter", "letter_rows_dense", false, true},
-          {"et_higgs", "higgs_rows_dense", false, true},
-          {"rf_higgs_reg", "higgs_rows_dense", false, false},
-          {"et_letter_reg", "letter_rows_dense", false, false}};
-}
+// Models trained by python3-xgboost 1.7 on the real data sets, rows with missing values (the
+// ones with margins), then scikit-learn forests (scikit-learn 1.2 refuses NaN: rows without
+// missing values).
 inline std::vector<ModelCase> all_cases() {
-  auto c = xgboost_cases();
-  for (const ModelCase& s : sklearn_cases()) c.push_back(s);
-  return c;
+  return {{"xgb_covtype", "covtype_rows", true, true},          {"xgb_letter", "letter_rows", true, true},
+          {"xgb_higgs", "higgs_rows", true, true},              {"xgb_higgs_v2", "higgs_rows", true, true},
+          {"xgb_higgs_reg", "higgs_rows", true, false},         {"rf_covtype", "covtype_rows_dense", false, true},
+          {"rf_letter", "letter_rows_dense", false, true},      {"et_higgs", "higgs_rows_dense", false, true},
+          {"rf_higgs_reg", "higgs_rows_dense", false, false},   {"et_letter_reg", "letter_rows_dense", false, false}};
 }
+inline std::vector<ModelCase> cases_where(bool margin) {
+  std::vector<ModelCase> out;
+  for (const ModelCase& c : all_cases())
+    if (c.margin == margin) out.push_back(c);
+  return out;
+}
+inline std::vector<ModelCase> xgboost_cases() { return cases_where(true); }
+inline std::vector<ModelCase> sklearn_cases() { return cases_where(false); }
 
 // xgb_higgs_v2 shares xgb_higgs's expectations (it is the same model in the 2.x fields).
 inline std::string expected_name(const ModelCase& c) { return c.name == "xgb_higgs_v2" ? "xgb_higgs" : c.name; }
@@ -85,6 +82,14 @@ inline const ForestData& rows(const std::string& name) {
   return cache.back().second;
 }
 
+// A layout on a device, every other option at its default.
+inline ForestConfig forest_config(ForestLayout layout, Device device) {
+  ForestConfig c;
+  c.layout = layout;
+  c.device = device;
+  return c;
+}
+
 inline std::vector<float> predict(ForestPredictor& p, const ForestData& d, ForestOutput out,
                                   ForestKernel kernel = ForestKernel::Direct) {
   std::vector<float> res(static_cast<std::size_t>(d.n_rows * p.output_width(out)));
@@ -97,9 +102,7 @@ inline std::vector<float> predict(ForestPredictor& p, const ForestData& d, Fores
 
 // The plain CPU executor on the CSR layout: the reference every other executor is held to.
 inline std::vector<float> cpu_predict(const Forest& f, const ForestData& d, ForestOutput out) {
-  ForestConfig cfg;
-  cfg.device = Device::Cpu;
-  ForestPredictor p(f, cfg);
+  ForestPredictor p(f, forest_config(ForestLayout::Csr, Device::Cpu));
   return predict(p, d, out);
 }
 
@@ -124,12 +127,8 @@ inline bool close(double a, double b, double rel, double abs_floor = 1e-30) {
 
 inline std::vector<ForestConfig> cpu_layouts() {
   std::vector<ForestConfig> out;
-  for (ForestLayout l : {ForestLayout::Csr, ForestLayout::Reorg, ForestLayout::Hierarchical}) {
-    ForestConfig c;
-    c.layout = l;
-    c.device = Device::Cpu;
-    out.push_back(c);
-  }
+  for (ForestLayout l : {ForestLayout::Csr, ForestLayout::Reorg, ForestLayout::Hierarchical})
+    out.push_back(forest_config(l, Device::Cpu));
   // Hierarchical corner cases: one-node subtrees, a one-node root, the default.
   ForestConfig h = out.back();
   h.hierarchical.subtree_depth = 1;

@@ -1,13 +1,14 @@
-// The adaptive layout's side of ForestGpuEngine: schedule defaults, forest parts, the four
-// strategies, row scheduling (inspector + sort), Tahoe's performance model and the tuner.
+// The adaptive layout's own steps (schedule defaults, forest parts, the four strategies, row
+// scheduling: the inspector and a sort), and its engine as ForestPredictor sees it: the engine
+// and the tuner (runtime/detail/forest_tuner.hpp), which resolves the Auto strategy.
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
-#include <cmath>
+#include <string>
 
-#include "runtime/detail/forest_engine.cuh"
-#include "scheduler/forest_model_gpu.hpp"
 #include "inspector/forest_rows.hpp"
+#include "runtime/detail/forest_engine.cuh"
+#include "runtime/detail/forest_tuner.hpp"
 #include "scheduler/forest_rows.hpp"
 
 namespace canopy {
@@ -28,138 +29,145 @@ namespace detail {
 
 namespace {
 
-int sums_outputs(const ForestCommonView& c) { return c.leaf_width > 0 ? c.leaf_width : c.n_groups; }
-std::size_t carry_size(const ForestCommonView& c) { return c.leaf_width > 0 ? sizeof(double) : sizeof(float); }
-bool wide_sums(const ForestCommonView& c) { return sums_outputs(c) > 8; }
-
 void check_block(int threads, const char* strategy) {
   if (threads < 32 || threads > 1024 || threads % 32 != 0)
     throw Error(std::string(strategy) + ": block_threads = " + std::to_string(threads) +
                 " must be a multiple of 32 from 32 to 1024");
 }
 
-ForestKernel kernel_of(ForestStrategy s) {
-  switch (s) {
-    case ForestStrategy::SharedData: return ForestKernel::SharedData;
-    case ForestStrategy::SharedForest: return ForestKernel::SharedForest;
-    case ForestStrategy::SplitSharedForest: return ForestKernel::SplitSharedForest;
-    default: return ForestKernel::Direct;
+// Halves the block (down to one warp) until there are two blocks per SM.
+void shrink_for_small_batches(ForestSchedule& s, index_t n_rows, int sm_count) {
+  const index_t rows_per_thread = s.rows_per_thread;
+  while (s.block_threads > 32 &&
+         (n_rows + static_cast<index_t>(s.block_threads) * rows_per_thread - 1) /
+                 (static_cast<index_t>(s.block_threads) * rows_per_thread) <
+             2 * static_cast<index_t>(sm_count))
+    s.block_threads /= 2;
+}
+
+// The direct strategy's defaults; `walks` rows and trees a thread takes together.
+void resolve_direct(ForestSchedule& s, const AdaptiveForestView& v, int walks, index_t n_rows, int sm_count) {
+  if (s.rows_per_thread == 0) s.rows_per_thread = walks;  // two rows where two trees also fit
+  if (s.tree_interleave == 0) s.tree_interleave = walks;
+  if (s.block_threads == 0) {
+    // 256 threads while their staged rows take at most 32 KiB, else 128: the tuner's picks
+    // at a million rows (benchmarks/RESULTS.md).
+    ForestSchedule wide = s;
+    wide.block_threads = 256;
+    wide.cache_rows = 1;
+    s.block_threads = gpu::direct_tile_bytes(v, wide) <= 32 * 1024 ? 256 : 128;
+    shrink_for_small_batches(s, n_rows, sm_count);
   }
+  if (s.tree_sync < 0) s.tree_sync = 0;
+  if (s.tree_sync % s.tree_interleave != 0)
+    throw Error("direct strategy: tree_sync = " + std::to_string(s.tree_sync) + " must be a multiple of tree_interleave " +
+                std::to_string(s.tree_interleave));
+  if (s.cache_rows < 0) {
+    // Staged rows cost one conflict-free shared-memory read per feature instead of a
+    // scattered global one; stage them when the tile leaves room for several blocks per SM.
+    ForestSchedule staged = s;
+    staged.cache_rows = 1;
+    s.cache_rows = gpu::direct_tile_bytes(v, staged) <= 48 * 1024 ? 1 : 0;
+  }
+  check_block(s.block_threads, "direct strategy");
+}
+
+// The (splitting) shared-forest strategies' defaults; forest_bytes: all the nodes.
+void resolve_shared_forest(ForestSchedule& s, ForestKernel k, const AdaptiveForestView& v, int walks, index_t n_rows,
+                           const GpuLimits& gpu, std::size_t forest_bytes) {
+  if (s.rows_per_thread == 0) s.rows_per_thread = 1;
+  if (s.tree_interleave == 0) s.tree_interleave = walks;
+  if (s.block_threads == 0) {
+    // At least 128 threads: each block stages its part in shared memory, too slow for fewer.
+    s.block_threads = 256;
+    shrink_for_small_batches(s, n_rows, gpu.sm_count);
+    s.block_threads = std::max(s.block_threads, 128);
+  }
+  // Half the shared memory: two blocks per SM hide more latency than one with a larger part.
+  if (s.part_kib == 0) s.part_kib = static_cast<int>(gpu.smem_optin / 2048);
+  if (static_cast<std::size_t>(s.part_kib) * 1024 > gpu.smem_optin)
+    throw Error("part_kib = " + std::to_string(s.part_kib) + " exceeds the " + std::to_string(gpu.smem_optin / 1024) +
+                " KiB of shared memory a block may use on this GPU");
+  check_block(s.block_threads, "shared-forest strategy");
+  if (k == ForestKernel::SharedForest && forest_bytes + gpu::forest_tile_bytes(v, s) > gpu.smem_optin)
+    throw Error("shared-forest strategy: the forest takes " + std::to_string(forest_bytes) + " bytes, and with the rows " +
+                "more than the " + std::to_string(gpu.smem_optin) +
+                " bytes of shared memory a block may use (use split-shared-forest)");
+}
+
+void resolve_shared_data(ForestSchedule& s, const AdaptiveForestView& v, index_t n_rows, const GpuLimits& gpu) {
+  const ForestCommonView& c = v.common;
+  const index_t sm_count = gpu.sm_count;
+  if (s.block_threads == 0) s.block_threads = 256;
+  check_block(s.block_threads, "shared-data strategy");
+  const std::size_t leaf_row = static_cast<std::size_t>(c.n_trees) * 4;
+  if (s.tree_group == 0) {
+    // Small batches: fewer rows per pass, so that every SM gets a block.
+    s.tree_group = 1;
+    while (s.tree_group < gpu::kAdaptiveMaxGroup && s.tree_group * 2 * sm_count < n_rows) s.tree_group *= 2;
+    // The pass's leaves in at most 16 KiB, so that several blocks share an SM.
+    while (s.tree_group > 1 && leaf_row * s.tree_group > 16 * 1024) s.tree_group /= 2;
+  }
+  if (s.tree_group < 1 || s.tree_group > gpu::kAdaptiveMaxGroup)
+    throw Error("shared-data strategy: tree_group = " + std::to_string(s.tree_group) + " must be 1 to " +
+                std::to_string(gpu::kAdaptiveMaxGroup));
+  if (s.rows_per_block == 0) {
+    ForestSchedule probe = s;
+    probe.rows_per_block = 0;
+    const std::size_t fixed = gpu::shared_data_bytes(v, probe, sums_outputs(c), carry_size(c));
+    const std::size_t row_bytes = static_cast<std::size_t>(c.n_features) * sizeof(float);
+    const index_t max_rows = fixed < gpu.smem_optin ? static_cast<index_t>((gpu.smem_optin - fixed) / row_bytes) : 0;
+    // Enough blocks to fill the GPU (four per SM) before making tiles large.
+    index_t rows = (n_rows + 4 * sm_count - 1) / (4 * sm_count);
+    rows = (rows + s.tree_group - 1) / s.tree_group * s.tree_group;
+    rows = std::min<index_t>(rows, std::min<index_t>(max_rows, 4096));
+    s.rows_per_block = static_cast<int>(std::max<index_t>(rows, s.tree_group));
+  }
+  if (s.rows_per_block < 1) throw Error("shared-data strategy: rows_per_block must be >= 1");
 }
 
 }  // namespace
 
-ForestSchedule ForestGpuEngine::Impl::resolve(ForestKernel k, const ForestSchedule& in, index_t n_rows) const {
+AdaptiveSteps::AdaptiveSteps(const AdaptiveForest& host, const AdaptiveForestView& device, const GpuLimits& gpu,
+                             cudaStream_t stream)
+    : host_(&host), view_(device), gpu_(gpu), stream_(stream) {
+  double visits = 0;
+  for (double e : host.expected_visits) visits += e;
+  mean_visits_ = host.expected_visits.empty() ? 0 : visits / static_cast<double>(host.expected_visits.size());
+  for (int d : host.depth) max_depth_ = std::max(max_depth_, d);
+}
+
+ForestSchedule AdaptiveSteps::resolve(ForestKernel k, const ForestSchedule& in, index_t n_rows) const {
   ForestSchedule s = in;
-  const ForestCommonView& c = adaptive.common;
   // Trees walked together take as many steps as the deepest of them: interleave only when the
   // walks are nearly as long as the trees are deep (and the sums leave the registers).
-  const int walks = wide_sums(c) || mean_visits < 0.85 * (max_depth + 1) ? 1 : 2;
-  auto shrink_for_small_batches = [&](int rows_per_block_per_thread) {
-    // Halve the block (down to one warp) until there are two blocks per SM.
-    while (s.block_threads > 32 &&
-           (n_rows + static_cast<index_t>(s.block_threads) * rows_per_block_per_thread - 1) /
-                   (static_cast<index_t>(s.block_threads) * rows_per_block_per_thread) <
-               2 * static_cast<index_t>(sm_count))
-      s.block_threads /= 2;
-  };
+  const int walks = wide_sums(view_.common) || mean_visits_ < 0.85 * (max_depth_ + 1) ? 1 : 2;
   switch (k) {
-    case ForestKernel::Direct: {
-      if (s.rows_per_thread == 0) s.rows_per_thread = walks;  // two rows where two trees also fit
-      if (s.tree_interleave == 0) s.tree_interleave = walks;
-      if (s.block_threads == 0) {
-        // 256 threads while their staged rows take at most 32 KiB, else 128: the tuner's picks
-        // at a million rows (README).
-        ForestSchedule wide = s;
-        wide.block_threads = 256;
-        wide.cache_rows = 1;
-        s.block_threads = gpu::direct_tile_bytes(adaptive, wide) <= 32 * 1024 ? 256 : 128;
-        shrink_for_small_batches(s.rows_per_thread);
-      }
-      if (s.tree_sync < 0) s.tree_sync = 0;
-      if (s.tree_sync % s.tree_interleave != 0)
-        throw Error("direct strategy: tree_sync = " + std::to_string(s.tree_sync) + " must be a multiple of tree_interleave " +
-                    std::to_string(s.tree_interleave));
-      if (s.cache_rows < 0) {
-        // Staged rows cost one conflict-free shared-memory read per feature instead of a
-        // scattered global one; stage them when the tile leaves room for several blocks per SM.
-        ForestSchedule staged = s;
-        staged.cache_rows = 1;
-        s.cache_rows = gpu::direct_tile_bytes(adaptive, staged) <= 48 * 1024 ? 1 : 0;
-      }
-      check_block(s.block_threads, "direct strategy");
-      break;
-    }
+    case ForestKernel::Direct: resolve_direct(s, view_, walks, n_rows, gpu_.sm_count); break;
     case ForestKernel::SharedForest:
-    case ForestKernel::SplitSharedForest: {
-      if (s.rows_per_thread == 0) s.rows_per_thread = 1;
-      if (s.tree_interleave == 0) s.tree_interleave = walks;
-      if (s.block_threads == 0) {
-        // At least 128 threads: each block stages its part in shared memory, too slow for fewer.
-        s.block_threads = 256;
-        shrink_for_small_batches(s.rows_per_thread);
-        s.block_threads = std::max(s.block_threads, 128);
-      }
-      // Half the shared memory: two blocks per SM hide more latency than one with a larger part.
-      if (s.part_kib == 0) s.part_kib = static_cast<int>(smem_optin / 2048);
-      if (static_cast<std::size_t>(s.part_kib) * 1024 > smem_optin)
-        throw Error("part_kib = " + std::to_string(s.part_kib) + " exceeds the " + std::to_string(smem_optin / 1024) +
-                    " KiB of shared memory a block may use on this GPU");
-      check_block(s.block_threads, "shared-forest strategy");
-      const std::size_t forest = static_cast<std::size_t>(tree_begin.back()) * sizeof(ForestNode);
-      if (k == ForestKernel::SharedForest && forest + gpu::forest_tile_bytes(adaptive, s) > smem_optin)
-        throw Error("shared-forest strategy: the forest takes " + std::to_string(forest) + " bytes, and with the rows " +
-                    "more than the " + std::to_string(smem_optin) +
-                    " bytes of shared memory a block may use (use split-shared-forest)");
+    case ForestKernel::SplitSharedForest:
+      resolve_shared_forest(s, k, view_, walks, n_rows, gpu_,
+                            static_cast<std::size_t>(host_->tree_begin.back()) * sizeof(ForestNode));
       break;
-    }
-    case ForestKernel::SharedData: {
-      if (s.block_threads == 0) s.block_threads = 256;
-      check_block(s.block_threads, "shared-data strategy");
-      const std::size_t leaf_row = static_cast<std::size_t>(c.n_trees) * 4;
-      if (s.tree_group == 0) {
-        // Small batches: fewer rows per pass, so that every SM gets a block.
-        s.tree_group = 1;
-        while (s.tree_group < gpu::kAdaptiveMaxGroup && s.tree_group * 2 * static_cast<index_t>(sm_count) < n_rows)
-          s.tree_group *= 2;
-        // The pass's leaves in at most 16 KiB, so that several blocks share an SM.
-        while (s.tree_group > 1 && leaf_row * s.tree_group > 16 * 1024) s.tree_group /= 2;
-      }
-      if (s.tree_group < 1 || s.tree_group > gpu::kAdaptiveMaxGroup)
-        throw Error("shared-data strategy: tree_group = " + std::to_string(s.tree_group) + " must be 1 to " +
-                    std::to_string(gpu::kAdaptiveMaxGroup));
-      if (s.rows_per_block == 0) {
-        ForestSchedule probe = s;
-        probe.rows_per_block = 0;
-        const std::size_t fixed = gpu::shared_data_bytes(adaptive, probe, sums_outputs(c), carry_size(c));
-        const std::size_t row_bytes = static_cast<std::size_t>(c.n_features) * sizeof(float);
-        const index_t max_rows = fixed < smem_optin ? static_cast<index_t>((smem_optin - fixed) / row_bytes) : 0;
-        // Enough blocks to fill the GPU (four per SM) before making tiles large.
-        index_t rows = (n_rows + 4 * sm_count - 1) / (4 * static_cast<index_t>(sm_count));
-        rows = (rows + s.tree_group - 1) / s.tree_group * s.tree_group;
-        rows = std::min<index_t>(rows, std::min<index_t>(max_rows, 4096));
-        s.rows_per_block = static_cast<int>(std::max<index_t>(rows, s.tree_group));
-      }
-      if (s.rows_per_block < 1) throw Error("shared-data strategy: rows_per_block must be >= 1");
-      break;
-    }
+    case ForestKernel::SharedData: resolve_shared_data(s, view_, n_rows, gpu_); break;
     default: throw Error(std::string("the ") + to_string(k) + " kernel does not run on the adaptive layout");
   }
   return s;
 }
 
-std::size_t ForestGpuEngine::Impl::part_budget(ForestKernel k, const ForestSchedule& s) const {
-  const std::size_t total = k == ForestKernel::SharedForest ? smem_optin : static_cast<std::size_t>(s.part_kib) * 1024;
-  const std::size_t tile = gpu::forest_tile_bytes(adaptive, s);
+std::size_t AdaptiveSteps::part_budget(ForestKernel k, const ForestSchedule& s) const {
+  const std::size_t total = k == ForestKernel::SharedForest ? gpu_.smem_optin : static_cast<std::size_t>(s.part_kib) * 1024;
+  const std::size_t tile = gpu::forest_tile_bytes(view_, s);
   if (tile >= total)
     throw Error("shared-forest strategy: a tile of " + std::to_string(s.block_threads * s.rows_per_thread) + " rows x " +
-                std::to_string(adaptive.common.n_features) + " features leaves no room for the forest in " +
+                std::to_string(view_.common.n_features) + " features leaves no room for the forest in " +
                 std::to_string(total / 1024) + " KiB");
   return total - tile;
 }
 
-std::vector<std::pair<index_t, index_t>> ForestGpuEngine::Impl::parts(std::size_t part_bytes) const {
+std::vector<std::pair<index_t, index_t>> AdaptiveSteps::parts(std::size_t part_bytes) const {
   const index_t per_part = static_cast<index_t>(part_bytes / sizeof(ForestNode));
+  const std::vector<index_t>& tree_begin = host_->tree_begin;
   std::vector<std::pair<index_t, index_t>> out;
   const index_t T = static_cast<index_t>(tree_begin.size()) - 1;
   index_t first = 0;
@@ -177,21 +185,24 @@ std::vector<std::pair<index_t, index_t>> ForestGpuEngine::Impl::parts(std::size_
   return out;
 }
 
-void ForestGpuEngine::Impl::run_adaptive(const gpu::AdaptiveBatch& b, ForestKernel k, const ForestSchedule& s) {
-  const gpu::AdaptiveDevice d = device();
+void AdaptiveSteps::run(const gpu::AdaptiveBatch& b, ForestKernel k, const ForestSchedule& s) {
+  gpu::AdaptiveDevice d;
+  d.sm_count = gpu_.sm_count;
+  d.smem_optin = gpu_.smem_optin;
+  d.stream = stream_;
   switch (k) {
-    case ForestKernel::Direct: gpu::launch_adaptive_direct(adaptive, b, s, d); return;
-    case ForestKernel::SharedData: gpu::launch_adaptive_shared_data(adaptive, b, s, d); return;
+    case ForestKernel::Direct: gpu::launch_adaptive_direct(view_, b, s, d); return;
+    case ForestKernel::SharedData: gpu::launch_adaptive_shared_data(view_, b, s, d); return;
     case ForestKernel::SharedForest:
     case ForestKernel::SplitSharedForest: {
-      const std::vector<std::pair<index_t, index_t>> ranges =
-          parts(part_budget(k, s));
+      const std::vector<std::pair<index_t, index_t>> ranges = parts(part_budget(k, s));
+      const std::vector<index_t>& tree_begin = host_->tree_begin;
       gpu::AdaptivePart part;
-      part.outputs = sums_outputs(adaptive.common);
+      part.outputs = sums_outputs(view_.common);
       if (ranges.size() > 1) {
-        carry.reserve(static_cast<std::size_t>(b.n_rows) * part.outputs * carry_size(adaptive.common),
-                      "the sums carried between forest parts", stream.get());
-        part.carry = carry.get();
+        carry_.reserve(static_cast<std::size_t>(b.n_rows) * part.outputs * carry_size(view_.common),
+                       "the sums carried between forest parts", stream_);
+        part.carry = carry_.get();
       }
       for (std::size_t p = 0; p < ranges.size(); ++p) {
         part.first_tree = ranges[p].first;
@@ -200,7 +211,7 @@ void ForestGpuEngine::Impl::run_adaptive(const gpu::AdaptiveBatch& b, ForestKern
         part.last = p + 1 == ranges.size();
         const std::size_t bytes =
             static_cast<std::size_t>(tree_begin[part.end_tree] - tree_begin[part.first_tree]) * sizeof(ForestNode);
-        gpu::launch_adaptive_shared_forest(adaptive, b, s, part, bytes, d);
+        gpu::launch_adaptive_shared_forest(view_, b, s, part, bytes, d);
       }
       return;
     }
@@ -208,330 +219,87 @@ void ForestGpuEngine::Impl::run_adaptive(const gpu::AdaptiveBatch& b, ForestKern
   }
 }
 
-const index_t* ForestGpuEngine::Impl::schedule_rows(index_t n_rows, int depth) {
-  check_row_schedule_depth(depth, max_depth);
-  const int key_trees = adaptive_key_trees(adaptive.common.n_trees, depth);
+void AdaptiveSteps::schedule_rows(int depth, gpu::AdaptiveBatch* b) {
+  check_row_schedule_depth(depth, max_depth_);
+  const index_t n_rows = b->n_rows;
+  const int features = view_.common.n_features;
   const std::size_t n = static_cast<std::size_t>(n_rows);
-  keys.reserve(n, "the row-schedule keys", stream.get());
-  keys_sorted.reserve(n, "the row-schedule keys", stream.get());
-  index.reserve(n, "the row-schedule index", stream.get());
-  order.reserve(n, "the row order", stream.get());
-  launch_forest_row_keys(adaptive, rows.get(), n_rows, depth, key_trees, keys.get(), index.get(), stream.get());
+  keys_.reserve(n, "the row-schedule keys", stream_);
+  keys_sorted_.reserve(n, "the row-schedule keys", stream_);
+  index_.reserve(n, "the row-schedule index", stream_);
+  order_.reserve(n, "the row order", stream_);
+  ForestRowKeys k;
+  k.rows = b->rows;
+  k.n_rows = n_rows;
+  k.depth = depth;
+  k.key_trees = adaptive_key_trees(view_.common.n_trees, depth);
+  k.keys = keys_.get();
+  k.index = index_.get();
+  launch_forest_row_keys(view_, k, stream_);
   std::size_t temp = 0;
-  const int end_bit = key_trees * depth;
-  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp, keys.get(), keys_sorted.get(), index.get(), order.get(),
-                                                    n_rows, 0, end_bit, stream.get()));
-  sort_temp.reserve(temp, "the row-schedule sort", stream.get());
-  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp.get(), temp, keys.get(), keys_sorted.get(), index.get(),
-                                                    order.get(), n_rows, 0, end_bit, stream.get()));
-  const std::size_t values = n * static_cast<std::size_t>(n_features);
-  rows_sorted.reserve(values, "the rows in execution order", stream.get());
-  gpu::adaptive_gather_rows_kernel<<<gpu::adaptive_grid(static_cast<index_t>(values), 256), 256, 0, stream.get()>>>(
-      rows.get(), order.get(), n_rows, n_features, rows_sorted.get());
+  const int end_bit = k.key_trees * depth;
+  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp, keys_.get(), keys_sorted_.get(), index_.get(),
+                                                    order_.get(), n_rows, 0, end_bit, stream_));
+  sort_temp_.reserve(temp, "the row-schedule sort", stream_);
+  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp_.get(), temp, keys_.get(), keys_sorted_.get(),
+                                                    index_.get(), order_.get(), n_rows, 0, end_bit, stream_));
+  const std::size_t values = n * static_cast<std::size_t>(features);
+  rows_sorted_.reserve(values, "the rows in execution order", stream_);
+  gpu::adaptive_gather_rows_kernel<<<gpu::adaptive_grid(static_cast<index_t>(values), 256), 256, 0, stream_>>>(
+      b->rows, order_.get(), n_rows, features, rows_sorted_.get());
   CANOPY_CUDA_CHECK_LAUNCH("adaptive_gather_rows_kernel");
-  return order.get();
+  b->rows = rows_sorted_.get();
+  b->order = order_.get();
 }
 
-const ForestHardware& ForestGpuEngine::Impl::hardware_params(const std::string& cache) {
-  const std::string path = cache.empty() ? default_forest_hardware_cache() : cache;
-  if (hardware && path == hardware_path) return *hardware;
-  int dev = 0;
-  CANOPY_CUDA_CHECK(cudaGetDevice(&dev));
-  cudaDeviceProp prop;
-  CANOPY_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  static const char* hex = "0123456789abcdef";
-  std::string uuid;
-  for (int i = 0; i < 16; ++i) {
-    const unsigned char byte = static_cast<unsigned char>(prop.uuid.bytes[i]);
-    uuid += hex[byte >> 4];
-    uuid += hex[byte & 15];
-  }
-  hardware = std::make_unique<ForestHardware>(
-      load_or_measure_forest_hardware(path, prop.name, uuid, [dev] { return measure_forest_hardware(dev); }));
-  hardware_path = path;
-  return *hardware;
-}
+namespace {
 
-ForestShape ForestGpuEngine::Impl::shape(ForestKernel k, index_t n_rows) const {
-  const ForestSchedule s = resolve(k, ForestSchedule{}, n_rows);
-  const ForestCommonView& c = adaptive.common;
-  const index_t T = c.n_trees;
-  const std::vector<std::int32_t>& depth = host->depth;
-  auto steps = [&](index_t t0, index_t t1, int walk) {  // the fixed-trip steps of trees [t0, t1), walk at a time
-    double total = 0;
-    for (index_t t = t0; t < t1; t += walk) {
-      int most = 0;
-      for (index_t q = t; q < std::min<index_t>(t + walk, t1); ++q) most = std::max(most, depth[static_cast<std::size_t>(q)]);
-      total += most;
-    }
-    return total;
-  };
-  const double sms = sm_count;
-  ForestShape sh;
-  switch (k) {
-    case ForestKernel::Direct: {
-      sh.strategy = ForestStrategy::Direct;
-      sh.coalescing = profile->coalescing_direct;
-      sh.rows_in_smem = s.cache_rows == 1;
-      const double blocks = std::ceil(static_cast<double>(n_rows) / (s.block_threads * s.rows_per_thread));
-      double per_sm = std::min(32.0, 2048.0 / s.block_threads);
-      const std::size_t tile = gpu::direct_tile_bytes(adaptive, s);
-      if (tile > 0) per_sm = std::min(per_sm, std::floor(228.0 * 1024 / static_cast<double>(tile + 1024)));
-      sh.waves = std::ceil(blocks / (sms * per_sm));
-      sh.chain_steps = steps(0, T, s.tree_interleave);
-      break;
-    }
-    case ForestKernel::SharedData: {
-      sh.strategy = ForestStrategy::SharedData;
-      sh.coalescing = profile->coalescing_shared_data;
-      sh.rows_in_smem = true;
-      const double blocks = std::ceil(static_cast<double>(n_rows) / s.rows_per_block);
-      const std::size_t smem = gpu::shared_data_bytes(adaptive, s, sums_outputs(c), carry_size(c));
-      const double per_sm = std::max(1.0, std::min(2048.0 / s.block_threads, std::floor(228.0 * 1024 / static_cast<double>(smem + 1024))));
-      sh.waves = std::ceil(blocks / (sms * per_sm));
-      const double passes = std::ceil(static_cast<double>(s.rows_per_block) / s.tree_group);
-      int most = 0;
-      for (int d : depth) most = std::max(most, d);
-      sh.chain_steps = passes * std::ceil(static_cast<double>(T) / s.block_threads) * most;
-      break;
-    }
-    default: {
-      sh.strategy = k == ForestKernel::SharedForest ? ForestStrategy::SharedForest : ForestStrategy::SplitSharedForest;
-      sh.smem_conflict = profile->smem_conflict;
-      sh.rows_in_smem = true;
-      const std::vector<std::pair<index_t, index_t>> ranges =
-          parts(part_budget(k, s));
-      sh.launches = static_cast<double>(ranges.size());
-      const double tiles = std::ceil(static_cast<double>(n_rows) / (s.block_threads * s.rows_per_thread));
-      for (const auto& r : ranges) {
-        const double bytes = static_cast<double>(tree_begin[r.second] - tree_begin[r.first]) * sizeof(ForestNode) +
-                             static_cast<double>(gpu::forest_tile_bytes(adaptive, s));
-        const double per_sm = std::max(1.0, std::min(2048.0 / s.block_threads, std::floor(228.0 * 1024 / (bytes + 1024))));
-        const double blocks = std::min(tiles, sms * per_sm);
-        sh.chain_steps += std::ceil(tiles / blocks) * steps(r.first, r.second, s.tree_interleave);
-        sh.load_steps += bytes / (8.0 * s.block_threads);
-      }
-      break;
-    }
-  }
-  return sh;
-}
+// The adaptive layout's engine as ForestPredictor sees it: the engine predicts, the tuner
+// estimates (and so resolves Auto) and tunes.
+class AdaptiveForestGpu final : public ForestGpu {
+ public:
+  explicit AdaptiveForestGpu(const AdaptiveForest& layout) : engine_(layout), tuner_(engine_) {}
 
-std::vector<float> ForestGpuEngine::Impl::time_runs(const gpu::AdaptiveBatch& b, ForestKernel k, const ForestSchedule& s,
-                                                   int runs) {
-  std::vector<float> ms;
-  for (int r = 0; r <= runs; ++r) {
-    scheduled.record(stream.get());
-    run_adaptive(b, k, s);
-    computed.record(stream.get());
-    const float t = computed.since(scheduled);
-    if (r > 0) ms.push_back(t);  // the first run warms up
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms;
-}
-
-// Calibration batches: one full wave of the direct strategy's blocks, and a small batch whose
-// time is its critical path and launches.
-constexpr index_t kCalibrationRows = 262144;
-constexpr index_t kCalibrationSmallRows = 1024;
-
-void ForestGpuEngine::Impl::calibrate(const float* rows, index_t n_rows) {
-  const int F = n_features;
-  std::vector<float> batch(static_cast<std::size_t>(kCalibrationRows) * F);
-  for (index_t i = 0; i < kCalibrationRows; ++i)
-    std::copy(rows + (i % n_rows) * F, rows + (i % n_rows + 1) * F, batch.begin() + i * F);
-  DeviceBuffer<float> d_rows, d_out;
-  d_rows.reserve(batch.size(), "the calibration rows", stream.get());
-  const int width = std::max(sums_outputs(adaptive.common), 1);
-  d_out.reserve(static_cast<std::size_t>(kCalibrationRows) * width, "the calibration predictions", stream.get());
-  copy_to_device(d_rows.get(), batch.data(), batch.size(), stream.get());
-  gpu::AdaptiveBatch b;
-  b.rows = d_rows.get();
-  b.out = d_out.get();
-  b.width = width;
-  b.output = ForestOutput::Margin;
-  auto time_ms = [&](ForestKernel k, index_t n) {
-    b.n_rows = n;
-    return static_cast<double>(time_runs(b, k, resolve(k, ForestSchedule{}, n), 2).front());
-  };
-  calibrated.clear();
-  for (ForestKernel k : {ForestKernel::SharedData, ForestKernel::Direct, ForestKernel::SharedForest,
-                         ForestKernel::SplitSharedForest}) {
-    Calibration c{k, 0, 0};
-    try {
-      c.row_ns = time_ms(k, kCalibrationRows) * 1e6 / static_cast<double>(kCalibrationRows);
-      c.small_ns = time_ms(k, kCalibrationSmallRows) * 1e6;
-    } catch (const Error&) {
-      c = Calibration{k, 0, 0};  // a strategy this forest cannot take
-    }
-    calibrated.push_back(c);
-  }
-  stream.sync();
-}
-
-std::vector<ForestTrial> ForestGpuEngine::Impl::estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt) {
-  const ForestHardware& hw = hardware_params(opt.hardware_cache);
-  if (!profile) profile = std::make_unique<ForestAccessProfile>(forest_access_profile(host->view(), rows, n_rows));
-  if (calibrated.empty()) calibrate(rows, n_rows);
-  const ForestCommonView& c = adaptive.common;
-  const index_t nodes = tree_begin.back();
-  ForestCostInputs in;
-  in.n_batch = static_cast<double>(std::max<index_t>(n_rows, 1));
-  in.sample_bytes = 4.0 * c.n_features;
-  in.n_trees = static_cast<double>(c.n_trees);
-  in.avg_depth = mean_visits;
-  in.node_bytes = sizeof(ForestNode);
-  in.attr_bytes = 4;
-  in.nodes_per_tree = static_cast<double>(nodes) / static_cast<double>(c.n_trees);
-  in.forest_bytes = static_cast<double>(nodes) * sizeof(ForestNode);
-  in.smem_bytes = static_cast<double>(smem_optin);
-  const ForestSchedule data = resolve(ForestKernel::SharedData, ForestSchedule{}, std::max<index_t>(n_rows, 1));
-  in.threads_per_block = data.block_threads;
-  in.parts = std::ceil(in.forest_bytes / static_cast<double>(smem_optin));
-  in.blocks = in.parts;  // equation 3: the partial sums per row the cross-part reduction adds
-  std::vector<ForestShape> shapes;
-  for (ForestKernel k : {ForestKernel::SharedData, ForestKernel::Direct, ForestKernel::SharedForest,
-                         ForestKernel::SplitSharedForest}) {
-    try {
-      shapes.push_back(shape(k, std::max<index_t>(n_rows, 1)));
-      for (const Calibration& cal : calibrated)
-        if (cal.kernel == k) {
-          shapes.back().calibrated_row_ns = cal.row_ns;
-          shapes.back().calibrated_small_ns = cal.small_ns;
-        }
-    } catch (const Error&) {
-      // a strategy this forest cannot take (the forest too large for shared memory)
-    }
-  }
-  const std::vector<ForestBatchEstimate> est = estimate_forest_batch(in, shapes, hw);
-  const std::vector<ForestCostEstimate> paper = estimate_forest_costs(in, hw);
-  std::vector<ForestTrial> out;
-  for (const ForestBatchEstimate& e : est) {
-    ForestTrial t;
-    t.kernel = kernel_of(e.strategy);
-    t.model_ns_per_row = e.feasible ? e.batch_ns / in.n_batch : INFINITY;
-    for (const ForestCostEstimate& p : paper)
-      if (p.strategy == e.strategy) t.paper_ns_per_row = p.feasible ? p.ns_per_row : INFINITY;
-    out.push_back(t);
-  }
-  for (const ForestCostEstimate& p : paper) {  // strategies with no shape: infeasible here
-    bool listed = false;
-    for (const ForestTrial& t : out) listed |= t.kernel == kernel_of(p.strategy);
-    if (listed) continue;
-    ForestTrial t;
-    t.kernel = kernel_of(p.strategy);
-    t.model_ns_per_row = INFINITY;
-    t.paper_ns_per_row = p.feasible ? p.ns_per_row : INFINITY;
-    out.push_back(t);
-  }
-  return out;
-}
-
-std::vector<index_t> ForestGpuEngine::row_order(const float* rows, index_t n_rows, int depth) {
-  Impl& m = *impl_;
-  if (m.layout != ForestLayout::Adaptive) throw Error("row scheduling needs the adaptive layout");
-  std::vector<index_t> out(static_cast<std::size_t>(n_rows));
-  if (n_rows == 0) return out;
-  const std::size_t n_in = static_cast<std::size_t>(n_rows) * m.n_features;
-  m.rows.reserve(n_in, "the rows", m.stream.get());
-  copy_to_device(m.rows.get(), rows, n_in, m.stream.get());
-  const index_t* order = m.schedule_rows(n_rows, depth);
-  copy_to_host(out.data(), order, out.size(), m.stream.get());
-  m.stream.sync();
-  return out;
-}
-
-std::vector<ForestTrial> ForestGpuEngine::tune(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt,
-                                               int repeat) {
-  Impl& m = *impl_;
-  if (m.layout != ForestLayout::Adaptive) throw Error("the tuner needs the adaptive layout");
-  if (n_rows < 1) throw Error("tune: the batch has no rows");
-  if (repeat < 1) throw Error("tune: repeat = " + std::to_string(repeat) + " must be >= 1");
-  const std::vector<ForestTrial> model = m.estimates(rows, n_rows, opt);
-  const ForestCommonView& c = m.adaptive.common;
-  const std::size_t n_in = static_cast<std::size_t>(n_rows) * m.n_features;
-  m.rows.reserve(n_in, "the rows", m.stream.get());
-  m.out.reserve(static_cast<std::size_t>(n_rows) * width, "the predictions", m.stream.get());
-  copy_to_device(m.rows.get(), rows, n_in, m.stream.get());
-  gpu::AdaptiveBatch b;
-  b.rows = m.rows.get();
-  b.n_rows = n_rows;
-  b.out = m.out.get();
-  b.width = width;
-  b.output = opt.output;
-  if (opt.row_schedule_depth > 0) {
-    b.order = m.schedule_rows(n_rows, opt.row_schedule_depth);
-    b.rows = m.rows_sorted.get();
+  void predict(const float* rows, index_t n_rows, float* out, int width, const ForestRunOptions& opt,
+               ForestTimes* times) override {
+    if (opt.kernel == ForestKernel::Hybrid) throw Error("the hybrid kernel needs the hierarchical layout");
+    // Feasible strategies come first, the smallest estimate first.
+    const ForestKernel kernel =
+        opt.kernel == ForestKernel::Auto ? tuner_.estimates(rows, n_rows, opt).front().kernel : opt.kernel;
+    engine_.predict(rows, n_rows, out, width, kernel, opt, times);
   }
 
-  // The grid: the schedules around the defaults of the model's two best strategies, and every
-  // other feasible strategy at its defaults (so the tuned best is never worse than auto's pick).
-  std::vector<std::pair<ForestKernel, ForestSchedule>> grid;
-  std::vector<ForestKernel> chosen;  // the model's two best feasible strategies
-  for (const ForestTrial& t : model)
-    if (std::isfinite(t.model_ns_per_row) && chosen.size() < 2) chosen.push_back(t.kernel);
-  const std::vector<std::pair<int, int>> walks =
-      wide_sums(c) ? std::vector<std::pair<int, int>>{{1, 1}}
-                   : std::vector<std::pair<int, int>>{{1, 1}, {1, 2}, {2, 1}, {2, 2}, {4, 1}};
-  for (const ForestTrial& t : model) {
-    if (!std::isfinite(t.model_ns_per_row)) continue;
-    if (std::find(chosen.begin(), chosen.end(), t.kernel) == chosen.end()) {
-      grid.emplace_back(t.kernel, ForestSchedule{});
-      continue;
-    }
-    for (int block : {64, 128, 256}) {
-      ForestSchedule s;
-      s.block_threads = block;
-      if (t.kernel == ForestKernel::SharedData) {
-        for (int g : {1, 2, 4, 8}) {
-          s.tree_group = g;
-          grid.emplace_back(t.kernel, s);
-        }
-        continue;
-      }
-      for (const auto& w : walks) {
-        s.rows_per_thread = w.first;
-        s.tree_interleave = w.second;
-        if (t.kernel == ForestKernel::Direct) {
-          for (int cache : {0, 1})
-            for (int sync : {0, 8, 32}) {
-              s.cache_rows = cache;
-              s.tree_sync = sync;
-              grid.emplace_back(t.kernel, s);
-            }
-        } else if (t.kernel == ForestKernel::SplitSharedForest) {
-          for (int part : {static_cast<int>(m.smem_optin / 1024), static_cast<int>(m.smem_optin / 2048),
-                           static_cast<int>(m.smem_optin / 4096)}) {
-            s.part_kib = part;
-            grid.emplace_back(t.kernel, s);
-          }
-        } else {
-          grid.emplace_back(t.kernel, s);
-        }
-      }
-    }
+  std::vector<ForestTrial> estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt) override {
+    return tuner_.estimates(rows, n_rows, opt);
   }
-  std::vector<ForestTrial> out;
-  for (const auto& g : grid) {
-    ForestTrial trial;
-    trial.kernel = g.first;
-    for (const ForestTrial& t : model)
-      if (t.kernel == g.first) trial.model_ns_per_row = t.model_ns_per_row;
-    try {
-      trial.schedule = m.resolve(g.first, g.second, n_rows);
-      if (trial.kernel == ForestKernel::Direct && gpu::direct_tile_bytes(m.adaptive, trial.schedule) > m.smem_optin)
-        continue;
-      const std::vector<float> ms = m.time_runs(b, trial.kernel, trial.schedule, repeat);
-      trial.kernel_ms = ms[ms.size() / 2];
-    } catch (const Error&) {
-      continue;  // a schedule this forest cannot take (shared memory, block size)
-    }
-    out.push_back(trial);
+
+  std::vector<index_t> row_order(const float* rows, index_t n_rows, int depth, stream_t stream) override {
+    std::vector<index_t> out(static_cast<std::size_t>(n_rows));
+    if (n_rows == 0) return out;
+    const CallerStream caller = engine_.on_caller_stream(stream);
+    gpu::AdaptiveBatch b;
+    b.rows = engine_.device_rows(rows, n_rows);
+    b.n_rows = n_rows;
+    engine_.steps().schedule_rows(depth, &b);
+    copy_async(out.data(), b.order, out.size() * sizeof(index_t), engine_.stream());
+    engine_.sync();
+    return out;
   }
-  m.stream.sync();
-  std::stable_sort(out.begin(), out.end(), [](const ForestTrial& a, const ForestTrial& b) { return a.kernel_ms < b.kernel_ms; });
-  return out;
+
+  std::vector<ForestTrial> tune(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt,
+                                int repeat) override {
+    return tuner_.tune(rows, n_rows, width, opt, repeat);
+  }
+
+ private:
+  ForestEngine<AdaptiveForest> engine_;
+  ForestTuner tuner_;
+};
+
+}  // namespace
+
+std::unique_ptr<ForestGpu> make_forest_gpu(const AdaptiveForest& layout) {
+  return std::make_unique<AdaptiveForestGpu>(layout);
 }
 
 }  // namespace detail

@@ -1,91 +1,139 @@
-// Internal: the state of a ForestGpuEngine, shared by runtime/forest_gpu.cu (the three seed
-// layouts) and runtime/forest_adaptive_gpu.cu (the adaptive layout's strategies).
+// Internal: ForestEngine<Layout>, the GPU side of forest inference for one layout. As in FIL,
+// the layout is a template parameter and what differs between layouts is an `if constexpr`:
+// the seed layouts launch executor/forest_kernels.cuh's kernels, the adaptive layout adds its
+// own steps (AdaptiveSteps: schedule defaults, forest parts, row scheduling). Only .cu files
+// include this.
 #pragma once
 
-#include <memory>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
-#include "executor/forest_adaptive_launch.cuh"
 #include "core/cuda.cuh"
+#include "executor/forest_adaptive_launch.cuh"
+#include "executor/forest_kernels.cuh"
+#include "layouts/device_copy.hpp"
 #include "runtime/detail/forest_engine.hpp"
-#include "scheduler/forest_model.hpp"
-#include "scheduler/forest_rows.hpp"
 
 namespace canopy {
 namespace detail {
 
-struct ForestGpuEngine::Impl {
-  ForestLayout layout = ForestLayout::Csr;
-  CsrForestView csr;  // device pointers
-  ReorgForestView reorg;
-  HierarchicalForestView hier;
-  AdaptiveForestView adaptive;
-  Stream stream;  // first: the buffers below are freed in order on it
-  Event start, uploaded, scheduled, computed, done;
-  std::vector<DeviceBuffer<unsigned char>> arrays;  // every uploaded layout array
-  DeviceBuffer<float> rows, out;
+// What the launchers and the schedule defaults read of the current GPU.
+struct GpuLimits {
   int sm_count = 1;
-  std::size_t smem_optin = 48 * 1024;
-  int n_features = 0;
-
-  // Adaptive layout: what the host knows of it, and the buffers of its strategies.
-  std::vector<index_t> tree_begin;  // host copy
-  double mean_visits = 0;           // expected nodes per tree and row
-  int max_depth = 0;
-  DeviceBuffer<unsigned char> carry;  // splitting shared forest: sums between parts
-  DeviceBuffer<std::uint64_t> keys, keys_sorted;
-  DeviceBuffer<index_t> index, order;
-  DeviceBuffer<float> rows_sorted;  // row scheduling: the rows in execution order
-  DeviceBuffer<unsigned char> sort_temp;
-  std::unique_ptr<ForestHardware> hardware;
-  std::string hardware_path;
-  const AdaptiveForest* host = nullptr;  // the predictor's host copy (it outlives the engine)
-  std::unique_ptr<ForestAccessProfile> profile;  // the warp emulator's coalescing, on the first batch seen
-  // Each strategy's time per row on this forest with the GPU full, and its time for a small
-  // batch (default schedules), timed once on batches built from the first batch seen.
-  struct Calibration {
-    ForestKernel kernel;
-    double row_ns = 0;    // per row, the GPU full
-    double small_ns = 0;  // a small batch, whole
-  };
-  std::vector<Calibration> calibrated;
-  void calibrate(const float* rows, index_t n_rows);
-
-  Impl();
-
-  template <class T>
-  const T* upload(const std::vector<T>& v, const char* what) {
-    if (v.empty()) return nullptr;
-    DeviceBuffer<unsigned char> buf;
-    buf.reserve(v.size() * sizeof(T), what, stream.get());
-    CANOPY_CUDA_CHECK(cudaMemcpyAsync(buf.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, stream.get()));
-    arrays.push_back(std::move(buf));
-    return reinterpret_cast<const T*>(arrays.back().get());
-  }
-  ForestCommonView upload_common(const ForestCommon& c);
-
-  gpu::AdaptiveDevice device() const {
-    gpu::AdaptiveDevice d;
-    d.sm_count = sm_count;
-    d.smem_optin = smem_optin;
-    d.stream = stream.get();
-    return d;
-  }
-
-  // Adaptive layout (runtime/forest_adaptive_gpu.cu).
-  ForestSchedule resolve(ForestKernel k, const ForestSchedule& s, index_t n_rows) const;
-  std::vector<std::pair<index_t, index_t>> parts(std::size_t part_bytes) const;  // canonical tree ranges
-  std::size_t part_budget(ForestKernel k, const ForestSchedule& s) const;  // bytes of nodes a part may take
-  void run_adaptive(const gpu::AdaptiveBatch& b, ForestKernel k, const ForestSchedule& s);
-  // Kernel milliseconds of `runs` runs after a warm-up, fastest first (CUDA events).
-  std::vector<float> time_runs(const gpu::AdaptiveBatch& b, ForestKernel k, const ForestSchedule& s, int runs);
-  // Sorts the uploaded rows by their inspector keys into rows_sorted; returns the device order.
-  const index_t* schedule_rows(index_t n_rows, int depth);
-  const ForestHardware& hardware_params(const std::string& cache);
-  // Canopy's model (runtime/forest_model.hpp) for this batch, feasible and fastest first.
-  std::vector<ForestTrial> estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt);
-  ForestShape shape(ForestKernel k, index_t n_rows) const;
+  std::size_t smem_optin = 48 * 1024;  // dynamic shared memory a block may opt into
 };
+GpuLimits current_gpu_limits();
+
+// One call's GPU work between the caller's stream (ForestRunOptions::stream; null: none) and
+// the engine's: the engine's stream starts after the work queued there, and when the call
+// ends, by an error too, the caller's stream waits for everything the call queued.
+class CallerStream {
+ public:
+  CallerStream(cudaStream_t own, stream_t caller, Event& ready, Event& finished);
+  CallerStream(const CallerStream&) = delete;
+  CallerStream& operator=(const CallerStream&) = delete;
+  ~CallerStream();
+
+ private:
+  cudaStream_t own_;
+  stream_t caller_;
+  Event& finished_;
+};
+
+// Per row: the outputs the adaptive strategies sum, and the bytes of one carried partial sum.
+inline int sums_outputs(const ForestCommonView& c) { return c.leaf_width > 0 ? c.leaf_width : c.n_groups; }
+inline std::size_t carry_size(const ForestCommonView& c) { return c.leaf_width > 0 ? sizeof(double) : sizeof(float); }
+// More than 8 outputs per row: their registers leave room for one row and one tree per walk.
+inline bool wide_sums(const ForestCommonView& c) { return sums_outputs(c) > 8; }
+
+// What only the adaptive layout's engine has: the host facts its schedule defaults read, its
+// strategies' launches over forest parts, row scheduling (the inspector and a radix sort) and
+// the device buffers of both. Runs on the engine's stream (runtime/detail/forest_adaptive.cu).
+class AdaptiveSteps {
+ public:
+  AdaptiveSteps(const AdaptiveForest& host, const AdaptiveForestView& device, const GpuLimits& gpu, cudaStream_t stream);
+
+  // A strategy's schedule with its defaults resolved for a batch of n_rows; an Error for a
+  // schedule this forest or GPU cannot take.
+  ForestSchedule resolve(ForestKernel k, const ForestSchedule& s, index_t n_rows) const;
+  // Bytes of nodes one part of a shared-forest strategy may take, beside its row tile.
+  std::size_t part_budget(ForestKernel k, const ForestSchedule& s) const;
+  // The parts: canonical tree ranges of at most part_bytes of nodes each.
+  std::vector<std::pair<index_t, index_t>> parts(std::size_t part_bytes) const;
+  void run(const gpu::AdaptiveBatch& b, ForestKernel k, const ForestSchedule& s);
+  // Row scheduling: b's rows sorted by their inspector keys (top-tree depth `depth`); b then
+  // reads them in execution order and writes each row's predictions through the order.
+  void schedule_rows(int depth, gpu::AdaptiveBatch* b);
+
+  const AdaptiveForest& host() const { return *host_; }
+  const AdaptiveForestView& view() const { return view_; }
+  const GpuLimits& gpu() const { return gpu_; }
+  double mean_visits() const { return mean_visits_; }  // expected nodes per tree and row
+
+ private:
+  const AdaptiveForest* host_;  // the predictor's (it outlives the engine)
+  AdaptiveForestView view_;     // device pointers
+  GpuLimits gpu_;
+  cudaStream_t stream_;
+  double mean_visits_ = 0;
+  int max_depth_ = 0;
+  DeviceBuffer<unsigned char> carry_;  // splitting shared forest: sums between parts
+  DeviceBuffer<std::uint64_t> keys_, keys_sorted_;
+  DeviceBuffer<index_t> index_, order_;
+  DeviceBuffer<float> rows_sorted_;  // row scheduling: the rows in execution order
+  DeviceBuffer<unsigned char> sort_temp_;
+};
+
+// The seed layouts have no steps of their own.
+struct NoSteps {
+  template <class... Args>
+  explicit NoSteps(const Args&...) {}
+};
+
+template <class Layout>
+class ForestEngine {
+ public:
+  static constexpr bool kAdaptive = std::is_same<Layout, AdaptiveForest>::value;
+  using View = typename DeviceCopy<Layout>::View;
+  using Steps = std::conditional_t<kAdaptive, AdaptiveSteps, NoSteps>;
+  using Batch = std::conditional_t<kAdaptive, gpu::AdaptiveBatch, gpu::ForestBatch>;
+
+  // Uploads the layout's arrays (its map_view) and waits for them.
+  explicit ForestEngine(const Layout& layout);
+
+  // `kernel` is the one to run: the adaptive layout's caller resolves Auto first.
+  void predict(const float* rows, index_t n_rows, float* out, int width, ForestKernel kernel,
+               const ForestRunOptions& opt, ForestTimes* times);
+
+  // The pieces of a call, for the adaptive layout's row order and tuner.
+  CallerStream on_caller_stream(stream_t caller) { return CallerStream(stream(), caller, caller_ready_, finished_); }
+  // The rows where the kernels read them: `rows` itself when it is device memory, else a copy
+  // in the engine's row buffer.
+  const float* device_rows(const float* rows, index_t n_rows);
+  // The engine's prediction buffer, with room for n values.
+  float* out_buffer(std::size_t n);
+  cudaStream_t stream() const { return stream_.get(); }
+  void sync() const { stream_.sync(); }
+  const View& view() const { return forest_.view(); }
+  const GpuLimits& gpu() const { return gpu_; }
+  Steps& steps() { return steps_; }
+
+ private:
+  Stream stream_;  // first: everything below is freed on it before it goes
+  GpuLimits gpu_;
+  DeviceCopy<Layout> forest_;
+  Steps steps_;
+  Event caller_ready_, finished_;
+  Event start_, uploaded_, scheduled_, computed_, done_;
+  DeviceBuffer<float> rows_, out_;
+};
+
+// Instantiated once each, in runtime/detail/forest_engine.cu.
+extern template class ForestEngine<CsrForest>;
+extern template class ForestEngine<ReorgForest>;
+extern template class ForestEngine<HierarchicalForest>;
+extern template class ForestEngine<AdaptiveForest>;
 
 }  // namespace detail
 }  // namespace canopy

@@ -1,6 +1,7 @@
-// Internal: the GPU side of forest inference, behind a CUDA-free interface. Holds the device
-// copy of one layout, the row and prediction buffers, and times each phase with CUDA events
-// on its own non-blocking stream.
+// Internal: the GPU side of forest inference, behind a CUDA-free interface. make_forest_gpu
+// uploads one layout into a ForestEngine<Layout> (runtime/detail/forest_engine.cuh), which
+// holds the device copy, the row and prediction buffers and its own non-blocking stream, and
+// times each phase with CUDA events. Every call honours ForestRunOptions::stream.
 #pragma once
 
 #include <memory>
@@ -13,29 +14,29 @@
 namespace canopy {
 namespace detail {
 
-class ForestGpuEngine {
+class ForestGpu {
  public:
-  explicit ForestGpuEngine(const CsrForest& layout);
-  explicit ForestGpuEngine(const ReorgForest& layout);
-  explicit ForestGpuEngine(const HierarchicalForest& layout);
-  explicit ForestGpuEngine(const AdaptiveForest& layout);
-  ~ForestGpuEngine();
-
+  virtual ~ForestGpu() = default;
   // Rows in, (row scheduling,) the kernel, predictions out; fills the times, the kernel that
-  // ran and its schedule.
-  void predict(const float* rows, index_t n_rows, float* out, int width, const ForestRunOptions& opt,
-               ForestTimes* times);
-  // Adaptive layout: the performance model's estimates, feasible strategies first, fastest first.
-  std::vector<ForestTrial> estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt);
-  // Adaptive layout: the rows' execution order under row scheduling (inspector + sort).
-  std::vector<index_t> row_order(const float* rows, index_t n_rows, int depth);
-  // Adaptive layout: times a grid of schedules on these rows (ForestPredictor::tune).
-  std::vector<ForestTrial> tune(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt, int repeat);
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  // ran and its schedule. rows and out may be host or device memory.
+  virtual void predict(const float* rows, index_t n_rows, float* out, int width, const ForestRunOptions& opt,
+                       ForestTimes* times) = 0;
+  // The adaptive layout's extras (the other layouts: an Error).
+  // The performance model's estimates, feasible strategies first, fastest first.
+  virtual std::vector<ForestTrial> estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt);
+  // The rows' execution order under row scheduling (inspector + sort), after the work on `stream`.
+  virtual std::vector<index_t> row_order(const float* rows, index_t n_rows, int depth, stream_t stream);
+  // Times a grid of schedules on these rows (ForestPredictor::tune).
+  virtual std::vector<ForestTrial> tune(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt,
+                                        int repeat);
 };
+
+// The adaptive engine reads its host layout later (the model's shapes, the warp emulator): the
+// layout must outlive the engine.
+std::unique_ptr<ForestGpu> make_forest_gpu(const CsrForest& layout);
+std::unique_ptr<ForestGpu> make_forest_gpu(const ReorgForest& layout);
+std::unique_ptr<ForestGpu> make_forest_gpu(const HierarchicalForest& layout);
+std::unique_ptr<ForestGpu> make_forest_gpu(const AdaptiveForest& layout);  // runtime/detail/forest_adaptive.cu
 
 }  // namespace detail
 }  // namespace canopy

@@ -1,0 +1,328 @@
+// Tahoe's performance model over the adaptive engine (its inputs: the hardware parameters, the
+// access profile, the calibration, each strategy's shape) and the tuner.
+#include "runtime/detail/forest_tuner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "runtime/detail/forest_engine.cuh"
+#include "scheduler/forest_model_gpu.hpp"
+
+namespace canopy {
+namespace detail {
+
+namespace {
+
+constexpr ForestKernel kStrategies[] = {ForestKernel::SharedData, ForestKernel::Direct, ForestKernel::SharedForest,
+                                        ForestKernel::SplitSharedForest};
+
+// Calibration batches: one full wave of the direct strategy's blocks, and a small batch whose
+// time is its critical path and launches.
+constexpr index_t kCalibrationRows = 262144;
+constexpr index_t kCalibrationSmallRows = 1024;
+
+ForestKernel kernel_of(ForestStrategy s) {
+  switch (s) {
+    case ForestStrategy::SharedData: return ForestKernel::SharedData;
+    case ForestStrategy::SharedForest: return ForestKernel::SharedForest;
+    case ForestStrategy::SplitSharedForest: return ForestKernel::SplitSharedForest;
+    default: return ForestKernel::Direct;
+  }
+}
+
+// Kernel milliseconds of `runs` runs after a warm-up, fastest first (CUDA events).
+std::vector<float> time_runs(ForestEngine<AdaptiveForest>& e, const gpu::AdaptiveBatch& b, ForestKernel k,
+                             const ForestSchedule& s, int runs) {
+  Event start, stop;
+  std::vector<float> ms;
+  for (int r = 0; r <= runs; ++r) {
+    start.record(e.stream());
+    e.steps().run(b, k, s);
+    stop.record(e.stream());
+    const float t = stop.since(start);
+    if (r > 0) ms.push_back(t);  // the first run warms up
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms;
+}
+
+// The tuner's grid: the schedules around the defaults of the model's two best strategies, and
+// every other feasible strategy at its defaults (so the tuned best is never worse than auto's
+// pick).
+std::vector<std::pair<ForestKernel, ForestSchedule>> tuning_grid(const std::vector<ForestTrial>& model, bool wide,
+                                                                 std::size_t smem_optin) {
+  std::vector<std::pair<ForestKernel, ForestSchedule>> grid;
+  std::vector<ForestKernel> chosen;  // the model's two best feasible strategies
+  for (const ForestTrial& t : model)
+    if (std::isfinite(t.model_ns_per_row) && chosen.size() < 2) chosen.push_back(t.kernel);
+  const std::vector<std::pair<int, int>> walks =
+      wide ? std::vector<std::pair<int, int>>{{1, 1}}
+           : std::vector<std::pair<int, int>>{{1, 1}, {1, 2}, {2, 1}, {2, 2}, {4, 1}};
+  for (const ForestTrial& t : model) {
+    if (!std::isfinite(t.model_ns_per_row)) continue;
+    if (std::find(chosen.begin(), chosen.end(), t.kernel) == chosen.end()) {
+      grid.emplace_back(t.kernel, ForestSchedule{});
+      continue;
+    }
+    for (int block : {64, 128, 256}) {
+      ForestSchedule s;
+      s.block_threads = block;
+      if (t.kernel == ForestKernel::SharedData) {
+        for (int g : {1, 2, 4, 8}) {
+          s.tree_group = g;
+          grid.emplace_back(t.kernel, s);
+        }
+        continue;
+      }
+      for (const auto& w : walks) {
+        s.rows_per_thread = w.first;
+        s.tree_interleave = w.second;
+        if (t.kernel == ForestKernel::Direct) {
+          for (int cache : {0, 1})
+            for (int sync : {0, 8, 32}) {
+              s.cache_rows = cache;
+              s.tree_sync = sync;
+              grid.emplace_back(t.kernel, s);
+            }
+        } else if (t.kernel == ForestKernel::SplitSharedForest) {
+          for (int part : {static_cast<int>(smem_optin / 1024), static_cast<int>(smem_optin / 2048),
+                           static_cast<int>(smem_optin / 4096)}) {
+            s.part_kib = part;
+            grid.emplace_back(t.kernel, s);
+          }
+        } else {
+          grid.emplace_back(t.kernel, s);
+        }
+      }
+    }
+  }
+  return grid;
+}
+
+}  // namespace
+
+const ForestHardware& ForestTuner::hardware(const std::string& cache) {
+  const std::string path = cache.empty() ? default_forest_hardware_cache() : cache;
+  if (hardware_ && path == hardware_path_) return *hardware_;
+  int dev = 0;
+  CANOPY_CUDA_CHECK(cudaGetDevice(&dev));
+  hardware_ = std::make_unique<ForestHardware>(cached_forest_hardware(dev, path));
+  hardware_path_ = path;
+  return *hardware_;
+}
+
+void ForestTuner::learn_from_first_batch(const float* rows, index_t n_rows, stream_t caller) {
+  const CallerStream bracket = engine_.on_caller_stream(caller);
+  // The warp emulator and the calibration batches read the rows on the host: device rows are
+  // copied here, once.
+  std::vector<float> host_rows;
+  if (is_device_pointer(rows)) {
+    host_rows.resize(static_cast<std::size_t>(n_rows) * engine_.view().common.n_features);
+    copy_async(host_rows.data(), rows, host_rows.size() * sizeof(float), engine_.stream());
+    engine_.sync();
+    rows = host_rows.data();
+  }
+  if (!profile_)
+    profile_ = std::make_unique<ForestAccessProfile>(forest_access_profile(engine_.steps().host().view(), rows, n_rows));
+  if (calibrated_.empty()) calibrate(rows, n_rows);
+}
+
+void ForestTuner::calibrate(const float* rows, index_t n_rows) {
+  AdaptiveSteps& steps = engine_.steps();
+  const int F = steps.view().common.n_features;
+  std::vector<float> batch(static_cast<std::size_t>(kCalibrationRows) * F);
+  for (index_t i = 0; i < kCalibrationRows; ++i)
+    std::copy(rows + (i % n_rows) * F, rows + (i % n_rows + 1) * F, batch.begin() + i * F);
+  const cudaStream_t stream = engine_.stream();
+  DeviceBuffer<float> d_rows, d_out;  // once per tuner: not in predict's steady state
+  d_rows.reserve(batch.size(), "the calibration rows", stream);
+  const int width = std::max(sums_outputs(steps.view().common), 1);
+  d_out.reserve(static_cast<std::size_t>(kCalibrationRows) * width, "the calibration predictions", stream);
+  copy_async(d_rows.get(), batch.data(), batch.size() * sizeof(float), stream);
+  gpu::AdaptiveBatch b;
+  b.rows = d_rows.get();
+  b.out = d_out.get();
+  b.width = width;
+  b.output = ForestOutput::Margin;
+  auto time_ms = [&](ForestKernel k, index_t n) {
+    b.n_rows = n;
+    return static_cast<double>(time_runs(engine_, b, k, steps.resolve(k, ForestSchedule{}, n), 2).front());
+  };
+  calibrated_.clear();
+  for (ForestKernel k : kStrategies) {
+    Calibration c{k, 0, 0};
+    try {
+      c.row_ns = time_ms(k, kCalibrationRows) * 1e6 / static_cast<double>(kCalibrationRows);
+      c.small_ns = time_ms(k, kCalibrationSmallRows) * 1e6;
+    } catch (const Error&) {
+      c = Calibration{k, 0, 0};  // a strategy this forest cannot take
+    }
+    calibrated_.push_back(c);
+  }
+  engine_.sync();
+}
+
+ForestShape ForestTuner::shape(ForestKernel k, index_t n_rows) const {
+  const AdaptiveSteps& steps = engine_.steps();
+  const ForestSchedule s = steps.resolve(k, ForestSchedule{}, n_rows);
+  const AdaptiveForestView& v = steps.view();
+  const ForestCommonView& c = v.common;
+  const index_t T = c.n_trees;
+  const std::vector<std::int32_t>& depth = steps.host().depth;
+  const std::vector<index_t>& tree_begin = steps.host().tree_begin;
+  auto chain = [&](index_t t0, index_t t1, int walk) {  // the fixed-trip steps of trees [t0, t1), walk at a time
+    double total = 0;
+    for (index_t t = t0; t < t1; t += walk) {
+      int most = 0;
+      for (index_t q = t; q < std::min<index_t>(t + walk, t1); ++q) most = std::max(most, depth[static_cast<std::size_t>(q)]);
+      total += most;
+    }
+    return total;
+  };
+  const double sms = steps.gpu().sm_count;
+  ForestShape sh;
+  switch (k) {
+    case ForestKernel::Direct: {
+      sh.strategy = ForestStrategy::Direct;
+      sh.coalescing = profile_->coalescing_direct;
+      sh.rows_in_smem = s.cache_rows == 1;
+      const double blocks = std::ceil(static_cast<double>(n_rows) / (s.block_threads * s.rows_per_thread));
+      double per_sm = std::min(32.0, 2048.0 / s.block_threads);
+      const std::size_t tile = gpu::direct_tile_bytes(v, s);
+      if (tile > 0) per_sm = std::min(per_sm, std::floor(228.0 * 1024 / static_cast<double>(tile + 1024)));
+      sh.waves = std::ceil(blocks / (sms * per_sm));
+      sh.chain_steps = chain(0, T, s.tree_interleave);
+      break;
+    }
+    case ForestKernel::SharedData: {
+      sh.strategy = ForestStrategy::SharedData;
+      sh.coalescing = profile_->coalescing_shared_data;
+      sh.rows_in_smem = true;
+      const double blocks = std::ceil(static_cast<double>(n_rows) / s.rows_per_block);
+      const std::size_t smem = gpu::shared_data_bytes(v, s, sums_outputs(c), carry_size(c));
+      const double per_sm = std::max(1.0, std::min(2048.0 / s.block_threads, std::floor(228.0 * 1024 / static_cast<double>(smem + 1024))));
+      sh.waves = std::ceil(blocks / (sms * per_sm));
+      const double passes = std::ceil(static_cast<double>(s.rows_per_block) / s.tree_group);
+      int most = 0;
+      for (int d : depth) most = std::max(most, d);
+      sh.chain_steps = passes * std::ceil(static_cast<double>(T) / s.block_threads) * most;
+      break;
+    }
+    default: {
+      sh.strategy = k == ForestKernel::SharedForest ? ForestStrategy::SharedForest : ForestStrategy::SplitSharedForest;
+      sh.smem_conflict = profile_->smem_conflict;
+      sh.rows_in_smem = true;
+      const std::vector<std::pair<index_t, index_t>> ranges = steps.parts(steps.part_budget(k, s));
+      sh.launches = static_cast<double>(ranges.size());
+      const double tiles = std::ceil(static_cast<double>(n_rows) / (s.block_threads * s.rows_per_thread));
+      for (const auto& r : ranges) {
+        const double bytes = static_cast<double>(tree_begin[r.second] - tree_begin[r.first]) * sizeof(ForestNode) +
+                             static_cast<double>(gpu::forest_tile_bytes(v, s));
+        const double per_sm = std::max(1.0, std::min(2048.0 / s.block_threads, std::floor(228.0 * 1024 / (bytes + 1024))));
+        const double blocks = std::min(tiles, sms * per_sm);
+        sh.chain_steps += std::ceil(tiles / blocks) * chain(r.first, r.second, s.tree_interleave);
+        sh.load_steps += bytes / (8.0 * s.block_threads);
+      }
+      break;
+    }
+  }
+  return sh;
+}
+
+std::vector<ForestTrial> ForestTuner::estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt) {
+  const ForestHardware& hw = hardware(opt.hardware_cache);
+  if (!profile_ || calibrated_.empty()) learn_from_first_batch(rows, n_rows, opt.stream);
+  const AdaptiveSteps& steps = engine_.steps();
+  const ForestCommonView& c = steps.view().common;
+  const std::size_t smem_optin = steps.gpu().smem_optin;
+  const index_t nodes = steps.host().tree_begin.back();
+  ForestCostInputs in;
+  in.n_batch = static_cast<double>(std::max<index_t>(n_rows, 1));
+  in.sample_bytes = 4.0 * c.n_features;
+  in.n_trees = static_cast<double>(c.n_trees);
+  in.avg_depth = steps.mean_visits();
+  in.node_bytes = sizeof(ForestNode);
+  in.attr_bytes = 4;
+  in.nodes_per_tree = static_cast<double>(nodes) / static_cast<double>(c.n_trees);
+  in.forest_bytes = static_cast<double>(nodes) * sizeof(ForestNode);
+  in.smem_bytes = static_cast<double>(smem_optin);
+  const ForestSchedule data = steps.resolve(ForestKernel::SharedData, ForestSchedule{}, std::max<index_t>(n_rows, 1));
+  in.threads_per_block = data.block_threads;
+  in.parts = std::ceil(in.forest_bytes / static_cast<double>(smem_optin));
+  in.blocks = in.parts;  // equation 3: the partial sums per row the cross-part reduction adds
+  std::vector<ForestShape> shapes;
+  for (ForestKernel k : kStrategies) {
+    try {
+      shapes.push_back(shape(k, std::max<index_t>(n_rows, 1)));
+      for (const Calibration& cal : calibrated_)
+        if (cal.kernel == k) {
+          shapes.back().calibrated_row_ns = cal.row_ns;
+          shapes.back().calibrated_small_ns = cal.small_ns;
+        }
+    } catch (const Error&) {
+      // a strategy this forest cannot take (the forest too large for shared memory)
+    }
+  }
+  const std::vector<ForestBatchEstimate> est = estimate_forest_batch(in, shapes, hw);
+  const std::vector<ForestCostEstimate> paper = estimate_forest_costs(in, hw);
+  std::vector<ForestTrial> out;
+  for (const ForestBatchEstimate& e : est) {
+    ForestTrial t;
+    t.kernel = kernel_of(e.strategy);
+    t.model_ns_per_row = e.feasible ? e.batch_ns / in.n_batch : INFINITY;
+    for (const ForestCostEstimate& p : paper)
+      if (p.strategy == e.strategy) t.paper_ns_per_row = p.feasible ? p.ns_per_row : INFINITY;
+    out.push_back(t);
+  }
+  for (const ForestCostEstimate& p : paper) {  // strategies with no shape: infeasible here
+    bool listed = false;
+    for (const ForestTrial& t : out) listed |= t.kernel == kernel_of(p.strategy);
+    if (listed) continue;
+    ForestTrial t;
+    t.kernel = kernel_of(p.strategy);
+    t.model_ns_per_row = INFINITY;
+    t.paper_ns_per_row = p.feasible ? p.ns_per_row : INFINITY;
+    out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<ForestTrial> ForestTuner::tune(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt,
+                                           int repeat) {
+  if (n_rows < 1) throw Error("tune: the batch has no rows");
+  if (repeat < 1) throw Error("tune: repeat = " + std::to_string(repeat) + " must be >= 1");
+  const std::vector<ForestTrial> model = estimates(rows, n_rows, opt);
+  AdaptiveSteps& steps = engine_.steps();
+  const CallerStream caller = engine_.on_caller_stream(opt.stream);
+  gpu::AdaptiveBatch b;
+  b.rows = engine_.device_rows(rows, n_rows);
+  b.n_rows = n_rows;
+  b.out = engine_.out_buffer(static_cast<std::size_t>(n_rows) * width);
+  b.width = width;
+  b.output = opt.output;
+  if (opt.row_schedule_depth > 0) steps.schedule_rows(opt.row_schedule_depth, &b);
+  std::vector<ForestTrial> out;
+  for (const auto& g : tuning_grid(model, wide_sums(steps.view().common), steps.gpu().smem_optin)) {
+    ForestTrial trial;
+    trial.kernel = g.first;
+    for (const ForestTrial& t : model)
+      if (t.kernel == g.first) trial.model_ns_per_row = t.model_ns_per_row;
+    try {
+      trial.schedule = steps.resolve(g.first, g.second, n_rows);
+      if (trial.kernel == ForestKernel::Direct && gpu::direct_tile_bytes(steps.view(), trial.schedule) > steps.gpu().smem_optin)
+        continue;
+      const std::vector<float> ms = time_runs(engine_, b, trial.kernel, trial.schedule, repeat);
+      trial.kernel_ms = ms[ms.size() / 2];
+    } catch (const Error&) {
+      continue;  // a schedule this forest cannot take (shared memory, block size)
+    }
+    out.push_back(trial);
+  }
+  engine_.sync();
+  std::stable_sort(out.begin(), out.end(), [](const ForestTrial& a, const ForestTrial& b) { return a.kernel_ms < b.kernel_ms; });
+  return out;
+}
+
+}  // namespace detail
+}  // namespace canopy
