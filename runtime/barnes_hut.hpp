@@ -43,15 +43,15 @@ class BarnesHut {
   explicit BarnesHut(const Octree& tree, Device device = Device::Auto);
   ~BarnesHut();
 
-  Device device() const;
-  const Octree& tree() const { return tree_; }
-
-  // Errors (canopy::Error): theta or softening negative or not finite, a depth outside
-  // 1..height, device gpu on a machine without one.
+  // The forces on every body. Errors (canopy::Error): theta or softening negative or not
+  // finite, a depth outside 1..height, device gpu on a machine without one.
   BhResult run(const BhOptions& options);
   // The same into the caller's buffer forces[bodies][3] (original body order), host or device
   // memory (the GPU writes device memory in place, after the work queued on options.stream).
   TraversalStats run(const BhOptions& options, float* forces);
+
+  const Octree& tree() const { return tree_; }
+  Device device() const;  // where runs go unless options.device says cpu
 
  private:
   const Octree& tree_;

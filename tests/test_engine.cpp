@@ -332,15 +332,15 @@ struct CustomApis {
   }
 };
 
-TEST(PipelineGpu, NoWorkRunsOnTheLegacyDefaultStream) {
-  CANOPY_REQUIRE_GPU();
-  // The probe itself: work on the legacy stream waits for the spinning kernel.
-  EXPECT_FALSE(test::finishes_beside_a_blocking_stream(test::legacy_stream_work, 2.0));
+// f(workload, options) for every workload, custom visitors included, under every schedule it
+// takes, pipelined or not, on the GPU.
+template <class F>
+void for_every_gpu_run(F&& f) {
   Apis apis;
   CustomApis custom;
   std::vector<Workload> all = apis.workloads();
   for (Workload& w : custom.workloads()) all.push_back(w);
-  for (Workload& w : all) {
+  for (Workload& w : all)
     for (ScheduleKind s : {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::HybridDevice, ScheduleKind::LeafSort})
       for (bool pipelined : {false, true}) {
         if (s == ScheduleKind::LeafSort && w.name.rfind("custom", 0) == 0) continue;  // no sort key
@@ -350,41 +350,29 @@ TEST(PipelineGpu, NoWorkRunsOnTheLegacyDefaultStream) {
         o.schedule = s;
         o.pipeline = pipelined;
         o.chunk = 500;
-        o.keep_schedule = true;
-        const Words reference = w.run(o, nullptr);  // warm: every buffer exists
-        Words got;
-        EXPECT_TRUE(test::finishes_beside_a_blocking_stream([&] { got = w.run(o, nullptr); }, 20.0));
-        EXPECT_EQ(got, reference);
+        f(w, o);
       }
-  }
+}
+
+TEST(PipelineGpu, NoWorkRunsOnTheLegacyDefaultStream) {
+  CANOPY_REQUIRE_GPU();
+  // The probe itself: work on the legacy stream waits for the spinning kernel.
+  EXPECT_FALSE(test::finishes_beside_a_blocking_stream(test::legacy_stream_work, 2.0));
+  for_every_gpu_run([](Workload& w, TraversalOptions o) {
+    o.keep_schedule = true;
+    const Words reference = w.run(o, nullptr);  // warm: every buffer exists
+    Words got;
+    EXPECT_TRUE(test::finishes_beside_a_blocking_stream([&] { got = w.run(o, nullptr); }, 20.0));
+    EXPECT_EQ(got, reference);
+  });
 }
 
 TEST(PipelineGpu, ASteadyStateCallAllocatesAndFreesNothing) {
   CANOPY_REQUIRE_GPU();
-  Apis apis;
-  CustomApis custom;
-  std::vector<Workload> all = apis.workloads();
-  for (Workload& w : custom.workloads()) all.push_back(w);
-  for (Workload& w : all) {
-    for (ScheduleKind s : {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::HybridDevice, ScheduleKind::LeafSort})
-      for (bool pipelined : {false, true}) {
-        if (s == ScheduleKind::LeafSort && w.name.rfind("custom", 0) == 0) continue;
-        SCOPED_TRACE(w.name + ", " + to_string(s) + (pipelined ? ", pipelined" : ""));
-        TraversalOptions o;
-        o.device = Device::Gpu;
-        o.schedule = s;
-        o.pipeline = pipelined;
-        o.chunk = 500;
-        const Words reference = w.run(o, nullptr);  // warm: every buffer exists
-        const MemoryEvents before = memory_events();
-        EXPECT_EQ(w.run(o, nullptr), reference);
-        const MemoryEvents after = memory_events();
-        EXPECT_EQ(after.device_allocations, before.device_allocations);
-        EXPECT_EQ(after.device_frees, before.device_frees);
-        EXPECT_EQ(after.pinned_allocations, before.pinned_allocations);
-        EXPECT_EQ(after.pinned_frees, before.pinned_frees);
-      }
-  }
+  for_every_gpu_run([](Workload& w, const TraversalOptions& o) {
+    const Words reference = w.run(o, nullptr);  // warm: every buffer exists
+    test::expect_allocates_nothing([&] { EXPECT_EQ(w.run(o, nullptr), reference); });
+  });
 }
 
 // Queries a program writes into device memory on its own stream, then hands to Canopy with that

@@ -13,6 +13,7 @@
 #include "inspector/scheduling_matrix.hpp"
 #include "scheduler/guided.hpp"
 #include "scheduler/schedule.hpp"
+#include "tests/test_util.hpp"
 
 namespace canopy {
 namespace {
@@ -163,13 +164,8 @@ std::vector<std::int32_t> effective_row(const GuidedMatrixView& m, index_t q) {
 }
 
 void expect_valid(const Schedule& s, const GuidedMatrixView& m, index_t max_bucket) {
-  ASSERT_EQ(s.size(), m.rows);
-  std::vector<index_t> sorted = s.order;
-  std::sort(sorted.begin(), sorted.end());
-  for (index_t i = 0; i < m.rows; ++i) ASSERT_EQ(sorted[i], i) << "the schedule is not a permutation";
-  ASSERT_GE(s.bucket_offsets.size(), 2u);
-  EXPECT_EQ(s.bucket_offsets.front(), 0);
-  EXPECT_EQ(s.bucket_offsets.back(), m.rows);
+  test::expect_permutation_with_buckets(s, m.rows);
+  if (::testing::Test::HasFatalFailure()) return;
   if (m.rows == 0) {
     EXPECT_EQ(s.bucket_offsets, (std::vector<index_t>{0, 0}));
     return;

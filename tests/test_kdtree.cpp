@@ -8,8 +8,8 @@
 #include <tbb/task_arena.h>
 
 #include "layouts/kdtree.hpp"
-#include "layouts/top_tree.hpp"
-#include "test_util.hpp"
+#include "tests/test_errors.hpp"
+#include "tests/test_util.hpp"
 
 namespace canopy {
 namespace {
@@ -132,62 +132,17 @@ TEST(KdTree, BuildDoesNotDependOnThreadCount) {
 
 TEST(KdTree, BadInputIsAClearError) {
   const std::vector<float> pts = test::random_points(10, 2, 1);
-  auto message = [](auto&& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(message([&] { KdTree::build(pts.data(), 0, 2); }).find("empty"), std::string::npos);
-  EXPECT_NE(message([&] { KdTree::build(pts.data(), 5, 0); }).find("dims = 0"), std::string::npos);
-  EXPECT_NE(message([&] { KdTree::build(pts.data(), 1, 17); }).find("dims = 17"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { KdTree::build(pts.data(), 0, 2); }).find("empty"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { KdTree::build(pts.data(), 5, 0); }).find("dims = 0"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { KdTree::build(pts.data(), 1, 17); }).find("dims = 17"), std::string::npos);
   KdTreeOptions o;
   o.leaf_size = 0;
-  EXPECT_NE(message([&] { KdTree::build(pts.data(), 10, 2, o); }).find("leaf_size"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { KdTree::build(pts.data(), 10, 2, o); }).find("leaf_size"), std::string::npos);
   std::vector<float> bad = pts;
   bad[7] = std::nanf("");
-  EXPECT_NE(message([&] { KdTree::build(bad.data(), 10, 2); }).find("point 3"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { KdTree::build(bad.data(), 10, 2); }).find("point 3"), std::string::npos);
   bad[7] = std::numeric_limits<float>::infinity();
-  EXPECT_NE(message([&] { KdTree::build(bad.data(), 10, 2); }).find("dimension 1"), std::string::npos);
-}
-
-TEST(TopTree, LeavesAreTheCutAtDepthLeftToRight) {
-  const std::vector<float> pts = test::random_points(4096, 2, 3);
-  const KdTree tree = KdTree::build(pts.data(), 4096, 2);  // 512 leaves, 10 levels
-  ASSERT_EQ(tree.height(), 10);
-  const KdTreeView v = tree.view();
-  for (int d = 1; d <= tree.height(); ++d) {
-    const TopTree top = TopTree::build(v, d);
-    EXPECT_EQ(top.size(), index_t{1} << (d - 1)) << "depth " << d;
-    for (index_t i = 0; i < top.size(); ++i) {
-      const node_id nd = top.leaves()[i];
-      EXPECT_TRUE(v.nodes[nd].depth == d - 1 || v.is_leaf(nd));
-      if (i > 0) {
-        EXPECT_LT(top.leaves()[i - 1], nd);
-      }
-      EXPECT_EQ(top.view().column(nd), i);
-    }
-    // Every node at depth < d - 1 is an inner node of the top-tree, not a column.
-    for (node_id nd = 0; nd < v.n_nodes; ++nd)
-      if (v.nodes[nd].depth < d - 1 && !v.is_leaf(nd)) {
-        EXPECT_EQ(top.view().column(nd), -1);
-      }
-  }
-}
-
-TEST(TopTree, DepthOutsideTheTreeIsAnError) {
-  const std::vector<float> pts = test::random_points(100, 2, 3);
-  const KdTree tree = KdTree::build(pts.data(), 100, 2);
-  EXPECT_THROW(TopTree::build(tree.view(), 0), Error);
-  EXPECT_THROW(TopTree::build(tree.view(), tree.height() + 1), Error);
-  try {
-    TopTree::build(tree.view(), 40);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("40"), std::string::npos);
-  }
+  EXPECT_NE(test::error_of([&] { KdTree::build(bad.data(), 10, 2); }).find("dimension 1"), std::string::npos);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "layouts/vp_tree.hpp"
 #include "io/dataset.hpp"
 #include "runtime/pc_visitor.hpp"
+#include "tests/test_errors.hpp"
 
 namespace canopy {
 namespace {
@@ -295,28 +296,26 @@ std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
 
 class MetricTreeInvariants : public ::testing::TestWithParam<Shape> {};
 
-TEST_P(MetricTreeInvariants, BallTree) {
-  const auto [dims, kind, leaf] = GetParam();
+// Builds a Tree over the shape's points and hands it to check(tree, points, n, dims, leaf).
+template <class Tree, class Options, class Check>
+void build_and_check(const Shape& shape, Check check) {
+  const auto [dims, kind, leaf] = shape;
   index_t n = 0;
   const std::vector<float> pts = make_points(kind, dims, n);
-  BallTreeOptions o;
+  Options o;
   o.leaf_size = leaf;
-  const BallTree tree = BallTree::build(pts.data(), n, dims, o);
+  const Tree tree = Tree::build(pts.data(), n, dims, o);
   EXPECT_EQ(tree.size(), n);
   EXPECT_EQ(tree.leaf_size(), leaf);
-  check_ball_tree(tree, pts, n, dims, leaf);
+  check(tree, pts, n, dims, leaf);
+}
+
+TEST_P(MetricTreeInvariants, BallTree) {
+  build_and_check<BallTree, BallTreeOptions>(GetParam(), [](auto&&... a) { check_ball_tree(a...); });
 }
 
 TEST_P(MetricTreeInvariants, VpTree) {
-  const auto [dims, kind, leaf] = GetParam();
-  index_t n = 0;
-  const std::vector<float> pts = make_points(kind, dims, n);
-  VpTreeOptions o;
-  o.leaf_size = leaf;
-  const VpTree tree = VpTree::build(pts.data(), n, dims, o);
-  EXPECT_EQ(tree.size(), n);
-  EXPECT_EQ(tree.leaf_size(), leaf);
-  check_vp_tree(tree, pts, n, dims, leaf);
+  build_and_check<VpTree, VpTreeOptions>(GetParam(), [](auto&&... a) { check_vp_tree(a...); });
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MetricTreeInvariants,
@@ -521,26 +520,18 @@ TEST(MetricTrees, BuildDoesNotDependOnThreadCount) {
 template <class Build>
 void expect_clear_errors(Build build) {
   const std::vector<float> pts = uniform_points(10, 2, 1);
-  auto message = [](auto&& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(message([&] { build(pts.data(), 0, 2, 8); }).find("n = 0"), std::string::npos);
-  EXPECT_NE(message([&] { build(pts.data(), 5, 0, 8); }).find("dims = 0"), std::string::npos);
-  EXPECT_NE(message([&] { build(pts.data(), 1, 17, 8); }).find("dims = 17"), std::string::npos);
-  EXPECT_NE(message([&] { build(pts.data(), 10, 2, 0); }).find("leaf_size = 0"), std::string::npos);
-  EXPECT_NE(message([&] { build(nullptr, 10, 2, 8); }).find("points"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { build(pts.data(), 0, 2, 8); }).find("n = 0"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { build(pts.data(), 5, 0, 8); }).find("dims = 0"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { build(pts.data(), 1, 17, 8); }).find("dims = 17"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { build(pts.data(), 10, 2, 0); }).find("leaf_size = 0"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { build(nullptr, 10, 2, 8); }).find("points"), std::string::npos);
   std::vector<float> bad = pts;
   bad[7] = std::nanf("");
-  const std::string nan_message = message([&] { build(bad.data(), 10, 2, 8); });
+  const std::string nan_message = test::error_of([&] { build(bad.data(), 10, 2, 8); });
   EXPECT_NE(nan_message.find("point 3"), std::string::npos) << nan_message;
   EXPECT_NE(nan_message.find("dimension 1"), std::string::npos) << nan_message;
   bad[7] = std::numeric_limits<float>::infinity();
-  const std::string inf_message = message([&] { build(bad.data(), 10, 2, 8); });
+  const std::string inf_message = test::error_of([&] { build(bad.data(), 10, 2, 8); });
   EXPECT_NE(inf_message.find("point 3"), std::string::npos) << inf_message;
   EXPECT_NE(inf_message.find("dimension 1"), std::string::npos) << inf_message;
 }

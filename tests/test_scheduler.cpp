@@ -67,13 +67,8 @@ Matrix local_runs_matrix(index_t rows, index_t cols, std::uint64_t seed) {
 }
 
 void expect_valid(const Schedule& s, const SchedulingMatrixView& m) {
-  ASSERT_EQ(s.size(), m.rows);
-  std::vector<index_t> sorted = s.order;
-  std::sort(sorted.begin(), sorted.end());
-  for (index_t i = 0; i < m.rows; ++i) ASSERT_EQ(sorted[i], i) << "the schedule is not a permutation";
-  ASSERT_GE(s.bucket_offsets.size(), 2u);
-  EXPECT_EQ(s.bucket_offsets.front(), 0);
-  EXPECT_EQ(s.bucket_offsets.back(), m.rows);
+  test::expect_permutation_with_buckets(s, m.rows);
+  if (::testing::Test::HasFatalFailure()) return;
   for (std::size_t b = 1; b < s.bucket_offsets.size(); ++b) EXPECT_LT(s.bucket_offsets[b - 1], s.bucket_offsets[b]);
   // Within a bucket every query reached the same last top-leaf; across buckets it differs.
   auto last_column = [&](index_t q) {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,7 +14,9 @@
 #include "runtime/point_correlation.hpp"
 #include "io/dataset.hpp"
 #include "core/device.hpp"
+#include "core/device_buffer.hpp"
 #include "runtime/pc_visitor.hpp"
+#include "scheduler/schedule.hpp"
 
 namespace canopy {
 namespace test {
@@ -86,5 +90,27 @@ inline std::vector<index_t> brute_force_counts(const std::vector<float>& points,
 inline float radius_for(const KdTree& tree, const std::vector<float>& queries, double mean) {
   return estimate_radius(tree, queries.data(), static_cast<index_t>(queries.size()) / tree.dims(), mean, 3, 512);
 }
+// A steady-state call: call() allocates and frees no device or pinned memory (memory_events()).
+inline void expect_allocates_nothing(const std::function<void()>& call) {
+  const MemoryEvents before = memory_events();
+  call();
+  const MemoryEvents after = memory_events();
+  EXPECT_EQ(after.device_allocations, before.device_allocations);
+  EXPECT_EQ(after.device_frees, before.device_frees);
+  EXPECT_EQ(after.pinned_allocations, before.pinned_allocations);
+  EXPECT_EQ(after.pinned_frees, before.pinned_frees);
+}
+
+// A schedule of n queries: a permutation of 0..n-1, its bucket offsets running from 0 to n.
+inline void expect_permutation_with_buckets(const Schedule& s, index_t n) {
+  ASSERT_EQ(s.size(), n);
+  std::vector<index_t> sorted = s.order;
+  std::sort(sorted.begin(), sorted.end());
+  for (index_t i = 0; i < n; ++i) ASSERT_EQ(sorted[i], i) << "the schedule is not a permutation";
+  ASSERT_GE(s.bucket_offsets.size(), 2u);
+  EXPECT_EQ(s.bucket_offsets.front(), 0);
+  EXPECT_EQ(s.bucket_offsets.back(), n);
+}
+
 }  // namespace test
 }  // namespace canopy
