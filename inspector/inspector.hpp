@@ -15,38 +15,25 @@
 
 namespace canopy {
 
-// The inspector's walk through the top-tree: a stack of (node, depth) pairs, from the root.
-template <int kMaxStack>
-struct TopTreeWalk {
-  node_id node[kMaxStack];
-  std::int8_t depth[kMaxStack];  // TopTree::build caps the depth at 127
-  int sp = 1;
-  CANOPY_HD TopTreeWalk() {
-    node[0] = 0;
-    depth[0] = 0;
-  }
-  CANOPY_HD bool empty() const { return sp == 0; }
-  CANOPY_HD void push(node_id n, int d) {
-    node[sp] = n;
-    depth[sp] = static_cast<std::int8_t>(d);
-    ++sp;
-  }
-};
-
 // Writes one whole row (every word, zeros included) for query q. Unguided traversals reach
 // top-leaves left to right, so bits arrive in ascending column order and each word is stored
 // once; an out-of-order column (a visitor that is not unguided) falls back to read-modify-write.
 template <class Topology, class Visitor>
 CANOPY_HD inline void inspect_row(const Topology& tree, const TopTreeView& top, const Visitor& v,
                                   index_t q, std::uint64_t* row, index_t n_words) {
-  TopTreeWalk<Topology::kMaxStack> walk;
+  node_id stack[Topology::kMaxStack];
+  std::int8_t depth[Topology::kMaxStack];
+  int sp = 0;
+  stack[sp] = 0;
+  depth[sp] = 0;
+  ++sp;
   auto s = v.init(q);
   index_t word = 0;        // words below this one are stored
   std::uint64_t bits = 0;  // pending bits of `word`
-  while (!walk.empty()) {
-    --walk.sp;
-    const node_id n = walk.node[walk.sp];
-    const int d = walk.depth[walk.sp];
+  while (sp > 0) {
+    --sp;
+    const node_id n = stack[sp];
+    const int d = depth[sp];
     if (!v.descend(s, n)) continue;
     if (d == top.depth - 1 || tree.is_leaf(n)) {
       const index_t c = top.column(n);
@@ -62,7 +49,11 @@ CANOPY_HD inline void inspect_row(const Topology& tree, const TopTreeView& top, 
       }
       continue;
     }
-    for (int i = tree.child_count(n) - 1; i >= 0; --i) walk.push(tree.child(n, i), d + 1);
+    for (int i = tree.child_count(n) - 1; i >= 0; --i) {
+      stack[sp] = tree.child(n, i);
+      depth[sp] = static_cast<std::int8_t>(d + 1);
+      ++sp;
+    }
   }
   for (; word < n_words; ++word) {
     row[word] = bits;
@@ -84,13 +75,18 @@ CANOPY_HD inline void inspect_row(const Topology& tree, const TopTreeView& top, 
 template <class Topology, class Visitor>
 CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeView& top, const Visitor& v,
                                             index_t q, std::int32_t* row, index_t width, GuidedProbe probe) {
-  TopTreeWalk<Topology::kMaxStack> walk;
+  node_id stack[Topology::kMaxStack];
+  std::int8_t depth[Topology::kMaxStack];
+  int sp = 0;
+  stack[sp] = 0;
+  depth[sp] = 0;
+  ++sp;
   auto s = v.init(q);
   index_t len = 0;
-  while (!walk.empty()) {
-    --walk.sp;
-    node_id n = walk.node[walk.sp];
-    const int d = walk.depth[walk.sp];
+  while (sp > 0) {
+    --sp;
+    node_id n = stack[sp];
+    const int d = depth[sp];
     if (!v.descend(s, n)) continue;
     if (d == top.depth - 1 || tree.is_leaf(n)) {
       row[len++] = static_cast<std::int32_t>(top.column(n));
@@ -123,7 +119,11 @@ CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeV
       continue;
     }
     const int first = preferred_child(v, s, n);
-    for (int i = tree.child_count(n) - 1; i >= 0; --i) walk.push(tree.child(n, visit_rank_child(first, i)), d + 1);
+    for (int i = tree.child_count(n) - 1; i >= 0; --i) {
+      stack[sp] = tree.child(n, visit_rank_child(first, i));
+      depth[sp] = static_cast<std::int8_t>(d + 1);
+      ++sp;
+    }
   }
   if (len < width) row[len] = kRowEnd;
   return len;
