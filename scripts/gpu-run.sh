@@ -48,7 +48,9 @@ if [[ $what == tests || $what == all ]]; then
   timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 $bin/canopy_tests --gtest_brief=1 \
     --gtest_filter='Soundness.Gpu*:Inspector.Gpu*:ForestGpu.EveryKernelIsBitIdenticalToTheCpu:GuidedSchedulerGpu.*:KnnSoundness.KdTree:BhSoundness.*' > "$out/racecheck.txt" 2>&1
   echo "racecheck exit $?" | tee -a "$out/racecheck.txt"; tail -4 "$out/racecheck.txt"
-  { $bin/pc_example; $bin/knn_example; } | tee "$out/example.txt"
+  f=tests/data/forest
+  { for e in pc knn bh custom; do $bin/${e}_example; done
+    $bin/forest_example $f/xgb_higgs.json $f/higgs_rows.csv $f/xgb_higgs.prob.txt; } | tee "$out/example.txt"
 fi
 
 if [[ $what == tests || $what == graph || $what == all ]]; then

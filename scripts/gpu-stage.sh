@@ -13,8 +13,9 @@ mode=${1:-all}
 build_dir=${CANOPY_BUILD_DIR:-build}
 rm -rf stage && mkdir -p stage/bin stage/lib stage/data
 cp "$build_dir"/tests/canopy_tests "$build_dir"/benchmarks/canopy-bench stage/bin/
-[ "$mode" = forest ] || cp "$build_dir"/examples/pc_example "$build_dir"/examples/knn_example \
-   "$build_dir"/examples/quadtree_cities stage/bin/
+[ "$mode" = forest ] || for e in pc_example knn_example bh_example custom_example forest_example quadtree_cities; do
+  cp "$build_dir"/examples/$e stage/bin/
+done
 cp -L "$(ldconfig -p | awk '/libtbb.so.12 /{print $NF; exit}')" stage/lib/
 data=${CANOPY_DATA:-../shared/data}
 [ "$mode" = forest ] || cp "$data"/covtype_points_254k.csv.gz "$data"/cities_171k.csv.gz stage/data/
