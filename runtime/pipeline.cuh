@@ -20,6 +20,7 @@
 #include "inspector/device_matrix.cuh"
 #include "layouts/top_tree.hpp"
 #include "runtime/options.hpp"
+#include "scheduler/device_schedule.hpp"
 #include "scheduler/guided.hpp"
 #include "scheduler/guided_gpu.hpp"
 #include "scheduler/sandpile_gpu.hpp"
@@ -37,12 +38,6 @@ struct ChunkVisitor : ForwardingVisitor<Inner> {
   CANOPY_HD State init(index_t q) const { return this->inner.init(first + q); }
   CANOPY_HD void finish(State& s, index_t q) const { this->inner.finish(s, first + q); }
 };
-
-template <class T>
-__global__ void add_offset_kernel(T* values, index_t n, T offset) {
-  const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
-  if (i < n) values[i] += offset;
-}
 
 // What a pipelined run does, beside the tree, visitor and chunks.
 struct PipelineRun {
@@ -159,8 +154,7 @@ class Pipeline {
       else
         sandpile_.run(sl.matrix.bits.get(), m, sl.matrix.words(), order + first, s);
       // The device schedulers write the chunk's own positions 0..m-1.
-      add_offset_kernel<<<static_cast<unsigned>((m + 255) / 256), 256, 0, s>>>(order + first, m, first);
-      CANOPY_CUDA_CHECK_LAUNCH("add_offset_kernel");
+      DeviceScheduler::offset(order + first, m, first, s);
     }
     if (!sl.matrix.packed) sl.ready.record(s);  // packed rows: finish_inspect records it
   }

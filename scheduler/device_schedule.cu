@@ -24,7 +24,18 @@ sandpile_heads_kernel(const std::uint64_t* bits, index_t words, const index_t* o
                            highest_set_column(bits + order[i - 1] * words, words);
 }
 
+__global__ void __launch_bounds__(kBlock) offset_kernel(index_t* order, index_t n, index_t first) {
+  const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (i < n) order[i] += first;
+}
+
 }  // namespace
+
+void DeviceScheduler::offset(index_t* order, index_t n, index_t first, stream_t stream) {
+  if (n <= 0) return;
+  offset_kernel<<<static_cast<unsigned>((n + kBlock - 1) / kBlock), kBlock, 0, stream>>>(order, n, first);
+  CANOPY_CUDA_CHECK_LAUNCH("offset_kernel");
+}
 
 bool DeviceScheduler::on_host(ScheduleKind kind, bool guided, const TopTree& top, index_t rows) {
   if (kind == ScheduleKind::Hybrid) return true;

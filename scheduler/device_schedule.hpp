@@ -42,6 +42,9 @@ class DeviceScheduler {
   void schedule(const DeviceMatrix& m, ScheduleKind kind, const TopTree& top, DeviceSchedule& out, stream_t stream,
                 bool buckets);
 
+  // order[i] += first for i < n, on `stream`: a chunk's schedule (positions 0..n-1 of the chunk)
+  // as the caller's query ids.
+  static void offset(index_t* order, index_t n, index_t first, stream_t stream);
   // A given order (e.g. a host schedule of the caller's) in device memory.
   static void upload(const std::vector<index_t>& order, DeviceSchedule& out, stream_t stream);
   // The order and its buckets on the host (one bucket when none are known); waits for `stream`.

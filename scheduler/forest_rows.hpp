@@ -24,6 +24,12 @@ void check_row_schedule_depth(int depth, int max_depth);
 // The execution order: rows stably sorted by adaptive_row_key. `v` must point at host memory.
 std::vector<index_t> forest_row_order(const AdaptiveForestView& v, const float* rows, index_t n_rows, int depth);
 
+// dst[i] = rows[order[i]] (rows of `features` floats, device memory), on `stream`: the rows in
+// execution order, so that the strategies read them as if unscheduled
+// (scheduler/forest_rows_gpu.cu).
+void launch_gather_rows(const float* rows, const index_t* order, index_t n_rows, int features, float* dst,
+                        stream_t stream);
+
 struct ForestWarpVisits {
   double nodes_per_warp = 0;  // mean over the sampled warps of the distinct nodes its rows visit, summed over trees
   double rows_path_nodes = 0; // the same if no two rows of a warp shared a node: the nodes visited per row x 32

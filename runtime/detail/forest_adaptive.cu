@@ -12,19 +12,6 @@
 #include "scheduler/forest_rows.hpp"
 
 namespace canopy {
-namespace gpu {
-
-// Row scheduling: rows in execution order, so the strategies read them as if unscheduled.
-__global__ void adaptive_gather_rows_kernel(const float* rows, const index_t* order, index_t n_rows, int features,
-                                            float* dst) {
-  const index_t k = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
-  if (k >= n_rows * features) return;
-  const index_t i = k / features;
-  dst[k] = rows[order[i] * features + (k - i * features)];
-}
-
-}  // namespace gpu
-
 namespace detail {
 
 namespace {
@@ -245,9 +232,7 @@ void AdaptiveSteps::schedule_rows(int depth, gpu::AdaptiveBatch* b) {
                                                     index_.get(), order_.get(), n_rows, 0, end_bit, stream_));
   const std::size_t values = n * static_cast<std::size_t>(features);
   rows_sorted_.reserve(values, "the rows in execution order", stream_);
-  gpu::adaptive_gather_rows_kernel<<<gpu::adaptive_grid(static_cast<index_t>(values), 256), 256, 0, stream_>>>(
-      b->rows, order_.get(), n_rows, features, rows_sorted_.get());
-  CANOPY_CUDA_CHECK_LAUNCH("adaptive_gather_rows_kernel");
+  launch_gather_rows(b->rows, order_.get(), n_rows, features, rows_sorted_.get(), stream_);
   b->rows = rows_sorted_.get();
   b->order = order_.get();
 }
