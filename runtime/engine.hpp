@@ -317,9 +317,12 @@ TraversalStats run_fixed(const W& w, const typename W::View& view, Device held, 
     host_queries = host_copy_of_queries(call.queries, call.n, w.query_dims, opt.stream);
     CallData host = call;
     if (!host_queries.empty()) host.queries = host_queries.data();
-    ScratchOutputs staged(w.output_bytes, call.n);
+    std::vector<unsigned char> staged[2];  // only for results in device memory
     for (int i = 0; i < 2; ++i)
-      if (call.outputs[i] && is_device_pointer(call.outputs[i])) host.outputs[i] = staged.ptr[i];
+      if (call.outputs[i] && is_device_pointer(call.outputs[i])) {
+        staged[i].resize(w.output_bytes[i] * static_cast<std::size_t>(call.n));
+        host.outputs[i] = staged[i].data();
+      }
     run_on_cpu(state.cpu, w, view, host, opt, st);
     for (int i = 0; i < 2; ++i)
       if (host.outputs[i] != call.outputs[i])
@@ -356,19 +359,23 @@ TraversalStats run_call(const W& w, const typename W::View& view, Device held, G
     const std::vector<float> staged = detail::host_copy_of_queries(call.queries, call.n, w.query_dims, opt.stream);
     const float* queries = staged.empty() ? call.queries : staged.data();
     double trial_ms = 0;
+    // Every trial runs the same sample (a workload that holds its own queries runs them all),
+    // gathered once, into one set of scratch results.
+    std::vector<float> sample;
+    std::unique_ptr<detail::ScratchOutputs> out;
+    CallData t;
     TraversalOptions chosen = opt;
     chosen.depth = state.auto_depth.choose(
         opt, where, call.n, height, detail::uncapped_default_depth(w, opt, where),
         [&](int d, const std::vector<index_t>& rows) {
-          // A workload that holds its own queries runs them all.
-          const std::vector<float> sample =
-              w.query_dims > 0 ? gather_rows(queries, w.query_dims, rows) : std::vector<float>{};
-          CallData t;
-          t.n = w.query_dims > 0 ? static_cast<index_t>(rows.size()) : call.n;
-          t.queries = sample.data();
-          detail::ScratchOutputs out(w.output_bytes, t.n);
-          t.outputs[0] = out.ptr[0];
-          t.outputs[1] = out.ptr[1];
+          if (!out) {
+            if (w.query_dims > 0) sample = gather_rows(queries, w.query_dims, rows);
+            t.n = w.query_dims > 0 ? static_cast<index_t>(rows.size()) : call.n;
+            t.queries = sample.data();
+            out = std::make_unique<detail::ScratchOutputs>(w.output_bytes, t.n);
+            t.outputs[0] = out->ptr[0];
+            t.outputs[1] = out->ptr[1];
+          }
           return run_ms(run_call(w, view, held, gpu, state, t, trial_options(opt, d)));
         },
         &trial_ms);

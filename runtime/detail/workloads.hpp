@@ -124,7 +124,7 @@ class BhDevice {
     view_ = BhView{tree_.view(), xyz_.get(), mass_.get()};
   }
   const BhView& view() const { return view_; }
-  std::size_t bytes() const { return tree_.bytes(); }
+  std::size_t bytes() const { return tree_.bytes() + (view_.tree.n_bodies * 4) * sizeof(float); }  // + xyz, mass
 
  private:
   DeviceCopy<Octree> tree_;
