@@ -19,19 +19,24 @@ constexpr Variant kVariants[] = {
     {"independent", ExecutorKind::Independent, ScheduleKind::InputOrder},
     {"mask-lockstep", ExecutorKind::MaskLockstep, ScheduleKind::InputOrder},
     {"fsm-lockstep", ExecutorKind::FsmLockstep, ScheduleKind::InputOrder},
+    {"sorted-independent", ExecutorKind::Independent, ScheduleKind::LeafSort},
     {"mask-lockstep-sorted", ExecutorKind::MaskLockstep, ScheduleKind::LeafSort},
     {"fsm-lockstep-sorted", ExecutorKind::FsmLockstep, ScheduleKind::LeafSort},
     {"hybrid", ExecutorKind::FsmLockstep, ScheduleKind::Hybrid},
-    {"independent-hybrid", ExecutorKind::Independent, ScheduleKind::Hybrid},
+    {"hybrid-independent", ExecutorKind::Independent, ScheduleKind::Hybrid},
     // The same schedule with the scheduler on the GPU: no matrix or order crosses PCIe.
     {"hybrid-gpu-sandpile", ExecutorKind::FsmLockstep, ScheduleKind::HybridDevice},
     {"hybrid-gpu-buckets", ExecutorKind::FsmLockstep, ScheduleKind::HybridDevice},
+    // The compact-key schedule: a key per query, a radix sort, the depth following the queries.
+    {"hybrid-key", ExecutorKind::FsmLockstep, ScheduleKind::HybridKey},
+    {"hybrid-key-independent", ExecutorKind::Independent, ScheduleKind::HybridKey},
+    // The API's default: the runtime's own pick, by a one-time trial.
+    {"auto", ExecutorKind::Auto, ScheduleKind::Auto},
 };
 
-bool is_lockstep(ExecutorKind k) { return k != ExecutorKind::Independent; }
-bool uses_depth(const Variant& v) {
-  return v.schedule == ScheduleKind::Hybrid || v.schedule == ScheduleKind::HybridDevice;
-}
+bool is_lockstep(ExecutorKind k) { return k == ExecutorKind::MaskLockstep || k == ExecutorKind::FsmLockstep; }
+bool uses_depth(const Variant& v) { return uses_top_tree(v.schedule); }
+bool is_auto(const Variant& v) { return v.schedule == ScheduleKind::Auto || v.executor == ExecutorKind::Auto; }
 
 }  // namespace
 
@@ -162,25 +167,41 @@ Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& sw
     opt.device = device;
     opt.executor = var.executor;
     opt.schedule = var.schedule;
-    opt.depth = d;
-    const bool hybrid = var.schedule == ScheduleKind::Hybrid || var.schedule == ScheduleKind::HybridDevice;
-    opt.pipeline = pipeline.on && hybrid;
+    opt.depth = is_auto(var) ? 0 : d;
+    opt.pipeline = pipeline.on && (uses_depth(var) || is_auto(var));
     opt.chunk = pipeline.chunk;
     opt.memory_budget = pipeline.memory_budget;
     opt.pipeline_inspector_first = pipeline.inspector_first;
     opt.pipeline_ramp = pipeline.ramp;
     // Untimed warm-up, which also measures nodes per warp with the emulator on its schedule.
+    // Auto's warm-up is its trial; the emulator then counts the pick's nodes.
     opt.count_nodes = is_lockstep(var.executor);
     const Measured first = run(opt);
     opt.count_nodes = false;
     VariantRow row;
     row.name = var.name;
-    const auto& wn = first.stats.warp_nodes;
-    row.nodes_per_warp = first.stats.nodes_per_warp();
+    const TraversalStats& ran = first.stats;
+    if (is_auto(var)) {
+      row.auto_pick = true;
+      row.pick_schedule = to_string(ran.schedule_kind);
+      row.pick_executor = to_string(ran.executor_kind);
+      row.auto_trial = ran.auto_trial_ms;
+    }
+    Measured counted;
+    if (is_auto(var) && is_lockstep(ran.executor_kind)) {
+      opt.count_nodes = true;
+      counted = run(opt);
+      opt.count_nodes = false;
+      row.pick_schedule = to_string(counted.stats.schedule_kind);
+      row.pick_executor = to_string(counted.stats.executor_kind);
+    }
+    const TraversalStats& nodes = counted.stats.warp_nodes.empty() ? ran : counted.stats;
+    const auto& wn = nodes.warp_nodes;
+    row.nodes_per_warp = nodes.nodes_per_warp();
     if (!wn.empty()) row.nodes_per_warp_max = *std::max_element(wn.begin(), wn.end());
-    row.depth = uses_depth(var) ? first.stats.depth : 0;
+    row.depth = uses_depth(var) || (is_auto(var) && uses_top_tree(ran.schedule_kind)) ? ran.depth : 0;
     row.auto_depth = uses_depth(var) && d == kAutoDepth;
-    row.depth_trial = first.stats.depth_trial_ms;
+    row.depth_trial = ran.depth_trial_ms;
     row.checksum = first.checksum;
     if (reference.empty()) reference = first.result;
     row.same_results = first.result == reference;
@@ -244,6 +265,12 @@ void print_suite(const Suite& s) {
   }
   std::printf("\nmedian of %d runs; every variant's results %s\n", s.repeat, s.all_same ? "identical" : "DIFFER");
   for (const VariantRow& r : s.rows)
+    if (r.auto_pick)
+      std::printf("%s: the runtime picked schedule %s, executor %s%s; its trial took %.1f ms once (the timed runs "
+                  "reuse the pick)\n",
+                  r.name.c_str(), r.pick_schedule.c_str(), r.pick_executor.c_str(),
+                  r.depth ? (", depth " + std::to_string(r.depth)).c_str() : "", r.auto_trial);
+  for (const VariantRow& r : s.rows)
     if (r.auto_depth)
       std::printf("%s: depth auto chose %d; its trial took %.1f ms once (the timed runs reuse the choice)\n",
                   r.name.c_str(), r.depth, r.depth_trial);
@@ -288,6 +315,11 @@ nlohmann::json suite_json(const Suite& s) {
     if (r.auto_depth) {
       v["depth_auto"] = true;
       v["depth_trial_ms"] = r.depth_trial;
+    }
+    if (r.auto_pick) {
+      v["auto_schedule"] = r.pick_schedule;
+      v["auto_executor"] = r.pick_executor;
+      v["auto_trial_ms"] = r.auto_trial;
     }
     v["nodes_per_warp"] = r.nodes_per_warp > 0 ? nlohmann::json(r.nodes_per_warp) : nlohmann::json(nullptr);
     v["nodes_per_warp_max"] = r.nodes_per_warp > 0 ? nlohmann::json(r.nodes_per_warp_max) : nlohmann::json(nullptr);

@@ -30,7 +30,8 @@ struct Variant {
 };
 
 // All variants of a workload: unguided ones schedule on the device with the sandpile
-// (hybrid-gpu-sandpile), guided ones with the recursive buckets (hybrid-gpu-buckets).
+// (hybrid-gpu-sandpile), guided ones with the recursive buckets (hybrid-gpu-buckets); every
+// schedule runs under independent threads and FSM lockstep; `auto` is the API's default.
 std::vector<Variant> parse_variants(const std::string& list, bool guided);
 Device parse_device(const std::string& s);
 double median(std::vector<double> v);
@@ -60,6 +61,9 @@ struct VariantRow {
   int depth = 0;
   bool auto_depth = false;   // the depth was chosen by --depth auto
   double depth_trial = 0;    // what that choice's trial cost
+  bool auto_pick = false;    // the auto variant: what the runtime picked, and its trial's cost
+  std::string pick_schedule, pick_executor;
+  double auto_trial = 0;
 };
 
 struct Suite {

@@ -29,10 +29,11 @@ void add_pc_options(CLI::App& app, PcConfig& c) {
   app.add_option("--radius", c.radius, "radius R, or auto:K for a mean count of about K")->capture_default_str();
   add_suite_options(app, c.suite,
                     {"top-tree depth of the inspector, or auto (a quick trial on a sample) (0 = "
-                     "default)",
+                     "default: hybrid-key's follows the query count, the others 8)",
                      "most points per kd-tree leaf",
-                     "comma list of independent, mask-lockstep, fsm-lockstep, mask-lockstep-sorted, "
-                     "fsm-lockstep-sorted, hybrid, independent-hybrid, hybrid-gpu-sandpile; or all"});
+                     "comma list of independent, mask-lockstep, fsm-lockstep, sorted-independent, "
+                     "mask-lockstep-sorted, fsm-lockstep-sorted, hybrid-key, hybrid-key-independent, auto, "
+                     "hybrid, hybrid-independent, hybrid-gpu-sandpile; or all"});
 }
 
 int run_pc(const PcConfig& config) {

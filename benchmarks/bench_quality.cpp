@@ -146,11 +146,26 @@ std::vector<QualityRow> quality_rows(const QualityConfig& c, const View& view, c
   } else {
     probes.push_back(GuidedProbe::Full);
   }
+  const CustomWorkload<View, Visitor> w{v, "canopy-bench quality"};
+  // The compact-key schedule (HybridKey) at depth d, the CPU twin of the GPU's.
+  auto add_key = [&](int d, const char* name) {
+    TraversalOptions o;
+    o.schedule = ScheduleKind::HybridKey;
+    TraversalStats st;
+    st.depth = d;
+    CpuScratch cpu;
+    CallData call;
+    call.n = n;
+    schedule_on_cpu(cpu, w, view, v, call, o, st, nullptr);
+    add(name, d, cpu.order.data(), st.times.inspect_ms + st.times.schedule_ms);
+  };
+  add_key(key_depth(top_leaves_by_depth(view), n, has_home_hint_v<Visitor>), "hybrid-key (default depth)");
   for (int d : parse_depths(c.depths)) {
     if (d > view.height) {
       std::printf("(depth %d skipped: the tree has %d levels)\n", d, view.height);
       continue;
     }
+    add_key(d, "hybrid-key");
     for (GuidedProbe p : probes) {
       TraversalOptions o;
       o.probe = p;
@@ -163,7 +178,6 @@ std::vector<QualityRow> quality_rows(const QualityConfig& c, const View& view, c
       CpuScratch cpu;
       CallData call;
       call.n = n;
-      const CustomWorkload<View, Visitor> w{v, "canopy-bench quality"};
       schedule_on_cpu(cpu, w, view, v, call, o, st, nullptr);
       const std::vector<index_t>& order = cpu.order;
       const PhaseTimes& times = st.times;

@@ -175,10 +175,12 @@ void add_traversal_options(CLI::App& app, TraversalBenchConfig& c) {
   app.add_option("--softening", c.softening, "bh: softening length epsilon")->capture_default_str();
   add_suite_options(app, c.suite,
                     {"top-tree depth of the inspector, or auto (a quick trial on a sample) (0 = "
-                     "default: 8, bh 4, 12 for guided rows with probe none)",
+                     "default: hybrid-key's follows the query count; the others 8, bh 4, 12 for guided rows with "
+                     "probe none)",
                      "most points (bodies) per leaf",
-                     "comma list of independent, mask-lockstep, fsm-lockstep, mask-lockstep-sorted, "
-                     "fsm-lockstep-sorted, hybrid, independent-hybrid, hybrid-gpu-sandpile (bh) or "
+                     "comma list of independent, mask-lockstep, fsm-lockstep, sorted-independent, "
+                     "mask-lockstep-sorted, fsm-lockstep-sorted, hybrid-key, hybrid-key-independent, auto, "
+                     "hybrid, hybrid-independent, hybrid-gpu-sandpile (bh) or "
                      "hybrid-gpu-buckets (nn, knn, bt, vp); or all"});
   app.add_option("--probe", c.probe,
                  "nn family: how the guided inspector bounds a query's top-tree walk: full, lean, none, or auto "

@@ -194,6 +194,8 @@ void launch_executor(ExecutorKind k, const Topology& tree, const Visitor& v, con
       lockstep(fsm_lockstep_kernel<true, Topology, Visitor>, fsm_lockstep_kernel<false, Topology, Visitor>,
                "launch of fsm_lockstep_kernel");
       break;
+    case ExecutorKind::Auto:
+      throw Error("launch_executor: executor auto is resolved before a launch (the engine's run_call does)");
   }
 }
 

@@ -77,11 +77,45 @@ CANOPY_HD inline int preferred_child(const Visitor& v, const typename Visitor::S
   }
 }
 
+// The compact-key inspector (inspect_key, inspector/inspector.hpp) walks a query's top-tree
+// preferred child first when the visitor names one: a guided visitor's first_child(), or an
+// unguided visitor's optional `int home_child(const State&, node_id n)`, the child the query
+// lies in. The hint changes no visit and no result (executors ignore it for unguided visitors);
+// it is for visitors whose descend() also accepts far nodes (Barnes-Hut opens every cell that
+// is large for its distance), so that the first top-leaf their walk reaches is the query's own.
+template <class V, class = void>
+struct has_home_child_member : std::false_type {};
+template <class V>
+struct has_home_child_member<V, std::void_t<decltype(std::declval<const V&>().home_child(
+                                    std::declval<const typename V::State&>(), node_id{}))>> : std::true_type {};
+template <class V, class = void>
+struct has_home_hint : std::bool_constant<is_guided_v<V> || has_home_child_member<V>::value> {};
+template <class V>
+struct has_home_hint<V, std::void_t<decltype(V::kHomeHint)>> : std::bool_constant<V::kHomeHint> {};
+template <class V>
+inline constexpr bool has_home_hint_v = has_home_hint<V>::value;
+
+// The child the key inspector walks first: the visitor's hint, or child 0 without one.
+template <class Visitor>
+CANOPY_HD inline int home_child(const Visitor& v, const typename Visitor::State& s, node_id n) {
+  if constexpr (is_guided_v<Visitor>) {
+    return v.first_child(s, n);
+  } else if constexpr (has_home_hint_v<Visitor>) {
+    return v.home_child(s, n);
+  } else {
+    (void)v;
+    (void)s;
+    (void)n;
+    return 0;
+  }
+}
+
 // A visitor that forwards everything to an inner one: the wrappers (a pipeline chunk's query
 // offset, the schedule-quality visit sets) derive from it and replace what they change.
 template <class Inner>
 struct ForwardingVisitor {
   static constexpr bool kGuided = is_guided_v<Inner>;
+  static constexpr bool kHomeHint = has_home_hint_v<Inner>;
   using State = typename Inner::State;
   Inner inner;
 
@@ -89,6 +123,7 @@ struct ForwardingVisitor {
   CANOPY_HD bool descend(State& s, node_id n) const { return inner.descend(s, n); }
   CANOPY_HD void leaf(State& s, node_id n) const { inner.leaf(s, n); }
   CANOPY_HD int first_child(const State& s, node_id n) const { return preferred_child(inner, s, n); }
+  CANOPY_HD int home_child(const State& s, node_id n) const { return canopy::home_child(inner, s, n); }
   CANOPY_HD bool probe_satisfied(const State& s) const { return canopy::probe_satisfied(inner, s); }
   CANOPY_HD void finish(State& s, index_t q) const { inner.finish(s, q); }
 };
@@ -99,6 +134,7 @@ struct ForwardingVisitor {
 template <class Inner>
 struct TracingVisitor {
   static constexpr bool kGuided = is_guided_v<Inner>;
+  static constexpr bool kHomeHint = has_home_hint_v<Inner>;
   Inner inner;
   node_id* trace = nullptr;         // [queries][capacity]
   std::int32_t* lengths = nullptr;  // visits per query (may exceed capacity: then truncated)
@@ -119,6 +155,7 @@ struct TracingVisitor {
   }
   CANOPY_HD void leaf(State& s, node_id node) const { inner.leaf(s.inner, node); }
   CANOPY_HD int first_child(const State& s, node_id node) const { return preferred_child(inner, s.inner, node); }
+  CANOPY_HD int home_child(const State& s, node_id node) const { return canopy::home_child(inner, s.inner, node); }
   CANOPY_HD bool probe_satisfied(const State& s) const { return canopy::probe_satisfied(inner, s.inner); }
   CANOPY_HD void finish(State& s, index_t q) const {
     inner.finish(s.inner, q);

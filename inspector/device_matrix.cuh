@@ -35,9 +35,12 @@ struct DeviceTopTree {
 // at most kUnpackedRowWidth entries) or packed back to back.
 struct DeviceMatrix {
   bool guided = false;
+  bool keyed = false;  // HybridKey: one compact key per query instead of a row (reserve_keys)
   index_t rows = 0, cols = 0;
   index_t width = 0;  // guided: entries per row (GuidedRows::width)
   DeviceBuffer<std::uint64_t> bits;
+  DeviceBuffer<std::uint64_t> keys;            // keyed: [rows]
+  std::uint64_t max_key = 0;                   // keyed: the largest key possible (max_query_key)
   DeviceBuffer<std::int32_t> entries;
   DeviceBuffer<index_t> sizes;                 // guided: each row's packed size (length + 1)
   DeviceBuffer<unsigned long long> longest;    // guided: the longest row
@@ -82,6 +85,7 @@ struct DeviceMatrix {
   // Sizes the buffers for `n` rows over `top_leaves` columns (reused from call to call) and
   // makes them the matrix's shape.
   void reserve(bool is_guided, index_t n, index_t top_leaves, GuidedRows form, HostCopy copy, cudaStream_t s) {
+    keyed = false;
     guided = is_guided;
     rows = n;
     cols = top_leaves;
@@ -111,6 +115,18 @@ struct DeviceMatrix {
   }
 };
 
+// Compact keys (ScheduleKind::HybridKey) for `n` queries over `top_leaves` columns; they stay
+// on the device (the key sort is a device sort; the CPU twin computes its own).
+inline void reserve_keys(DeviceMatrix& m, index_t n, index_t top_leaves, cudaStream_t s) {
+  m.keyed = true;
+  m.guided = false;
+  m.to_host = false;
+  m.packed = false;
+  m.rows = n;
+  m.cols = top_leaves;
+  m.keys.reserve(static_cast<std::size_t>(n), "the schedule keys", s);
+}
+
 namespace gpu {
 
 // Step 1 of a GPU run: the inspector over queries 0..n-1 of `v` into m (reserve()d for them),
@@ -121,6 +137,11 @@ template <class Topology, class Visitor>
 void inspect(const Topology& tree, const TopTreeView& top, const Visitor& v, GuidedRows form, DeviceMatrix& m,
              cudaStream_t s) {
   const std::size_t n = static_cast<std::size_t>(m.rows);
+  if (m.keyed) {
+    m.max_key = max_query_key<Visitor>(top.n_leaves);
+    launch_key_inspector(tree, top, v, m.rows, m.keys.get(), s);
+    return;
+  }
   if constexpr (is_guided_v<Visitor>) {
     CANOPY_CUDA_CHECK(cudaMemsetAsync(m.longest.get(), 0, sizeof(unsigned long long), s));
     CANOPY_CUDA_CHECK(cudaMemsetAsync(m.sizes.get() + n, 0, sizeof(index_t), s));
@@ -145,7 +166,7 @@ void inspect(const Topology& tree, const TopTreeView& top, const Visitor& v, Gui
 // Packed guided rows: once their sizes are on the host, packs the rows at the scanned offsets
 // and copies them over, on stream s. Nothing to do for any other matrix.
 inline void finish_inspect(DeviceMatrix& m, cudaStream_t s) {
-  if (!m.guided || !m.packed) return;
+  if (m.keyed || !m.guided || !m.packed) return;
   CANOPY_CUDA_CHECK(cudaEventSynchronize(m.sized.get()));
   const std::size_t total = static_cast<std::size_t>(m.host_offsets.get()[m.rows]);
   m.packed_entries.reserve(total, "the packed guided rows", s);

@@ -77,6 +77,23 @@ inline void launch_pack_guided_rows(const std::int32_t* matrix, index_t width, i
 }
 
 template <class Topology, class Visitor>
+__global__ void __launch_bounds__(kInspectorBlock)
+key_inspector_kernel(Topology tree, TopTreeView top, Visitor v, index_t n, std::uint64_t* keys) {
+  const index_t q = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (q < n) keys[q] = inspect_key(tree, top, v, q);
+}
+
+// keys: [n], the compact key of each query (inspect_key).
+template <class Topology, class Visitor>
+void launch_key_inspector(const Topology& tree, const TopTreeView& top, const Visitor& v, index_t n,
+                          std::uint64_t* keys, cudaStream_t stream) {
+  if (n <= 0) return;
+  key_inspector_kernel<<<static_cast<unsigned>((n + kInspectorBlock - 1) / kInspectorBlock), kInspectorBlock, 0,
+                         stream>>>(tree, top, v, n, keys);
+  CANOPY_CUDA_CHECK_LAUNCH("key_inspector_kernel");
+}
+
+template <class Topology, class Visitor>
 void launch_inspector(const Topology& tree, const TopTreeView& top, const Visitor& v, index_t n,
                       std::uint64_t* matrix, cudaStream_t stream) {
   if (n <= 0) return;

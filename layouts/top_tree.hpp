@@ -27,6 +27,33 @@ struct TopTreeView {
   }
 };
 
+// leaves[d], d = 1..height: how many top-leaves the top-tree of depth d has (leaves[0] = 0).
+// One pass over the tree.
+template <class Topology>
+std::vector<index_t> top_leaves_by_depth(const Topology& tree) {
+  const int h = tree.height;
+  std::vector<index_t> nodes_at(static_cast<std::size_t>(h) + 1, 0), leaves_at(nodes_at);
+  std::vector<std::pair<node_id, int>> stack{{0, 0}};
+  while (!stack.empty()) {
+    const auto [n, d] = stack.back();
+    stack.pop_back();
+    if (d > h) continue;  // a malformed height: TopTree::build reports it
+    ++nodes_at[static_cast<std::size_t>(d)];
+    if (tree.is_leaf(n)) {
+      ++leaves_at[static_cast<std::size_t>(d)];
+      continue;
+    }
+    for (int i = 0; i < tree.child_count(n); ++i) stack.push_back({tree.child(n, i), d + 1});
+  }
+  std::vector<index_t> out(static_cast<std::size_t>(h) + 1, 0);
+  index_t shallower = 0;  // tree leaves above depth d - 1
+  for (int d = 1; d <= h; ++d) {
+    out[static_cast<std::size_t>(d)] = nodes_at[static_cast<std::size_t>(d - 1)] + shallower;
+    shallower += leaves_at[static_cast<std::size_t>(d - 1)];
+  }
+  return out;
+}
+
 class TopTree {
  public:
   // Topology: is_leaf / child_count / child and a `height` member. Depth must lie in

@@ -115,6 +115,20 @@ struct BarnesHutVisitor {
     return false;
   }
 
+  // The child cell the body lies in (the key inspector's hint; it changes no visit): opening
+  // criteria accept far cells that are large, so without it the first cell a walk reaches says
+  // little about where the body is.
+  CANOPY_HD int home_child(const State& s, node_id n) const {
+    const int count = tree.child_count(n);
+    for (int i = 0; i < count; ++i) {
+      float cx, cy, cz, half;
+      bh_detail::load4(tree.cube(tree.child(n, i)), cx, cy, cz, half);
+      const float ox = sub_rn(s.x, cx), oy = sub_rn(s.y, cy), oz = sub_rn(s.z, cz);
+      if (ox <= half && -ox <= half && oy <= half && -oy <= half && oz <= half && -oz <= half) return i;
+    }
+    return 0;
+  }
+
   CANOPY_HD void leaf(State& s, node_id n) const {
     const OctNode node = tree.nodes[n];
     for (index_t j = node.first; j < node.first + node.count; ++j) {

@@ -38,7 +38,8 @@ struct CustomWorkload {
 };
 
 // Runs n_queries traversals of `v` over `tree` on the CPU (TBB threads): inspector + CPU
-// scheduler for Hybrid/HybridDevice, then the executor (Independent: one task per query;
+// scheduler for the hybrid schedules (HybridKey's CPU twin included; auto: the input order),
+// then the executor (Independent: one task per query;
 // the lockstep kinds: the warp emulator, which also counts nodes per warp). Errors: a depth
 // outside 0..tree.height, schedule LeafSort, device gpu, n_queries < 0.
 template <class Topology, class Visitor>

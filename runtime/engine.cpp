@@ -1,6 +1,7 @@
 #include "runtime/engine.hpp"
 
 #include <algorithm>
+#include <mutex>
 #include <string>
 
 namespace canopy {
@@ -9,6 +10,8 @@ TraversalStats begin_call(const TraversalOptions& opt, Device held, const char* 
                           bool guided, bool builtin_tree) {
   if (opt.depth == kAutoDepth)
     throw Error(std::string(who) + ": depth auto is resolved before the run; this entry point takes a fixed depth");
+  if (opt.schedule == ScheduleKind::Auto || opt.executor == ExecutorKind::Auto)
+    throw Error(std::string(who) + ": schedule and executor auto are resolved before the run (run_call)");
   if (opt.depth < 0 || opt.depth > height)
     throw Error("depth = " + std::to_string(opt.depth) + " is deeper than the tree (it has " + std::to_string(height) +
                 " levels; use 1.." + std::to_string(height) + ")");
@@ -17,6 +20,8 @@ TraversalStats begin_call(const TraversalOptions& opt, Device held, const char* 
                 gpu_description() + ")");
   TraversalStats st;
   st.device = opt.device == Device::Cpu ? Device::Cpu : held;
+  st.schedule_kind = opt.schedule;
+  st.executor_kind = opt.executor;
   if (guided) {
     st.rows = guided_rows(opt, st.device, builtin_tree);
     if (builtin_tree) default_depth = guided_default_depth(opt, st.device);
@@ -73,12 +78,133 @@ std::vector<index_t> chunk_boundaries(index_t n, index_t chunk, bool ramp) {
   return b;
 }
 
-std::size_t pipeline_bytes_per_query(bool guided, index_t row_entries) {
+std::size_t pipeline_bytes_per_query(ScheduleKind kind, bool guided, index_t row_entries) {
   // Two slots; guided rows plus their packed copy; the device schedulers' sorts.
   const std::size_t sort = 6 * sizeof(index_t) + 2 * sizeof(std::uint64_t);
+  // Keys: two slots of keys, the radix sort's keys in and out, ids and its scratch (about n).
+  if (kind == ScheduleKind::HybridKey) return 5 * sizeof(std::uint64_t) + 2 * sizeof(index_t) + 2;
   const std::size_t cols = static_cast<std::size_t>(row_entries);
   if (guided) return 2 * (2 * sizeof(std::int32_t) * cols + 3 * sizeof(index_t)) + sort;
   return 2 * sizeof(std::uint64_t) * static_cast<std::size_t>(words_per_row(row_entries)) + sort;
+}
+
+int key_depth(const std::vector<index_t>& leaves, index_t n, bool hinted) {
+  const int height = static_cast<int>(leaves.size()) - 1;
+  const index_t per = hinted ? kHintedKeyQueriesPerLeaf : kKeyQueriesPerLeaf;
+  const index_t want = (n + per - 1) / per;
+  for (int d = 1; d <= height; ++d)
+    if (leaves[static_cast<std::size_t>(d)] >= want) return d;
+  return std::max(1, height);
+}
+
+std::vector<AutoPick> auto_candidates(const TraversalOptions& opt, Device device, bool sort_key) {
+  const bool any_schedule = opt.schedule == ScheduleKind::Auto, any_executor = opt.executor == ExecutorKind::Auto;
+  if (device != Device::Gpu) {
+    return {{any_schedule ? ScheduleKind::InputOrder : opt.schedule,
+             any_executor ? ExecutorKind::Independent : opt.executor}};
+  }
+  std::vector<ScheduleKind> schedules{opt.schedule};
+  if (any_schedule) {
+    schedules = {ScheduleKind::HybridKey};
+    if (sort_key) schedules.push_back(ScheduleKind::LeafSort);
+    schedules.push_back(ScheduleKind::InputOrder);
+  }
+  std::vector<AutoPick> out;
+  for (ScheduleKind s : schedules) {
+    // Lockstep pays off only over an order that groups similar queries; it goes first there.
+    const bool sorted = s != ScheduleKind::InputOrder;
+    if (!any_executor) {
+      out.push_back({s, opt.executor});
+    } else if (sorted) {
+      out.push_back({s, ExecutorKind::FsmLockstep});
+      out.push_back({s, ExecutorKind::Independent});
+    } else {
+      out.push_back({s, ExecutorKind::Independent});
+      if (!any_schedule) out.push_back({s, ExecutorKind::FsmLockstep});
+    }
+  }
+  return out;
+}
+
+std::vector<index_t> block_sample(const index_t* order, index_t n, index_t m, int blocks) {
+  std::vector<index_t> rows;
+  if (m >= n || blocks < 1) {
+    rows.resize(static_cast<std::size_t>(n));
+    for (index_t i = 0; i < n; ++i) rows[i] = order ? order[i] : i;
+  } else {
+    const index_t each = std::max<index_t>(1, m / blocks);
+    for (int b = 0; b < blocks; ++b) {
+      // Block b starts at the b-th of `blocks` even divisions of the room left beside the blocks.
+      const index_t start = static_cast<index_t>((n - each * blocks) * static_cast<double>(b) / std::max(1, blocks - 1));
+      const index_t first = std::min(start + b * each, n - each);
+      for (index_t i = first; i < first + each; ++i) rows.push_back(order ? order[i] : i);
+    }
+  }
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
+namespace {
+std::mutex auto_mutex;
+std::vector<std::pair<AutoChoice::Key, AutoPick>>& auto_picks() {
+  static std::vector<std::pair<AutoChoice::Key, AutoPick>> picks;
+  return picks;
+}
+int scale_of(index_t n) {
+  int s = 0;
+  while ((index_t{1} << s) < n) ++s;
+  return s;
+}
+}  // namespace
+
+bool AutoChoice::Key::operator==(const Key& o) const {
+  return workload == o.workload && height == o.height && tree_scale == o.tree_scale && scale == o.scale &&
+         device == o.device && schedule == o.schedule && executor == o.executor && depth == o.depth &&
+         pipeline == o.pipeline && budget == o.budget && probe == o.probe && row_cap == o.row_cap;
+}
+
+AutoChoice::Key AutoChoice::key(std::size_t workload, int height, index_t tree_leaves, index_t n, Device device,
+                                const TraversalOptions& opt) {
+  Key k;
+  k.workload = workload;
+  k.height = height;
+  k.tree_scale = scale_of(tree_leaves);
+  k.scale = scale_of(n);
+  k.device = static_cast<int>(device);
+  k.schedule = static_cast<int>(opt.schedule);
+  k.executor = static_cast<int>(opt.executor);
+  k.depth = opt.depth;
+  k.pipeline = opt.pipeline ? 1 : 0;
+  k.budget = opt.memory_budget > 0 ? 1 : 0;
+  k.probe = opt.probe ? static_cast<int>(*opt.probe) + 1 : 0;
+  k.row_cap = opt.row_cap;
+  return k;
+}
+
+bool AutoChoice::find(const Key& k, AutoPick* pick) {
+  std::lock_guard<std::mutex> lock(auto_mutex);
+  for (const auto& [key, p] : auto_picks())
+    if (key == k) {
+      *pick = p;
+      return true;
+    }
+  return false;
+}
+
+void AutoChoice::remember(const Key& k, AutoPick pick) {
+  std::lock_guard<std::mutex> lock(auto_mutex);
+  for (auto& [key, p] : auto_picks())
+    if (key == k) {
+      p = pick;
+      return;
+    }
+  auto_picks().push_back({k, pick});
+}
+
+void AutoChoice::forget_all() {
+  std::lock_guard<std::mutex> lock(auto_mutex);
+  auto_picks().clear();
 }
 
 namespace {
@@ -106,6 +232,8 @@ void append_batch(TraversalStats& all, TraversalStats&& part, index_t first, boo
   if (first_batch) {
     all.device = part.device;
     all.depth = part.depth;
+    all.schedule_kind = part.schedule_kind;
+    all.executor_kind = part.executor_kind;
   }
   all.times.inspect_ms += part.times.inspect_ms;
   all.times.schedule_ms += part.times.schedule_ms;

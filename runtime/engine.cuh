@@ -1,8 +1,8 @@
 // The GPU half of the traversal engine (runtime/engine.hpp): one call of a workload on the GPU
 // as explicit steps with explicit data,
 //   inspect  (inspector/device_matrix.cuh)     queries through the top-tree -> a DeviceMatrix
-//   schedule (scheduler/device_schedule.hpp,   the matrix (or a sort key)   -> a DeviceSchedule
-//             scheduler/key_sort.cuh)
+//   schedule (scheduler/device_schedule.hpp,   the matrix, its keys or a    -> a DeviceSchedule
+//             scheduler/key_sort.cuh)       sort key
 //   execute  (gpu::execute below)              the schedule                 -> the results
 // or the same steps overlapped chunk by chunk (runtime/pipeline.cuh). Each step may be called on
 // its own (the tests do). Include from .cu files only.
@@ -92,11 +92,12 @@ void run_on_gpu(GpuResources& g, const W& w, const typename W::View& host, const
   w.with_visitor(device, call.queries, call.outputs, [&](const auto& v) {
     const DeviceSchedule* schedule = nullptr;  // null: the input order
     bool pipelined = false;
-    if (opt.schedule == ScheduleKind::Hybrid || opt.schedule == ScheduleKind::HybridDevice) {
+    if (uses_top_tree(opt.schedule)) {
       const TopTree top = TopTree::build(W::topology(host), st.depth);
+      const bool keyed = opt.schedule == ScheduleKind::HybridKey;
       const index_t entries = W::kGuided ? st.rows.width(top.size()) : top.size();
       const RunPlan plan = plan_run(opt, n, fp.tree, fp.tree + static_cast<std::size_t>(n) * fp.per_query,
-                                    pipeline_bytes_per_query(W::kGuided, entries), gpu_free_memory());
+                                    pipeline_bytes_per_query(opt.schedule, W::kGuided, entries), gpu_free_memory());
       g.schedule.size = n;
       if (plan.pipelined) {
         const std::vector<index_t> chunks = chunk_boundaries(n, plan.chunk, pipeline_ramps(opt));
@@ -119,7 +120,10 @@ void run_on_gpu(GpuResources& g, const W& w, const typename W::View& host, const
       } else {
         const bool to_host = DeviceScheduler::on_host(opt.schedule, W::kGuided, top, n);
         g.top.upload(top, s);
-        g.matrix.reserve(W::kGuided, n, top.size(), st.rows, to_host ? HostCopy::Auto : HostCopy::None, s);
+        if (keyed)
+          reserve_keys(g.matrix, n, top.size(), s);
+        else
+          g.matrix.reserve(W::kGuided, n, top.size(), st.rows, to_host ? HostCopy::Auto : HostCopy::None, s);
         st.times.inspect_ms = g.time([&] {
           gpu::inspect(tree, g.top.view, v, st.rows, g.matrix, s);
           gpu::finish_inspect(g.matrix, s);

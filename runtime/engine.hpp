@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -90,9 +91,14 @@ std::vector<index_t> chunk_boundaries(index_t n, index_t chunk, bool ramp);
 inline bool pipeline_ramps(const TraversalOptions& opt) {
   return opt.pipeline_ramp && opt.schedule == ScheduleKind::Hybrid;
 }
-// Device bytes per query of a chunk the pipeline's two buffer slots need; row_entries: the
-// top-leaves (unguided) or the entries per guided row (GuidedRows::width).
-std::size_t pipeline_bytes_per_query(bool guided, index_t row_entries);
+// Device bytes per query of a chunk the pipeline's two buffer slots need under schedule `kind`;
+// row_entries: the top-leaves (unguided) or the entries per guided row (GuidedRows::width).
+std::size_t pipeline_bytes_per_query(ScheduleKind kind, bool guided, index_t row_entries);
+
+// HybridKey's top-tree depth for n queries: the shallowest depth whose top-tree has at least
+// n / kKeyQueriesPerLeaf top-leaves (n / kHintedKeyQueriesPerLeaf for a key with a home hint),
+// else the tree's height. leaves: top_leaves_by_depth(tree).
+int key_depth(const std::vector<index_t>& leaves, index_t n, bool hinted);
 
 // m query indices spread evenly over 0..n-1 (all of them when m >= n): row i is i * n / m.
 std::vector<index_t> spread_sample(index_t n, index_t m);
@@ -133,8 +139,7 @@ template <class Trial>
 int AutoDepth::choose(const TraversalOptions& opt, Device device, index_t n, int height, int default_depth,
                       Trial&& trial, double* trial_ms) {
   *trial_ms = 0;
-  if (n == 0 || (opt.schedule != ScheduleKind::Hybrid && opt.schedule != ScheduleKind::HybridDevice))
-    return std::min(default_depth, height);
+  if (n == 0 || !uses_top_tree(opt.schedule)) return std::min(default_depth, height);
   int scale = 0;
   while ((index_t{1} << scale) < n) ++scale;
   const GuidedRows g = guided_rows(opt, device);
@@ -177,6 +182,20 @@ const index_t* schedule_on_cpu(CpuScratch& cpu, const W& w, const typename W::Vi
                                std::vector<index_t>* buckets) {
   const auto& tree = W::topology(view);
   const index_t n = call.n;
+  if (opt.schedule == ScheduleKind::HybridKey) {
+    // The GPU's keys and order, bit for bit: the same inspect_key, the same stable order.
+    auto t0 = std::chrono::steady_clock::now();
+    const TopTree top = TopTree::build(tree, st.depth);
+    std::vector<std::uint64_t> keys(static_cast<std::size_t>(n));
+    inspect_keys_cpu(tree, top.view(), v, n, keys.data());
+    st.times.inspect_ms = ms_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    Schedule sorted = sort_by_key(keys.data(), n);
+    st.times.schedule_ms = ms_since(t0);
+    cpu.order.swap(sorted.order);
+    if (buckets) buckets->swap(sorted.bucket_offsets);
+    return cpu.order.data();
+  }
   if (opt.schedule == ScheduleKind::Hybrid || opt.schedule == ScheduleKind::HybridDevice) {
     auto t0 = std::chrono::steady_clock::now();
     const TopTree top = TopTree::build(tree, st.depth);
@@ -255,10 +274,57 @@ class GpuPart {
   virtual std::size_t tree_bytes() const = 0;
 };
 
+// ---- Auto: the executor and the schedule chosen per input -----------------------------------------
+
+// A trial of ExecutorKind::Auto / ScheduleKind::Auto runs each candidate on this many queries
+// (all of them when there are fewer, or when the workload holds its own queries), in
+// kAutoBlocks blocks of consecutive positions spread over the call: positions of the input for
+// the input order, of the call's own compact-key schedule for the sorted candidates, so that
+// each runs at the density and in the order it would meet in the whole call.
+constexpr index_t kAutoSample = index_t{1} << 20;
+constexpr int kAutoBlocks = 8;
+
+struct AutoPick {
+  ScheduleKind schedule;
+  ExecutorKind executor;
+};
+
+// What an Auto call on `device` chooses between, the one the call itself runs first. On the
+// GPU: HybridKey and LeafSort (where the workload has a sort key) under FSM lockstep and
+// independent threads, and the input order under independent threads; a kind the options fix
+// stays fixed. On the CPU no trial: independent tasks over the input order (the lockstep kinds
+// are the warp emulator, there to count nodes).
+std::vector<AutoPick> auto_candidates(const TraversalOptions& opt, Device device, bool sort_key);
+
+// m query indices (ascending) taken as `blocks` runs of consecutive positions of `order` (null:
+// the input order) spread evenly over 0..n-1; all of them when m >= n.
+std::vector<index_t> block_sample(const index_t* order, index_t n, index_t m, int blocks);
+
+// Auto's picks, process-wide (a simulation that rebuilds its tree every step pays for one trial,
+// not one per tree): per workload type, tree shape (height, and the power of two of its leaf
+// count), batch-size class (the power of two of the query count), device and the options that
+// shape a run. Thread-safe.
+class AutoChoice {
+ public:
+  struct Key {
+    std::size_t workload = 0;
+    int height = 0, tree_scale = 0, scale = 0;
+    int device = 0, schedule = 0, executor = 0, depth = 0, pipeline = 0, budget = 0, probe = 0;
+    index_t row_cap = 0;
+    bool operator==(const Key& o) const;
+  };
+  static Key key(std::size_t workload, int height, index_t tree_leaves, index_t n, Device device,
+                 const TraversalOptions& opt);
+  static bool find(const Key& k, AutoPick* pick);
+  static void remember(const Key& k, AutoPick pick);
+  static void forget_all();  // tests
+};
+
 // What a workload's calls keep from one to the next on a host thread.
 struct EngineState {
   CpuScratch cpu;
   AutoDepth auto_depth;
+  std::vector<index_t> top_leaves;  // top_leaves_by_depth of the engine's tree, once needed
 };
 
 namespace detail {
@@ -292,10 +358,28 @@ void check_call(const W& w, const CallData& call, const TraversalOptions& opt) {
                       "hybrid or hybrid-device");
 }
 
+// Whether the key inspector walks the workload's queries with a home hint (has_home_hint_v).
+template <class W>
+bool workload_hinted(const W& w, const typename W::View& view) {
+  bool hinted = false;
+  void* none[2] = {nullptr, nullptr};
+  w.with_visitor(view, nullptr, none, [&](const auto& v) { hinted = has_home_hint_v<std::decay_t<decltype(v)>>; });
+  return hinted;
+}
+
+// HybridKey's depth for n queries over the engine's tree (key_depth).
+template <class W>
+int workload_key_depth(const W& w, const typename W::View& view, EngineState& state, index_t n) {
+  if (state.top_leaves.empty()) state.top_leaves = top_leaves_by_depth(W::topology(view));
+  return key_depth(state.top_leaves, n, workload_hinted(w, view));
+}
+
 // The top-tree depth that depth 0 stands for before it is capped at the tree's height (the
 // centre of depth auto's trial).
 template <class W>
-int uncapped_default_depth(const W& w, const TraversalOptions& opt, Device where) {
+int uncapped_default_depth(const W& w, const typename W::View& view, EngineState& state, index_t n,
+                           const TraversalOptions& opt, Device where) {
+  if (opt.schedule == ScheduleKind::HybridKey) return workload_key_depth(w, view, state, n);
   return W::kGuided && W::kBuiltinTree ? guided_default_depth(opt, where) : w.default_depth;
 }
 
@@ -351,9 +435,109 @@ TraversalStats run_fixed(const W& w, const typename W::View& view, Device held, 
 // each on the CPU or the GPU.
 template <class W>
 TraversalStats run_call(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
+                        const CallData& call, const TraversalOptions& opt);
+
+namespace detail {
+
+// An Auto call: the remembered pick, or the call under the first candidate followed by the trial
+// of every candidate (kAutoSample), whose fastest is remembered for the calls that follow.
+template <class W>
+TraversalStats run_auto(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
+                        const CallData& call, const TraversalOptions& opt) {
+  const Device where = opt.device == Device::Cpu ? Device::Cpu : held;
+  const std::vector<AutoPick> candidates = auto_candidates(opt, where, W::kSortKey);
+  TraversalOptions o = opt;
+  auto take = [&](AutoPick p) {
+    o.schedule = p.schedule;
+    o.executor = p.executor;
+  };
+  if (candidates.size() == 1 || call.n == 0) {
+    take(candidates.front());
+    return run_call(w, view, held, gpu, state, call, o);
+  }
+  const auto& tree = W::topology(view);
+  if (state.top_leaves.empty()) state.top_leaves = top_leaves_by_depth(tree);
+  const AutoChoice::Key key =
+      AutoChoice::key(typeid(W).hash_code(), tree.height, state.top_leaves.back(), call.n, where, opt);
+  AutoPick pick{};
+  if (AutoChoice::find(key, &pick)) {
+    take(pick);
+    return run_call(w, view, held, gpu, state, call, o);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const index_t n = call.n;
+  const bool sampled = w.query_dims > 0 && n > kAutoSample;
+  take(candidates.front());
+  o.keep_schedule = opt.keep_schedule || sampled;
+  TraversalStats st = run_call(w, view, held, gpu, state, call, o);
+  const double call_ms = ms_since(t0);
+
+  // The trial's data: samples of the call (gathered to the host), or the call itself.
+  const std::vector<float> staged = host_copy_of_queries(call.queries, n, w.query_dims, opt.stream);
+  const float* queries = staged.empty() ? call.queries : staged.data();
+  struct Sample {
+    std::vector<float> queries;
+    std::unique_ptr<ScratchOutputs> out;
+    CallData data;
+  };
+  auto make_sample = [&](const std::vector<index_t>* rows) {
+    Sample s;
+    s.data.n = rows ? static_cast<index_t>(rows->size()) : n;
+    if (rows) s.queries = gather_rows(queries, w.query_dims, *rows);
+    s.data.queries = rows ? s.queries.data() : call.queries;
+    s.out = std::make_unique<ScratchOutputs>(w.output_bytes, s.data.n);
+    s.data.outputs[0] = s.out->ptr[0];
+    s.data.outputs[1] = s.out->ptr[1];
+    return s;
+  };
+  Sample in_order, sorted;
+  if (sampled) {
+    const std::vector<index_t> a = block_sample(nullptr, n, kAutoSample, kAutoBlocks);
+    const std::vector<index_t> b = block_sample(st.schedule.order.data(), n, kAutoSample, kAutoBlocks);
+    in_order = make_sample(&a);
+    sorted = make_sample(&b);
+  } else {
+    in_order = make_sample(nullptr);
+  }
+  // A sample runs at the whole call's depth: its blocks have the call's density.
+  const int depth = opt.depth == kAutoDepth ? 0 : opt.depth;
+  const int full_key_depth = workload_key_depth(w, view, state, n);
+  double best = 0;
+  pick = candidates.front();
+  for (const AutoPick& c : candidates) {
+    TraversalOptions t = trial_options(opt, depth);
+    t.schedule = c.schedule;
+    t.executor = c.executor;
+    if (c.schedule == ScheduleKind::HybridKey && depth == 0) t.depth = full_key_depth;
+    const Sample& s = sampled && c.schedule != ScheduleKind::InputOrder ? sorted : in_order;
+    auto once = [&] { return run_ms(run_call(w, view, held, gpu, state, s.data, t)); };
+    double ms = once();  // warm-up (buffers sized), and a first measure
+    if (best == 0 || ms < 2 * best) ms = std::min(once(), once());
+    if (best == 0 || ms < best) {
+      best = ms;
+      pick = c;
+    }
+  }
+  AutoChoice::remember(key, pick);
+  st.auto_trial_ms = ms_since(t0) - call_ms;
+  if (!opt.keep_schedule) st.schedule = Schedule{};
+  return st;
+}
+
+}  // namespace detail
+
+template <class W>
+TraversalStats run_call(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
                         const CallData& call, const TraversalOptions& opt) {
   detail::check_call(w, call, opt);
+  if (opt.schedule == ScheduleKind::Auto || opt.executor == ExecutorKind::Auto)
+    return detail::run_auto(w, view, held, gpu, state, call, opt);
   const int height = W::topology(view).height;
+  if (opt.schedule == ScheduleKind::HybridKey && opt.depth == 0 && call.n > 0) {
+    TraversalOptions o = opt;
+    o.depth = std::min(height, detail::workload_key_depth(w, view, state, call.n));
+    return run_call(w, view, held, gpu, state, call, o);
+  }
   if (opt.depth == kAutoDepth) {
     const Device where = opt.device == Device::Cpu ? Device::Cpu : held;
     const std::vector<float> staged = detail::host_copy_of_queries(call.queries, call.n, w.query_dims, opt.stream);
@@ -366,7 +550,7 @@ TraversalStats run_call(const W& w, const typename W::View& view, Device held, G
     CallData t;
     TraversalOptions chosen = opt;
     chosen.depth = state.auto_depth.choose(
-        opt, where, call.n, height, detail::uncapped_default_depth(w, opt, where),
+        opt, where, call.n, height, detail::uncapped_default_depth(w, view, state, call.n, opt, where),
         [&](int d, const std::vector<index_t>& rows) {
           if (!out) {
             if (w.query_dims > 0) sample = gather_rows(queries, w.query_dims, rows);
@@ -390,9 +574,9 @@ TraversalStats run_call(const W& w, const typename W::View& view, Device held, G
     const TraversalStats plan = begin_call(opt, held, w.name, height, w.default_depth, W::kGuided, W::kBuiltinTree);
     const TopTree top = TopTree::build(W::topology(view), plan.depth);
     const std::size_t per_query = w.query_dims * sizeof(float) + w.output_bytes[0] + w.output_bytes[1];
-    const index_t batch =
-        budget_batch(opt, call.n, gpu->tree_bytes(), per_query,
-                     pipeline_bytes_per_query(W::kGuided, W::kGuided ? plan.rows.width(top.size()) : top.size()));
+    const index_t batch = budget_batch(
+        opt, call.n, gpu->tree_bytes(), per_query,
+        pipeline_bytes_per_query(opt.schedule, W::kGuided, W::kGuided ? plan.rows.width(top.size()) : top.size()));
     if (batch < call.n) {
       TraversalStats all;
       for (index_t a = 0; a < call.n; a += batch) {

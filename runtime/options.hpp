@@ -26,12 +26,24 @@ constexpr int kDefaultPositionalDepth = 12;
 constexpr index_t kDefaultPositionalRowCap = 32;
 // Depth value that asks for the automatic choice (AutoDepth, runtime/engine.hpp).
 constexpr int kAutoDepth = -1;
+// HybridKey's depth 0: the shallowest top-tree with at least one top-leaf per this many queries
+// (key_depth, runtime/engine.hpp). A key with a home hint (guided visitors, Barnes-Hut) names
+// the top-leaf a query lies in, so finer is better, to buckets of a few queries; the two-ended
+// key of unguided visitors splits each top-leaf's queries further by their reach: as good at a
+// hundred queries per top-leaf as at twenty, and a smaller top-tree stays in the L2 cache
+// (measured: docs/design.md, "The compact key").
+constexpr index_t kKeyQueriesPerLeaf = 128;
+constexpr index_t kHintedKeyQueriesPerLeaf = 4;
 
 struct TraversalOptions {
   Device device = Device::Auto;
-  ExecutorKind executor = ExecutorKind::FsmLockstep;
-  ScheduleKind schedule = ScheduleKind::HybridDevice;
-  int depth = 0;                 // top-tree depth for Hybrid: 1..tree height, 0 = default,
+  // Auto: the runtime picks the executor and the schedule for this tree, visitor and batch size
+  // by a trial and remembers the pick (AutoChoice, runtime/engine.hpp); TraversalStats says
+  // which ran.
+  ExecutorKind executor = ExecutorKind::Auto;
+  ScheduleKind schedule = ScheduleKind::Auto;
+  int depth = 0;                 // top-tree depth of the hybrid schedules: 1..tree height, 0 =
+                                 // default (HybridKey: key_depth; the others kDefaultTopTreeDepth),
                                  // kAutoDepth = a quick trial (AutoDepth)
   bool count_nodes = false;      // also run the CPU warp emulator on the same schedule
   bool gpu_count_nodes = false;  // GPU lockstep: instrumented kernel's per-warp node counts
@@ -45,7 +57,7 @@ struct TraversalOptions {
   std::optional<GuidedProbe> probe;
   index_t row_cap = 0;
 
-  // The pipeline (GPU; schedule Hybrid or HybridDevice): the queries in chunks; chunk i+1's
+  // The pipeline (GPU; the hybrid schedules): the queries in chunks; chunk i+1's
   // inspection, chunk i's scheduling (on TBB threads) and chunk i-1's execution overlap, on
   // two CUDA streams. Results are those of any other schedule; the schedule is the chunks'
   // schedules one after the other.
@@ -105,7 +117,10 @@ struct PhaseTimes {
 struct TraversalStats {
   PhaseTimes times;
   Device device = Device::Cpu;  // where it ran
-  int depth = 0;                // top-tree depth used (Hybrid)
+  ScheduleKind schedule_kind = ScheduleKind::InputOrder;   // what ran (Auto resolved)
+  ExecutorKind executor_kind = ExecutorKind::Independent;  // what ran (Auto resolved)
+  double auto_trial_ms = 0;     // Auto: what its trial cost (0 when a remembered pick was used)
+  int depth = 0;                // top-tree depth used (the hybrid schedules)
   GuidedRows rows;              // guided Hybrid: how the inspector formed its rows
   double depth_trial_ms = 0;    // kAutoDepth: what the trial cost (0 when a cached choice was used)
   Schedule schedule;            // keep_schedule: the order the executor ran the queries in

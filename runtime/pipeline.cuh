@@ -23,6 +23,7 @@
 #include "scheduler/device_schedule.hpp"
 #include "scheduler/guided.hpp"
 #include "scheduler/guided_gpu.hpp"
+#include "scheduler/key_sort.cuh"
 #include "scheduler/sandpile_gpu.hpp"
 #include "scheduler/schedule.hpp"
 
@@ -41,7 +42,7 @@ struct ChunkVisitor : ForwardingVisitor<Inner> {
 
 // What a pipelined run does, beside the tree, visitor and chunks.
 struct PipelineRun {
-  ScheduleKind kind = ScheduleKind::Hybrid;  // Hybrid: the CPU scheduler; HybridDevice: the device's
+  ScheduleKind kind = ScheduleKind::Hybrid;  // Hybrid: the CPU scheduler; HybridDevice, HybridKey: the device's
   ExecutorKind executor = ExecutorKind::FsmLockstep;
   GuidedRows rows;               // how a guided inspector forms its rows
   bool inspector_first = true;   // inspect on a high-priority stream (opt.pipeline_inspector_first)
@@ -74,12 +75,15 @@ class Pipeline {
     }
     top_.upload(top, s1);
     rows_ = r.rows;
+    keyed_ = r.kind == ScheduleKind::HybridKey;
     on_device_ = r.kind == ScheduleKind::HybridDevice;
     if constexpr (guided) on_device_ = on_device_ && DeviceGuidedScheduler::supports(top.parents().data(), top.size(), st.chunk);
+    on_device_ = on_device_ || keyed_;
     for (Slot& sl : slot_) {  // at their largest now, so that no buffer grows during the run
-      sl.matrix.reserve(guided, st.chunk, top.size(), rows_, on_device_ ? HostCopy::None : HostCopy::Auto, s1);
+      reserve_matrix(sl, guided, st.chunk, top.size(), s1);
       sl.matrix.reserve_packed(st.chunk, s1);
-      if (on_device_ && guided) sl.heads.reserve(static_cast<std::size_t>(st.chunk), "the chunk's bucket heads", s1);
+      if (on_device_ && guided && !keyed_)
+        sl.heads.reserve(static_cast<std::size_t>(st.chunk), "the chunk's bucket heads", s1);
       if (!on_device_) sl.host_order.reserve(static_cast<std::size_t>(st.chunk));
     }
     CANOPY_CUDA_CHECK(cudaStreamSynchronize(s1));
@@ -143,12 +147,14 @@ class Pipeline {
   void enqueue_inspect(const Topology& tree, const TopTree& top, const Visitor& v, index_t first, index_t m,
                        index_t* order, Slot& sl) {
     const cudaStream_t s = inspect_;
-    sl.matrix.reserve(is_guided_v<Visitor>, m, top.size(), rows_, on_device_ ? HostCopy::None : HostCopy::Auto, s);
+    reserve_matrix(sl, is_guided_v<Visitor>, m, top.size(), s);
     sl.inspect_start.record(s);
     gpu::inspect(tree, top_.view, ChunkVisitor<Visitor>{{v}, first}, rows_, sl.matrix, s);
     if (on_device_) {
       sl.inspect_stop.record(s);
-      if constexpr (is_guided_v<Visitor>)
+      if (keyed_)
+        gpu::sort_stored_keys(sl.matrix.keys.get(), sl.matrix.max_key, m, key_sort_, order + first, nullptr, s);
+      else if constexpr (is_guided_v<Visitor>)
         guided_.run(sl.matrix.entries.get(), m, sl.matrix.cols, sl.matrix.width, top.parents().data(), order + first,
                     sl.heads.get(), s);
       else
@@ -157,6 +163,14 @@ class Pipeline {
       DeviceScheduler::offset(order + first, m, first, s);
     }
     if (!sl.matrix.packed) sl.ready.record(s);  // packed rows: finish_inspect records it
+  }
+
+  // A slot's matrix for m queries: keys, or rows (copied to the host for the host scheduler).
+  void reserve_matrix(Slot& sl, bool guided, index_t m, index_t top_leaves, cudaStream_t s) {
+    if (keyed_)
+      reserve_keys(sl.matrix, m, top_leaves, s);
+    else
+      sl.matrix.reserve(guided, m, top_leaves, rows_, on_device_ ? HostCopy::None : HostCopy::Auto, s);
   }
 
   // Packed guided rows: pack them at the scanned offsets and copy them over.
@@ -189,8 +203,9 @@ class Pipeline {
   SandpileScheduler cpu_sandpile_;
   DeviceSandpile sandpile_;
   DeviceGuidedScheduler guided_;
+  KeySortScratch key_sort_;  // HybridKey's sorts: only on the inspect stream, so it may grow there
   GuidedRows rows_;
-  bool on_device_ = false;
+  bool on_device_ = false, keyed_ = false;
 };
 
 }  // namespace detail

@@ -3,6 +3,7 @@
 #include "core/cuda.cuh"
 #include "inspector/device_matrix.cuh"
 #include "scheduler/guided.hpp"
+#include "scheduler/key_sort.cuh"
 
 namespace canopy {
 namespace {
@@ -31,6 +32,9 @@ __global__ void __launch_bounds__(kBlock) offset_kernel(index_t* order, index_t 
 
 }  // namespace
 
+DeviceScheduler::DeviceScheduler() : key_sort_(std::make_unique<KeySortScratch>()) {}
+DeviceScheduler::~DeviceScheduler() = default;
+
 void DeviceScheduler::offset(index_t* order, index_t n, index_t first, stream_t stream) {
   if (n <= 0) return;
   offset_kernel<<<static_cast<unsigned>((n + kBlock - 1) / kBlock), kBlock, 0, stream>>>(order, n, first);
@@ -38,6 +42,7 @@ void DeviceScheduler::offset(index_t* order, index_t n, index_t first, stream_t 
 }
 
 bool DeviceScheduler::on_host(ScheduleKind kind, bool guided, const TopTree& top, index_t rows) {
+  if (kind == ScheduleKind::HybridKey) return false;
   if (kind == ScheduleKind::Hybrid) return true;
   return kind == ScheduleKind::HybridDevice && guided &&
          !DeviceGuidedScheduler::supports(top.parents().data(), top.size(), rows);
@@ -51,6 +56,13 @@ void DeviceScheduler::schedule(const DeviceMatrix& m, ScheduleKind kind, const T
   out.has_heads = false;
   out.order.reserve(static_cast<std::size_t>(n), "the schedule", stream);
   if (n == 0) return;
+  if (m.keyed) {
+    if (buckets) out.heads.reserve(static_cast<std::size_t>(n), "the schedule's bucket heads", stream);
+    gpu::sort_stored_keys(m.keys.get(), m.max_key, n, *key_sort_, out.order.get(), buckets ? out.heads.get() : nullptr,
+                          stream);
+    out.has_heads = buckets;
+    return;
+  }
   if (on_host(kind, m.guided, top, n)) {
     staging_.reserve(static_cast<std::size_t>(n));  // pinned: the upload is a true asynchronous copy
     std::vector<index_t>* want = buckets ? &out.buckets : nullptr;

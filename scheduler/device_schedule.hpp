@@ -3,10 +3,11 @@
 // matrix's host copy through the CPU scheduler (the sandpile for unguided rows, the recursive
 // buckets for guided ones) and uploads the order; HybridDevice computes the same order, bit for
 // bit, on the device (guided rows: where DeviceGuidedScheduler::supports() the top-tree, else
-// on the host too). CUDA-free.
+// on the host too). HybridKey sorts the inspector's compact keys on the device. CUDA-free.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/device_buffer.hpp"
@@ -18,6 +19,7 @@
 namespace canopy {
 
 struct DeviceMatrix;
+struct KeySortScratch;
 
 // An execution order in device memory and what is known of its buckets.
 struct DeviceSchedule {
@@ -33,12 +35,15 @@ struct DeviceSchedule {
 // Owns the schedulers' scratch memory (host and device), reused from call to call.
 class DeviceScheduler {
  public:
+  DeviceScheduler();
+  ~DeviceScheduler();
   // Whether `kind` reads the matrix on the host (the inspector must then copy it there).
   static bool on_host(ScheduleKind kind, bool guided, const TopTree& top, index_t rows);
 
-  // The schedule of m's rows (queries 0 .. m.rows-1) under `kind` (Hybrid or HybridDevice),
-  // into out, on `stream`; with `buckets`, out also learns its buckets. The host path returns
-  // once its order is uploaded; the device path enqueues (its guided levels wait for the host).
+  // The schedule of m's rows (queries 0 .. m.rows-1) under `kind` (Hybrid, HybridDevice, or
+  // HybridKey for a keyed matrix) into out, on `stream`; with `buckets`, out also learns its
+  // buckets. The host path returns once its order is uploaded; the device path enqueues (its
+  // guided levels wait for the host).
   void schedule(const DeviceMatrix& m, ScheduleKind kind, const TopTree& top, DeviceSchedule& out, stream_t stream,
                 bool buckets);
 
@@ -54,6 +59,7 @@ class DeviceScheduler {
   SandpileScheduler sandpile_;
   DeviceSandpile device_sandpile_;
   DeviceGuidedScheduler device_guided_;
+  std::unique_ptr<KeySortScratch> key_sort_;  // HybridKey's radix sort
   PinnedBuffer<index_t> staging_;
 };
 

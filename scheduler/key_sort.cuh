@@ -1,6 +1,7 @@
-// LeafSort on the GPU, the hand-tuned baseline's schedule: a stable radix sort of the queries
-// by a per-query key (the leaf a query's greedy descent ends in, a body's Morton code). key_of
-// is a device functor index_t -> unsigned integer (32 or 64 bits). Include from .cu files only.
+// Key sorts on the GPU: a stable radix sort of the queries by a per-query key. LeafSort, the
+// hand-tuned baseline, sorts by the leaf a query's greedy descent ends in or a body's Morton
+// code; HybridKey by the compact keys the inspector wrote. key_of is a device functor
+// index_t -> unsigned integer (32 or 64 bits). Include from .cu files only.
 #pragma once
 
 #include <cub/device/device_radix_sort.cuh>
@@ -44,19 +45,15 @@ __global__ void __launch_bounds__(kKeyBlock) key_heads_kernel(const Key* sorted,
   if (i < n) heads[i] = i == 0 || sorted[i] != sorted[i - 1];
 }
 
-// The queries 0..n-1 stably sorted by key_of(i) (every key <= max_key) into out, on stream s;
-// with `buckets`, a bucket is a run of equal keys.
+// The queries 0..n-1 stably sorted by key_of(i) (every key <= max_key) into order[0..n), on
+// stream s; with `heads` (may be null), heads[i] = 1 where a run of equal keys starts.
 template <class KeyOf>
-void sort_by_key(const KeyOf& key_of, std::uint64_t max_key, index_t n, KeySortScratch& k, DeviceSchedule& out,
-                 cudaStream_t s, bool buckets) {
+void sort_keys(const KeyOf& key_of, std::uint64_t max_key, index_t n, KeySortScratch& k, index_t* order,
+               std::uint8_t* heads, cudaStream_t s) {
   using Key = std::decay_t<decltype(key_of(index_t{}))>;
   static_assert(std::is_unsigned<Key>::value, "a sort key is an unsigned integer");
-  out.size = n;
-  out.buckets.clear();
-  out.has_heads = false;
-  const std::size_t m = static_cast<std::size_t>(n);
-  out.order.reserve(m, "the schedule", s);
   if (n == 0) return;
+  const std::size_t m = static_cast<std::size_t>(n);
   k.keys_in.reserve(m * sizeof(Key), "the sort keys", s);
   k.keys_out.reserve(m * sizeof(Key), "the sort keys", s);
   k.ids.reserve(m, "the sort ids", s);
@@ -64,21 +61,50 @@ void sort_by_key(const KeyOf& key_of, std::uint64_t max_key, index_t n, KeySortS
   Key* sorted = reinterpret_cast<Key*>(k.keys_out.get());
   const int end_bit = bits_for(max_key);
   std::size_t temp_bytes = 0;
-  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, in, sorted, k.ids.get(), out.order.get(), n,
-                                                    0, end_bit, s));
+  CANOPY_CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, in, sorted, k.ids.get(), order, n, 0, end_bit, s));
   k.temp.reserve(temp_bytes, "the sort scratch space", s);
   query_key_kernel<<<static_cast<unsigned>((n + kKeyBlock - 1) / kKeyBlock), kKeyBlock, 0, s>>>(key_of, n, in,
                                                                                                 k.ids.get());
   CANOPY_CUDA_CHECK_LAUNCH("query_key_kernel");
   // Radix sort is stable: queries with equal keys keep their input order.
-  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(k.temp.get(), temp_bytes, in, sorted, k.ids.get(), out.order.get(),
-                                                    n, 0, end_bit, s));
-  if (!buckets) return;
-  out.heads.reserve(m, "the schedule's bucket heads", s);
-  key_heads_kernel<<<static_cast<unsigned>((n + kKeyBlock - 1) / kKeyBlock), kKeyBlock, 0, s>>>(sorted, n,
-                                                                                               out.heads.get());
+  CANOPY_CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(k.temp.get(), temp_bytes, in, sorted, k.ids.get(), order, n, 0, end_bit, s));
+  if (!heads) return;
+  key_heads_kernel<<<static_cast<unsigned>((n + kKeyBlock - 1) / kKeyBlock), kKeyBlock, 0, s>>>(sorted, n, heads);
   CANOPY_CUDA_CHECK_LAUNCH("key_heads_kernel");
-  out.has_heads = true;
+}
+
+// The same into a DeviceSchedule; with `buckets`, a bucket is a run of equal keys.
+template <class KeyOf>
+void sort_by_key(const KeyOf& key_of, std::uint64_t max_key, index_t n, KeySortScratch& k, DeviceSchedule& out,
+                 cudaStream_t s, bool buckets) {
+  out.size = n;
+  out.buckets.clear();
+  out.has_heads = false;
+  const std::size_t m = static_cast<std::size_t>(n);
+  out.order.reserve(m, "the schedule", s);
+  if (n == 0) return;
+  if (buckets) out.heads.reserve(m, "the schedule's bucket heads", s);
+  sort_keys(key_of, max_key, n, k, out.order.get(), buckets ? out.heads.get() : nullptr, s);
+  out.has_heads = buckets;
+}
+
+// Keys the inspector wrote (ScheduleKind::HybridKey) as the sort's key: 32 bits when they fit,
+// which halves the radix sort's traffic.
+template <class Key>
+struct StoredKey {
+  const std::uint64_t* keys;
+  __device__ Key operator()(index_t i) const { return static_cast<Key>(keys[i]); }
+};
+
+// The stable sort of stored keys (every key <= max_key) into order, heads as in sort_keys.
+inline void sort_stored_keys(const std::uint64_t* keys, std::uint64_t max_key, index_t n, KeySortScratch& k,
+                             index_t* order, std::uint8_t* heads, cudaStream_t s) {
+  if (max_key <= 0xffffffffull)
+    sort_keys(StoredKey<std::uint32_t>{keys}, max_key, n, k, order, heads, s);
+  else
+    sort_keys(StoredKey<std::uint64_t>{keys}, max_key, n, k, order, heads, s);
 }
 
 }  // namespace gpu

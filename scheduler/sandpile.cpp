@@ -396,8 +396,10 @@ Schedule sandpile(const SchedulingMatrixView& m) {
   return s;
 }
 
-Schedule sort_by_key(const std::int64_t* keys, index_t n) {
-  std::vector<std::pair<std::int64_t, index_t>> kv(static_cast<std::size_t>(n));
+namespace {
+template <class Key>
+Schedule stable_sort_by_key(const Key* keys, index_t n) {
+  std::vector<std::pair<Key, index_t>> kv(static_cast<std::size_t>(n));
   tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 4096), [&](const tbb::blocked_range<index_t>& r) {
     for (index_t i = r.begin(); i < r.end(); ++i) kv[i] = {keys[i], i};
   });
@@ -409,5 +411,9 @@ Schedule sort_by_key(const std::int64_t* keys, index_t n) {
   s.bucket_offsets = bucket_boundaries(n, [&](index_t i) { return kv[i].first; });
   return s;
 }
+}  // namespace
+
+Schedule sort_by_key(const std::int64_t* keys, index_t n) { return stable_sort_by_key(keys, n); }
+Schedule sort_by_key(const std::uint64_t* keys, index_t n) { return stable_sort_by_key(keys, n); }
 
 }  // namespace canopy

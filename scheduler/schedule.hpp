@@ -23,10 +23,19 @@ enum class ScheduleKind {
                  // CPU's); on the CPU device the same as Hybrid
   LeafSort,      // the hand-tuned baseline: sort by the leaf each query falls in (kd, ball and
                  // vp trees) or by Morton code (Barnes-Hut)
+  HybridKey,     // inspector -> one compact key per query (inspect_key, inspector/inspector.hpp)
+                 // -> a stable radix sort (CUB on the GPU, its CPU twin gives the same order);
+                 // the top-tree depth follows the query count (key_depth, runtime/engine.hpp)
+  Auto,          // the runtime chooses, by a trial, per tree and batch-size class (AutoChoice)
 };
 inline const char* to_string(ScheduleKind k) {
-  static constexpr const char* kNames[] = {"input-order", "hybrid", "hybrid-device", "leaf-sort"};
+  static constexpr const char* kNames[] = {"input-order", "hybrid", "hybrid-device", "leaf-sort", "hybrid-key",
+                                           "auto"};
   return enum_name(k, kNames);
+}
+// Whether a schedule inspects the top-tree (and so has a depth).
+inline bool uses_top_tree(ScheduleKind k) {
+  return k == ScheduleKind::Hybrid || k == ScheduleKind::HybridDevice || k == ScheduleKind::HybridKey;
 }
 
 struct Schedule {
@@ -84,5 +93,7 @@ class SandpileScheduler {
 // Stable sort of the queries by ascending key (e.g. the leaf a query falls in); buckets are
 // runs of equal keys. TBB-parallel.
 Schedule sort_by_key(const std::int64_t* keys, index_t n);
+// The same for unsigned keys (HybridKey's CPU twin): the order a stable radix sort gives.
+Schedule sort_by_key(const std::uint64_t* keys, index_t n);
 
 }  // namespace canopy

@@ -610,7 +610,7 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 
 constexpr ExecutorKind kExecutors[] = {ExecutorKind::Independent, ExecutorKind::MaskLockstep, ExecutorKind::FsmLockstep};
 constexpr ScheduleKind kSchedules[] = {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::HybridDevice,
-                                       ScheduleKind::LeafSort};
+                                       ScheduleKind::LeafSort, ScheduleKind::HybridKey};
 
 void every_variant_bitwise_identical(Device device) {
   for (const Bodies& b : {plummer(3000, 1), uniform_bodies(3000, 2)}) {

@@ -160,8 +160,10 @@ TEST(PipelineGpu, PipelinedResultsEqualUnpipelinedBitForBitForEveryWorkloadAndCh
     base.schedule = ScheduleKind::Hybrid;
     const Words reference = w.run(base, nullptr);
     // Hybrid with ramped and with equal chunks; the device schedulers do not ramp.
-    const std::pair<ScheduleKind, bool> runs[] = {
-        {ScheduleKind::Hybrid, true}, {ScheduleKind::Hybrid, false}, {ScheduleKind::HybridDevice, true}};
+    const std::pair<ScheduleKind, bool> runs[] = {{ScheduleKind::Hybrid, true},
+                                                  {ScheduleKind::Hybrid, false},
+                                                  {ScheduleKind::HybridDevice, true},
+                                                  {ScheduleKind::HybridKey, true}};
     for (const auto& [s, ramp] : runs) {
       for (index_t chunk : {index_t{1}, index_t{31}, index_t{32}, index_t{1000}, w.n + 5}) {
         SCOPED_TRACE(w.name + ", " + to_string(s) + (ramp ? ", ramp" : "") + ", chunk " + std::to_string(chunk));
@@ -203,7 +205,7 @@ TEST(PipelineGpu, CustomVisitorsPipelineToo) {
     o.depth = 4;
     const test::IntervalRun ref = test::run_interval_gpu(t, xs, guided, o, 1024);
     for (index_t chunk : {index_t{1}, index_t{31}, index_t{32}, index_t{1000}, index_t{5000}}) {
-      for (ScheduleKind s : {ScheduleKind::Hybrid, ScheduleKind::HybridDevice}) {
+      for (ScheduleKind s : {ScheduleKind::Hybrid, ScheduleKind::HybridDevice, ScheduleKind::HybridKey}) {
         o.schedule = s;
         o.pipeline = true;
         o.chunk = chunk;
@@ -232,7 +234,7 @@ TEST(PipelineGpu, ABudgetTooSmallForTheMatrixChunksAndOneTooSmallForTheTreeIsAnE
   const Words reference = pc.run(o, nullptr);
   const std::size_t fixed = objects().pc_tree.bytes() + 1500 * (7 * sizeof(float) + sizeof(index_t));
   const TopTree top = TopTree::build(objects().pc_tree.view(), 8);
-  o.memory_budget = fixed + 40 * pipeline_bytes_per_query(false, top.size());
+  o.memory_budget = fixed + 40 * pipeline_bytes_per_query(ScheduleKind::Hybrid, false, top.size());
   TraversalStats st;
   EXPECT_EQ(pc.run(o, &st), reference);  // pipeline off, but the matrix does not fit: chunks
   EXPECT_EQ(st.pipeline.chunk, 40);
@@ -256,8 +258,8 @@ TEST(PipelineGpu, QueriesAndResultsThatDoNotFitTheBudgetRunInBatches) {
   o.schedule = ScheduleKind::Hybrid;
   o.depth = 8;
   const Words pc_ref = w[0].run(o, nullptr), knn_ref = w[1].run(o, nullptr);
-  const std::size_t pc_row = pipeline_bytes_per_query(false, TopTree::build(objects().pc_tree.view(), 8).size());
-  const std::size_t knn_row = pipeline_bytes_per_query(true, TopTree::build(objects().kd.view(), 8).size());
+  const std::size_t pc_row = pipeline_bytes_per_query(ScheduleKind::Hybrid, false, TopTree::build(objects().pc_tree.view(), 8).size());
+  const std::size_t knn_row = pipeline_bytes_per_query(ScheduleKind::Hybrid, true, TopTree::build(objects().kd.view(), 8).size());
   o.keep_schedule = true;
   TraversalStats st;
   ASSERT_LT(200 * (7 * sizeof(float) + sizeof(index_t) + pc_row), 1500 * (7 * sizeof(float) + sizeof(index_t)));
@@ -341,7 +343,8 @@ void for_every_gpu_run(F&& f) {
   std::vector<Workload> all = apis.workloads();
   for (Workload& w : custom.workloads()) all.push_back(w);
   for (Workload& w : all)
-    for (ScheduleKind s : {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::HybridDevice, ScheduleKind::LeafSort})
+    for (ScheduleKind s : {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::HybridDevice,
+                           ScheduleKind::LeafSort, ScheduleKind::HybridKey, ScheduleKind::Auto})
       for (bool pipelined : {false, true}) {
         if (s == ScheduleKind::LeafSort && w.name.rfind("custom", 0) == 0) continue;  // no sort key
         SCOPED_TRACE(w.name + ", " + to_string(s) + (pipelined ? ", pipelined" : ""));
@@ -404,7 +407,8 @@ TEST(PipelineGpu, DeviceQueriesWrittenOnTheCallersStreamAreReadAfterThem) {
   std::vector<float> dist(1500 * 5);
   po.stream = static_cast<stream_t>(s);
   ko.stream = static_cast<stream_t>(s);
-  for (ScheduleKind kind : {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::HybridDevice, ScheduleKind::LeafSort})
+  for (ScheduleKind kind : {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::HybridDevice,
+                            ScheduleKind::LeafSort, ScheduleKind::HybridKey, ScheduleKind::Auto})
     for (bool pipelined : {false, true})
       for (int round = 0; round < 3; ++round) {
         SCOPED_TRACE(std::string(to_string(kind)) + (pipelined ? ", pipelined" : "") + ", round " + std::to_string(round));
@@ -533,6 +537,7 @@ void auto_depth_picks_a_candidate_and_remembers_it(Device device) {
     TraversalOptions o;
     o.device = device;
     o.schedule = ScheduleKind::Hybrid;
+    o.executor = ExecutorKind::FsmLockstep;  // depth auto's trial is per executor
     const Words reference = w.run(o, nullptr);
     o.depth = kAutoDepth;
     TraversalStats first, second;

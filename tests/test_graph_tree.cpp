@@ -207,17 +207,18 @@ void expect_permutation(const std::vector<index_t>& order, index_t n) {
 
 std::vector<TraversalOptions> all_options(int height) {
   std::vector<TraversalOptions> out;
-  for (ScheduleKind s : {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::HybridDevice})
+  for (ScheduleKind s : {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::HybridDevice,
+                         ScheduleKind::HybridKey, ScheduleKind::Auto})
     for (ExecutorKind e : {ExecutorKind::Independent, ExecutorKind::MaskLockstep, ExecutorKind::FsmLockstep})
-      for (int d : {2, 4, height}) {
+      for (int d : {2, 4, height, 0}) {
         TraversalOptions o;
         o.schedule = s;
-        o.executor = e;
+        o.executor = s == ScheduleKind::Auto ? ExecutorKind::Auto : e;
         o.depth = d;
         o.keep_schedule = true;
         o.count_nodes = true;
         out.push_back(o);
-        if (s == ScheduleKind::InputOrder) break;
+        if (s == ScheduleKind::InputOrder || s == ScheduleKind::Auto) break;
       }
   return out;
 }
@@ -336,6 +337,7 @@ TEST(CustomTraversalGpu, ResultsVisitsAndWarpNodeCountsEqualTheCpu) {
       EXPECT_EQ(g.counts, ref.counts);
       EXPECT_EQ(g.sums, ref.sums);
       expect_permutation(g.order, static_cast<index_t>(xs.size()));
+      if (o.schedule == ScheduleKind::Auto) continue;  // the GPU's pick is its own (AutoChoiceGpu)
       if (!guided) {
         for (index_t q = 0; q < static_cast<index_t>(xs.size()); ++q) {
           const std::vector<node_id> got(g.trace.begin() + q * kCapacity,
@@ -356,7 +358,7 @@ TEST(CustomTraversalGpu, ResultsVisitsAndWarpNodeCountsEqualTheCpu) {
         else
           EXPECT_EQ(g.gpu_warp_nodes, emulated(IntervalVisitor<false>{t.view(), t.payload().data(), xs.data(), sm.data(), cnt.data()}));
       }
-      // Hybrid and HybridDevice give the same schedule as the CPU path.
+      // Hybrid, HybridDevice and HybridKey give the same schedule as the CPU path.
       if (o.schedule != ScheduleKind::InputOrder) {
         TraversalOptions c = o;
         c.gpu_count_nodes = false;

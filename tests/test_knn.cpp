@@ -49,7 +49,7 @@ Tree build_tree(const std::vector<float>& points, int dims) {
 
 constexpr ExecutorKind kExecutors[] = {ExecutorKind::Independent, ExecutorKind::MaskLockstep, ExecutorKind::FsmLockstep};
 constexpr ScheduleKind kSchedules[] = {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::HybridDevice,
-                                       ScheduleKind::LeafSort};
+                                       ScheduleKind::LeafSort, ScheduleKind::HybridKey};
 
 template <class Tree>
 void expect_all_variants_exact(const std::vector<float>& points, const std::vector<float>& queries, int dims, int k,
@@ -213,6 +213,8 @@ TEST(GuidedRowsOption, DefaultsCapsAndErrors) {
   {
     TraversalOptions none;
     none.probe = GuidedProbe::None;
+    none.schedule = ScheduleKind::HybridDevice;  // begin_call takes resolved kinds
+    none.executor = ExecutorKind::FsmLockstep;
     TraversalStats builtin = begin_call(none, Device::Cpu, "test", 20, kDefaultTopTreeDepth, true, true);
     const TraversalStats custom = begin_call(none, Device::Cpu, "test", 20, kDefaultTopTreeDepth, true, false);
     const TraversalStats unguided = begin_call(none, Device::Cpu, "test", 20, kDefaultTopTreeDepth, false, true);

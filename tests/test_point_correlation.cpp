@@ -28,6 +28,8 @@ const Variant kAll[] = {
     {ExecutorKind::FsmLockstep, ScheduleKind::LeafSort},    {ExecutorKind::FsmLockstep, ScheduleKind::Hybrid},
     {ExecutorKind::Independent, ScheduleKind::Hybrid},      {ExecutorKind::MaskLockstep, ScheduleKind::Hybrid},
     {ExecutorKind::FsmLockstep, ScheduleKind::HybridDevice}, {ExecutorKind::Independent, ScheduleKind::HybridDevice},
+    {ExecutorKind::FsmLockstep, ScheduleKind::HybridKey},    {ExecutorKind::Independent, ScheduleKind::HybridKey},
+    {ExecutorKind::MaskLockstep, ScheduleKind::HybridKey},   {ExecutorKind::Auto, ScheduleKind::Auto},
 };
 
 std::string name(const Variant& v, Device d) {
@@ -42,7 +44,7 @@ void expect_all_variants(const std::vector<float>& pts, const std::vector<float>
   const std::vector<index_t> expect = test::brute_force_counts(pts, queries, dims, radius);
   PointCorrelation pc(tree, device);
   ASSERT_EQ(pc.device(), device);
-  std::vector<index_t> hybrid_order;
+  std::vector<index_t> hybrid_order, key_order;
   for (const Variant& v : kAll) {
     PcOptions o;
     o.radius = radius;
@@ -50,7 +52,7 @@ void expect_all_variants(const std::vector<float>& pts, const std::vector<float>
     o.executor = v.executor;
     o.schedule = v.schedule;
     o.depth = depth;
-    o.count_nodes = v.executor != ExecutorKind::Independent;
+    o.count_nodes = v.executor == ExecutorKind::MaskLockstep || v.executor == ExecutorKind::FsmLockstep;
     o.gpu_count_nodes = device == Device::Gpu && o.count_nodes;
     o.keep_schedule = true;
     const PcResult r = pc.run(queries.data(), static_cast<index_t>(queries.size()) / dims, o);
@@ -66,6 +68,18 @@ void expect_all_variants(const std::vector<float>& pts, const std::vector<float>
       // Wherever the sandpile runs, the schedule is the same.
       if (hybrid_order.empty()) hybrid_order = r.schedule.order;
       EXPECT_EQ(r.schedule.order, hybrid_order) << name(v, device);
+    }
+    if (v.schedule == ScheduleKind::HybridKey) {
+      // Whichever executor runs it, the key order is the same.
+      if (key_order.empty()) key_order = r.schedule.order;
+      EXPECT_EQ(r.schedule.order, key_order) << name(v, device);
+    }
+    if (v.schedule == ScheduleKind::Auto) {
+      EXPECT_NE(r.schedule_kind, ScheduleKind::Auto);
+      EXPECT_NE(r.executor_kind, ExecutorKind::Auto);
+    } else {
+      EXPECT_EQ(r.schedule_kind, v.schedule);
+      EXPECT_EQ(r.executor_kind, v.executor);
     }
     if (o.gpu_count_nodes) {
       EXPECT_EQ(r.gpu_warp_nodes, r.warp_nodes) << name(v, device);

@@ -1,0 +1,351 @@
+// The compact-key schedule (ScheduleKind::HybridKey) and the automatic choice (Auto): the key
+// against its sequential definition, the order against a plain stable sort of the keys, the
+// depth rule, the GPU's order against its CPU twin bit for bit, and Auto's picks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "inspector/inspector.hpp"
+#include "layouts/ball_tree.hpp"
+#include "layouts/kdtree.hpp"
+#include "layouts/octree.hpp"
+#include "layouts/top_tree.hpp"
+#include "layouts/vp_tree.hpp"
+#include "runtime/barnes_hut.hpp"
+#include "runtime/bh_visitor.hpp"
+#include "runtime/custom.hpp"
+#include "runtime/knn.hpp"
+#include "runtime/knn_visitor.hpp"
+#include "runtime/pc_visitor.hpp"
+#include "runtime/point_correlation.hpp"
+#include "tests/interval_tree.hpp"
+#include "tests/require_gpu.hpp"
+#include "tests/test_util.hpp"
+
+namespace canopy {
+namespace {
+
+static_assert(!has_home_hint_v<PointCorrelationVisitor<4>>, "point correlation's key is two-ended");
+static_assert(has_home_hint_v<BarnesHutVisitor>, "Barnes-Hut names the cell a body lies in");
+static_assert(has_home_hint_v<ForwardingVisitor<BarnesHutVisitor>>, "wrappers keep the hint");
+static_assert(!has_home_hint_v<ForwardingVisitor<PointCorrelationVisitor<4>>>, "wrappers add no hint");
+static_assert(!has_home_hint_v<test::IntervalVisitor<false>>, "first_child alone is no hint when unguided");
+static_assert(has_home_hint_v<test::IntervalVisitor<true>>, "a guided visitor's first child is its hint");
+
+// The sequential definition of the order: queries by ascending key, ties in input order.
+std::vector<index_t> stable_order(const std::vector<std::uint64_t>& keys) {
+  std::vector<index_t> order(keys.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) { return keys[a] < keys[b]; });
+  return order;
+}
+
+struct PcSetup {
+  std::vector<float> pts;
+  KdTree tree;
+  std::vector<index_t> counts;
+  PointCorrelationVisitor<4> v;
+  explicit PcSetup(index_t n, int dims = 3, double mean = 20)
+      : pts(test::clustered_points(n, dims, 5)), tree(KdTree::build(pts.data(), n, dims)), counts(n) {
+    v.tree = tree.view();
+    v.queries = pts.data();
+    v.counts = counts.data();
+    const float r = test::radius_for(tree, pts, mean);
+    v.radius2 = r * r;
+  }
+};
+
+TEST(KeyInspector, UnguidedKeyIsTheLowestAndHighestColumnOfTheRow) {
+  const PcSetup s(3000);
+  for (double mean : {0.0, 3.0, 60.0}) {
+    PointCorrelationVisitor<4> v = s.v;
+    const float r = mean == 0 ? 0.0f : test::radius_for(s.tree, s.pts, mean);
+    v.radius2 = r * r;
+    for (int d = 1; d <= s.tree.height(); ++d) {
+      const TopTree top = TopTree::build(s.tree.view(), d);
+      const SchedulingMatrix m = inspect_cpu(s.tree.view(), top.view(), v, 3000);
+      std::vector<std::uint64_t> keys(3000);
+      inspect_keys_cpu(s.tree.view(), top.view(), v, 3000, keys.data());
+      for (index_t q = 0; q < 3000; ++q)
+        ASSERT_EQ(keys[q], key_from_row(m.view().row(q), top.size())) << "depth " << d << ", query " << q;
+    }
+  }
+}
+
+TEST(KeyInspector, CustomUnguidedVisitorsOfAnyFanOutToo) {
+  const GraphTree<test::Interval> t = test::build_interval_tree(test::random_interval_tree(3000, 7, 3));
+  std::vector<float> xs(800);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f;
+  std::vector<std::int64_t> sums(xs.size());
+  std::vector<std::int32_t> counts(xs.size());
+  test::IntervalVisitor<false> v{t.view(), t.payload().data(), xs.data(), sums.data(), counts.data()};
+  const index_t n = static_cast<index_t>(xs.size());
+  for (int d = 1; d <= t.height(); ++d) {
+    const TopTree top = TopTree::build(t.view(), d);
+    const SchedulingMatrix m = inspect_cpu(t.view(), top.view(), v, n);
+    for (index_t q = 0; q < n; ++q)
+      ASSERT_EQ(inspect_key(t.view(), top.view(), v, q), key_from_row(m.view().row(q), top.size())) << d << " " << q;
+  }
+}
+
+TEST(KeyInspector, GuidedKeyIsTheFirstTopLeafOfTheGuidedRow) {
+  const std::vector<float> pts = test::clustered_points(4000, 5, 9);
+  const std::vector<float> qs = test::random_points(700, 5, 10);
+  const KdTree tree = KdTree::build(pts.data(), 4000, 5);
+  std::vector<index_t> idx(700 * 4);
+  std::vector<float> dist(700 * 4);
+  const auto v = make_knn_visitor<8>(tree.view(), qs.data(), 4, dist.data(), idx.data());
+  for (int d = 1; d <= tree.height(); ++d) {
+    const TopTree top = TopTree::build(tree.view(), d);
+    std::vector<std::int32_t> row(static_cast<std::size_t>(top.size()) + 1);
+    for (index_t q = 0; q < 700; ++q) {
+      const index_t len = inspect_row_guided(tree.view(), top.view(), v, q, row.data(), top.size(), GuidedProbe::Full);
+      const std::uint64_t want = len > 0 ? static_cast<std::uint64_t>(row[0]) : static_cast<std::uint64_t>(top.size());
+      ASSERT_EQ(inspect_key(tree.view(), top.view(), v, q), want) << "depth " << d << ", query " << q;
+    }
+  }
+}
+
+TEST(KeyInspector, BarnesHutKeyIsATopLeafThatHoldsTheBody) {
+  const std::vector<float> xyz = test::clustered_points(5000, 3, 12);
+  const std::vector<float> mass(5000, 1.0f / 5000);
+  const Octree tree = Octree::build(xyz.data(), mass.data(), 5000);
+  std::vector<float> forces(5000 * 3);
+  BarnesHutVisitor v;
+  v.tree = tree.view();
+  v.bodies_xyz = xyz.data();
+  v.masses = mass.data();
+  v.forces = forces.data();
+  for (int d = 1; d <= tree.height(); ++d) {
+    const TopTree top = TopTree::build(tree.view(), d);
+    for (index_t q = 0; q < 5000; ++q) {
+      const std::uint64_t key = inspect_key(tree.view(), top.view(), v, q);
+      ASSERT_LT(key, static_cast<std::uint64_t>(top.size())) << "every body lies in a cell";
+      const float* c = tree.view().cube(top.leaves()[key]);
+      for (int k = 0; k < 3; ++k) ASSERT_LE(std::fabs(xyz[q * 3 + k] - c[k]), c[3]) << "depth " << d << ", body " << q;
+    }
+  }
+}
+
+TEST(KeyDepth, TopLeavesPerDepthAreTheTopTreesSizes) {
+  const PcSetup s(5000);
+  const std::vector<float> xyz = test::clustered_points(4000, 3, 2);
+  const std::vector<float> mass(4000, 1.0f);
+  const Octree oct = Octree::build(xyz.data(), mass.data(), 4000);
+  const std::vector<index_t> kd = top_leaves_by_depth(s.tree.view());
+  const std::vector<index_t> ot = top_leaves_by_depth(oct.view());
+  ASSERT_EQ(kd.size(), static_cast<std::size_t>(s.tree.height()) + 1);
+  for (int d = 1; d <= s.tree.height(); ++d) EXPECT_EQ(kd[d], TopTree::build(s.tree.view(), d).size()) << d;
+  for (int d = 1; d <= oct.height(); ++d) EXPECT_EQ(ot[d], TopTree::build(oct.view(), d).size()) << d;
+}
+
+TEST(KeyDepth, TheShallowestTopTreeWithEnoughTopLeaves) {
+  const std::vector<index_t> leaves{0, 1, 2, 4, 8, 16, 30};
+  const index_t per = kKeyQueriesPerLeaf, hinted = kHintedKeyQueriesPerLeaf;
+  EXPECT_EQ(key_depth(leaves, 1, false), 1);
+  EXPECT_EQ(key_depth(leaves, per * 4, false), 3);
+  EXPECT_EQ(key_depth(leaves, per * 4 + 1, false), 4);
+  EXPECT_EQ(key_depth(leaves, hinted * 16, true), 5);
+  EXPECT_EQ(key_depth(leaves, hinted * 16 + 1, true), 6);
+  EXPECT_EQ(key_depth(leaves, per * 1000, false), 6);  // never deeper than the tree
+  EXPECT_EQ(key_depth(leaves, 0, true), 1);
+}
+
+TEST(KeySchedule, IsTheStableSortOfTheKeysOnTheCpu) {
+  const PcSetup s(4000);
+  PointCorrelation pc(s.tree, Device::Cpu);
+  for (int d : {0, 3, 7, s.tree.height()}) {
+    PcOptions o;
+    o.device = Device::Cpu;
+    o.schedule = ScheduleKind::HybridKey;
+    o.executor = ExecutorKind::Independent;
+    o.radius = std::sqrt(s.v.radius2);
+    o.depth = d;
+    o.keep_schedule = true;
+    const PcResult r = pc.run(s.pts.data(), 4000, o);
+    const int depth = d ? d : key_depth(top_leaves_by_depth(s.tree.view()), 4000, false);
+    EXPECT_EQ(r.depth, depth);
+    const TopTree top = TopTree::build(s.tree.view(), depth);
+    std::vector<std::uint64_t> keys(4000);
+    inspect_keys_cpu(s.tree.view(), top.view(), s.v, 4000, keys.data());
+    EXPECT_EQ(r.schedule.order, stable_order(keys)) << "depth " << d;
+    // Buckets: runs of equal keys.
+    const std::vector<index_t>& b = r.schedule.bucket_offsets;
+    ASSERT_GE(b.size(), 2u);
+    for (std::size_t i = 1; i + 1 < b.size(); ++i)
+      EXPECT_NE(keys[r.schedule.order[b[i]]], keys[r.schedule.order[b[i] - 1]]);
+    for (std::size_t i = 0; i + 1 < b.size(); ++i)
+      for (index_t p = b[i] + 1; p < b[i + 1]; ++p) ASSERT_EQ(keys[r.schedule.order[p]], keys[r.schedule.order[b[i]]]);
+  }
+}
+
+TEST(AutoChoice, CandidatesAndSamples) {
+  TraversalOptions o;
+  const std::vector<AutoPick> gpu = auto_candidates(o, Device::Gpu, true);
+  ASSERT_EQ(gpu.size(), 5u);
+  EXPECT_EQ(gpu[0].schedule, ScheduleKind::HybridKey);
+  EXPECT_EQ(gpu[0].executor, ExecutorKind::FsmLockstep);
+  EXPECT_EQ(auto_candidates(o, Device::Gpu, false).size(), 3u);  // no sort key: no LeafSort
+  const std::vector<AutoPick> cpu = auto_candidates(o, Device::Cpu, true);
+  ASSERT_EQ(cpu.size(), 1u);
+  EXPECT_EQ(cpu[0].schedule, ScheduleKind::InputOrder);
+  EXPECT_EQ(cpu[0].executor, ExecutorKind::Independent);
+  o.executor = ExecutorKind::MaskLockstep;  // a fixed kind stays fixed
+  for (const AutoPick& p : auto_candidates(o, Device::Gpu, true)) EXPECT_EQ(p.executor, ExecutorKind::MaskLockstep);
+
+  // Blocks of consecutive positions of the order, spread over it, ascending, no repeats.
+  std::vector<index_t> order(1000);
+  std::iota(order.rbegin(), order.rend(), 0);  // 999 .. 0
+  const std::vector<index_t> rows = block_sample(order.data(), 1000, 80, 8);
+  ASSERT_EQ(rows.size(), 80u);
+  EXPECT_TRUE(std::is_sorted(rows.begin(), rows.end()));
+  EXPECT_EQ(rows.front(), 0);   // the last block ends the order
+  EXPECT_EQ(rows.back(), 999);  // the first block starts it
+  EXPECT_EQ(block_sample(nullptr, 50, 80, 8).size(), 50u);
+}
+
+TEST(AutoChoice, TheCpuRunsIndependentTasksOverTheInputOrder) {
+  const PcSetup s(2000);
+  PointCorrelation pc(s.tree, Device::Cpu);
+  PcOptions o;
+  o.radius = std::sqrt(s.v.radius2);
+  const PcResult r = pc.run(s.pts.data(), 2000, o);
+  EXPECT_EQ(r.schedule_kind, ScheduleKind::InputOrder);
+  EXPECT_EQ(r.executor_kind, ExecutorKind::Independent);
+  EXPECT_EQ(r.auto_trial_ms, 0.0);
+  EXPECT_EQ(r.counts, test::brute_force_counts(s.pts, s.pts, 3, std::sqrt(s.v.radius2)));
+}
+
+// ---- The GPU -------------------------------------------------------------------------------------
+
+// The GPU's HybridKey order equals the CPU twin's, bit for bit, for every workload.
+template <class Run>
+void expect_twin_orders(const char* what, Run&& run, int height) {
+  for (int d : {0, 1, 4, height}) {
+    SCOPED_TRACE(std::string(what) + ", depth " + std::to_string(d));
+    const Schedule gpu = run(Device::Gpu, d), cpu = run(Device::Cpu, d);
+    EXPECT_EQ(gpu.order, cpu.order);
+    EXPECT_EQ(gpu.bucket_offsets, cpu.bucket_offsets);
+  }
+}
+
+TEST(KeyScheduleGpu, EqualsTheCpuTwinBitForBitOnEveryWorkload) {
+  CANOPY_REQUIRE_GPU();
+  const PcSetup s(6000, 3);
+  {
+    PointCorrelation g(s.tree, Device::Gpu), c(s.tree, Device::Cpu);
+    expect_twin_orders("pc", [&](Device dev, int d) {
+      PcOptions o;
+      o.device = dev;
+      o.schedule = ScheduleKind::HybridKey;
+      o.executor = ExecutorKind::Independent;
+      o.radius = std::sqrt(s.v.radius2);
+      o.depth = d;
+      o.keep_schedule = true;
+      return (dev == Device::Gpu ? g : c).run(s.pts.data(), 6000, o).schedule;
+    }, s.tree.height());
+  }
+  const std::vector<float> qs = test::random_points(3000, 3, 77);
+  auto knn = [&](const auto& tree, const char* what) {
+    NearestNeighbors g(tree, Device::Gpu), c(tree, Device::Cpu);
+    expect_twin_orders(what, [&](Device dev, int d) {
+      KnnOptions o;
+      o.device = dev;
+      o.k = 6;
+      o.schedule = ScheduleKind::HybridKey;
+      o.executor = ExecutorKind::FsmLockstep;
+      o.depth = d;
+      o.keep_schedule = true;
+      return (dev == Device::Gpu ? g : c).run(qs.data(), 3000, o).schedule;
+    }, tree.height());
+  };
+  knn(s.tree, "knn kd");
+  knn(BallTree::build(s.pts.data(), 6000, 3), "knn ball");
+  knn(VpTree::build(s.pts.data(), 6000, 3), "knn vp");
+  const std::vector<float> mass(6000, 1.0f / 6000);
+  const Octree oct = Octree::build(s.pts.data(), mass.data(), 6000);
+  BarnesHut g(oct, Device::Gpu), c(oct, Device::Cpu);
+  expect_twin_orders("bh", [&](Device dev, int d) {
+    BhOptions o;
+    o.device = dev;
+    o.schedule = ScheduleKind::HybridKey;
+    o.executor = ExecutorKind::Independent;
+    o.depth = d;
+    o.keep_schedule = true;
+    return (dev == Device::Gpu ? g : c).run(o).schedule;
+  }, oct.height());
+}
+
+TEST(KeyScheduleGpu, CustomVisitorsEqualTheCpuTwinToo) {
+  CANOPY_REQUIRE_GPU();
+  const GraphTree<test::Interval> t = test::build_interval_tree(test::random_interval_tree(3000, 6, 8));
+  std::vector<float> xs(2000);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f;
+  const index_t n = static_cast<index_t>(xs.size());
+  for (bool guided : {false, true})
+    for (int d : {0, 2, t.height()}) {
+      TraversalOptions o;
+      o.schedule = ScheduleKind::HybridKey;
+      o.executor = ExecutorKind::FsmLockstep;
+      o.depth = d;
+      o.keep_schedule = true;
+      const test::IntervalRun gpu = test::run_interval_gpu(t, xs, guided, o, 8);
+      std::vector<std::int64_t> sums(xs.size());
+      std::vector<std::int32_t> counts(xs.size());
+      o.device = Device::Cpu;
+      TraversalStats cpu;
+      if (guided)
+        cpu = traverse_cpu(t.view(), test::IntervalVisitor<true>{t.view(), t.payload().data(), xs.data(), sums.data(), counts.data()}, n, o);
+      else
+        cpu = traverse_cpu(t.view(), test::IntervalVisitor<false>{t.view(), t.payload().data(), xs.data(), sums.data(), counts.data()}, n, o);
+      EXPECT_EQ(gpu.order, cpu.schedule.order) << (guided ? "guided" : "unguided") << ", depth " << d;
+      EXPECT_EQ(gpu.counts, counts);
+      EXPECT_EQ(gpu.sums, sums);
+    }
+}
+
+// Auto: the first call pays for a trial and says what it ran; the next calls of the same size
+// class reuse the pick; every call's results equal the reference. More than kAutoSample queries
+// take the sampled trial, 3,000 the whole-call one.
+TEST(AutoChoiceGpu, PicksOnceAndRemembersThePickPerSizeClass) {
+  CANOPY_REQUIRE_GPU();
+  AutoChoice::forget_all();
+  const std::vector<float> pts = test::clustered_points(20000, 3, 4);
+  const KdTree tree = KdTree::build(pts.data(), 20000, 3);
+  const index_t big = kAutoSample + kAutoSample / 4;
+  const std::vector<float> qs = test::random_points(big, 3, 5);
+  const float radius = test::radius_for(tree, std::vector<float>(qs.begin(), qs.begin() + 30000), 8);
+  PointCorrelation pc(tree, Device::Gpu);
+  for (index_t n : {big, index_t{3000}}) {
+    PcOptions ref;
+    ref.radius = radius;
+    ref.schedule = ScheduleKind::InputOrder;
+    ref.executor = ExecutorKind::Independent;
+    const std::vector<index_t> want = pc.run(qs.data(), n, ref).counts;
+    PcOptions o;
+    o.radius = radius;
+    const PcResult first = pc.run(qs.data(), n, o);
+    EXPECT_EQ(first.counts, want);
+    EXPECT_GT(first.auto_trial_ms, 0.0) << n;
+    EXPECT_TRUE(first.schedule.order.empty()) << "the trial's schedule is not kept unless asked for";
+    const PcResult second = pc.run(qs.data(), n, o);
+    EXPECT_EQ(second.counts, want);
+    EXPECT_EQ(second.auto_trial_ms, 0.0) << n;
+    EXPECT_NE(second.schedule_kind, ScheduleKind::Auto);
+    EXPECT_NE(second.executor_kind, ExecutorKind::Auto);
+    const PcResult third = pc.run(qs.data(), n, o);
+    EXPECT_EQ(third.schedule_kind, second.schedule_kind);
+    EXPECT_EQ(third.executor_kind, second.executor_kind);
+  }
+  // Another tree of the same shape reuses the pick (a simulation's rebuilt tree).
+  PointCorrelation again(tree, Device::Gpu);
+  PcOptions o;
+  o.radius = radius;
+  EXPECT_EQ(again.run(qs.data(), 3000, o).auto_trial_ms, 0.0);
+}
+
+}  // namespace
+}  // namespace canopy
