@@ -20,6 +20,10 @@
 #   forest-study  the adaptive layout's forest tests, then canopy-bench forest-study on the five
 #          models of the forest issue (batches 100, 10,000, 1,000,000); FS_MODELS narrows the list
 #   profile  Nsight Compute sections of the executor kernels (mask, FSM, independent)
+#   defaults  the default call against every schedule x executor (independent, sorted,
+#          hybrid-key, auto, the old dense-matrix default): pc and knn on covtype, cities,
+#          uniform 400k-7d and 10^5..10^7 3-d, bh on plummer and uniform 1M (RESULTS.md,
+#          "The default call")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -106,6 +110,31 @@ if [[ $what == bh || $what == quick || $what == all ]]; then
   } 2>&1 | tee "$out/bh.txt"
 fi
 
+if [[ $what == defaults ]]; then
+  {
+    v=independent,sorted-independent,fsm-lockstep-sorted,hybrid-key,hybrid-key-independent,auto
+    cov="--points stage/data/covtype_points_254k.csv.gz --columns 0-6"
+    cit="--points stage/data/cities_171k.csv.gz"
+    for w in pc knn; do
+      old=hybrid-gpu-sandpile
+      [[ $w == knn ]] && old=hybrid-gpu-buckets
+      for input in "$cov" "$cit" "--generate uniform:400000:7" "--generate uniform:100000:3" \
+                   "--generate uniform:1000000:3" "--generate uniform:10000000:3"; do
+        name=$(echo "$input" | tr -c 'a-z0-9' '_')
+        echo "== canopy-bench $w $input --shuffle 1"
+        timeout 300 $bin/canopy-bench $w $input --shuffle 1 --repeat $repeat --variants $v,$old \
+          --json "$out/defaults_${w}_${name}.json" | grep -E "^(independent|sorted|fsm|hybrid|auto)|picked"
+      done
+    done
+    for input in plummer:1000000 uniform:1000000:3; do
+      echo "== canopy-bench bh --generate $input --shuffle 1"
+      timeout 300 $bin/canopy-bench bh --generate $input --shuffle 1 --repeat $repeat \
+        --variants $v,hybrid-gpu-sandpile --json "$out/defaults_bh_${input%%:*}.json" |
+        grep -E "^(independent|sorted|fsm|hybrid|auto)|picked"
+    done
+  } 2>&1 | tee "$out/defaults.txt"
+fi
+
 if [[ $what == guided-depth ]]; then
   {
     for w in nn knn vp; do
@@ -147,7 +176,7 @@ if [[ $what == knn-qps ]]; then
         --variants mask-lockstep,independent,hybrid,hybrid-gpu-buckets --json "$out/qps_gpu_k$k.json" | tail -7
       echo "== knn k=$k, CPU ($(nproc) threads)"
       timeout 200 $bin/canopy-bench knn --generate uniform:400000:7 --shuffle 1 --k $k --repeat 3 --device cpu \
-        --variants independent,independent-hybrid --json "$out/qps_cpu_k$k.json" | tail -5
+        --variants independent,hybrid-independent --json "$out/qps_cpu_k$k.json" | tail -5
     done
   } 2>&1 | tee "$out/knn_qps.txt"
 fi
