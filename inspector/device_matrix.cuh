@@ -138,7 +138,7 @@ void inspect(const Topology& tree, const TopTreeView& top, const Visitor& v, Gui
              cudaStream_t s) {
   const std::size_t n = static_cast<std::size_t>(m.rows);
   if (m.keyed) {
-    m.max_key = max_query_key<Visitor>(top.n_leaves);
+    m.max_key = max_query_key<Visitor>(top);
     launch_key_inspector(tree, top, v, m.rows, m.keys.get(), s);
     return;
   }

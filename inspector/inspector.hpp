@@ -133,28 +133,29 @@ CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeV
 //
 // A query's key summarises what it reaches in the top-tree in one 64-bit number instead of a
 // row, so the inspector writes 8 bytes per query whatever the depth and the scheduler is a
-// radix sort. It comes from walks that stop at the first top-leaf they reach, L = the number of
-// top-leaves:
+// radix sort. It comes from walks that stop at the first top-leaf they reach:
 //  - an unguided visitor without a hint: a = the first top-leaf a depth-first walk reaches
 //    visiting children in index order, b = the first visiting them in reverse; a and b are the
 //    lowest and highest columns of the query's row in the scheduling matrix (an unguided
-//    traversal reaches top-leaves left to right). key = a (L + 1) + b.
+//    traversal reaches top-leaves left to right).
 //  - a visitor with a home hint (has_home_hint_v: guided visitors, and unguided ones that name
 //    the child a query lies in): a = the first top-leaf reached walking the hinted child first:
-//    the top-leaf the query lies in. key = a.
-// A query that reaches no top-leaf has a = b = L: it sorts last. The sequential definition is
-// key_from_row() over a full inspector row; tests hold the two equal.
+//    the top-leaf the query lies in.
+// A top-leaf enters the key as its node id less the first top-leaf's (ids grow with the columns,
+// so the order is the columns' order, and no walk pays for a binary search of the columns);
+// a query that reaches none gets span + 1 (span = last - first top-leaf id): it sorts last.
+// key = a (span + 2) + b, or a with a hint. The sequential definition is key_from_row() over a
+// full inspector row; tests hold the two equal.
 //
 // How it is computed, the same on both devices: the two walks share their path down to the
 // first node with more than one accepted child, and each then descends greedily (the first
 // accepted child in its visit order), with no stack; only a descent into a subtree that reaches
 // no top-leaf falls back to the full depth-first walk (first_top_leaf).
 
-// The first top-leaf (its column) a depth-first walk of the top-tree reaches, children visited
-// hint first (home_child), in index order, or (reverse) in reverse index order; top.n_leaves when
-// none.
+// The first top-leaf (its node id) a depth-first walk of the top-tree reaches, children visited
+// hint first (home_child), in index order, or (reverse) in reverse index order; kNoNode when none.
 template <class Topology, class Visitor>
-CANOPY_HD inline index_t first_top_leaf(const Topology& tree, const TopTreeView& top, const Visitor& v, index_t q,
+CANOPY_HD inline node_id first_top_leaf(const Topology& tree, const TopTreeView& top, const Visitor& v, index_t q,
                                         bool reverse) {
   node_id stack[Topology::kMaxStack];
   std::int8_t depth[Topology::kMaxStack];
@@ -168,7 +169,7 @@ CANOPY_HD inline index_t first_top_leaf(const Topology& tree, const TopTreeView&
     const node_id n = stack[sp];
     const int d = depth[sp];
     if (!v.descend(s, n)) continue;
-    if (d == top.depth - 1 || tree.is_leaf(n)) return top.column(n);
+    if (d == top.depth - 1 || tree.is_leaf(n)) return n;
     const int count = tree.child_count(n);
     const int first = reverse ? 0 : home_child(v, s, n);
     for (int i = count - 1; i >= 0; --i) {  // pushed last = visited first
@@ -177,17 +178,17 @@ CANOPY_HD inline index_t first_top_leaf(const Topology& tree, const TopTreeView&
       ++sp;
     }
   }
-  return top.n_leaves;
+  return kNoNode;
 }
 
 // The greedy form of first_top_leaf from node n (accepted, at depth d): at each node the first
-// accepted child in visit order. -1 when it reaches a node none of whose children is accepted
-// (the depth-first walk would backtrack there).
+// accepted child in visit order. kNoNode when it reaches a node none of whose children is
+// accepted (the depth-first walk would backtrack there).
 template <class Topology, class Visitor>
-CANOPY_HD inline index_t greedy_top_leaf(const Topology& tree, const TopTreeView& top, const Visitor& v,
+CANOPY_HD inline node_id greedy_top_leaf(const Topology& tree, const TopTreeView& top, const Visitor& v,
                                          typename Visitor::State& s, node_id n, int d, bool reverse) {
   for (;;) {
-    if (d == top.depth - 1 || tree.is_leaf(n)) return top.column(n);
+    if (d == top.depth - 1 || tree.is_leaf(n)) return n;
     const int count = tree.child_count(n);
     const int first = reverse ? 0 : home_child(v, s, n);
     node_id next = kNoNode;
@@ -195,72 +196,81 @@ CANOPY_HD inline index_t greedy_top_leaf(const Topology& tree, const TopTreeView
       const node_id c = tree.child(n, reverse ? count - 1 - i : visit_rank_child(first, i));
       if (v.descend(s, c)) next = c;
     }
-    if (next == kNoNode) return -1;
+    if (next == kNoNode) return kNoNode;
     n = next;
     ++d;
   }
 }
 
-// The largest key a visitor's queries can have over L top-leaves.
+// A top-leaf's code in the key (kNoNode: none reached).
+CANOPY_HD inline std::uint64_t key_code(const TopTreeView& top, node_id n) {
+  return n == kNoNode ? static_cast<std::uint64_t>(top.last_leaf - top.first_leaf) + 1
+                      : static_cast<std::uint64_t>(n - top.first_leaf);
+}
+
+// The largest key a visitor's queries can have over the top-tree.
 template <class Visitor>
-CANOPY_HD inline std::uint64_t max_query_key(index_t n_leaves) {
-  const std::uint64_t l = static_cast<std::uint64_t>(n_leaves);
-  return has_home_hint_v<Visitor> ? l : l * (l + 1) + l;
+CANOPY_HD inline std::uint64_t max_query_key(const TopTreeView& top) {
+  const std::uint64_t none = key_code(top, kNoNode);
+  return has_home_hint_v<Visitor> ? none : none * (none + 1) + none;
 }
 
 template <class Topology, class Visitor>
 CANOPY_HD inline std::uint64_t inspect_key(const Topology& tree, const TopTreeView& top, const Visitor& v, index_t q) {
-  const std::uint64_t none = static_cast<std::uint64_t>(top.n_leaves);
+  const std::uint64_t radix = key_code(top, kNoNode) + 1;
   auto s = v.init(q);
-  if (!v.descend(s, 0)) return has_home_hint_v<Visitor> ? none : none * (none + 1) + none;
-  if constexpr (has_home_hint_v<Visitor>) {
-    index_t a = greedy_top_leaf(tree, top, v, s, 0, 0, false);
-    if (a < 0) a = first_top_leaf(tree, top, v, q, false);
-    return static_cast<std::uint64_t>(a);
-  } else {
-    // The shared path: while exactly one child is accepted, both walks take it.
-    node_id n = 0;
-    int d = 0;
-    index_t a = top.n_leaves, b = top.n_leaves;
-    for (;;) {
-      if (d == top.depth - 1 || tree.is_leaf(n)) {
-        a = b = top.column(n);
+  node_id a = kNoNode, b = kNoNode;
+  if (v.descend(s, 0)) {
+    if constexpr (has_home_hint_v<Visitor>) {
+      a = greedy_top_leaf(tree, top, v, s, 0, 0, false);
+      if (a == kNoNode) a = first_top_leaf(tree, top, v, q, false);
+    } else {
+      // The shared path: while exactly one child is accepted, both walks take it.
+      node_id n = 0;
+      int d = 0;
+      for (;;) {
+        if (d == top.depth - 1 || tree.is_leaf(n)) {
+          a = b = n;
+          break;
+        }
+        const int count = tree.child_count(n);
+        int lo = count;
+        for (int i = 0; i < count && lo == count; ++i)
+          if (v.descend(s, tree.child(n, i))) lo = i;
+        if (lo == count) break;  // every ancestor had one accepted child: nothing is reached
+        int hi = lo;
+        for (int i = count - 1; i > lo && hi == lo; --i)
+          if (v.descend(s, tree.child(n, i))) hi = i;
+        if (hi == lo) {
+          n = tree.child(n, lo);
+          ++d;
+          continue;
+        }
+        a = greedy_top_leaf(tree, top, v, s, tree.child(n, lo), d + 1, false);
+        if (a == kNoNode) a = first_top_leaf(tree, top, v, q, false);
+        b = greedy_top_leaf(tree, top, v, s, tree.child(n, hi), d + 1, true);
+        if (b == kNoNode) b = first_top_leaf(tree, top, v, q, true);
         break;
       }
-      const int count = tree.child_count(n);
-      int lo = count;
-      for (int i = 0; i < count && lo == count; ++i)
-        if (v.descend(s, tree.child(n, i))) lo = i;
-      if (lo == count) break;  // every ancestor had one accepted child: nothing is reached
-      int hi = lo;
-      for (int i = count - 1; i > lo && hi == lo; --i)
-        if (v.descend(s, tree.child(n, i))) hi = i;
-      if (hi == lo) {
-        n = tree.child(n, lo);
-        ++d;
-        continue;
-      }
-      a = greedy_top_leaf(tree, top, v, s, tree.child(n, lo), d + 1, false);
-      if (a < 0) a = first_top_leaf(tree, top, v, q, false);
-      b = greedy_top_leaf(tree, top, v, s, tree.child(n, hi), d + 1, true);
-      if (b < 0) b = first_top_leaf(tree, top, v, q, true);
-      break;
     }
-    return static_cast<std::uint64_t>(a) * (none + 1) + static_cast<std::uint64_t>(b);
+  }
+  if constexpr (has_home_hint_v<Visitor>) {
+    return key_code(top, a);
+  } else {
+    return key_code(top, a) * radix + key_code(top, b);
   }
 }
 
 // The key's sequential definition for an unguided visitor without a hint, from a query's full
-// row (inspect_row) of n_leaves columns: its lowest and highest set columns.
-inline std::uint64_t key_from_row(const std::uint64_t* row, index_t n_leaves) {
-  const index_t words = words_per_row(n_leaves);
-  index_t lo = n_leaves, hi = n_leaves;
-  for (index_t c = 0; c < words * 64 && c < n_leaves; ++c) {
+// row (inspect_row) over the top-tree `top` (host leaves): its lowest and highest set columns.
+inline std::uint64_t key_from_row(const std::uint64_t* row, const TopTreeView& top) {
+  node_id lo = kNoNode, hi = kNoNode;
+  for (index_t c = 0; c < top.n_leaves; ++c) {
     if (!((row[c / 64] >> (c % 64)) & 1u)) continue;
-    if (lo == n_leaves) lo = c;
-    hi = c;
+    if (lo == kNoNode) lo = top.leaves[c];
+    hi = top.leaves[c];
   }
-  return static_cast<std::uint64_t>(lo) * (static_cast<std::uint64_t>(n_leaves) + 1) + static_cast<std::uint64_t>(hi);
+  return key_code(top, lo) * (key_code(top, kNoNode) + 1) + key_code(top, hi);
 }
 
 // CPU twin of the key inspector: keys[q] for queries 0..n_queries-1.

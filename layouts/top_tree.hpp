@@ -15,6 +15,7 @@ struct TopTreeView {
   const node_id* leaves = nullptr;  // ascending node ids; depth-first ids grow left to right
   index_t n_leaves = 0;
   int depth = 0;
+  node_id first_leaf = 0, last_leaf = -1;  // leaves[0] and leaves[n_leaves - 1], on the host too
 
   // Column of a top-leaf node, by binary search; -1 if the node is not a top-leaf.
   CANOPY_HD index_t column(node_id n) const {
@@ -87,7 +88,10 @@ class TopTree {
     return t;
   }
 
-  TopTreeView view() const { return {leaves_.data(), static_cast<index_t>(leaves_.size()), depth_}; }
+  TopTreeView view() const {
+    return {leaves_.data(), static_cast<index_t>(leaves_.size()), depth_, leaves_.empty() ? 0 : leaves_.front(),
+            leaves_.empty() ? -1 : leaves_.back()};
+  }
   const std::vector<node_id>& leaves() const { return leaves_; }
   // parents()[c]: the parent node of top-leaf c (kNoNode for the root). Top-leaves with one
   // parent are siblings; the guided scheduler treats a visit to siblings as one step.

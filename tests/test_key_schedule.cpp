@@ -70,7 +70,7 @@ TEST(KeyInspector, UnguidedKeyIsTheLowestAndHighestColumnOfTheRow) {
       std::vector<std::uint64_t> keys(3000);
       inspect_keys_cpu(s.tree.view(), top.view(), v, 3000, keys.data());
       for (index_t q = 0; q < 3000; ++q)
-        ASSERT_EQ(keys[q], key_from_row(m.view().row(q), top.size())) << "depth " << d << ", query " << q;
+        ASSERT_EQ(keys[q], key_from_row(m.view().row(q), top.view())) << "depth " << d << ", query " << q;
     }
   }
 }
@@ -87,7 +87,7 @@ TEST(KeyInspector, CustomUnguidedVisitorsOfAnyFanOutToo) {
     const TopTree top = TopTree::build(t.view(), d);
     const SchedulingMatrix m = inspect_cpu(t.view(), top.view(), v, n);
     for (index_t q = 0; q < n; ++q)
-      ASSERT_EQ(inspect_key(t.view(), top.view(), v, q), key_from_row(m.view().row(q), top.size())) << d << " " << q;
+      ASSERT_EQ(inspect_key(t.view(), top.view(), v, q), key_from_row(m.view().row(q), top.view())) << d << " " << q;
   }
 }
 
@@ -103,7 +103,7 @@ TEST(KeyInspector, GuidedKeyIsTheFirstTopLeafOfTheGuidedRow) {
     std::vector<std::int32_t> row(static_cast<std::size_t>(top.size()) + 1);
     for (index_t q = 0; q < 700; ++q) {
       const index_t len = inspect_row_guided(tree.view(), top.view(), v, q, row.data(), top.size(), GuidedProbe::Full);
-      const std::uint64_t want = len > 0 ? static_cast<std::uint64_t>(row[0]) : static_cast<std::uint64_t>(top.size());
+      const std::uint64_t want = key_code(top.view(), len > 0 ? top.leaves()[row[0]] : kNoNode);
       ASSERT_EQ(inspect_key(tree.view(), top.view(), v, q), want) << "depth " << d << ", query " << q;
     }
   }
@@ -123,8 +123,10 @@ TEST(KeyInspector, BarnesHutKeyIsATopLeafThatHoldsTheBody) {
     const TopTree top = TopTree::build(tree.view(), d);
     for (index_t q = 0; q < 5000; ++q) {
       const std::uint64_t key = inspect_key(tree.view(), top.view(), v, q);
-      ASSERT_LT(key, static_cast<std::uint64_t>(top.size())) << "every body lies in a cell";
-      const float* c = tree.view().cube(top.leaves()[key]);
+      ASSERT_LT(key, key_code(top.view(), kNoNode)) << "every body lies in a cell";
+      const node_id cell = top.view().first_leaf + static_cast<node_id>(key);
+      ASSERT_GE(top.view().column(cell), 0) << "the key names a top-leaf";
+      const float* c = tree.view().cube(cell);
       for (int k = 0; k < 3; ++k) ASSERT_LE(std::fabs(xyz[q * 3 + k] - c[k]), c[3]) << "depth " << d << ", body " << q;
     }
   }
