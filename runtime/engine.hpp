@@ -170,6 +170,12 @@ int AutoDepth::choose(const TraversalOptions& opt, Device device, index_t n, int
 struct CpuScratch {
   SandpileScheduler sandpile;
   std::vector<index_t> order;
+  // A sort's schedule as the run's order (and buckets, when asked for).
+  const index_t* take(Schedule& s, std::vector<index_t>* buckets) {
+    order.swap(s.order);
+    if (buckets) buckets->swap(s.bucket_offsets);
+    return order.data();
+  }
 };
 
 // The CPU schedule of one call (the depth and guided rows resolved in st): inspector + CPU
@@ -192,9 +198,7 @@ const index_t* schedule_on_cpu(CpuScratch& cpu, const W& w, const typename W::Vi
     t0 = std::chrono::steady_clock::now();
     Schedule sorted = sort_by_key(keys.data(), n);
     st.times.schedule_ms = ms_since(t0);
-    cpu.order.swap(sorted.order);
-    if (buckets) buckets->swap(sorted.bucket_offsets);
-    return cpu.order.data();
+    return cpu.take(sorted, buckets);
   }
   if (opt.schedule == ScheduleKind::Hybrid || opt.schedule == ScheduleKind::HybridDevice) {
     auto t0 = std::chrono::steady_clock::now();
@@ -225,9 +229,7 @@ const index_t* schedule_on_cpu(CpuScratch& cpu, const W& w, const typename W::Vi
       });
       Schedule sorted = sort_by_key(keys.data(), n);
       st.times.schedule_ms = ms_since(t0);
-      cpu.order.swap(sorted.order);
-      if (buckets) buckets->swap(sorted.bucket_offsets);
-      return cpu.order.data();
+      return cpu.take(sorted, buckets);
     }
   }
   return nullptr;
@@ -346,6 +348,34 @@ struct ScratchOutputs {
 // empty when they are in host memory (or there are none).
 std::vector<float> host_copy_of_queries(const float* queries, index_t n, int dims, stream_t after);
 
+// A trial run's data (depth auto, Auto): the queries at `rows` of the call's, gathered from
+// host_queries (the call's queries in host memory), or with no rows the call's own queries; and
+// scratch results for them. A workload that holds its own queries runs them all.
+struct TrialCall {
+  std::vector<float> queries;
+  std::unique_ptr<ScratchOutputs> out;
+  CallData data;
+};
+template <class W>
+TrialCall trial_call(const W& w, const CallData& call, const float* host_queries, const std::vector<index_t>* rows) {
+  TrialCall t;
+  const bool gather = rows && w.query_dims > 0;
+  t.data.n = gather ? static_cast<index_t>(rows->size()) : call.n;
+  if (gather) t.queries = gather_rows(host_queries, w.query_dims, *rows);
+  t.data.queries = gather ? t.queries.data() : call.queries;
+  t.out = std::make_unique<ScratchOutputs>(w.output_bytes, t.data.n);
+  t.data.outputs[0] = t.out->ptr[0];
+  t.data.outputs[1] = t.out->ptr[1];
+  return t;
+}
+
+// The engine's tree's top_leaves_by_depth, counted once.
+template <class W>
+const std::vector<index_t>& engine_top_leaves(const typename W::View& view, EngineState& state) {
+  if (state.top_leaves.empty()) state.top_leaves = top_leaves_by_depth(W::topology(view));
+  return state.top_leaves;
+}
+
 template <class W>
 void check_call(const W& w, const CallData& call, const TraversalOptions& opt) {
   const std::string who = w.name;
@@ -370,8 +400,7 @@ bool workload_hinted(const W& w, const typename W::View& view) {
 // HybridKey's depth for n queries over the engine's tree (key_depth).
 template <class W>
 int workload_key_depth(const W& w, const typename W::View& view, EngineState& state, index_t n) {
-  if (state.top_leaves.empty()) state.top_leaves = top_leaves_by_depth(W::topology(view));
-  return key_depth(state.top_leaves, n, workload_hinted(w, view));
+  return key_depth(engine_top_leaves<W>(view, state), n, workload_hinted(w, view));
 }
 
 // The top-tree depth that depth 0 stands for before it is capped at the tree's height (the
@@ -455,10 +484,8 @@ TraversalStats run_auto(const W& w, const typename W::View& view, Device held, G
     take(candidates.front());
     return run_call(w, view, held, gpu, state, call, o);
   }
-  const auto& tree = W::topology(view);
-  if (state.top_leaves.empty()) state.top_leaves = top_leaves_by_depth(tree);
-  const AutoChoice::Key key =
-      AutoChoice::key(typeid(W).hash_code(), tree.height, state.top_leaves.back(), call.n, where, opt);
+  const AutoChoice::Key key = AutoChoice::key(typeid(W).hash_code(), W::topology(view).height,
+                                              engine_top_leaves<W>(view, state).back(), call.n, where, opt);
   AutoPick pick{};
   if (AutoChoice::find(key, &pick)) {
     take(pick);
@@ -472,32 +499,17 @@ TraversalStats run_auto(const W& w, const typename W::View& view, Device held, G
   TraversalStats st = run_call(w, view, held, gpu, state, call, o);
   const double call_ms = ms_since(t0);
 
-  // The trial's data: samples of the call (gathered to the host), or the call itself.
-  const std::vector<float> staged = host_copy_of_queries(call.queries, n, w.query_dims, opt.stream);
-  const float* queries = staged.empty() ? call.queries : staged.data();
-  struct Sample {
-    std::vector<float> queries;
-    std::unique_ptr<ScratchOutputs> out;
-    CallData data;
-  };
-  auto make_sample = [&](const std::vector<index_t>* rows) {
-    Sample s;
-    s.data.n = rows ? static_cast<index_t>(rows->size()) : n;
-    if (rows) s.queries = gather_rows(queries, w.query_dims, *rows);
-    s.data.queries = rows ? s.queries.data() : call.queries;
-    s.out = std::make_unique<ScratchOutputs>(w.output_bytes, s.data.n);
-    s.data.outputs[0] = s.out->ptr[0];
-    s.data.outputs[1] = s.out->ptr[1];
-    return s;
-  };
-  Sample in_order, sorted;
+  // The trial's data: samples of the call (gathered on the host), or the call itself.
+  TrialCall in_order, sorted;
   if (sampled) {
+    const std::vector<float> staged = host_copy_of_queries(call.queries, n, w.query_dims, opt.stream);
+    const float* queries = staged.empty() ? call.queries : staged.data();
     const std::vector<index_t> a = block_sample(nullptr, n, kAutoSample, kAutoBlocks);
     const std::vector<index_t> b = block_sample(st.schedule.order.data(), n, kAutoSample, kAutoBlocks);
-    in_order = make_sample(&a);
-    sorted = make_sample(&b);
+    in_order = trial_call(w, call, queries, &a);
+    sorted = trial_call(w, call, queries, &b);
   } else {
-    in_order = make_sample(nullptr);
+    in_order = trial_call(w, call, nullptr, nullptr);
   }
   // A sample runs at the whole call's depth: its blocks have the call's density.
   const int depth = opt.depth == kAutoDepth ? 0 : opt.depth;
@@ -509,7 +521,7 @@ TraversalStats run_auto(const W& w, const typename W::View& view, Device held, G
     t.schedule = c.schedule;
     t.executor = c.executor;
     if (c.schedule == ScheduleKind::HybridKey && depth == 0) t.depth = full_key_depth;
-    const Sample& s = sampled && c.schedule != ScheduleKind::InputOrder ? sorted : in_order;
+    const TrialCall& s = sampled && c.schedule != ScheduleKind::InputOrder ? sorted : in_order;
     auto once = [&] { return run_ms(run_call(w, view, held, gpu, state, s.data, t)); };
     double ms = once();  // warm-up (buffers sized), and a first measure
     if (best == 0 || ms < 2 * best) ms = std::min(once(), once());
@@ -543,24 +555,14 @@ TraversalStats run_call(const W& w, const typename W::View& view, Device held, G
     const std::vector<float> staged = detail::host_copy_of_queries(call.queries, call.n, w.query_dims, opt.stream);
     const float* queries = staged.empty() ? call.queries : staged.data();
     double trial_ms = 0;
-    // Every trial runs the same sample (a workload that holds its own queries runs them all),
-    // gathered once, into one set of scratch results.
-    std::vector<float> sample;
-    std::unique_ptr<detail::ScratchOutputs> out;
-    CallData t;
+    // Every trial runs the same sample, gathered once, into one set of scratch results.
+    detail::TrialCall t;
     TraversalOptions chosen = opt;
     chosen.depth = state.auto_depth.choose(
         opt, where, call.n, height, detail::uncapped_default_depth(w, view, state, call.n, opt, where),
         [&](int d, const std::vector<index_t>& rows) {
-          if (!out) {
-            if (w.query_dims > 0) sample = gather_rows(queries, w.query_dims, rows);
-            t.n = w.query_dims > 0 ? static_cast<index_t>(rows.size()) : call.n;
-            t.queries = sample.data();
-            out = std::make_unique<detail::ScratchOutputs>(w.output_bytes, t.n);
-            t.outputs[0] = out->ptr[0];
-            t.outputs[1] = out->ptr[1];
-          }
-          return run_ms(run_call(w, view, held, gpu, state, t, trial_options(opt, d)));
+          if (!t.out) t = detail::trial_call(w, call, queries, &rows);
+          return run_ms(run_call(w, view, held, gpu, state, t.data, trial_options(opt, d)));
         },
         &trial_ms);
     TraversalStats st = run_call(w, view, held, gpu, state, call, chosen);
