@@ -39,7 +39,8 @@ struct DeviceMatrix {
   index_t rows = 0, cols = 0;
   index_t width = 0;  // guided: entries per row (GuidedRows::width)
   DeviceBuffer<std::uint64_t> bits;
-  DeviceBuffer<std::uint64_t> keys;            // keyed: [rows]
+  DeviceBuffer<unsigned char> keys;            // keyed: [rows] keys of key_bytes() each
+  DeviceBuffer<index_t> key_ids;               // keyed: [rows] 0..rows-1, the key sort's values
   std::uint64_t max_key = 0;                   // keyed: the largest key possible (max_query_key)
   DeviceBuffer<std::int32_t> entries;
   DeviceBuffer<index_t> sizes;                 // guided: each row's packed size (length + 1)
@@ -124,8 +125,12 @@ inline void reserve_keys(DeviceMatrix& m, index_t n, index_t top_leaves, cudaStr
   m.packed = false;
   m.rows = n;
   m.cols = top_leaves;
-  m.keys.reserve(static_cast<std::size_t>(n), "the schedule keys", s);
+  m.keys.reserve(static_cast<std::size_t>(n) * sizeof(std::uint64_t), "the schedule keys", s);
+  m.key_ids.reserve(static_cast<std::size_t>(n), "the schedule keys' query ids", s);
 }
+
+// Keys are stored in 32 bits when every key fits, which halves the key sort's traffic.
+inline bool narrow_keys(std::uint64_t max_key) { return max_key <= 0xffffffffull; }
 
 namespace gpu {
 
@@ -139,7 +144,10 @@ void inspect(const Topology& tree, const TopTreeView& top, const Visitor& v, Gui
   const std::size_t n = static_cast<std::size_t>(m.rows);
   if (m.keyed) {
     m.max_key = max_query_key<Visitor>(top);
-    launch_key_inspector(tree, top, v, m.rows, m.keys.get(), s);
+    if (narrow_keys(m.max_key))
+      launch_key_inspector(tree, top, v, m.rows, reinterpret_cast<std::uint32_t*>(m.keys.get()), m.key_ids.get(), s);
+    else
+      launch_key_inspector(tree, top, v, m.rows, reinterpret_cast<std::uint64_t*>(m.keys.get()), m.key_ids.get(), s);
     return;
   }
   if constexpr (is_guided_v<Visitor>) {

@@ -76,20 +76,23 @@ inline void launch_pack_guided_rows(const std::int32_t* matrix, index_t width, i
   CANOPY_CUDA_CHECK_LAUNCH("pack_guided_rows_kernel");
 }
 
-template <class Topology, class Visitor>
+template <class Key, class Topology, class Visitor>
 __global__ void __launch_bounds__(kInspectorBlock)
-key_inspector_kernel(Topology tree, TopTreeView top, Visitor v, index_t n, std::uint64_t* keys) {
+key_inspector_kernel(Topology tree, TopTreeView top, Visitor v, index_t n, Key* keys, index_t* ids) {
   const index_t q = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
-  if (q < n) keys[q] = inspect_key(tree, top, v, q);
+  if (q >= n) return;
+  keys[q] = static_cast<Key>(inspect_key(tree, top, v, q));
+  ids[q] = q;
 }
 
-// keys: [n], the compact key of each query (inspect_key).
-template <class Topology, class Visitor>
-void launch_key_inspector(const Topology& tree, const TopTreeView& top, const Visitor& v, index_t n,
-                          std::uint64_t* keys, cudaStream_t stream) {
+// keys: [n], the compact key of each query (inspect_key), as Key (wide enough for every key);
+// ids: [n], 0..n-1. They are the key sort's input pairs as they stand (gpu::sort_key_pairs).
+template <class Key, class Topology, class Visitor>
+void launch_key_inspector(const Topology& tree, const TopTreeView& top, const Visitor& v, index_t n, Key* keys,
+                          index_t* ids, cudaStream_t stream) {
   if (n <= 0) return;
   key_inspector_kernel<<<static_cast<unsigned>((n + kInspectorBlock - 1) / kInspectorBlock), kInspectorBlock, 0,
-                         stream>>>(tree, top, v, n, keys);
+                         stream>>>(tree, top, v, n, keys, ids);
   CANOPY_CUDA_CHECK_LAUNCH("key_inspector_kernel");
 }
 

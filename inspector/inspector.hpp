@@ -138,12 +138,16 @@ CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeV
 //    visiting children in index order, b = the first visiting them in reverse; a and b are the
 //    lowest and highest columns of the query's row in the scheduling matrix (an unguided
 //    traversal reaches top-leaves left to right).
-//  - a visitor with a home hint (has_home_hint_v: guided visitors, and unguided ones that name
-//    the child a query lies in): a = the first top-leaf reached walking the hinted child first:
-//    the top-leaf the query lies in.
+//  - a guided visitor: a = the first top-leaf its walk reaches, first_child() first: the first
+//    column of its guided row.
+//  - an unguided visitor with a home hint (one that names the child a query lies in,
+//    home_child()): a = the top-leaf the hints lead to from the root, the one the query lies in.
+//    It need not be reached (the hint is a sort key, never a visit), so the walk is one descent
+//    that evaluates no descend(): for point correlation it is the leaf sort's descent, cut at
+//    the top-tree.
 // A top-leaf enters the key as its node id less the first top-leaf's (ids grow with the columns,
 // so the order is the columns' order, and no walk pays for a binary search of the columns);
-// a query that reaches none gets span + 1 (span = last - first top-leaf id): it sorts last.
+// a query that reaches none (with a home hint: that the root rejects) gets span + 1 (span = last - first top-leaf id): it sorts last.
 // key = a (span + 2) + b, or a with a hint. The sequential definition is key_from_row() over a
 // full inspector row; tests hold the two equal.
 //
@@ -202,6 +206,15 @@ CANOPY_HD inline node_id greedy_top_leaf(const Topology& tree, const TopTreeView
   }
 }
 
+// The top-leaf an unguided visitor's home hints lead to from the root: the one the query lies in.
+template <class Topology, class Visitor>
+CANOPY_HD inline node_id home_top_leaf(const Topology& tree, const TopTreeView& top, const Visitor& v,
+                                       const typename Visitor::State& s) {
+  node_id n = 0;
+  for (int d = 0; d < top.depth - 1 && !tree.is_leaf(n); ++d) n = tree.child(n, home_child(v, s, n));
+  return n;
+}
+
 // A top-leaf's code in the key (kNoNode: none reached).
 CANOPY_HD inline std::uint64_t key_code(const TopTreeView& top, node_id n) {
   return n == kNoNode ? static_cast<std::uint64_t>(top.last_leaf - top.first_leaf) + 1
@@ -221,9 +234,11 @@ CANOPY_HD inline std::uint64_t inspect_key(const Topology& tree, const TopTreeVi
   auto s = v.init(q);
   node_id a = kNoNode, b = kNoNode;
   if (v.descend(s, 0)) {
-    if constexpr (has_home_hint_v<Visitor>) {
+    if constexpr (is_guided_v<Visitor>) {
       a = greedy_top_leaf(tree, top, v, s, 0, 0, false);
       if (a == kNoNode) a = first_top_leaf(tree, top, v, q, false);
+    } else if constexpr (has_home_hint_v<Visitor>) {
+      a = home_top_leaf(tree, top, v, s);
     } else {
       // The shared path: while exactly one child is accepted, both walks take it.
       node_id n = 0;

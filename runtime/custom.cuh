@@ -76,6 +76,10 @@ class Traverser {
       throw Error("Traverser::run: device cpu was requested; the visitor holds device pointers (use traverse_cpu)");
     using W = CustomWorkload<Topology, Visitor>;
     const W w{v, "Traverser::run"};
+    // Each call may pass another tree (or the same memory rebuilt): nothing cut from the last
+    // one is kept.
+    g_.forget_top_tree();
+    state_.top_leaves.clear();
     Part<W> part(g_, host_tree, device_tree);
     CallData call;
     call.n = n_queries;

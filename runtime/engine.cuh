@@ -45,6 +45,20 @@ struct GpuResources {
   KeySortScratch key_sort;
   DeviceBuffer<index_t> warp_nodes;
   std::unique_ptr<detail::Pipeline> pipeline;
+  std::unique_ptr<TopTree> top_host;
+
+  // The top-tree of the last depth a call used, cut on the host and uploaded to `top` once: a
+  // deep top-tree of a large tree takes milliseconds to cut, every call. A built-in engine's
+  // tree never changes; the custom Traverser forgets it at each call (forget_top_tree).
+  template <class Topology>
+  const TopTree& top_tree(const Topology& host, int depth, cudaStream_t s) {
+    if (!top_host || top_host->depth() != depth) {
+      top_host = std::make_unique<TopTree>(TopTree::build(host, depth));
+      top.upload(*top_host, s);
+    }
+    return *top_host;
+  }
+  void forget_top_tree() { top_host.reset(); }
 
   // GPU milliseconds of f()'s work on the stream (CUDA events).
   template <class F>
@@ -93,7 +107,7 @@ void run_on_gpu(GpuResources& g, const W& w, const typename W::View& host, const
     const DeviceSchedule* schedule = nullptr;  // null: the input order
     bool pipelined = false;
     if (uses_top_tree(opt.schedule)) {
-      const TopTree top = TopTree::build(W::topology(host), st.depth);
+      const TopTree& top = g.top_tree(W::topology(host), st.depth, s);
       const bool keyed = opt.schedule == ScheduleKind::HybridKey;
       const index_t entries = W::kGuided ? st.rows.width(top.size()) : top.size();
       const RunPlan plan = plan_run(opt, n, fp.tree, fp.tree + static_cast<std::size_t>(n) * fp.per_query,
@@ -119,7 +133,6 @@ void run_on_gpu(GpuResources& g, const W& w, const typename W::View& host, const
         pipelined = true;
       } else {
         const bool to_host = DeviceScheduler::on_host(opt.schedule, W::kGuided, top, n);
-        g.top.upload(top, s);
         if (keyed)
           reserve_keys(g.matrix, n, top.size(), s);
         else

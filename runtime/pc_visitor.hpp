@@ -28,6 +28,13 @@ struct PointCorrelationVisitor {
   CANOPY_HD bool descend(State& s, node_id n) const {
     return box_distance2(s.q, tree.lo(n), tree.hi(n)) <= radius2;
   }
+  // The side of the split the query lies on, ties left as in find_leaf (the key inspector's
+  // hint; it changes no visit): the key is then the top-leaf holding the query, so queries that
+  // share a top-leaf run together however large the radius, and the walk is one descent.
+  CANOPY_HD int home_child(const State& s, node_id n) const {
+    const int d = tree.nodes[n].split_dim;
+    return s.q[d] <= tree.hi(n + 1)[d] ? 0 : 1;
+  }
   CANOPY_HD void leaf(State& s, node_id n) const {
     const KdNode node = tree.nodes[n];
     for (index_t i = node.first; i < node.first + node.count; ++i)

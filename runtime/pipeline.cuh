@@ -153,7 +153,7 @@ class Pipeline {
     if (on_device_) {
       sl.inspect_stop.record(s);
       if (keyed_)
-        gpu::sort_stored_keys(sl.matrix.keys.get(), sl.matrix.max_key, m, key_sort_, order + first, nullptr, s);
+        gpu::sort_stored_keys(sl.matrix, key_sort_, order + first, nullptr, s);
       else if constexpr (is_guided_v<Visitor>)
         guided_.run(sl.matrix.entries.get(), m, sl.matrix.cols, sl.matrix.width, top.parents().data(), order + first,
                     sl.heads.get(), s);

@@ -58,8 +58,7 @@ void DeviceScheduler::schedule(const DeviceMatrix& m, ScheduleKind kind, const T
   if (n == 0) return;
   if (m.keyed) {
     if (buckets) out.heads.reserve(static_cast<std::size_t>(n), "the schedule's bucket heads", stream);
-    gpu::sort_stored_keys(m.keys.get(), m.max_key, n, *key_sort_, out.order.get(), buckets ? out.heads.get() : nullptr,
-                          stream);
+    gpu::sort_stored_keys(m, *key_sort_, out.order.get(), buckets ? out.heads.get() : nullptr, stream);
     out.has_heads = buckets;
     return;
   }

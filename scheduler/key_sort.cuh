@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "core/cuda.cuh"
+#include "inspector/device_matrix.cuh"
 #include "scheduler/device_schedule.hpp"
 
 namespace canopy {
@@ -45,34 +46,43 @@ __global__ void __launch_bounds__(kKeyBlock) key_heads_kernel(const Key* sorted,
   if (i < n) heads[i] = i == 0 || sorted[i] != sorted[i - 1];
 }
 
+// The pairs (keys[i], ids[i]), i < n, every key <= max_key, stably sorted by key: the ids into
+// order[0..n), on stream s; with `heads` (may be null), heads[i] = 1 where a run of equal keys
+// starts. k's keys_out and temp are the scratch space.
+template <class Key>
+void sort_key_pairs(const Key* keys, const index_t* ids, std::uint64_t max_key, index_t n, KeySortScratch& k,
+                    index_t* order, std::uint8_t* heads, cudaStream_t s) {
+  static_assert(std::is_unsigned<Key>::value, "a sort key is an unsigned integer");
+  if (n == 0) return;
+  k.keys_out.reserve(static_cast<std::size_t>(n) * sizeof(Key), "the sort keys", s);
+  Key* sorted = reinterpret_cast<Key*>(k.keys_out.get());
+  const int end_bit = bits_for(max_key);
+  std::size_t temp_bytes = 0;
+  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, sorted, ids, order, n, 0, end_bit, s));
+  k.temp.reserve(temp_bytes, "the sort scratch space", s);
+  // Radix sort is stable: queries with equal keys keep their input order.
+  CANOPY_CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(k.temp.get(), temp_bytes, keys, sorted, ids, order, n, 0, end_bit, s));
+  if (!heads) return;
+  key_heads_kernel<<<static_cast<unsigned>((n + kKeyBlock - 1) / kKeyBlock), kKeyBlock, 0, s>>>(sorted, n, heads);
+  CANOPY_CUDA_CHECK_LAUNCH("key_heads_kernel");
+}
+
 // The queries 0..n-1 stably sorted by key_of(i) (every key <= max_key) into order[0..n), on
-// stream s; with `heads` (may be null), heads[i] = 1 where a run of equal keys starts.
+// stream s; heads as in sort_key_pairs.
 template <class KeyOf>
 void sort_keys(const KeyOf& key_of, std::uint64_t max_key, index_t n, KeySortScratch& k, index_t* order,
                std::uint8_t* heads, cudaStream_t s) {
   using Key = std::decay_t<decltype(key_of(index_t{}))>;
-  static_assert(std::is_unsigned<Key>::value, "a sort key is an unsigned integer");
   if (n == 0) return;
   const std::size_t m = static_cast<std::size_t>(n);
   k.keys_in.reserve(m * sizeof(Key), "the sort keys", s);
-  k.keys_out.reserve(m * sizeof(Key), "the sort keys", s);
   k.ids.reserve(m, "the sort ids", s);
   Key* in = reinterpret_cast<Key*>(k.keys_in.get());
-  Key* sorted = reinterpret_cast<Key*>(k.keys_out.get());
-  const int end_bit = bits_for(max_key);
-  std::size_t temp_bytes = 0;
-  CANOPY_CUDA_CHECK(
-      cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, in, sorted, k.ids.get(), order, n, 0, end_bit, s));
-  k.temp.reserve(temp_bytes, "the sort scratch space", s);
   query_key_kernel<<<static_cast<unsigned>((n + kKeyBlock - 1) / kKeyBlock), kKeyBlock, 0, s>>>(key_of, n, in,
                                                                                                 k.ids.get());
   CANOPY_CUDA_CHECK_LAUNCH("query_key_kernel");
-  // Radix sort is stable: queries with equal keys keep their input order.
-  CANOPY_CUDA_CHECK(
-      cub::DeviceRadixSort::SortPairs(k.temp.get(), temp_bytes, in, sorted, k.ids.get(), order, n, 0, end_bit, s));
-  if (!heads) return;
-  key_heads_kernel<<<static_cast<unsigned>((n + kKeyBlock - 1) / kKeyBlock), kKeyBlock, 0, s>>>(sorted, n, heads);
-  CANOPY_CUDA_CHECK_LAUNCH("key_heads_kernel");
+  sort_key_pairs(in, k.ids.get(), max_key, n, k, order, heads, s);
 }
 
 // The same into a DeviceSchedule; with `buckets`, a bucket is a run of equal keys.
@@ -90,21 +100,16 @@ void sort_by_key(const KeyOf& key_of, std::uint64_t max_key, index_t n, KeySortS
   out.has_heads = buckets;
 }
 
-// Keys the inspector wrote (ScheduleKind::HybridKey) as the sort's key: 32 bits when they fit,
-// which halves the radix sort's traffic.
-template <class Key>
-struct StoredKey {
-  const std::uint64_t* keys;
-  __device__ Key operator()(index_t i) const { return static_cast<Key>(keys[i]); }
-};
-
-// The stable sort of stored keys (every key <= max_key) into order, heads as in sort_keys.
-inline void sort_stored_keys(const std::uint64_t* keys, std::uint64_t max_key, index_t n, KeySortScratch& k,
-                             index_t* order, std::uint8_t* heads, cudaStream_t s) {
-  if (max_key <= 0xffffffffull)
-    sort_keys(StoredKey<std::uint32_t>{keys}, max_key, n, k, order, heads, s);
+// The stable sort of the keys a key inspection wrote into m (ScheduleKind::HybridKey) into
+// order, heads as in sort_key_pairs.
+inline void sort_stored_keys(const DeviceMatrix& m, KeySortScratch& k, index_t* order, std::uint8_t* heads,
+                             cudaStream_t s) {
+  if (narrow_keys(m.max_key))
+    sort_key_pairs(reinterpret_cast<const std::uint32_t*>(m.keys.get()), m.key_ids.get(), m.max_key, m.rows, k, order,
+                   heads, s);
   else
-    sort_keys(StoredKey<std::uint64_t>{keys}, max_key, n, k, order, heads, s);
+    sort_key_pairs(reinterpret_cast<const std::uint64_t*>(m.keys.get()), m.key_ids.get(), m.max_key, m.rows, k,
+                   order, heads, s);
 }
 
 }  // namespace gpu

@@ -28,10 +28,18 @@
 namespace canopy {
 namespace {
 
-static_assert(!has_home_hint_v<PointCorrelationVisitor<4>>, "point correlation's key is two-ended");
+static_assert(has_home_hint_v<PointCorrelationVisitor<4>>, "point correlation names the side a query lies on");
 static_assert(has_home_hint_v<BarnesHutVisitor>, "Barnes-Hut names the cell a body lies in");
 static_assert(has_home_hint_v<ForwardingVisitor<BarnesHutVisitor>>, "wrappers keep the hint");
-static_assert(!has_home_hint_v<ForwardingVisitor<PointCorrelationVisitor<4>>>, "wrappers add no hint");
+static_assert(has_home_hint_v<ForwardingVisitor<PointCorrelationVisitor<4>>>, "wrappers keep the hint");
+static_assert(!has_home_hint_v<ForwardingVisitor<test::IntervalVisitor<false>>>, "wrappers add no hint");
+
+// Point correlation without its hint: an unguided visitor whose key is two-ended.
+template <class Inner>
+struct WithoutHint : ForwardingVisitor<Inner> {
+  static constexpr bool kHomeHint = false;
+};
+static_assert(!has_home_hint_v<WithoutHint<PointCorrelationVisitor<4>>>, "the hint can be withheld");
 static_assert(!has_home_hint_v<test::IntervalVisitor<false>>, "first_child alone is no hint when unguided");
 static_assert(has_home_hint_v<test::IntervalVisitor<true>>, "a guided visitor's first child is its hint");
 
@@ -61,9 +69,10 @@ struct PcSetup {
 TEST(KeyInspector, UnguidedKeyIsTheLowestAndHighestColumnOfTheRow) {
   const PcSetup s(3000);
   for (double mean : {0.0, 3.0, 60.0}) {
-    PointCorrelationVisitor<4> v = s.v;
+    WithoutHint<PointCorrelationVisitor<4>> v;
+    v.inner = s.v;
     const float r = mean == 0 ? 0.0f : test::radius_for(s.tree, s.pts, mean);
-    v.radius2 = r * r;
+    v.inner.radius2 = r * r;
     for (int d = 1; d <= s.tree.height(); ++d) {
       const TopTree top = TopTree::build(s.tree.view(), d);
       const SchedulingMatrix m = inspect_cpu(s.tree.view(), top.view(), v, 3000);
@@ -71,6 +80,42 @@ TEST(KeyInspector, UnguidedKeyIsTheLowestAndHighestColumnOfTheRow) {
       inspect_keys_cpu(s.tree.view(), top.view(), v, 3000, keys.data());
       for (index_t q = 0; q < 3000; ++q)
         ASSERT_EQ(keys[q], key_from_row(m.view().row(q), top.view())) << "depth " << d << ", query " << q;
+    }
+  }
+}
+
+// With its hint, a point-correlation query's key is the top-leaf that holds it: the top-leaf
+// over the leaf find_leaf (the leaf sort's key) reaches, whatever the radius, for the tree's
+// points and for others; a query the root rejects reaches nothing.
+TEST(KeyInspector, PointCorrelationKeyIsTheTopLeafHoldingTheQuery) {
+  const index_t n = 3000;
+  const std::vector<float> pts = test::random_points(n, 3, 21);
+  std::vector<float> others = test::random_points(500, 3, 22);
+  for (std::size_t i = 0; i < others.size(); i += 7) others[i] = others[i] * 1.5f - 0.25f;  // some outside
+  const KdTree tree = KdTree::build(pts.data(), n, 3);
+  std::vector<index_t> counts(n);
+  for (double mean : {0.0, 3.0, 60.0}) {
+    PointCorrelationVisitor<4> v;
+    v.tree = tree.view();
+    v.counts = counts.data();
+    const float r = mean == 0 ? 0.0f : test::radius_for(tree, pts, mean);
+    v.radius2 = r * r;
+    for (int d = 1; d <= tree.height(); ++d) {
+      const TopTree top = TopTree::build(tree.view(), d);
+      const std::vector<node_id>& tops = top.leaves();
+      for (const std::vector<float>* qs : {&pts, static_cast<const std::vector<float>*>(&others)}) {
+        v.queries = qs->data();
+        for (index_t q = 0; q < static_cast<index_t>(qs->size() / 3); ++q) {
+          auto s = v.init(q);
+          node_id want = kNoNode;
+          if (v.descend(s, 0)) {
+            const node_id leaf = tree.view().find_leaf(qs->data() + q * 3);
+            want = *(std::upper_bound(tops.begin(), tops.end(), leaf) - 1);
+          }
+          ASSERT_EQ(inspect_key(tree.view(), top.view(), v, q), key_code(top.view(), want))
+              << "radius " << r << ", depth " << d << ", query " << q << (qs == &pts ? " (a tree point)" : "");
+        }
+      }
     }
   }
 }
@@ -168,7 +213,7 @@ TEST(KeySchedule, IsTheStableSortOfTheKeysOnTheCpu) {
     o.depth = d;
     o.keep_schedule = true;
     const PcResult r = pc.run(s.pts.data(), 4000, o);
-    const int depth = d ? d : key_depth(top_leaves_by_depth(s.tree.view()), 4000, false);
+    const int depth = d ? d : key_depth(top_leaves_by_depth(s.tree.view()), 4000, has_home_hint_v<PointCorrelationVisitor<4>>);
     EXPECT_EQ(r.depth, depth);
     const TopTree top = TopTree::build(s.tree.view(), depth);
     std::vector<std::uint64_t> keys(4000);
