@@ -1,6 +1,7 @@
 #include "layouts/ball_tree.hpp"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -27,43 +28,40 @@ struct Builder {
 
   const float* row(index_t id) const { return pp + id * M; }
 
-  struct Moments {
-    double sum[M];
+  struct Box {
     float lo[M], hi[M];
   };
 
   void build(node_id at, index_t begin, index_t end, int depth) {
     const index_t n = end - begin;
-    const Moments m = fold_blocks<Moments>(
+    const Box m = fold_blocks<Box>(
         begin, end,
         [&](index_t b, index_t e) {
-          Moments r;
+          Box r;
           for (int d = 0; d < M; ++d) {
-            r.sum[d] = 0.0;
             r.lo[d] = std::numeric_limits<float>::infinity();
             r.hi[d] = -std::numeric_limits<float>::infinity();
           }
           for (index_t i = b; i < e; ++i) {
             const float* p = row(ids[i]);
             for (int d = 0; d < M; ++d) {
-              r.sum[d] += static_cast<double>(p[d]);
               r.lo[d] = std::min(r.lo[d], p[d]);
               r.hi[d] = std::max(r.hi[d], p[d]);
             }
           }
           return r;
         },
-        [](Moments a, const Moments& b) {
+        [](Box a, const Box& b) {
           for (int d = 0; d < M; ++d) {
-            a.sum[d] += b.sum[d];
             a.lo[d] = std::min(a.lo[d], b.lo[d]);
             a.hi[d] = std::max(a.hi[d], b.hi[d]);
           }
           return a;
         });
+    const std::array<double, M> sum = detail::chunked_sum<M>(begin, end, [&](index_t i) { return row(ids[i]); });
 
     float c[M];  // padding sums to 0, so the centre stays zero-padded
-    for (int d = 0; d < M; ++d) c[d] = static_cast<float>(m.sum[d] / static_cast<double>(n));
+    for (int d = 0; d < M; ++d) c[d] = static_cast<float>(sum[d] / static_cast<double>(n));
     std::copy(c, c + M, centres + static_cast<index_t>(at) * M);
     // The radius is the max of the very values a visitor computes, hence an exact bound.
     radii[at] = fold_blocks<float>(
@@ -86,7 +84,7 @@ struct Builder {
       if (m.hi[d] - m.lo[d] > m.hi[dim] - m.lo[dim]) dim = d;
     const index_t mid = begin + n / 2;
     // (coordinate, original index) is a total order: identical points still split in half.
-    std::nth_element(ids + begin, ids + mid, ids + end, [&](index_t a, index_t b) {
+    detail::split_stable(ids, begin, end, [&](index_t a, index_t b) {
       const float ca = pp[a * M + dim], cb = pp[b * M + dim];
       return ca < cb || (ca == cb && a < b);
     });

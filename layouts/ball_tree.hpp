@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "layouts/gpu_build.hpp"
 #include "layouts/point_tree.hpp"
 
 namespace canopy {
@@ -41,6 +42,10 @@ class BallTree : public PointTree<BallTree, BallTreeView> {
   // points: row-major [n][dims]. Throws canopy::Error on zero points, dims outside 1..16,
   // leaf_size < 1, or a NaN/infinite coordinate (naming the point and dimension).
   static BallTree build(const float* points, index_t n, int dims, const BallTreeOptions& options = {});
+  // The same tree built on the GPU (layouts/ball_tree_gpu.cu), bit for bit; points may be host or
+  // device memory. The same errors, and one when no CUDA device is present.
+  static BallTree build_on_gpu(const float* points, index_t n, int dims, const BallTreeOptions& options = {},
+                               GpuBuildStats* stats = nullptr);
 
   const std::vector<float>& centres() const { return centres_; }  // padded, see BallTreeView
   const std::vector<float>& radii() const { return radii_; }

@@ -60,8 +60,10 @@ struct Builder {
             return a;
           });
     }
-    std::copy(box.lo, box.lo + dims, lo);
-    std::copy(box.hi, box.hi + dims, hi);
+    for (int d = 0; d < dims; ++d) {
+      lo[d] = detail::canonical_zero(box.lo[d]);
+      hi[d] = detail::canonical_zero(box.hi[d]);
+    }
   }
 
   void build(index_t at, index_t begin, index_t end, int depth) {
@@ -80,11 +82,10 @@ struct Builder {
       if (hi[d] - lo[d] > hi[dim] - lo[dim]) dim = d;
     const index_t mid = begin + n / 2;
     // (coordinate, point index) is a total order, so the split never depends on scheduling.
-    std::nth_element(ids.begin() + begin, ids.begin() + mid, ids.begin() + end,
-                     [&](index_t a, index_t b) {
-                       const float ca = pts[a * dims + dim], cb = pts[b * dims + dim];
-                       return ca < cb || (ca == cb && a < b);
-                     });
+    detail::split_stable(ids.data(), begin, end, [&](index_t a, index_t b) {
+      const float ca = pts[a * dims + dim], cb = pts[b * dims + dim];
+      return ca < cb || (ca == cb && a < b);
+    });
     const index_t right = at + 1 + counter.cached(n / 2);
     detail::build_halves(*this, node, at, right, dim, begin, mid, end, depth);
   }

@@ -3,8 +3,10 @@
 // stored in the node. Points live in the leaves (contiguous ranges of a tree-ordered copy).
 #pragma once
 
+#include <memory>
 #include <vector>
 
+#include "layouts/gpu_build.hpp"
 #include "layouts/point_tree.hpp"
 
 namespace canopy {
@@ -40,6 +42,10 @@ class KdTree : public PointTree<KdTree, KdTreeView> {
   // points: row-major [n][dims]. Throws canopy::Error on zero points, dims outside 1..16,
   // leaf_size < 1, or a NaN/infinite coordinate (naming the point and dimension).
   static KdTree build(const float* points, index_t n, int dims, const KdTreeOptions& options = {});
+  // The same tree built on the GPU (layouts/kdtree_gpu.cu), bit for bit; points may be host or
+  // device memory. The same errors, and one when no CUDA device is present.
+  static KdTree build_on_gpu(const float* points, index_t n, int dims, const KdTreeOptions& options = {},
+                             GpuBuildStats* stats = nullptr);
 
   const std::vector<float>& boxes() const { return boxes_; }  // padded, see KdTreeView
 
@@ -51,7 +57,25 @@ class KdTree : public PointTree<KdTree, KdTreeView> {
   }
 
  private:
+  friend class KdTreeGpuBuilder;
   std::vector<float> boxes_;
+};
+
+// Builds kd-trees on the GPU, keeping its device buffers from build to build: rebuilding a tree
+// of the same size (moving points) allocates nothing. KdTree::build_on_gpu is one build with a
+// fresh builder.
+class KdTreeGpuBuilder {
+ public:
+  KdTreeGpuBuilder();
+  ~KdTreeGpuBuilder();
+  KdTreeGpuBuilder(KdTreeGpuBuilder&&) noexcept;
+  KdTreeGpuBuilder& operator=(KdTreeGpuBuilder&&) noexcept;
+  KdTree build(const float* points, index_t n, int dims, const KdTreeOptions& options = {},
+               GpuBuildStats* stats = nullptr);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace canopy

@@ -1,10 +1,11 @@
 // Internal: build steps shared by the median-split trees (kd-tree, ball tree, vp-tree). Each
 // splits a node's n points into halves of n / 2 and n - n / 2 and flattens depth first, so
 // node counts, heights, the two-halves recursion and the row copies are the same code. Kept in
-// one place so the trees cannot drift apart; only the layouts/*.cpp builders include it.
+// one place so the trees cannot drift apart; only the layouts/ builders (CPU and GPU) include it.
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -50,6 +51,42 @@ T fold_blocks(index_t begin, index_t end, F&& f, C&& combine) {
   return acc;
 }
 
+// A centroid's sums, in an order a GPU reproduces in parallel: consecutive chunks of kSumChunk
+// terms summed in order from +0, then the chunks' sums the same way, chunk by chunk, until one
+// is left. (A sequential sum over a node's 10^6 points would leave a GPU a single thread.)
+constexpr index_t kSumChunk = 64;
+
+// The sums over i in [begin, end) of the M floats at row(i), in double, in that order.
+template <int M, class Row>
+std::array<double, M> chunked_sum(index_t begin, index_t end, Row&& row) {
+  const index_t chunks = (end - begin + kSumChunk - 1) / kSumChunk;
+  std::vector<std::array<double, M>> part(static_cast<std::size_t>(chunks));
+  auto run = [&](index_t k) {
+    std::array<double, M> acc{};
+    for (index_t i = begin + k * kSumChunk; i < std::min(end, begin + (k + 1) * kSumChunk); ++i) {
+      const float* p = row(i);
+      for (int d = 0; d < M; ++d) acc[d] += static_cast<double>(p[d]);
+    }
+    part[k] = acc;
+  };
+  if (end - begin >= kParallelGrain) {
+    tbb::parallel_for(index_t{0}, chunks, run);
+  } else {
+    for (index_t k = 0; k < chunks; ++k) run(k);
+  }
+  while (part.size() > 1) {
+    std::vector<std::array<double, M>> next((part.size() + kSumChunk - 1) / kSumChunk);
+    for (std::size_t g = 0; g < next.size(); ++g) {
+      std::array<double, M> acc{};
+      for (std::size_t j = g * kSumChunk; j < std::min(part.size(), (g + 1) * kSumChunk); ++j)
+        for (int d = 0; d < M; ++d) acc[d] += part[j][d];
+      next[g] = acc;
+    }
+    part.swap(next);
+  }
+  return part[0];
+}
+
 // Nodes in the subtree over n points (halves n / 2 and n - n / 2). Sizes at each level take
 // at most two values, so the memo stays O(log n); it is filled before the parallel build, which
 // only reads it (cached), so the build needs no lock.
@@ -68,18 +105,28 @@ struct NodeCounter {
 };
 
 // The checks after the emptiness check (whose wording differs between trees), in the order
-// every tree reports them. `prefix` names the tree, e.g. "ball tree: ".
-inline void check_points(const std::string& prefix, const float* points, index_t n, int dims, int leaf_size) {
+// every tree reports them. `prefix` names the tree, e.g. "ball tree: ". check_shape is what needs
+// no look at the coordinates; non_finite_error names a bad one (flat index `bad`, value `value`).
+inline void check_shape(const std::string& prefix, const float* points, int dims, int leaf_size) {
   if (points == nullptr) throw Error(prefix + "points is a null pointer");
   if (dims < 1 || dims > kMaxDims)
     throw Error(prefix + "dims = " + std::to_string(dims) + " is outside 1.." + std::to_string(kMaxDims));
   if (leaf_size < 1) throw Error(prefix + "leaf_size = " + std::to_string(leaf_size) + " must be at least 1");
+}
+inline Error non_finite_error(const std::string& prefix, index_t bad, int dims, float value) {
+  return Error(prefix + "point " + std::to_string(bad / dims) + " has a non-finite coordinate (" +
+               std::to_string(value) + ") in dimension " + std::to_string(bad % dims));
+}
+inline void check_points(const std::string& prefix, const float* points, index_t n, int dims, int leaf_size) {
+  check_shape(prefix, points, dims, leaf_size);
   const index_t total = n * dims;
   const index_t bad = first_non_finite(points, total);
-  if (bad < total)
-    throw Error(prefix + "point " + std::to_string(bad / dims) + " has a non-finite coordinate (" +
-                std::to_string(points[bad]) + ") in dimension " + std::to_string(bad % dims));
+  if (bad < total) throw non_finite_error(prefix, bad, dims, points[bad]);
 }
+
+// Bounds store zero as +0: min and max of -0 and +0 depend on the order they are met in, and a
+// box must not (the GPU build meets the points in another order). Distances do not see the sign.
+CANOPY_HD inline float canonical_zero(float v) { return v == 0.0f ? 0.0f : v; }
 
 // counter.count(n), filling the memo the build reads; node ids are node_id, so more is an error.
 inline index_t count_nodes(const std::string& prefix, NodeCounter& counter, index_t n) {
@@ -121,18 +168,26 @@ struct MedianTreeInput {
 
 // Checks the input (errors start with `tree` + ": ") and sizes the tree, for the builders
 // whose height limit is kMaxHeight.
-inline MedianTreeInput prepare_median_tree(const char* tree, const float* points, index_t n, int dims,
-                                           int leaf_size) {
-  const std::string prefix = std::string(tree) + ": ";
+inline void check_not_empty(const std::string& prefix, index_t n) {
   if (n <= 0) throw Error(prefix + "n = " + std::to_string(n) + ": the point set is empty");
-  check_points(prefix, points, n, dims, leaf_size);
-
-  MedianTreeInput in{NodeCounter{leaf_size, {}}, 0, 0, {}, {}};
+}
+// Fills in's counter, node count and height for n points (the checks after the points').
+inline void size_median_tree(const std::string& prefix, index_t n, MedianTreeInput& in) {
   in.n_nodes = count_nodes(prefix, in.counter, n);
-  in.height = median_height(n, leaf_size);
+  in.height = median_height(n, in.counter.leaf_size);
   if (in.height > kMaxHeight)
     throw Error(prefix + "height " + std::to_string(in.height) + " exceeds the rope-stack limit of " +
                 std::to_string(kMaxHeight) + " levels; raise leaf_size");
+}
+
+inline MedianTreeInput prepare_median_tree(const char* tree, const float* points, index_t n, int dims,
+                                           int leaf_size) {
+  const std::string prefix = std::string(tree) + ": ";
+  check_not_empty(prefix, n);
+  check_points(prefix, points, n, dims, leaf_size);
+
+  MedianTreeInput in{NodeCounter{leaf_size, {}}, 0, 0, {}, {}};
+  size_median_tree(prefix, n, in);
 
   in.padded = copy_rows(points, dims, dims, n, padded_dims(dims), [](index_t i) { return i; });
   in.ids.resize(static_cast<std::size_t>(n));
@@ -145,6 +200,47 @@ inline std::vector<float> tree_order_rows(const MedianTreeInput& in, int stride)
   const index_t* ids = in.ids.data();
   return copy_rows(in.padded.data(), stride, stride, static_cast<index_t>(in.ids.size()), stride,
                    [ids](index_t i) { return ids[i]; });
+}
+
+// Splits ids[begin, end) so that [begin, begin + n / 2) holds the n / 2 points first in `less`
+// (a strict total order) and the rest follows, each half keeping the order it had. Every build
+// starts from ascending original indices, so a node's points stay in that order: its contents and
+// their order follow from the points alone, not from how a selection happened to move them, and
+// the GPU builds give the same trees. nth_element finds the pivot on a copy; the split itself is a
+// stable partition (in fixed blocks, in parallel, for large ranges).
+template <class Less>
+void split_stable(index_t* ids, index_t begin, index_t end, Less less) {
+  const index_t n = end - begin, half = n / 2;
+  std::vector<index_t> scratch(ids + begin, ids + end);
+  std::nth_element(scratch.begin(), scratch.begin() + half, scratch.end(), less);
+  const index_t pivot = scratch[half];
+  if (n < kParallelGrain) {
+    index_t left = begin, right = 0;
+    for (index_t i = begin; i < end; ++i) {
+      const index_t id = ids[i];
+      if (less(id, pivot)) ids[left++] = id; else scratch[right++] = id;
+    }
+    std::copy(scratch.begin(), scratch.begin() + right, ids + left);
+    return;
+  }
+  const index_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<index_t> lefts(static_cast<std::size_t>(blocks) + 1, 0);
+  tbb::parallel_for(index_t{0}, blocks, [&](index_t b) {
+    index_t c = 0;
+    for (index_t i = begin + b * kBlock; i < std::min(end, begin + (b + 1) * kBlock); ++i) c += less(ids[i], pivot);
+    lefts[b + 1] = c;
+  });
+  for (index_t b = 0; b < blocks; ++b) lefts[b + 1] += lefts[b];
+  tbb::parallel_for(index_t{0}, blocks, [&](index_t b) {
+    index_t l = lefts[b], r = half + b * kBlock - lefts[b];
+    for (index_t i = begin + b * kBlock; i < std::min(end, begin + (b + 1) * kBlock); ++i) {
+      const index_t id = ids[i];
+      scratch[less(id, pivot) ? l++ : r++] = id;
+    }
+  });
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, n, kBlock), [&](const tbb::blocked_range<index_t>& r) {
+    std::copy(scratch.begin() + r.begin(), scratch.begin() + r.end(), ids + begin + r.begin());
+  });
 }
 
 // Marks `node` as a leaf over the n points from `begin` (tree order).

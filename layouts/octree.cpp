@@ -1,5 +1,7 @@
 #include "layouts/octree.hpp"
 #include "core/checks.hpp"
+#include "core/device.hpp"
+#include "layouts/octree_build.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +14,62 @@
 #include <tbb/parallel_reduce.h>
 
 namespace canopy {
+namespace detail {
+
+void check_octree_arguments(const float* xyz, const float* mass, index_t n, const OctreeOptions& options) {
+  if (n <= 0) throw Error("octree: the body set is empty (" + std::to_string(n) + " bodies)");
+  if (xyz == nullptr) throw Error("octree: xyz is a null pointer");
+  if (mass == nullptr) throw Error("octree: mass is a null pointer");
+  if (options.leaf_size < 1)
+    throw Error("octree: leaf_size = " + std::to_string(options.leaf_size) + " must be at least 1");
+  if (options.max_depth < 1 || options.max_depth > OctreeView::kMaxDepth)
+    throw Error("octree: max_depth = " + std::to_string(options.max_depth) + " is outside 1.." +
+                std::to_string(OctreeView::kMaxDepth) + " (the rope-stack bound)");
+}
+
+namespace {
+// v[i] wherever v lives.
+float value_at(const float* v, index_t i, bool on_device) {
+  if (!on_device) return v[i];
+  float value = 0;
+  copy_memory(&value, v + i, sizeof value);
+  return value;
+}
+}  // namespace
+
+void check_bodies(const float* xyz, const float* mass, index_t n, const OctreeOptions& options, BodyMemory where) {
+  check_octree_arguments(xyz, mass, n, options);
+  const index_t bad = where.xyz_on_device ? first_non_finite_on_device(xyz, n * 3) : first_non_finite(xyz, n * 3);
+  if (bad < n * 3)
+    throw Error("octree: body " + std::to_string(bad / 3) + " has a non-finite " + "xyz"[bad % 3] + " coordinate (" +
+                std::to_string(value_at(xyz, bad, where.xyz_on_device)) + ")");
+  const index_t bad_mass = where.mass_on_device ? first_non_finite_on_device(mass, n) : first_non_finite(mass, n);
+  if (bad_mass < n)
+    throw Error("octree: body " + std::to_string(bad_mass) + " has a non-finite mass (" +
+                std::to_string(value_at(mass, bad_mass, where.mass_on_device)) + ")");
+  index_t negative = n;
+  if (where.mass_on_device) {
+    negative = first_negative_on_device(mass, n);
+  } else {
+    for (index_t i = 0; i < n && negative == n; ++i)
+      if (mass[i] < 0.0f) negative = i;
+  }
+  if (negative < n)
+    throw Error("octree: body " + std::to_string(negative) + " has a negative mass (" +
+                std::to_string(value_at(mass, negative, where.mass_on_device)) + ")");
+}
+
+Error too_many_nodes(index_t nodes) {
+  return Error("octree: " + std::to_string(nodes) + " nodes exceed the 2^31 node limit; raise leaf_size");
+}
+
+Error too_many_coincident_bodies(index_t count) {
+  return Error("octree: a leaf at the maximum depth holds " + std::to_string(count) +
+               " coincident bodies, more than 2^31 - 1");
+}
+
+}  // namespace detail
+
 namespace {
 
 // Subtrees over at least this many bodies build their children as parallel tasks.
@@ -40,17 +98,7 @@ struct Cell {
   int height = 1;
 };
 
-inline int octant_of(const Rec& r, const double* mid) {
-  return (r.x > mid[0] ? 1 : 0) | (r.y > mid[1] ? 2 : 0) | (r.z > mid[2] ? 4 : 0);
-}
-
-// The smallest float >= v (v >= 0), with a margin for the double rounding that produced v.
-float round_up_float(double v) {
-  v *= 1.0 + 0x1p-40;
-  float f = static_cast<float>(v);
-  if (static_cast<double>(f) < v) f = std::nextafter(f, std::numeric_limits<float>::infinity());
-  return f;
-}
+inline int octant_of(const Rec& r, const double* mid) { return detail::octant_of(r.x, r.y, r.z, mid); }
 
 struct Builder {
   Rec* final_buf;  // where the tree-ordered bodies end up
@@ -109,16 +157,12 @@ struct Builder {
       if (cur != final_buf) std::copy(cur + cell.begin, cur + cell.end, final_buf + cell.begin);
       for (index_t i = cell.begin; i < cell.end; ++i) {
         const Rec& r = final_buf[i];
-        const double m = r.m;
-        cell.sum[0] += m * r.x;
-        cell.sum[1] += m * r.y;
-        cell.sum[2] += m * r.z;
-        cell.sum[3] += m;
+        detail::add_body(cell.sum, r.x, r.y, r.z, r.m);
       }
       return;
     }
     double mid[3];
-    for (int a = 0; a < 3; ++a) mid[a] = 0.5 * (cell.lo[a] + cell.hi[a]);
+    detail::cell_mid(cell.lo, cell.hi, mid);
     index_t counts[8];
     partition(cur, other, cell.begin, cell.end, mid, counts);
     index_t run = cell.begin;
@@ -129,13 +173,7 @@ struct Builder {
       k.end = run + counts[o];
       run = k.end;
       k.depth = cell.depth + 1;
-      // The children's bounds share the split value exactly, so nesting holds in double
-      // whatever rounding the midpoint had.
-      for (int a = 0; a < 3; ++a) {
-        const bool high = (o >> a) & 1;
-        k.lo[a] = high ? mid[a] : cell.lo[a];
-        k.hi[a] = high ? cell.hi[a] : mid[a];
-      }
+      detail::child_bounds(cell.lo, cell.hi, mid, o, k.lo, k.hi);
       cell.kids.push_back(std::move(k));
     }
     const std::size_t nk = cell.kids.size();
@@ -148,7 +186,7 @@ struct Builder {
     }
     cell.links = static_cast<index_t>(nk) - 1;
     for (const Cell& k : cell.kids) {
-      for (int c = 0; c < 4; ++c) cell.sum[c] += k.sum[c];
+      detail::add_sums(cell.sum, k.sum);
       cell.nodes += k.nodes;
       cell.links += k.links;
       cell.height = std::max(cell.height, k.height + 1);
@@ -165,9 +203,7 @@ struct Writer {
   void write(const Cell& cell, node_id at, index_t link_at) const {
     const index_t n = cell.end - cell.begin;
     const bool leaf = cell.kids.empty();
-    if (leaf && n > std::numeric_limits<std::int32_t>::max())
-      throw Error("octree: a leaf at the maximum depth holds " + std::to_string(n) +
-                  " coincident bodies, more than 2^31 - 1");
+    if (leaf && n > std::numeric_limits<std::int32_t>::max()) throw detail::too_many_coincident_bodies(n);
     OctNode& node = nodes[at];
     node.first = leaf ? cell.begin : link_at;
     node.count = leaf ? static_cast<std::int32_t>(n) : 0;
@@ -175,17 +211,8 @@ struct Writer {
     node.depth = static_cast<std::int16_t>(cell.depth);
 
     float* cube = cubes + static_cast<index_t>(at) * 4;
-    double half = 0;
-    for (int a = 0; a < 3; ++a) {
-      cube[a] = static_cast<float>(0.5 * (cell.lo[a] + cell.hi[a]));
-      half = std::max({half, cell.hi[a] - cube[a], cube[a] - cell.lo[a]});
-    }
-    cube[3] = round_up_float(half);
-
-    float* c = com + static_cast<index_t>(at) * 4;
-    const double m = cell.sum[3];
-    for (int a = 0; a < 3; ++a) c[a] = m > 0 ? static_cast<float>(cell.sum[a] / m) : cube[a];
-    c[3] = static_cast<float>(m);
+    detail::write_cube(cell.lo, cell.hi, cube);
+    detail::write_com(cell.sum, cube, com + static_cast<index_t>(at) * 4);
 
     if (leaf) return;
     const std::size_t nk = cell.kids.size();
@@ -210,85 +237,35 @@ struct Writer {
   }
 };
 
-struct Bounds {
-  float lo[3], hi[3];
-};
-
-// Errors for bodies the octree cannot take: none, null arrays, bad options, a coordinate or a
-// mass that is not finite, a negative mass.
-void check_bodies(const float* xyz, const float* mass, index_t n, const OctreeOptions& options) {
-  if (n <= 0) throw Error("octree: the body set is empty (" + std::to_string(n) + " bodies)");
-  if (xyz == nullptr) throw Error("octree: xyz is a null pointer");
-  if (mass == nullptr) throw Error("octree: mass is a null pointer");
-  if (options.leaf_size < 1)
-    throw Error("octree: leaf_size = " + std::to_string(options.leaf_size) + " must be at least 1");
-  if (options.max_depth < 1 || options.max_depth > OctreeView::kMaxDepth)
-    throw Error("octree: max_depth = " + std::to_string(options.max_depth) + " is outside 1.." +
-                std::to_string(OctreeView::kMaxDepth) + " (the rope-stack bound)");
-  const index_t bad = first_non_finite(xyz, n * 3);
-  if (bad < n * 3)
-    throw Error("octree: body " + std::to_string(bad / 3) + " has a non-finite " + "xyz"[bad % 3] +
-                " coordinate (" + std::to_string(xyz[bad]) + ")");
-  const index_t bad_mass = first_non_finite(mass, n);
-  if (bad_mass < n)
-    throw Error("octree: body " + std::to_string(bad_mass) + " has a non-finite mass (" +
-                std::to_string(mass[bad_mass]) + ")");
-  for (index_t i = 0; i < n; ++i)
-    if (mass[i] < 0.0f)
-      throw Error("octree: body " + std::to_string(i) + " has a negative mass (" + std::to_string(mass[i]) + ")");
-}
-
-// The bodies' bounding box (min and max are exact, so the reduction order does not matter).
-Bounds bounding_box(const float* xyz, index_t n) {
-  Bounds init;
-  for (int a = 0; a < 3; ++a) {
-    init.lo[a] = std::numeric_limits<float>::infinity();
-    init.hi[a] = -std::numeric_limits<float>::infinity();
-  }
+// The bodies' bounding box, reduced over blocks in parallel.
+detail::BodyBox bounding_box(const float* xyz, index_t n) {
   return tbb::parallel_reduce(
-      tbb::blocked_range<index_t>(0, n, 1 << 15), init,
-      [&](const tbb::blocked_range<index_t>& r, Bounds b) {
-        for (index_t i = r.begin(); i < r.end(); ++i)
-          for (int a = 0; a < 3; ++a) {
-            b.lo[a] = std::min(b.lo[a], xyz[i * 3 + a]);
-            b.hi[a] = std::max(b.hi[a], xyz[i * 3 + a]);
-          }
+      tbb::blocked_range<index_t>(0, n, 1 << 15), detail::empty_box(),
+      [&](const tbb::blocked_range<index_t>& r, detail::BodyBox b) {
+        for (index_t i = r.begin(); i < r.end(); ++i) detail::extend(b, xyz + i * 3);
         return b;
       },
-      [](Bounds a, const Bounds& b) {
-        for (int d = 0; d < 3; ++d) {
-          a.lo[d] = std::min(a.lo[d], b.lo[d]);
-          a.hi[d] = std::max(a.hi[d], b.hi[d]);
-        }
+      [](detail::BodyBox a, const detail::BodyBox& b) {
+        detail::merge(a, b);
         return a;
       });
 }
 
-// The root cell of n bodies in `box`: side = the largest extent, enlarged by 2^-12 so that
-// bodies on the far faces stay inside after the centre and half are rounded; the floors give
-// coincident bodies (zero extent) a cell of sane size, relative to their coordinates.
-Cell root_cell(const Bounds& box, index_t n) {
+// The root cell of n bodies in `box` (detail::root_bounds).
+Cell root_cell(const detail::BodyBox& box, index_t n) {
   Cell root;
   root.begin = 0;
   root.end = n;
-  double centre[3], extent = 0, largest = 0;
-  for (int a = 0; a < 3; ++a) {
-    centre[a] = 0.5 * (static_cast<double>(box.lo[a]) + box.hi[a]);
-    extent = std::max(extent, static_cast<double>(box.hi[a]) - box.lo[a]);
-    largest = std::max({largest, std::fabs(static_cast<double>(box.lo[a])), std::fabs(static_cast<double>(box.hi[a]))});
-  }
-  const double half = std::max({0.5 * extent * (1.0 + 0x1p-12), largest * 0x1p-20, 0x1p-60});
-  for (int a = 0; a < 3; ++a) {
-    root.lo[a] = std::min(centre[a] - half, static_cast<double>(box.lo[a]));
-    root.hi[a] = std::max(centre[a] + half, static_cast<double>(box.hi[a]));
-  }
+  const detail::CellBounds b = detail::root_bounds(box);
+  std::copy(b.lo, b.lo + 3, root.lo);
+  std::copy(b.hi, b.hi + 3, root.hi);
   return root;
 }
 
 }  // namespace
 
 Octree Octree::build(const float* xyz, const float* mass, index_t n, const OctreeOptions& options) {
-  check_bodies(xyz, mass, n, options);
+  detail::check_bodies(xyz, mass, n, options);
   Octree tree;
   tree.leaf_size_ = options.leaf_size;
   tree.max_depth_ = options.max_depth;
@@ -303,8 +280,7 @@ Octree Octree::build(const float* xyz, const float* mass, index_t n, const Octre
   builder.build(root, a.get(), b.get());
   b.reset();
 
-  if (root.nodes > std::numeric_limits<node_id>::max())
-    throw Error("octree: " + std::to_string(root.nodes) + " nodes exceed the 2^31 node limit; raise leaf_size");
+  if (root.nodes > std::numeric_limits<node_id>::max()) throw detail::too_many_nodes(root.nodes);
   tree.height_ = root.height;
   tree.nodes_.resize(static_cast<std::size_t>(root.nodes));
   tree.child_ids_.resize(static_cast<std::size_t>(root.links));

@@ -9,6 +9,7 @@
 
 #include "core/types.hpp"
 #include "layouts/arrays.hpp"
+#include "layouts/gpu_build.hpp"
 
 namespace canopy {
 
@@ -71,6 +72,10 @@ class Octree {
   // non-finite coordinate or mass or a negative mass (naming the body), leaf_size < 1, or
   // max_depth outside 1..OctreeView::kMaxDepth.
   static Octree build(const float* xyz, const float* mass, index_t n, const OctreeOptions& options = {});
+  // The same tree built on the GPU (layouts/octree_gpu.cu), bit for bit; xyz and mass may be
+  // host or device memory. The same errors, and one when no CUDA device is present.
+  static Octree build_on_gpu(const float* xyz, const float* mass, index_t n, const OctreeOptions& options = {},
+                             GpuBuildStats* stats = nullptr);
 
   OctreeView view() const { return map_view(HostArrays{}); }
   index_t size() const { return static_cast<index_t>(body_ids_.size()); }

@@ -59,10 +59,6 @@ struct Builder {
 
   const float* row(index_t id) const { return pp + id * M; }
 
-  struct Sum {
-    double s[M];
-  };
-
   Shell shell(index_t begin, index_t end) const {
     const Shell empty{std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
     return fold_blocks<Shell>(
@@ -98,23 +94,9 @@ struct Builder {
       return;  // vantage and mu stay zero
     }
 
-    const Sum sum = fold_blocks<Sum>(
-        begin, end,
-        [&](index_t b, index_t e) {
-          Sum r;
-          std::fill(r.s, r.s + M, 0.0);
-          for (index_t i = b; i < e; ++i) {
-            const float* p = row(ids[i]);
-            for (int d = 0; d < M; ++d) r.s[d] += static_cast<double>(p[d]);
-          }
-          return r;
-        },
-        [](Sum a, const Sum& b) {
-          for (int d = 0; d < M; ++d) a.s[d] += b.s[d];
-          return a;
-        });
+    const std::array<double, M> sum = detail::chunked_sum<M>(begin, end, [&](index_t i) { return row(ids[i]); });
     float c[M];
-    for (int d = 0; d < M; ++d) c[d] = static_cast<float>(sum.s[d] / static_cast<double>(n));
+    for (int d = 0; d < M; ++d) c[d] = static_cast<float>(sum[d] / static_cast<double>(n));
     // Two hops towards the rim: an end of an approximate diameter sees the others at
     // well-spread distances (measured: fewer nodes per nearest-neighbour query than the
     // one-hop point or a sampled best-spread point).
@@ -131,7 +113,7 @@ struct Builder {
     const index_t mid = begin + n / 2;
     // (D, original index) is a total order, so identical points still split in half; the
     // vantage point ranks first among equal distances so it always stays inside.
-    std::nth_element(ids + begin, ids + mid, ids + end, [&](index_t a, index_t b) {
+    detail::split_stable(ids, begin, end, [&](index_t a, index_t b) {
       const float ka = key[a], kb = key[b];
       if (ka != kb) return ka < kb;
       return (a == v ? -1 : a) < (b == v ? -1 : b);

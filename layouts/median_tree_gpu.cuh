@@ -1,0 +1,435 @@
+// Internal: the level-by-level GPU build the median-split trees share (kd-tree, ball tree):
+// layouts/kdtree_gpu.cu explains the method. Include from the layouts/ .cu builders only; its
+// kernels live in an anonymous namespace, one copy per builder.
+#pragma once
+
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/cuda.cuh"
+#include "core/device.hpp"
+#include "layouts/gpu_build.hpp"
+#include "layouts/median_tree_build.hpp"
+#include "layouts/point_tree.hpp"
+
+namespace canopy {
+namespace {
+
+constexpr int kBlockSize = 256;
+
+unsigned grid(index_t n) { return static_cast<unsigned>((n + kBlockSize - 1) / kBlockSize); }
+
+// A float's bits as an unsigned integer that sorts like the float; -0 sorts as +0 (they are equal
+// to the CPU's comparison, which then orders them by index, as the stable sort does).
+__device__ std::uint32_t sortable(float v) {
+  const std::uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__global__ void iota_kernel(index_t n, index_t* ids) {
+  const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (i < n) ids[i] = i;
+}
+
+__global__ void coordinate_keys_kernel(const float* points, index_t n, int dims, int d, std::uint32_t* keys,
+                                       index_t* ids) {
+  const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  keys[i] = sortable(points[i * dims + d]);
+  ids[i] = i;
+}
+
+// Subtree sizes of the median split: nodes(size) for the sizes a tree of n points has, sorted by
+// size (sizes up to the leaf size make one node and are not listed).
+struct SizeTable {
+  const index_t* sizes;
+  const index_t* nodes;
+  int count;
+  index_t leaf_size;
+  __device__ index_t operator()(index_t size) const {
+    if (size <= leaf_size) return 1;
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (sizes[mid] < size) lo = mid + 1; else hi = mid;
+    }
+    return nodes[lo];
+  }
+};
+
+// One level's nodes, left to right (their point ranges ascend).
+struct Level {
+  index_t* begin;
+  index_t* count;
+  node_id* id;
+  std::int16_t* split;  // written by node_kernel: the split dimension, -1 for a leaf
+};
+
+struct Lists {
+  // per dimension: ids by (coordinate, id) within each node; ord[dims], when kept: ids ascending
+  index_t* ord[kMaxDims + 1];
+};
+
+// Each node of the level: its box from the ends of its lists, its split dimension, its record.
+__global__ void node_kernel(Level lv, index_t m, int depth, Lists lists, const float* points, int dims, int stride,
+                            int leaf_size, SizeTable subtree, KdNode* nodes, float* boxes) {
+  const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (j >= m) return;
+  const index_t b = lv.begin[j], c = lv.count[j];
+  const node_id at = lv.id[j];
+  float* lo = boxes + static_cast<index_t>(at) * 2 * stride;
+  float* hi = lo + stride;
+  int dim = 0;
+  for (int d = 0; d < dims; ++d) {
+    lo[d] = detail::canonical_zero(points[lists.ord[d][b] * dims + d]);
+    hi[d] = detail::canonical_zero(points[lists.ord[d][b + c - 1] * dims + d]);
+    if (d > 0 && hi[d] - lo[d] > hi[dim] - lo[dim]) dim = d;
+  }
+  KdNode node;
+  node.depth = static_cast<std::int16_t>(depth);
+  if (c <= leaf_size) {
+    node.first = b;
+    node.count = static_cast<std::int32_t>(c);
+    node.split_dim = -1;
+    lv.split[j] = -1;
+  } else {
+    node.first = at + 1 + subtree(c / 2);
+    node.count = 0;
+    node.split_dim = static_cast<std::int16_t>(dim);
+    lv.split[j] = static_cast<std::int16_t>(dim);
+  }
+  nodes[at] = node;
+}
+
+// The inner nodes' children, in order, at twice their rank among the inner nodes.
+__global__ void children_kernel(Level lv, index_t m, const index_t* rank, const KdNode* nodes, Level next) {
+  const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (j >= m || lv.split[j] < 0) return;
+  const index_t b = lv.begin[j], c = lv.count[j], r = 2 * rank[j];
+  const node_id at = lv.id[j];
+  next.begin[r] = b;
+  next.count[r] = c / 2;
+  next.id[r] = at + 1;
+  next.begin[r + 1] = b + c / 2;
+  next.count[r + 1] = c - c / 2;
+  next.id[r + 1] = static_cast<node_id>(nodes[at].first);
+}
+
+__global__ void inner_flags_kernel(Level lv, index_t m, index_t* flags) {
+  const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (j < m) flags[j] = lv.split[j] >= 0;
+}
+
+// For each position: the node of this level it lies in (node_of, from the level before; -1: a
+// leaf's, it stays put), -1 now too where that node is a leaf; and for the points of inner nodes
+// whether they go left: the first half of the split dimension's list.
+__global__ void left_flags_kernel(Level lv, index_t n, Lists lists, index_t* node_of, std::uint8_t* left) {
+  const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const index_t j = node_of[i];
+  if (j < 0) return;
+  const int dim = lv.split[j];
+  if (dim < 0) {
+    node_of[i] = -1;
+    return;
+  }
+  const index_t b = lv.begin[j], c = lv.count[j];
+  left[lists.ord[dim][i]] = (i - b) < c / 2;
+}
+
+struct LeftOf {
+  const index_t* ord;
+  const std::uint8_t* left;
+  __device__ index_t operator()(index_t i) const { return left[ord[i]]; }
+};
+
+// The stable partition of one list: left-goers first, each side in list order. before[i] is the
+// number of left-goers at positions < i (an exclusive scan over the whole list; differences within
+// a node count that node's alone).
+// With next_node_of (one list's partition per level writes it): each position's node at the
+// next level, the child whose range holds it (children sit at twice their parent's inner rank).
+__global__ void partition_kernel(Level lv, index_t n, const index_t* node_of, const std::uint8_t* left,
+                                 const index_t* before, const index_t* ord, index_t* out, const index_t* rank,
+                                 index_t* next_node_of) {
+  const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const index_t j = node_of[i], id = ord[i];
+  if (j < 0) {
+    out[i] = id;
+    if (next_node_of) next_node_of[i] = -1;
+    return;
+  }
+  const index_t b = lv.begin[j], c = lv.count[j];
+  if (next_node_of) next_node_of[i] = 2 * rank[j] + ((i - b) < c / 2 ? 0 : 1);
+  const index_t lefts = before[i] - before[b];
+  out[left[id] ? b + lefts : b + c / 2 + (i - b - lefts)] = id;
+}
+
+// The leaves' points in ascending id (a leaf holds at most leaf_size of them), and the padded
+// tree-order copy of the points.
+__global__ void leaf_points_kernel(const KdNode* nodes, node_id n_nodes, const index_t* ord, index_t* point_ids) {
+  const index_t a = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (a >= n_nodes || nodes[a].split_dim >= 0) return;
+  const index_t b = nodes[a].first, c = nodes[a].count;
+  for (index_t k = 0; k < c; ++k) {
+    const index_t id = ord[b + k];
+    index_t p = b + k;
+    for (; p > b && point_ids[p - 1] > id; --p) point_ids[p] = point_ids[p - 1];
+    point_ids[p] = id;
+  }
+}
+
+__global__ void tree_points_kernel(const float* points, index_t n, int dims, int stride, const index_t* point_ids,
+                                   float* out) {
+  const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float* p = points + static_cast<index_t>(point_ids[i]) * dims;
+  for (int d = 0; d < stride; ++d) out[i * stride + d] = d < dims ? p[d] : 0.0f;
+}
+
+// Nodes per level and inner nodes per level, from the sizes alone.
+struct LevelSizes {
+  std::vector<index_t> nodes, inner, largest;
+};
+LevelSizes level_sizes(index_t n, index_t leaf_size) {
+  LevelSizes out;
+  std::map<index_t, index_t> level{{n, 1}};
+  while (!level.empty()) {
+    std::map<index_t, index_t> next;
+    index_t nodes = 0, inner = 0;
+    out.largest.push_back(level.rbegin()->first);
+    for (const auto& [size, k] : level) {
+      nodes += k;
+      if (size <= leaf_size) continue;
+      inner += k;
+      next[size / 2] += k;
+      next[size - size / 2] += k;
+    }
+    out.nodes.push_back(nodes);
+    out.inner.push_back(inner);
+    level.swap(next);
+  }
+  return out;
+}
+
+
+// Every device buffer of a median-split build, kept from build to build: a rebuild of the same
+// size (moving points) allocates nothing.
+class MedianGpuBuild {
+ public:
+  Stream stream;
+  Event t0, t1, t2, t3;
+  DeviceBuffer<KdNode> nodes;
+  DeviceBuffer<float> boxes;        // [nodes][2 stride]: each node's bounding box
+  DeviceBuffer<index_t> point_ids;  // tree order
+  DeviceBuffer<float> tree_points;  // tree order, padded
+  index_t n_nodes = 0;
+  int height = 0;
+
+  // The points in device memory (copied there when `points` is host memory; t0..t1 times the
+  // copy), checked finite; the errors start with `prefix`.
+  const float* upload(const std::string& prefix, const float* points, index_t n, int dims) {
+    const cudaStream_t s = stream.get();
+    const std::size_t total = static_cast<std::size_t>(n) * dims;
+    t0.record(s);
+    const float* pts = points;
+    if (!is_device_pointer(points)) {
+      input_.reserve(total, "the tree build's points", s);
+      copy_to_device(input_.get(), points, total, s);
+      pts = input_.get();
+    }
+    t1.record(s);
+    const index_t bad = first_non_finite_on_device(pts, static_cast<index_t>(total), s);
+    if (bad < static_cast<index_t>(total)) {
+      float value = 0;
+      copy_memory(&value, pts + bad, sizeof(float), s);
+      throw detail::non_finite_error(prefix, bad, dims, value);
+    }
+    return pts;
+  }
+
+  // Builds the topology, boxes, point order and padded points of the tree over pts (device) with
+  // `counter` filled for n (count_nodes). per_level(level, m, largest, ids, stream) runs once per
+  // level after its m nodes (the largest of `largest` points) are written, `ids` (with keep_ids)
+  // holding each node's ids ascending.
+  template <class PerLevel>
+  void build(const float* pts, index_t n, int dims, int leaf_size, const detail::NodeCounter& counter,
+             bool keep_ids, PerLevel&& per_level);
+
+  // Queues the copy of `count` elements of a device array into a host vector (resized).
+  template <class T>
+  void fetch(std::vector<T>& out, const T* src, std::size_t count) {
+    out.resize(count);
+    copy_to_host(out.data(), src, count, stream.get());
+  }
+  // Queues the shared arrays' copies into a host tree's, waits for every copy and fills stats
+  // (upload: none for device input).
+  void finish(std::vector<KdNode>& nodes_out, std::vector<float>& points_out, std::vector<index_t>& ids_out,
+              bool on_device, GpuBuildStats* stats) {
+    fetch(nodes_out, nodes.get(), static_cast<std::size_t>(n_nodes));
+    fetch(points_out, tree_points.get(), static_cast<std::size_t>(n_) * stride_);
+    fetch(ids_out, point_ids.get(), static_cast<std::size_t>(n_));
+    t3.record(stream.get());
+    stream.sync();
+    if (!stats) return;
+    stats->upload_ms = on_device ? 0.0 : t1.since(t0);
+    stats->build_ms = t2.since(t1);
+    stats->download_ms = t3.since(t2);
+  }
+
+ private:
+  index_t n_ = 0;
+  int stride_ = 0;
+  DeviceBuffer<float> input_;
+  DeviceBuffer<index_t> table_sizes_, table_nodes_;
+  DeviceBuffer<index_t> lists_[2][kMaxDims + 1];
+  DeviceBuffer<std::uint32_t> keys_, sorted_keys_;
+  DeviceBuffer<index_t> ids_, before_, rank_;
+  DeviceBuffer<unsigned char> temp_;
+  DeviceBuffer<index_t> lv_begin_[2], lv_count_[2];
+  DeviceBuffer<node_id> lv_id_[2];
+  DeviceBuffer<std::int16_t> lv_split_[2];
+  DeviceBuffer<index_t> node_of_[2];
+  DeviceBuffer<std::uint8_t> left_;
+  PinnedBuffer<index_t> level0_;
+};
+
+template <class PerLevel>
+void MedianGpuBuild::build(const float* pts, index_t n, int dims, int leaf_size, const detail::NodeCounter& counter,
+                           bool keep_ids, PerLevel&& per_level) {
+  const cudaStream_t s = stream.get();
+  n_nodes = counter.cached(n);
+  height = detail::median_height(n, leaf_size);
+  n_ = n;
+  stride_ = padded_dims(dims);
+  const int lists = dims + (keep_ids ? 1 : 0);
+  const LevelSizes levels = level_sizes(n, leaf_size);
+  const int stride = padded_dims(dims);
+  const std::size_t un = static_cast<std::size_t>(n);
+
+  // The subtree sizes table for the right children's ids.
+  std::vector<index_t> table_sizes, table_nodes;
+  for (const auto& [size, nodes] : counter.memo) {
+    table_sizes.push_back(size);
+    table_nodes.push_back(nodes);
+  }
+  // Small and pageable: the copy returns once the bytes are staged.
+  const std::size_t entries = std::max<std::size_t>(1, table_sizes.size());
+  table_sizes_.reserve(entries, "the tree build's size table", s);
+  table_nodes_.reserve(entries, "the tree build's size table", s);
+  copy_to_device(table_sizes_.get(), table_sizes.data(), table_sizes.size(), s);
+  copy_to_device(table_nodes_.get(), table_nodes.data(), table_nodes.size(), s);
+  const SizeTable subtree{table_sizes_.get(), table_nodes_.get(), static_cast<int>(table_sizes.size()),
+                          leaf_size};
+
+  nodes.reserve(static_cast<std::size_t>(n_nodes), "the tree nodes", s);
+  boxes.reserve(static_cast<std::size_t>(n_nodes) * 2 * stride, "the tree boxes", s);
+  CANOPY_CUDA_CHECK(cudaMemsetAsync(boxes.get(), 0, static_cast<std::size_t>(n_nodes) * 2 * stride * sizeof(float), s));
+
+  // The lists, double-buffered: one stable radix sort of (coordinate, id) per dimension.
+  keys_.reserve(un, "the tree build's sort keys", s);
+  sorted_keys_.reserve(un, "the tree build's sort keys", s);
+  ids_.reserve(un, "the tree build's ids", s);
+  std::size_t sort_bytes = 0, scan_bytes = 0;
+  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys_.get(), sorted_keys_.get(), ids_.get(),
+                                                    ids_.get(), n, 0, 32, s));
+  // Level arrays, double-buffered, sized for the widest level.
+  const index_t widest = *std::max_element(levels.nodes.begin(), levels.nodes.end());
+  const std::size_t uw = static_cast<std::size_t>(widest);
+  before_.reserve(un, "the tree build's scan", s);
+  rank_.reserve(uw, "the tree build's levels", s);
+  using LeftIt = thrust::transform_iterator<LeftOf, thrust::counting_iterator<index_t>>;
+  std::size_t rank_bytes = 0;
+  CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, LeftIt(thrust::counting_iterator<index_t>(0),
+                                                  LeftOf{nullptr, nullptr}), before_.get(), n, s));
+  CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, rank_bytes, rank_.get(), rank_.get(), widest, s));
+  temp_.reserve(std::max({sort_bytes, scan_bytes, rank_bytes}), "the tree build's scratch space", s);
+  Lists cur, nxt;
+  for (int d = 0; d < lists; ++d) {
+    lists_[0][d].reserve(un, "the tree build's sorted lists", s);
+    lists_[1][d].reserve(un, "the tree build's sorted lists", s);
+    cur.ord[d] = lists_[0][d].get();
+    nxt.ord[d] = lists_[1][d].get();
+  }
+  for (int d = 0; d < dims; ++d) {
+    coordinate_keys_kernel<<<grid(n), kBlockSize, 0, s>>>(pts, n, dims, d, keys_.get(), ids_.get());
+    CANOPY_CUDA_CHECK_LAUNCH("coordinate_keys_kernel");
+    std::size_t bytes = sort_bytes;
+    CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp_.get(), bytes, keys_.get(), sorted_keys_.get(), ids_.get(),
+                                                      cur.ord[d], n, 0, 32, s));
+  }
+  if (keep_ids) {
+    iota_kernel<<<grid(n), kBlockSize, 0, s>>>(n, cur.ord[dims]);
+    CANOPY_CUDA_CHECK_LAUNCH("iota_kernel");
+  }
+
+  Level lv[2];
+  for (int k = 0; k < 2; ++k) {
+    lv_begin_[k].reserve(uw, "the tree build's levels", s);
+    lv_count_[k].reserve(uw, "the tree build's levels", s);
+    lv_id_[k].reserve(uw, "the tree build's levels", s);
+    lv_split_[k].reserve(uw, "the tree build's levels", s);
+    lv[k] = Level{lv_begin_[k].get(), lv_count_[k].get(), lv_id_[k].get(), lv_split_[k].get()};
+  }
+  node_of_[0].reserve(un, "the tree build's node map", s);
+  node_of_[1].reserve(un, "the tree build's node map", s);
+  CANOPY_CUDA_CHECK(cudaMemsetAsync(node_of_[0].get(), 0, un * sizeof(index_t), s));  // all in the root
+  left_.reserve(un, "the tree build's split flags", s);
+  // The root's (begin, count, id), from pinned memory: an asynchronous copy (the last build's
+  // ended in a synchronisation, so the buffer is free).
+  level0_.reserve(3);
+  level0_.get()[0] = 0;
+  level0_.get()[1] = n;
+  level0_.get()[2] = 0;
+  copy_to_device(lv[0].begin, level0_.get(), 1, s);
+  copy_to_device(lv[0].count, level0_.get() + 1, 1, s);
+  copy_to_device(lv[0].id, reinterpret_cast<const node_id*>(level0_.get() + 2), 1, s);
+
+  int at = 0;
+  for (std::size_t depth = 0; depth < levels.nodes.size(); ++depth) {
+    const index_t m = levels.nodes[depth];
+    Level& here = lv[at];
+    node_kernel<<<grid(m), kBlockSize, 0, s>>>(here, m, static_cast<int>(depth), cur, pts, dims, stride,
+                                               leaf_size, subtree, nodes.get(), boxes.get());
+    CANOPY_CUDA_CHECK_LAUNCH("node_kernel");
+    per_level(here, m, levels.largest[depth], keep_ids ? cur.ord[dims] : nullptr, s);
+    if (levels.inner[depth] == 0) break;
+    inner_flags_kernel<<<grid(m), kBlockSize, 0, s>>>(here, m, rank_.get());
+    CANOPY_CUDA_CHECK_LAUNCH("inner_flags_kernel");
+    std::size_t bytes = rank_bytes;
+    CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp_.get(), bytes, rank_.get(), rank_.get(), m, s));
+    children_kernel<<<grid(m), kBlockSize, 0, s>>>(here, m, rank_.get(), nodes.get(), lv[1 - at]);
+    CANOPY_CUDA_CHECK_LAUNCH("children_kernel");
+    left_flags_kernel<<<grid(n), kBlockSize, 0, s>>>(here, n, cur, node_of_[at].get(), left_.get());
+    CANOPY_CUDA_CHECK_LAUNCH("left_flags_kernel");
+    for (int d = 0; d < lists; ++d) {
+      bytes = scan_bytes;
+      CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(
+          temp_.get(), bytes, LeftIt(thrust::counting_iterator<index_t>(0), LeftOf{cur.ord[d], left_.get()}),
+          before_.get(), n, s));
+      partition_kernel<<<grid(n), kBlockSize, 0, s>>>(here, n, node_of_[at].get(), left_.get(), before_.get(), cur.ord[d],
+                                                      nxt.ord[d], rank_.get(), d == 0 ? node_of_[1 - at].get() : nullptr);
+      CANOPY_CUDA_CHECK_LAUNCH("partition_kernel");
+    }
+    std::swap(cur, nxt);
+    at = 1 - at;
+  }
+
+  point_ids.reserve(un, "the tree point ids", s);
+  tree_points.reserve(un * stride, "the tree points", s);
+  leaf_points_kernel<<<grid(n_nodes), kBlockSize, 0, s>>>(nodes.get(), n_nodes, cur.ord[0], point_ids.get());
+  CANOPY_CUDA_CHECK_LAUNCH("leaf_points_kernel");
+  tree_points_kernel<<<grid(n), kBlockSize, 0, s>>>(pts, n, dims, stride, point_ids.get(), tree_points.get());
+  CANOPY_CUDA_CHECK_LAUNCH("tree_points_kernel");
+  t2.record(s);
+}
+
+}  // namespace
+}  // namespace canopy

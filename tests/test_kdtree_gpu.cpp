@@ -1,0 +1,249 @@
+// The kd-tree's definition by its points alone (what lets a GPU build give the same tree), and
+// KdTree::build_on_gpu and BallTree::build_on_gpu against the CPU builds, bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/checks.hpp"
+#include "core/device.hpp"
+#include "io/dataset.hpp"
+#include "layouts/ball_tree.hpp"
+#include "layouts/kdtree.hpp"
+#include "tests/require_gpu.hpp"
+#include "tests/stream_probe.hpp"
+#include "tests/test_util.hpp"
+
+namespace canopy {
+namespace {
+
+// Points with ties everywhere: few distinct values per dimension, signed zeros among them.
+std::vector<float> tied_points(index_t n, int dims, int distinct) {
+  std::vector<float> p(static_cast<std::size_t>(n) * dims);
+  for (index_t i = 0; i < n; ++i)
+    for (int d = 0; d < dims; ++d) {
+      const int v = static_cast<int>((i * 7919 + d * 104729) % distinct);
+      p[i * dims + d] = v == 0 ? ((i % 2) ? -0.0f : 0.0f) : static_cast<float>(v) * 0.25f - 0.5f;
+    }
+  return p;
+}
+
+// Walks the tree from the root over point ranges (child 0 takes the first n / 2) and checks the
+// definition against the input: a leaf's ids ascend; an inner node's children split its points at
+// the median in (coordinate, index) order of its split dimension; a box is the min and max of the
+// node's points, zero stored as +0.
+void expect_defined_by_points(const KdTree& t, const float* pts, int dims) {
+  const KdTreeView v = t.view();
+  struct Item {
+    node_id n;
+    index_t begin, count;
+  };
+  std::vector<Item> stack{{0, 0, t.size()}};
+  index_t leaves_points = 0;
+  while (!stack.empty()) {
+    const Item it = stack.back();
+    stack.pop_back();
+    for (int d = 0; d < dims; ++d) {
+      float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+      for (index_t i = it.begin; i < it.begin + it.count; ++i) {
+        lo = std::min(lo, pts[v.point_ids[i] * dims + d]);
+        hi = std::max(hi, pts[v.point_ids[i] * dims + d]);
+      }
+      ASSERT_EQ(lo, v.lo(it.n)[d]) << "node " << it.n;
+      ASSERT_EQ(hi, v.hi(it.n)[d]) << "node " << it.n;
+      if (lo == 0) ASSERT_FALSE(std::signbit(v.lo(it.n)[d])) << "node " << it.n;
+      if (hi == 0) ASSERT_FALSE(std::signbit(v.hi(it.n)[d])) << "node " << it.n;
+    }
+    if (v.is_leaf(it.n)) {
+      ASSERT_EQ(v.nodes[it.n].first, it.begin);
+      ASSERT_EQ(v.nodes[it.n].count, it.count);
+      for (index_t i = it.begin + 1; i < it.begin + it.count; ++i)
+        ASSERT_LT(v.point_ids[i - 1], v.point_ids[i]) << "leaf " << it.n;
+      leaves_points += it.count;
+      continue;
+    }
+    const int d = v.nodes[it.n].split_dim;
+    const index_t half = it.count / 2;
+    auto key_less = [&](index_t a, index_t b) {
+      const float ca = pts[a * dims + d], cb = pts[b * dims + d];
+      return ca < cb || (ca == cb && a < b);
+    };
+    index_t left_max = v.point_ids[it.begin], right_min = v.point_ids[it.begin + half];
+    for (index_t i = it.begin; i < it.begin + half; ++i)
+      if (key_less(left_max, v.point_ids[i])) left_max = v.point_ids[i];
+    for (index_t i = it.begin + half; i < it.begin + it.count; ++i)
+      if (key_less(v.point_ids[i], right_min)) right_min = v.point_ids[i];
+    ASSERT_TRUE(key_less(left_max, right_min)) << "node " << it.n << " is not split at its median";
+    stack.push_back({v.child(it.n, 1), it.begin + half, it.count - half});
+    stack.push_back({v.child(it.n, 0), it.begin, half});
+  }
+  EXPECT_EQ(leaves_points, t.size());
+}
+
+TEST(KdTreeDefinition, ANodesPointsFollowFromThePointsAlone) {
+  for (int dims : {1, 3, 7}) {
+    const std::vector<float> a = test::clustered_points(5000, dims, 3);
+    expect_defined_by_points(KdTree::build(a.data(), 5000, dims), a.data(), dims);
+    const std::vector<float> b = tied_points(40000, dims, 3);  // large enough for the parallel split
+    expect_defined_by_points(KdTree::build(b.data(), 40000, dims, {4}), b.data(), dims);
+  }
+}
+
+TEST(KdTreeGpu, NeedsADevice) {
+  if (gpu_available()) GTEST_SKIP() << "a GPU is present";
+  const std::vector<float> p = test::random_points(10, 3, 1);
+  try {
+    KdTree::build_on_gpu(p.data(), 10, 3);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA device"), std::string::npos) << e.what();
+  }
+}
+
+// The message f() throws, or "no error".
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+void expect_same_tree(const KdTree& gpu, const KdTree& cpu, const std::string& what) {
+  ASSERT_EQ(gpu.height(), cpu.height()) << what;
+  ASSERT_EQ(gpu.node_count(), cpu.node_count()) << what;
+  for (node_id n = 0; n < cpu.node_count(); ++n) {
+    const KdNode& g = gpu.nodes()[n];
+    const KdNode& c = cpu.nodes()[n];
+    ASSERT_TRUE(g.first == c.first && g.count == c.count && g.split_dim == c.split_dim && g.depth == c.depth)
+        << what << ": node " << n << " (" << g.first << ", " << g.count << ", " << g.split_dim << ", " << g.depth
+        << ") against (" << c.first << ", " << c.count << ", " << c.split_dim << ", " << c.depth << ")";
+  }
+  ASSERT_EQ(gpu.point_ids(), cpu.point_ids()) << what;
+  // Bitwise: signed zeros and padding included.
+  ASSERT_EQ(gpu.boxes().size(), cpu.boxes().size()) << what;
+  ASSERT_EQ(std::memcmp(gpu.boxes().data(), cpu.boxes().data(), cpu.boxes().size() * sizeof(float)), 0) << what;
+  ASSERT_EQ(gpu.points().size(), cpu.points().size()) << what;
+  ASSERT_EQ(std::memcmp(gpu.points().data(), cpu.points().data(), cpu.points().size() * sizeof(float)), 0) << what;
+}
+
+void expect_gpu_equals_cpu(const std::vector<float>& p, index_t n, int dims, int leaf_size, const std::string& what) {
+  KdTreeOptions o;
+  o.leaf_size = leaf_size;
+  const KdTree cpu = KdTree::build(p.data(), n, dims, o);
+  GpuBuildStats st;
+  const KdTree gpu = KdTree::build_on_gpu(p.data(), n, dims, o, &st);
+  expect_same_tree(gpu, cpu, what + " (n " + std::to_string(n) + ", dims " + std::to_string(dims) + ", leaf " +
+                                 std::to_string(leaf_size) + ")");
+  EXPECT_GT(st.build_ms, 0.0);
+}
+
+TEST(KdTreeGpu, EqualsTheCpuTreeOnEveryGenerator) {
+  CANOPY_REQUIRE_GPU();
+  for (index_t n : {1, 2, 7, 8, 9, 1000, 65537}) {
+    expect_gpu_equals_cpu(test::random_points(n, 3, 5), n, 3, 8, "uniform");
+    expect_gpu_equals_cpu(test::clustered_points(n, 7, 6), n, 7, 8, "clustered");
+  }
+  for (int dims : {1, 2, 5, 16}) expect_gpu_equals_cpu(test::clustered_points(3000, dims, 7), 3000, dims, 8, "dims");
+  for (int leaf : {1, 3, 32}) expect_gpu_equals_cpu(test::random_points(5000, 3, 8), 5000, 3, leaf, "leaf sizes");
+  const PointSet pl = generate("plummer:20000", 9);
+  expect_gpu_equals_cpu(pl.coords, pl.size(), pl.dims, 8, "plummer");
+  const PointSet u = generate("uniform:1000003:3", 10);
+  expect_gpu_equals_cpu(u.coords, u.size(), u.dims, 8, "uniform:1000003:3");
+}
+
+TEST(KdTreeGpu, EqualsTheCpuTreeWithManyEqualPoints) {
+  CANOPY_REQUIRE_GPU();
+  expect_gpu_equals_cpu(std::vector<float>(3 * 5000, 0.5f), 5000, 3, 8, "all equal");
+  expect_gpu_equals_cpu(tied_points(20000, 3, 3), 20000, 3, 8, "three values, signed zeros");
+  expect_gpu_equals_cpu(tied_points(7777, 4, 2), 7777, 4, 1, "two values, leaf 1");
+}
+
+TEST(KdTreeGpu, EqualsTheCpuTreeOnRealData) {
+  CANOPY_REQUIRE_GPU();
+  const PointSet cov = test::real_points("covtype_4k.csv", "0-6");
+  expect_gpu_equals_cpu(cov.coords, cov.size(), cov.dims, 8, "covtype");
+  const PointSet cities = test::real_points("cities_4k.csv", "");
+  expect_gpu_equals_cpu(cities.coords, cities.size(), cities.dims, 8, "cities");
+}
+
+TEST(KdTreeGpu, BuildsFromDevicePoints) {
+  CANOPY_REQUIRE_GPU();
+  const std::vector<float> p = test::clustered_points(20000, 3, 11);
+  void* d = test::device_alloc(p.size() * sizeof(float));
+  copy_memory(d, p.data(), p.size() * sizeof(float));
+  GpuBuildStats st;
+  const KdTree gpu = KdTree::build_on_gpu(static_cast<const float*>(d), 20000, 3, {}, &st);
+  test::device_free(d);
+  expect_same_tree(gpu, KdTree::build(p.data(), 20000, 3), "device input");
+  EXPECT_EQ(st.upload_ms, 0.0);
+}
+
+TEST(KdTreeGpu, BadInputGivesTheCpuBuildsErrors) {
+  CANOPY_REQUIRE_GPU();
+  std::vector<float> p = test::random_points(100, 3, 12);
+  p[41 * 3 + 2] = std::nanf("");
+  EXPECT_EQ(error_of([&] { KdTree::build_on_gpu(p.data(), 100, 3); }), error_of([&] { KdTree::build(p.data(), 100, 3); }));
+  EXPECT_NE(error_of([&] { KdTree::build_on_gpu(p.data(), 100, 3); }).find("point 41"), std::string::npos);
+  EXPECT_EQ(error_of([&] { KdTree::build_on_gpu(p.data(), 0, 3); }), error_of([&] { KdTree::build(p.data(), 0, 3); }));
+  EXPECT_EQ(error_of([&] { KdTree::build_on_gpu(nullptr, 10, 3); }), error_of([&] { KdTree::build(nullptr, 10, 3); }));
+  EXPECT_EQ(error_of([&] { KdTree::build_on_gpu(p.data(), 5, 17); }), error_of([&] { KdTree::build(p.data(), 5, 17); }));
+  EXPECT_EQ(error_of([&] { KdTree::build_on_gpu(p.data(), 10, 3, {0}); }),
+            error_of([&] { KdTree::build(p.data(), 10, 3, {0}); }));
+}
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+void expect_gpu_ball_equals_cpu(const std::vector<float>& p, index_t n, int dims, int leaf_size,
+                                const std::string& what) {
+  BallTreeOptions o;
+  o.leaf_size = leaf_size;
+  const BallTree cpu = BallTree::build(p.data(), n, dims, o);
+  const BallTree gpu = BallTree::build_on_gpu(p.data(), n, dims, o);
+  const std::string at = what + " (n " + std::to_string(n) + ", dims " + std::to_string(dims) + ", leaf " +
+                         std::to_string(leaf_size) + ")";
+  ASSERT_EQ(gpu.height(), cpu.height()) << at;
+  ASSERT_TRUE(same_bits(gpu.nodes(), cpu.nodes())) << at << ": nodes";
+  ASSERT_EQ(gpu.point_ids(), cpu.point_ids()) << at;
+  ASSERT_TRUE(same_bits(gpu.points(), cpu.points())) << at << ": points";
+  for (std::size_t i = 0; i < cpu.centres().size(); ++i)
+    ASSERT_EQ(std::memcmp(&gpu.centres()[i], &cpu.centres()[i], sizeof(float)), 0)
+        << at << ": centre of node " << i / padded_dims(dims) << ", " << gpu.centres()[i] << " against "
+        << cpu.centres()[i];
+  for (std::size_t i = 0; i < cpu.radii().size(); ++i)
+    ASSERT_EQ(std::memcmp(&gpu.radii()[i], &cpu.radii()[i], sizeof(float)), 0)
+        << at << ": radius of node " << i << ", " << gpu.radii()[i] << " against " << cpu.radii()[i];
+}
+
+TEST(BallTreeGpu, EqualsTheCpuTree) {
+  CANOPY_REQUIRE_GPU();
+  for (index_t n : {1, 2, 7, 8, 9, 1000, 65537})
+    expect_gpu_ball_equals_cpu(test::clustered_points(n, 5, 13), n, 5, 8, "clustered");
+  for (int dims : {1, 2, 3, 8, 16}) expect_gpu_ball_equals_cpu(test::random_points(20000, dims, 14), 20000, dims, 8, "dims");
+  for (int leaf : {1, 32}) expect_gpu_ball_equals_cpu(test::random_points(5000, 3, 15), 5000, 3, leaf, "leaf sizes");
+  expect_gpu_ball_equals_cpu(tied_points(20000, 3, 3), 20000, 3, 8, "ties and signed zeros");
+  const PointSet u = generate("uniform:1000003:3", 16);  // nodes of many fold blocks
+  expect_gpu_ball_equals_cpu(u.coords, u.size(), u.dims, 8, "uniform:1000003:3");
+  const PointSet cov = test::real_points("covtype_4k.csv", "0-6");
+  expect_gpu_ball_equals_cpu(cov.coords, cov.size(), cov.dims, 8, "covtype");
+}
+
+TEST(BallTreeGpu, BadInputGivesTheCpuBuildsErrors) {
+  CANOPY_REQUIRE_GPU();
+  std::vector<float> p = test::random_points(100, 3, 17);
+  p[7 * 3] = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(error_of([&] { BallTree::build_on_gpu(p.data(), 100, 3); }), error_of([&] { BallTree::build(p.data(), 100, 3); }));
+  EXPECT_EQ(error_of([&] { BallTree::build_on_gpu(p.data(), 0, 3); }), error_of([&] { BallTree::build(p.data(), 0, 3); }));
+  EXPECT_EQ(error_of([&] { BallTree::build_on_gpu(p.data(), 10, 0); }), error_of([&] { BallTree::build(p.data(), 10, 0); }));
+}
+
+}  // namespace
+}  // namespace canopy
