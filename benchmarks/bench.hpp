@@ -72,6 +72,36 @@ struct TraversalBenchConfig {
   bool repeat_given = false;
 };
 
+// The points of build and e2e: a CSV(.gz) file's columns (normalised to the unit cube) or a
+// generator (benchmarks/bench_build.cpp: add_source_options, load_source).
+struct PointSource {
+  std::string points, columns;
+  std::string generate = "uniform:1000000:3";
+  std::uint64_t seed = 1;
+};
+void add_source_options(CLI::App& app, PointSource& c);
+
+// canopy-bench build: tree builds on the CPU and the GPU (benchmarks/bench_build.cpp).
+struct BuildConfig {
+  PointSource source;
+  std::string trees = "kd,octree";
+  int leaf_size = 8;
+  int repeat = 5;
+  std::string json;
+};
+void add_build_options(CLI::App& app, BuildConfig& c);
+int run_build(const BuildConfig& c);
+
+// canopy-bench e2e: build + query end to end on the GPU (benchmarks/bench_e2e.cu).
+struct E2eConfig {
+  PointSource source;
+  std::string workload = "pc";
+  int repeat = 3;
+  std::string json;
+};
+void add_e2e_options(CLI::App& app, E2eConfig& c);
+int run_e2e(const E2eConfig& c);
+
 struct ScheduleConfig {
   std::int64_t queries = 1000000;
   std::int64_t top_leaves = 256;

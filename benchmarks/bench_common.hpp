@@ -130,6 +130,9 @@ struct Inputs {
 // half queries it (each half keeps the file order); otherwise the points query themselves.
 Inputs load_inputs(const InputConfig& c, bool normalise, bool split);
 
+// The points a PointSource names (bench.hpp).
+PointSet load_source(const PointSource& c);
+
 // Point correlation's radius: a number, or auto:K for a mean count of about K over a seeded
 // sample of the queries.
 float parse_radius(const std::string& spec, const KdTree& tree, const PointSet& queries, std::uint64_t seed);

@@ -3,6 +3,8 @@
 //                                without a GPU, uniform:50000:7 once, so it ends in about a minute)
 //   canopy-bench pc [options]    point correlation, every variant side by side
 //   canopy-bench schedule [...]  the sandpile scheduler alone on a random scheduling matrix
+//   canopy-bench build [...]     the trees built on the CPU and the GPU, checked equal
+//   canopy-bench e2e [...]       build + query end to end on the GPU (pc or knn)
 //   canopy-bench nn|knn|bt|vp [...]  nearest neighbours on a kd-tree, ball tree or vp-tree
 //   canopy-bench bh [...]        Barnes-Hut forces on an octree
 //   canopy-bench quality <workload> [...]  each schedule's Δ against the MST lower bound
@@ -27,6 +29,14 @@ int main(int argc, char** argv) {
   canopy::bench::ScheduleConfig sc;
   CLI::App* sc_cmd = app.add_subcommand("schedule", "the sandpile scheduler alone on a random matrix");
   canopy::bench::add_schedule_options(*sc_cmd, sc);
+
+  canopy::bench::BuildConfig bc;
+  CLI::App* bc_cmd = app.add_subcommand("build", "tree builds on the CPU and the GPU, checked equal bit for bit");
+  canopy::bench::add_build_options(*bc_cmd, bc);
+
+  canopy::bench::E2eConfig ec;
+  CLI::App* ec_cmd = app.add_subcommand("e2e", "build + query end to end on the GPU, data on the device");
+  canopy::bench::add_e2e_options(*ec_cmd, ec);
 
   // The other tree-traversal workloads share one option set.
   const char* traversal_names[][2] = {{"nn", "nearest neighbour on a kd-tree"},
@@ -65,6 +75,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 5; ++i)
       if (*tc_cmd[i]) return canopy::bench::run_traversal(tc[i]);
     if (*sc_cmd) return canopy::bench::run_schedule(sc);
+    if (*bc_cmd) return canopy::bench::run_build(bc);
+    if (*ec_cmd) return canopy::bench::run_e2e(ec);
     if (*qc_cmd) return canopy::bench::run_quality(qc);
     if (*fc_cmd) return canopy::bench::run_forest(fc);
     if (*fs_cmd) return canopy::bench::run_forest_study(fs);

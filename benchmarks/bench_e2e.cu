@@ -1,0 +1,118 @@
+// canopy-bench e2e: what an analytics call waits for, end to end: the points already in device
+// memory, the kd-tree built on the GPU, the queries (the points themselves) answered into device
+// buffers. The default call (Auto, its one-time trial included: a single call pays it) and the
+// call with Auto's usual pick fixed are timed apart. scripts/e2e_baselines.py times scipy and
+// cupyx on the same inputs.
+#include <CLI/CLI.hpp>
+#include <cuda_runtime.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "benchmarks/bench.hpp"
+#include "benchmarks/bench_common.hpp"
+#include "core/cuda.cuh"
+#include "core/device.hpp"
+#include "io/dataset.hpp"
+#include "layouts/kdtree.hpp"
+#include "runtime/engine.hpp"
+#include "runtime/knn.hpp"
+#include "runtime/point_correlation.hpp"
+
+namespace canopy {
+namespace bench {
+
+void add_e2e_options(CLI::App& app, E2eConfig& c) {
+  add_source_options(app, c.source);
+  app.add_option("--workload", c.workload, "pc (radius for a mean count of 32) or knn (k = 8)")->capture_default_str();
+  app.add_option("--repeat", c.repeat, "timed calls (the median is reported)")->capture_default_str();
+  app.add_option("--json", c.json, "write the times to this file");
+}
+
+namespace {
+
+template <class T>
+struct DeviceArray {
+  T* p = nullptr;
+  explicit DeviceArray(std::size_t n) { CANOPY_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T))); }
+  ~DeviceArray() { cudaFree(p); }
+};
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int run_e2e(const E2eConfig& c) {
+  if (!gpu_available()) throw Error("canopy-bench e2e needs a GPU: " + gpu_description());
+  if (c.workload != "pc" && c.workload != "knn") throw Error("--workload must be pc or knn");
+  const PointSet ps = load_source(c.source);
+  const index_t n = ps.size();
+  const int dims = ps.dims;
+  const int k = 8;
+  // The radius (pc) from a CPU tree, before any timing.
+  float radius = 0;
+  if (c.workload == "pc") radius = parse_radius("auto:32", KdTree::build(ps.data(), n, dims), ps, c.source.seed);
+  std::printf("e2e %s: %lld points, %d-d (%s)%s\n", c.workload.c_str(), static_cast<long long>(n), dims,
+              c.source.points.empty() ? c.source.generate.c_str() : c.source.points.c_str(),
+              c.workload == "pc" ? (", radius " + std::to_string(radius)).c_str() : ", k 8");
+
+  DeviceArray<float> points(ps.coords.size());
+  copy_memory(points.p, ps.data(), ps.coords.size() * sizeof(float));
+  DeviceArray<index_t> counts_or_ids(static_cast<std::size_t>(n) * (c.workload == "pc" ? 1 : k));
+  DeviceArray<float> dist(c.workload == "pc" ? 1 : static_cast<std::size_t>(n) * k);
+
+  struct Times {
+    std::vector<double> total, build;
+  } fixed, deflt;
+  for (int r = 0; r <= c.repeat; ++r) {  // run 0 warms up
+    for (int variant = 0; variant < 2; ++variant) {
+      Times& t = variant ? fixed : deflt;
+      AutoChoice::forget_all();  // every default call is a first call: it pays the trial
+      CANOPY_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto t0 = std::chrono::steady_clock::now();
+      KdTreeGpuBuilder builder;
+      const KdTree tree = builder.build(points.p, n, dims);
+      const double build_ms = ms_since(t0);
+      if (c.workload == "pc") {
+        PointCorrelation pc(tree, Device::Gpu);
+        PcOptions o;
+        o.radius = radius;
+        if (variant) {
+          o.schedule = ScheduleKind::LeafSort;
+          o.executor = ExecutorKind::FsmLockstep;
+        }
+        pc.run(points.p, n, o, counts_or_ids.p);
+      } else {
+        NearestNeighbors nn(tree, Device::Gpu);
+        KnnOptions o;
+        o.k = k;
+        if (variant) {
+          o.schedule = ScheduleKind::LeafSort;
+          o.executor = ExecutorKind::Independent;
+        }
+        nn.run(points.p, n, o, counts_or_ids.p, dist.p);
+      }
+      CANOPY_CUDA_CHECK(cudaDeviceSynchronize());
+      if (r > 0) {
+        t.total.push_back(ms_since(t0));
+        t.build.push_back(build_ms);
+      }
+    }
+  }
+  const char* pick = c.workload == "pc" ? "leaf-sort + fsm-lockstep" : "leaf-sort + independent";
+  std::printf("| call | total ms (build + query) | of which the build (GPU, with the host copy) |\n| --- | ---: | ---: |\n");
+  std::printf("| default (auto, trial included) | %.1f | %.1f |\n", median(deflt.total), median(deflt.build));
+  std::printf("| %s fixed | %.1f | %.1f |\n", pick, median(fixed.total), median(fixed.build));
+  if (!c.json.empty())
+    write_json(c.json, {{"workload", c.workload}, {"n", n}, {"dims", dims}, {"radius", radius},
+                        {"default_ms", median(deflt.total)}, {"fixed_ms", median(fixed.total)},
+                        {"build_ms", median(fixed.build)}});
+  return 0;
+}
+
+}  // namespace bench
+}  // namespace canopy
