@@ -45,6 +45,9 @@ struct Trace {
   int capacity;
   Trace(index_t queries, int cap, cudaStream_t s) : n(queries), capacity(cap) {
     trace.reserve(static_cast<std::size_t>(n) * capacity, "trace", s);
+    // Slots past a query's visits stay as they are on both sides: zero here as in the CPU
+    // trace, whatever an earlier user of this device memory left there.
+    CANOPY_CUDA_CHECK(cudaMemsetAsync(trace.get(), 0, static_cast<std::size_t>(n) * capacity * sizeof(node_id), s));
     lengths.reserve(static_cast<std::size_t>(n), "lengths", s);
     warp_nodes.reserve(static_cast<std::size_t>((n + 31) / 32), "warp nodes", s);
   }
