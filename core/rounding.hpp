@@ -25,6 +25,7 @@ CANOPY_HD inline float div_rn(float a, float b) { return CANOPY_DEVICE_OR_HOST(_
 CANOPY_HD inline float sqrt_rn(float a) { return CANOPY_DEVICE_OR_HOST(__fsqrt_rn(a), std::sqrt(a)); }
 
 CANOPY_HD inline double add_rn(double a, double b) { return CANOPY_DEVICE_OR_HOST(__dadd_rn(a, b), a + b); }
+CANOPY_HD inline double sub_rn(double a, double b) { return CANOPY_DEVICE_OR_HOST(__dsub_rn(a, b), a - b); }
 CANOPY_HD inline double mul_rn(double a, double b) { return CANOPY_DEVICE_OR_HOST(__dmul_rn(a, b), a * b); }
 CANOPY_HD inline double div_rn(double a, double b) { return CANOPY_DEVICE_OR_HOST(__ddiv_rn(a, b), a / b); }
 

@@ -95,18 +95,14 @@ struct has_home_hint<V, std::void_t<decltype(V::kHomeHint)>> : std::bool_constan
 template <class V>
 inline constexpr bool has_home_hint_v = has_home_hint<V>::value;
 
-// The child the key inspector walks first: the visitor's hint, or child 0 without one.
+// The child the key inspector walks first: an unguided visitor's hint, else the child the
+// query visits first (preferred_child).
 template <class Visitor>
 CANOPY_HD inline int home_child(const Visitor& v, const typename Visitor::State& s, node_id n) {
-  if constexpr (is_guided_v<Visitor>) {
-    return v.first_child(s, n);
-  } else if constexpr (has_home_hint_v<Visitor>) {
+  if constexpr (!is_guided_v<Visitor> && has_home_hint_v<Visitor>) {
     return v.home_child(s, n);
   } else {
-    (void)v;
-    (void)s;
-    (void)n;
-    return 0;
+    return preferred_child(v, s, n);
   }
 }
 

@@ -10,6 +10,7 @@
 //    function the visitors call. A max is exact, so any order gives it.
 #include <string>
 
+#include "core/rounding.hpp"
 #include "layouts/ball_tree.hpp"
 #include "layouts/geometry.hpp"
 #include "layouts/median_tree_gpu.cuh"
@@ -26,20 +27,31 @@ __device__ index_t entries_after(index_t count, int rounds) {
   return e;
 }
 
+// Thread t's chunk when a level's m nodes get `per` threads each, one per kSumChunk points:
+// its node and its positions [begin, end). False for a thread past its node's points.
+struct Chunk {
+  index_t node, begin, end;
+};
+__device__ bool chunk_of(const Level& lv, index_t m, index_t per, index_t t, Chunk& out) {
+  if (t >= m * per) return false;
+  const index_t j = t / per, k = t % per;
+  const index_t b = lv.begin[j], c = lv.count[j];
+  if (k * kSumChunk >= c) return false;
+  out = Chunk{j, b + k * kSumChunk, b + ((k + 1) * kSumChunk < c ? (k + 1) * kSumChunk : c)};
+  return true;
+}
+
 // One thread per (node, chunk): the chunk's double sums in order (part: [m][per][dims]).
 __global__ void chunk_sums_kernel(Level lv, index_t m, index_t per, const index_t* ids, const float* pts, int dims,
                                   double* part) {
   const index_t t = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
-  if (t >= m * per) return;
-  const index_t j = t / per, k = t % per;
-  const index_t b = lv.begin[j], c = lv.count[j];
-  if (k * kSumChunk >= c) return;
+  Chunk ch;
+  if (!chunk_of(lv, m, per, t, ch)) return;
   double acc[kMaxDims];
   for (int d = 0; d < dims; ++d) acc[d] = 0.0;
-  const index_t end = b + ((k + 1) * kSumChunk < c ? (k + 1) * kSumChunk : c);
-  for (index_t i = b + k * kSumChunk; i < end; ++i) {
+  for (index_t i = ch.begin; i < ch.end; ++i) {
     const float* p = pts + static_cast<index_t>(ids[i]) * dims;
-    for (int d = 0; d < dims; ++d) acc[d] = __dadd_rn(acc[d], static_cast<double>(p[d]));
+    for (int d = 0; d < dims; ++d) acc[d] = add_rn(acc[d], static_cast<double>(p[d]));
   }
   for (int d = 0; d < dims; ++d) part[t * dims + d] = acc[d];
 }
@@ -55,7 +67,7 @@ __global__ void group_sums_kernel(Level lv, index_t m, index_t per, index_t grou
   const index_t end = (g + 1) * kSumChunk < have ? (g + 1) * kSumChunk : have;
   for (int d = 0; d < dims; ++d) {
     double acc = 0.0;
-    for (index_t e = g * kSumChunk; e < end; ++e) acc = __dadd_rn(acc, in[(j * per + e) * dims + d]);
+    for (index_t e = g * kSumChunk; e < end; ++e) acc = add_rn(acc, in[(j * per + e) * dims + d]);
     out[(j * per + g) * dims + d] = acc;
   }
 }
@@ -66,7 +78,7 @@ __global__ void centres_kernel(Level lv, index_t m, index_t per, const double* s
   if (j >= m) return;
   float* out = centres + static_cast<index_t>(lv.id[j]) * stride;
   for (int d = 0; d < dims; ++d)
-    out[d] = static_cast<float>(__ddiv_rn(sums[(j * per) * dims + d], static_cast<double>(lv.count[j])));
+    out[d] = static_cast<float>(div_rn(sums[(j * per) * dims + d], static_cast<double>(lv.count[j])));
   for (int d = dims; d < stride; ++d) out[d] = 0.0f;
 }
 
@@ -78,17 +90,15 @@ template <int M>
 __global__ void radii_kernel(Level lv, index_t m, index_t per, const index_t* ids, const float* padded,
                              const float* centres, float* radii) {
   const index_t t = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
-  if (t >= m * per) return;
-  const index_t j = t / per, k = t % per;
-  const index_t b = lv.begin[j], c = lv.count[j];
-  if (k * kSumChunk >= c) return;
+  Chunk ch;
+  if (!chunk_of(lv, m, per, t, ch)) return;
+  const node_id at = lv.id[ch.node];
   float centre[M];
-  load_query(centres + static_cast<index_t>(lv.id[j]) * M, M, centre);
+  load_query(centres + static_cast<index_t>(at) * M, M, centre);
   float r = 0.0f;
-  const index_t end = b + ((k + 1) * kSumChunk < c ? (k + 1) * kSumChunk : c);
-  for (index_t i = b + k * kSumChunk; i < end; ++i)
+  for (index_t i = ch.begin; i < ch.end; ++i)
     r = fmaxf(r, sqrt_rn(point_distance2<M>(centre, padded + static_cast<index_t>(ids[i]) * M)));
-  atomicMax(reinterpret_cast<int*>(radii + lv.id[j]), __float_as_int(r));
+  atomicMax(reinterpret_cast<int*>(radii + at), __float_as_int(r));
 }
 
 __global__ void pad_rows_kernel(const float* pts, index_t n, int dims, int stride, float* padded) {

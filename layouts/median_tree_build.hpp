@@ -211,18 +211,24 @@ inline std::vector<float> tree_order_rows(const MedianTreeInput& in, int stride)
 template <class Less>
 void split_stable(index_t* ids, index_t begin, index_t end, Less less) {
   const index_t n = end - begin, half = n / 2;
-  std::vector<index_t> scratch(ids + begin, ids + end);
-  std::nth_element(scratch.begin(), scratch.begin() + half, scratch.end(), less);
-  const index_t pivot = scratch[half];
   if (n < kParallelGrain) {
+    // Most nodes are small: a per-thread scratch spares an allocation per node. Nothing below
+    // waits on TBB, so no other task can take this thread's scratch while it is in use.
+    thread_local std::vector<index_t> small;
+    small.assign(ids + begin, ids + end);
+    std::nth_element(small.begin(), small.begin() + half, small.end(), less);
+    const index_t pivot = small[half];
     index_t left = begin, right = 0;
     for (index_t i = begin; i < end; ++i) {
       const index_t id = ids[i];
-      if (less(id, pivot)) ids[left++] = id; else scratch[right++] = id;
+      if (less(id, pivot)) ids[left++] = id; else small[right++] = id;
     }
-    std::copy(scratch.begin(), scratch.begin() + right, ids + left);
+    std::copy(small.begin(), small.begin() + right, ids + left);
     return;
   }
+  std::vector<index_t> scratch(ids + begin, ids + end);
+  std::nth_element(scratch.begin(), scratch.begin() + half, scratch.end(), less);
+  const index_t pivot = scratch[half];
   const index_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<index_t> lefts(static_cast<std::size_t>(blocks) + 1, 0);
   tbb::parallel_for(index_t{0}, blocks, [&](index_t b) {

@@ -231,7 +231,6 @@ class MedianGpuBuild {
   DeviceBuffer<index_t> point_ids;  // tree order
   DeviceBuffer<float> tree_points;  // tree order, padded
   index_t n_nodes = 0;
-  int height = 0;
 
   // The points in device memory (copied there when `points` is host memory; t0..t1 times the
   // copy), checked finite; the errors start with `prefix`.
@@ -306,7 +305,6 @@ void MedianGpuBuild::build(const float* pts, index_t n, int dims, int leaf_size,
                            bool keep_ids, PerLevel&& per_level) {
   const cudaStream_t s = stream.get();
   n_nodes = counter.cached(n);
-  height = detail::median_height(n, leaf_size);
   n_ = n;
   stride_ = padded_dims(dims);
   const int lists = dims + (keep_ids ? 1 : 0);

@@ -35,8 +35,6 @@ Error too_many_coincident_bodies(index_t count);
 // The first i with mass[i] < 0, or n, for masses in device memory (layouts/octree_gpu.cu).
 index_t first_negative_on_device(const float* mass, index_t n);
 
-CANOPY_HD inline double subtract_rn(double a, double b) { return CANOPY_DEVICE_OR_HOST(__dsub_rn(a, b), a - b); }
-
 // The bodies' bounding box in float (min and max are exact: any reduction order gives it).
 struct BodyBox {
   float lo[3], hi[3];
@@ -76,14 +74,14 @@ CANOPY_HD inline CellBounds root_bounds(const BodyBox& box) {
   for (int a = 0; a < 3; ++a) {
     const double lo = box.lo[a], hi = box.hi[a];
     centre[a] = mul_rn(0.5, add_rn(lo, hi));
-    extent = std::max(extent, subtract_rn(hi, lo));
+    extent = std::max(extent, sub_rn(hi, lo));
     largest = std::max(largest, std::max(std::fabs(lo), std::fabs(hi)));
   }
   const double half =
       std::max(mul_rn(mul_rn(0.5, extent), 1.0 + 0x1p-12), std::max(mul_rn(largest, 0x1p-20), 0x1p-60));
   CellBounds root;
   for (int a = 0; a < 3; ++a) {
-    root.lo[a] = std::min(subtract_rn(centre[a], half), static_cast<double>(box.lo[a]));
+    root.lo[a] = std::min(sub_rn(centre[a], half), static_cast<double>(box.lo[a]));
     root.hi[a] = std::max(add_rn(centre[a], half), static_cast<double>(box.hi[a]));
   }
   return root;
@@ -125,7 +123,7 @@ CANOPY_HD inline void write_cube(const double* lo, const double* hi, float* cube
   double half = 0;
   for (int a = 0; a < 3; ++a) {
     cube[a] = static_cast<float>(mul_rn(0.5, add_rn(lo[a], hi[a])));
-    half = std::max(half, std::max(subtract_rn(hi[a], cube[a]), subtract_rn(cube[a], lo[a])));
+    half = std::max(half, std::max(sub_rn(hi[a], cube[a]), sub_rn(cube[a], lo[a])));
   }
   cube[3] = round_up_float(half);
 }
