@@ -184,7 +184,8 @@ struct StepReader {
   std::uint64_t pack_window(index_t q) const {
     const std::int32_t* e = row(q);
     std::uint64_t w = 0;
-    bool live = true;
+    // A row that ends at entry 0 holds nothing the GPU wrote past it.
+    bool live = width > 0 && e[0] != kRowEnd;
     node_id prev = kNoNode;
     for (index_t j = 1; j <= window; ++j) {
       live = live && j < width && e[j] != kRowEnd;

@@ -526,6 +526,30 @@ TEST(GuidedScheduler, MaxBucketOneGivesEqualRowsPerBucket) {
   expect_equals_reference(in, 1);
 }
 
+// The GPU inspector leaves the entries past a row's kRowEnd unwritten: whatever they hold is
+// never read, not even for a row that ends at entry 0 (once misread as a bad column).
+TEST(GuidedScheduler, EntriesPastTheEndAreNeverRead) {
+  std::vector<std::vector<std::int32_t>> all;
+  for (index_t r = 0; r < 3000; ++r) {
+    const index_t len = (r * 5) % 9;  // 0 .. 8 of 12 entries
+    std::vector<std::int32_t> row;
+    for (index_t j = 0; j < len; ++j) row.push_back(static_cast<std::int32_t>((r + 3 * j) % 16));
+    all.push_back(row);
+  }
+  const Input clean = with_rows(16, 12, all);
+  Input dirty = clean;
+  for (index_t r = 0; r < 3000; ++r) {
+    const index_t len = clean.view().length(r);
+    for (index_t j = len + 1; j < 12; ++j) dirty.matrix.row(r)[j] = static_cast<std::int32_t>(-35373187 + r * j);
+  }
+  for (index_t max_bucket : {index_t{1}, index_t{32}, kGuidedBucketLimit}) {
+    const Schedule want = guided_schedule(clean.view(), clean.parent.data(), max_bucket);
+    const Schedule got = guided_schedule(dirty.view(), dirty.parent.data(), max_bucket);
+    EXPECT_EQ(got.order, want.order) << max_bucket;
+    EXPECT_EQ(got.bucket_offsets, want.bucket_offsets) << max_bucket;
+  }
+}
+
 TEST(GuidedScheduler, RejectsBadInput) {
   const Input in = with_rows(8, 4, std::vector<std::vector<std::int32_t>>(40, {0, 1, 2}));
   EXPECT_THROW(guided_schedule(in.view(), in.parent.data(), 0), Error);
