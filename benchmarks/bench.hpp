@@ -102,6 +102,19 @@ struct E2eConfig {
 void add_e2e_options(CLI::App& app, E2eConfig& c);
 int run_e2e(const E2eConfig& c);
 
+// canopy-bench steps: Barnes-Hut time steps on the GPU (benchmarks/bench_steps.cu).
+struct StepsConfig {
+  std::string generate = "plummer:1000000";
+  std::uint64_t seed = 1;
+  int steps = 10;
+  float dt = 1e-3f;
+  float theta = 0.5f;
+  float softening = 0.01f;
+  std::string json;
+};
+void add_steps_options(CLI::App& app, StepsConfig& c);
+int run_steps(const StepsConfig& c);
+
 struct ScheduleConfig {
   std::int64_t queries = 1000000;
   std::int64_t top_leaves = 256;

@@ -20,6 +20,7 @@
 #include "layouts/ball_tree.hpp"
 #include "layouts/kdtree.hpp"
 #include "layouts/octree.hpp"
+#include "layouts/vp_tree.hpp"
 
 namespace canopy {
 namespace bench {
@@ -40,7 +41,7 @@ PointSet load_source(const PointSource& c) {
 
 void add_build_options(CLI::App& app, BuildConfig& c) {
   add_source_options(app, c.source);
-  app.add_option("--trees", c.trees, "a list of kd, ball, octree (the first three coordinates, masses 1/N)")
+  app.add_option("--trees", c.trees, "a list of kd, ball, vp, octree (the first three coordinates, masses 1/N)")
       ->capture_default_str();
   app.add_option("--leaf-size", c.leaf_size, "most points per leaf")->capture_default_str();
   app.add_option("--repeat", c.repeat, "timed builds per device (the median is reported)")->capture_default_str();
@@ -62,6 +63,13 @@ bool same_tree(const KdTree& a, const KdTree& b) {
 bool same_tree(const BallTree& a, const BallTree& b) {
   return a.height() == b.height() && same_bits(a.nodes(), b.nodes()) && same_bits(a.centres(), b.centres()) &&
          same_bits(a.radii(), b.radii()) && same_bits(a.points(), b.points()) && same_bits(a.point_ids(), b.point_ids());
+}
+
+bool same_tree(const VpTree& a, const VpTree& b) {
+  return a.height() == b.height() && same_bits(a.nodes(), b.nodes()) && same_bits(a.vantages(), b.vantages()) &&
+         same_bits(a.mu(), b.mu()) && same_bits(a.parent(), b.parent()) && same_bits(a.shell_lo(), b.shell_lo()) &&
+         same_bits(a.shell_hi(), b.shell_hi()) && same_bits(a.points(), b.points()) &&
+         same_bits(a.point_ids(), b.point_ids());
 }
 
 bool same_tree(const Octree& a, const Octree& b) {
@@ -124,6 +132,7 @@ int run_build(const BuildConfig& c) {
     if (t == "kd") {
       KdTreeOptions o;
       o.leaf_size = c.leaf_size;
+      o.device = Device::Cpu;  // build() is the CPU row; the GPU row calls the GPU build itself
       KdTreeGpuBuilder builder;  // the rebuilds reuse its buffers, as a simulation's would
       rows.push_back(measure<KdTree>(
           "kd", c.repeat, [&] { return KdTree::build(ps.data(), n, ps.dims, o); },
@@ -131,9 +140,17 @@ int run_build(const BuildConfig& c) {
     } else if (t == "ball") {
       BallTreeOptions o;
       o.leaf_size = c.leaf_size;
+      o.device = Device::Cpu;
       rows.push_back(measure<BallTree>(
           "ball", c.repeat, [&] { return BallTree::build(ps.data(), n, ps.dims, o); },
           [&](GpuBuildStats* st) { return BallTree::build_on_gpu(ps.data(), n, ps.dims, o, st); }));
+    } else if (t == "vp") {
+      VpTreeOptions o;
+      o.leaf_size = c.leaf_size;
+      o.device = Device::Cpu;
+      rows.push_back(measure<VpTree>(
+          "vp", c.repeat, [&] { return VpTree::build(ps.data(), n, ps.dims, o); },
+          [&](GpuBuildStats* st) { return VpTree::build_on_gpu(ps.data(), n, ps.dims, o, st); }));
     } else if (t == "octree") {
       if (ps.dims < 3) throw Error("--trees octree needs 3 coordinates; the points have " + std::to_string(ps.dims));
       std::vector<float> xyz(static_cast<std::size_t>(n) * 3);
@@ -142,11 +159,12 @@ int run_build(const BuildConfig& c) {
       const std::vector<float> mass(static_cast<std::size_t>(n), 1.0f / static_cast<float>(n));
       OctreeOptions o;
       o.leaf_size = c.leaf_size;
+      o.device = Device::Cpu;
       rows.push_back(measure<Octree>(
           "octree", c.repeat, [&] { return Octree::build(xyz.data(), mass.data(), n, o); },
           [&](GpuBuildStats* st) { return Octree::build_on_gpu(xyz.data(), mass.data(), n, o, st); }));
     } else {
-      throw Error("--trees: unknown tree '" + t + "' (kd, ball, octree)");
+      throw Error("--trees: unknown tree '" + t + "' (kd, ball, vp, octree)");
     }
   }
 

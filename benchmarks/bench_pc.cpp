@@ -56,6 +56,7 @@ int run_pc(const PcConfig& config) {
 
   KdTreeOptions topt;
   topt.leaf_size = c.suite.leaf_size;
+  topt.device = build_device(requested);
   const auto t0 = std::chrono::steady_clock::now();
   const KdTree tree = KdTree::build(points.data(), points.size(), points.dims, topt);
   const double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -66,9 +67,11 @@ int run_pc(const PcConfig& config) {
   const Device dev = pc.device();
   std::printf("canopy-bench pc: %s\n", in.source.c_str());
   print_device_line(dev, requested);
-  std::printf("points %lld, queries %lld%s, dims %d, radius %.6g, tree: %d levels, leaf size %d, built in %.1f ms\n",
+  std::printf("points %lld, queries %lld%s, dims %d, radius %.6g, tree: %d levels, leaf size %d, built on the %s in "
+              "%.1f ms\n",
               static_cast<long long>(points.size()), static_cast<long long>(queries.size()),
-              c.input.shuffle_set ? " (shuffled)" : "", points.dims, radius, tree.height(), tree.leaf_size(), build_ms);
+              c.input.shuffle_set ? " (shuffled)" : "", points.dims, radius, tree.height(), tree.leaf_size(),
+              to_string(tree.built_on()), build_ms);
 
   const Suite suite = run_suite(
       variants, parse_depths(c.suite.depths), c.suite.depth, dev, c.suite.repeat,

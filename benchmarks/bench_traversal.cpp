@@ -46,14 +46,17 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
     if constexpr (std::is_same_v<Tree, KdTree>) {
       KdTreeOptions o;
       o.leaf_size = c.suite.leaf_size;
+      o.device = build_device(requested);
       return KdTree::build(in.points.data(), in.points.size(), in.points.dims, o);
     } else if constexpr (std::is_same_v<Tree, BallTree>) {
       BallTreeOptions o;
       o.leaf_size = c.suite.leaf_size;
+      o.device = build_device(requested);
       return BallTree::build(in.points.data(), in.points.size(), in.points.dims, o);
     } else {
       VpTreeOptions o;
       o.leaf_size = c.suite.leaf_size;
+      o.device = build_device(requested);
       return VpTree::build(in.points.data(), in.points.size(), in.points.dims, o);
     }
   }();
@@ -70,9 +73,10 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
   const GuidedRows rows = guided_rows(shown, dev);
   std::printf("canopy-bench %s: %s, %s, k = %d\n", c.workload.c_str(), in.source.c_str(), tree_name, k);
   print_device_line(dev, requested);
-  std::printf("tree points %lld, queries %lld%s, dims %d, tree: %d levels, leaf size %d, built in %.1f ms\n",
+  std::printf("tree points %lld, queries %lld%s, dims %d, tree: %d levels, leaf size %d, built on the %s in %.1f ms\n",
               static_cast<long long>(in.points.size()), static_cast<long long>(in.queries.size()),
-              c.input.shuffle_set ? " (shuffled)" : "", in.points.dims, tree.height(), tree.leaf_size(), build_ms);
+              c.input.shuffle_set ? " (shuffled)" : "", in.points.dims, tree.height(), tree.leaf_size(),
+              to_string(tree.built_on()), build_ms);
   std::printf("guided inspector rows: probe %s, row cap %s\n", to_string(rows.probe),
               rows.cap > 0 ? std::to_string(rows.cap).c_str() : "none");
   const Suite suite = run_suite(
@@ -118,6 +122,7 @@ int run_bh(const TraversalBenchConfig& c, const Inputs& in, Device requested) {
   const std::vector<float> mass(static_cast<std::size_t>(n), 1.0f / static_cast<float>(n));
   OctreeOptions o;
   o.leaf_size = c.suite.leaf_size;
+  o.device = build_device(requested);
   const auto t0 = std::chrono::steady_clock::now();
   const Octree tree = Octree::build(in.points.data(), mass.data(), n, o);
   const double build_ms = ms_since(t0);
@@ -125,9 +130,9 @@ int run_bh(const TraversalBenchConfig& c, const Inputs& in, Device requested) {
   const Device dev = bh.device();
   std::printf("canopy-bench bh: %s, theta %.3g, softening %.3g\n", in.source.c_str(), c.theta, c.softening);
   print_device_line(dev, requested);
-  std::printf("bodies %lld (equal masses 1/N)%s, octree: %d levels, %d nodes, leaf size %d, built in %.1f ms\n",
+  std::printf("bodies %lld (equal masses 1/N)%s, octree: %d levels, %d nodes, leaf size %d, built on the %s in %.1f ms\n",
               static_cast<long long>(n), c.input.shuffle_set ? " (shuffled)" : "", tree.height(), tree.node_count(),
-              tree.leaf_size(), build_ms);
+              tree.leaf_size(), to_string(tree.built_on()), build_ms);
   const Suite suite = run_suite(
       parse_variants(c.suite.variants, false), parse_depths(c.suite.depths), c.suite.depth, dev, c.suite.repeat,
       [&](const TraversalOptions& t) {

@@ -5,6 +5,7 @@
 //   canopy-bench schedule [...]  the sandpile scheduler alone on a random scheduling matrix
 //   canopy-bench build [...]     the trees built on the CPU and the GPU, checked equal
 //   canopy-bench e2e [...]       build + query end to end on the GPU (pc or knn)
+//   canopy-bench steps [...]     Barnes-Hut time steps on the GPU: rebuild, forces, leapfrog
 //   canopy-bench nn|knn|bt|vp [...]  nearest neighbours on a kd-tree, ball tree or vp-tree
 //   canopy-bench bh [...]        Barnes-Hut forces on an octree
 //   canopy-bench quality <workload> [...]  each schedule's Δ against the MST lower bound
@@ -37,6 +38,10 @@ int main(int argc, char** argv) {
   canopy::bench::E2eConfig ec;
   CLI::App* ec_cmd = app.add_subcommand("e2e", "build + query end to end on the GPU, data on the device");
   canopy::bench::add_e2e_options(*ec_cmd, ec);
+
+  canopy::bench::StepsConfig stc;
+  CLI::App* st_cmd = app.add_subcommand("steps", "Barnes-Hut time steps on the GPU: rebuild + forces + leapfrog");
+  canopy::bench::add_steps_options(*st_cmd, stc);
 
   // The other tree-traversal workloads share one option set.
   const char* traversal_names[][2] = {{"nn", "nearest neighbour on a kd-tree"},
@@ -77,6 +82,7 @@ int main(int argc, char** argv) {
     if (*sc_cmd) return canopy::bench::run_schedule(sc);
     if (*bc_cmd) return canopy::bench::run_build(bc);
     if (*ec_cmd) return canopy::bench::run_e2e(ec);
+    if (*st_cmd) return canopy::bench::run_steps(stc);
     if (*qc_cmd) return canopy::bench::run_quality(qc);
     if (*fc_cmd) return canopy::bench::run_forest(fc);
     if (*fs_cmd) return canopy::bench::run_forest_study(fs);

@@ -96,6 +96,8 @@ struct Builder {
 }  // namespace
 
 BallTree BallTree::build(const float* points, index_t n, int dims, const BallTreeOptions& options) {
+  if (detail::build_on_gpu(options.device, is_device_pointer(points), n, "ball tree"))
+    return build_on_gpu(points, n, dims, options);
   detail::MedianTreeInput in = detail::prepare_median_tree("ball tree", points, n, dims, options.leaf_size);
   const index_t n_nodes = in.n_nodes;
 

@@ -31,6 +31,7 @@ struct BallTreeView : PointTreeView {
 
 struct BallTreeOptions {
   int leaf_size = 8;  // most points per leaf
+  Device device = Device::Auto;  // where build() runs (layouts/gpu_build.hpp); the tree is the same
 };
 
 // Owns the host copy of a tree. Built on the CPU in O(N log N) with TBB. A node splits its

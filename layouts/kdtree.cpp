@@ -94,6 +94,8 @@ struct Builder {
 }  // namespace
 
 KdTree KdTree::build(const float* points, index_t n, int dims, const KdTreeOptions& options) {
+  if (detail::build_on_gpu(options.device, is_device_pointer(points), n, "kd-tree"))
+    return build_on_gpu(points, n, dims, options);
   if (n <= 0) throw Error("kd-tree: the point set is empty (0 points)");
   detail::check_points("kd-tree: ", points, n, dims, options.leaf_size);
 

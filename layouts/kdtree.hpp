@@ -32,6 +32,7 @@ struct KdTreeView : PointTreeView {
 
 struct KdTreeOptions {
   int leaf_size = 8;  // most points per leaf
+  Device device = Device::Auto;  // where build() runs (layouts/gpu_build.hpp); the tree is the same
 };
 
 // Owns the host copy of a tree. Built on the CPU in O(N log N) with TBB: each node splits its

@@ -1,6 +1,7 @@
-// Internal: the level-by-level GPU build the median-split trees share (kd-tree, ball tree):
-// layouts/kdtree_gpu.cu explains the method. Include from the layouts/ .cu builders only; its
-// kernels live in an anonymous namespace, one copy per builder.
+// Internal: the level-by-level GPU build the median-split trees share: the kd-tree's and ball
+// tree's whole level loop (layouts/kdtree_gpu.cu explains it), the vp-tree's level bookkeeping,
+// and the centroids. Include from the layouts/ .cu builders only; its kernels live in an
+// anonymous namespace, one copy per builder.
 #pragma once
 
 #include <cub/device/device_radix_sort.cuh>
@@ -15,6 +16,7 @@
 
 #include "core/cuda.cuh"
 #include "core/device.hpp"
+#include "core/rounding.hpp"
 #include "layouts/gpu_build.hpp"
 #include "layouts/median_tree_build.hpp"
 #include "layouts/point_tree.hpp"
@@ -194,6 +196,100 @@ __global__ void tree_points_kernel(const float* points, index_t n, int dims, int
   for (int d = 0; d < stride; ++d) out[i * stride + d] = d < dims ? p[d] : 0.0f;
 }
 
+// ---- Centroids, in detail::chunked_sum's order (the ball tree's and vp-tree's) ----------------
+
+using detail::kSumChunk;
+
+// Chunks of a node's points (or of partial sums) of kSumChunk, after `rounds` rounds of grouping.
+__device__ index_t entries_after(index_t count, int rounds) {
+  index_t e = (count + kSumChunk - 1) / kSumChunk;
+  for (int r = 0; r < rounds; ++r) e = (e + kSumChunk - 1) / kSumChunk;
+  return e;
+}
+
+// Thread t's chunk when a level's m nodes get `per` threads each, one per kSumChunk points:
+// its node and its positions [begin, end). False for a thread past its node's points.
+struct Chunk {
+  index_t node, begin, end;
+};
+__device__ bool chunk_of(const Level& lv, index_t m, index_t per, index_t t, Chunk& out) {
+  if (t >= m * per) return false;
+  const index_t j = t / per, k = t % per;
+  const index_t b = lv.begin[j], c = lv.count[j];
+  if (k * kSumChunk >= c) return false;
+  out = Chunk{j, b + k * kSumChunk, b + ((k + 1) * kSumChunk < c ? (k + 1) * kSumChunk : c)};
+  return true;
+}
+
+// One thread per (node, chunk): the chunk's double sums in order (part: [m][per][dims]).
+__global__ void chunk_sums_kernel(Level lv, index_t m, index_t per, const index_t* ids, const float* pts, int dims,
+                                  double* part) {
+  const index_t t = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  Chunk ch;
+  if (!chunk_of(lv, m, per, t, ch)) return;
+  double acc[kMaxDims];
+  for (int d = 0; d < dims; ++d) acc[d] = 0.0;
+  for (index_t i = ch.begin; i < ch.end; ++i) {
+    const float* p = pts + static_cast<index_t>(ids[i]) * dims;
+    for (int d = 0; d < dims; ++d) acc[d] = add_rn(acc[d], static_cast<double>(p[d]));
+  }
+  for (int d = 0; d < dims; ++d) part[t * dims + d] = acc[d];
+}
+
+// One round of grouping: each node's partial sums, kSumChunk at a time, in order, into `out`.
+__global__ void group_sums_kernel(Level lv, index_t m, index_t per, index_t groups, int round, int dims,
+                                  const double* in, double* out) {
+  const index_t t = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (t >= m * groups) return;
+  const index_t j = t / groups, g = t % groups;
+  const index_t have = entries_after(lv.count[j], round);
+  if (g * kSumChunk >= have) return;
+  const index_t end = (g + 1) * kSumChunk < have ? (g + 1) * kSumChunk : have;
+  for (int d = 0; d < dims; ++d) {
+    double acc = 0.0;
+    for (index_t e = g * kSumChunk; e < end; ++e) acc = add_rn(acc, in[(j * per + e) * dims + d]);
+    out[(j * per + g) * dims + d] = acc;
+  }
+}
+
+// Node j's centroid (zero-padded to stride) at row lv.id[j] of centres (by_id) or at row j.
+__global__ void centres_kernel(Level lv, index_t m, index_t per, const double* sums, int dims, int stride, bool by_id,
+                               float* centres) {
+  const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (j >= m) return;
+  float* out = centres + (by_id ? static_cast<index_t>(lv.id[j]) : j) * stride;
+  for (int d = 0; d < dims; ++d)
+    out[d] = static_cast<float>(div_rn(sums[(j * per) * dims + d], static_cast<double>(lv.count[j])));
+  for (int d = dims; d < stride; ++d) out[d] = 0.0f;
+}
+
+// The centroids of a level's m nodes (the largest of `largest` points, `ids` each node's ids
+// ascending), as CPU builds sum them (detail::chunked_sum): into centres (see centres_kernel).
+// sums: two scratch buffers, grown as needed.
+inline void level_centroids(const Level& lv, index_t m, index_t largest, const index_t* ids, const float* pts,
+                            int dims, DeviceBuffer<double> (&sums)[2], float* centres, bool by_id, cudaStream_t s) {
+  const index_t per = (largest + kSumChunk - 1) / kSumChunk, threads = m * per;
+  for (auto& buffer : sums) buffer.reserve(static_cast<std::size_t>(threads) * dims, "the centroid sums", s);
+  chunk_sums_kernel<<<grid(threads), kBlockSize, 0, s>>>(lv, m, per, ids, pts, dims, sums[0].get());
+  CANOPY_CUDA_CHECK_LAUNCH("chunk_sums_kernel");
+  int at = 0, round = 0;
+  for (index_t have = per; have > 1; have = (have + kSumChunk - 1) / kSumChunk, ++round, at = 1 - at) {
+    const index_t groups = (have + kSumChunk - 1) / kSumChunk;
+    group_sums_kernel<<<grid(m * groups), kBlockSize, 0, s>>>(lv, m, per, groups, round, dims, sums[at].get(),
+                                                              sums[1 - at].get());
+    CANOPY_CUDA_CHECK_LAUNCH("group_sums_kernel");
+  }
+  centres_kernel<<<grid(m), kBlockSize, 0, s>>>(lv, m, per, sums[at].get(), dims, padded_dims(dims), by_id, centres);
+  CANOPY_CUDA_CHECK_LAUNCH("centres_kernel");
+}
+
+// The points zero-padded to `stride` floats, input order (what point_distance2 reads).
+__global__ void pad_rows_kernel(const float* pts, index_t n, int dims, int stride, float* padded) {
+  const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  for (int d = 0; d < stride; ++d) padded[i * stride + d] = d < dims ? pts[i * dims + d] : 0.0f;
+}
+
 // Nodes per level and inner nodes per level, from the sizes alone.
 struct LevelSizes {
   std::vector<index_t> nodes, inner, largest;
@@ -261,6 +357,13 @@ class MedianGpuBuild {
   template <class PerLevel>
   void build(const float* pts, index_t n, int dims, int leaf_size, const detail::NodeCounter& counter,
              bool keep_ids, PerLevel&& per_level);
+
+  // For a builder with its own level loop (the vp-tree's): the shape finish() copies out.
+  void set_shape(index_t n, int dims, index_t node_count) {
+    n_ = n;
+    stride_ = padded_dims(dims);
+    n_nodes = node_count;
+  }
 
   // Queues the copy of `count` elements of a device array into a host vector (resized).
   template <class T>

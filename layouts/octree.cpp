@@ -265,6 +265,8 @@ Cell root_cell(const detail::BodyBox& box, index_t n) {
 }  // namespace
 
 Octree Octree::build(const float* xyz, const float* mass, index_t n, const OctreeOptions& options) {
+  if (detail::build_on_gpu(options.device, is_device_pointer(xyz) || is_device_pointer(mass), n, "octree"))
+    return build_on_gpu(xyz, mass, n, options);
   detail::check_bodies(xyz, mass, n, options);
   Octree tree;
   tree.leaf_size_ = options.leaf_size;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/types.hpp"
@@ -54,6 +55,7 @@ struct OctreeView {
 struct OctreeOptions {
   int leaf_size = 8;   // a node with at most this many bodies is a leaf
   int max_depth = 20;  // nodes at this depth are leaves (coincident bodies cannot be split)
+  Device device = Device::Auto;  // where build() runs (layouts/gpu_build.hpp); the tree is the same
 };
 
 // Owns the host copy of an octree. Built on the CPU with TBB, in parallel over subtrees; the
@@ -82,6 +84,7 @@ class Octree {
   int height() const { return height_; }
   int leaf_size() const { return leaf_size_; }
   int max_depth() const { return max_depth_; }
+  Device built_on() const { return built_on_; }  // where its build ran (Cpu or Gpu)
   node_id node_count() const { return static_cast<node_id>(nodes_.size()); }
   std::size_t bytes() const { return array_bytes(*this); }  // what the device copy takes
 
@@ -108,6 +111,7 @@ class Octree {
   }
 
  private:
+  friend class OctreeGpuBuilder;
   std::vector<OctNode> nodes_;
   std::vector<node_id> child_ids_;
   std::vector<float> com_;
@@ -117,6 +121,24 @@ class Octree {
   int height_ = 0;
   int leaf_size_ = 0;
   int max_depth_ = 0;
+  Device built_on_ = Device::Cpu;
+};
+
+// The GPU build with its device buffers kept from build to build: a rebuild of as many bodies
+// (a simulation's time step) allocates nothing on the device. Octree::build_on_gpu is one build
+// with a fresh builder.
+class OctreeGpuBuilder {
+ public:
+  OctreeGpuBuilder();
+  ~OctreeGpuBuilder();
+  OctreeGpuBuilder(OctreeGpuBuilder&&) noexcept;
+  OctreeGpuBuilder& operator=(OctreeGpuBuilder&&) noexcept;
+  Octree build(const float* xyz, const float* mass, index_t n, const OctreeOptions& options = {},
+               GpuBuildStats* stats = nullptr);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace canopy

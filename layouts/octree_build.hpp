@@ -123,7 +123,8 @@ CANOPY_HD inline void write_cube(const double* lo, const double* hi, float* cube
   double half = 0;
   for (int a = 0; a < 3; ++a) {
     cube[a] = static_cast<float>(mul_rn(0.5, add_rn(lo[a], hi[a])));
-    half = std::max(half, std::max(sub_rn(hi[a], cube[a]), sub_rn(cube[a], lo[a])));
+    const double c = cube[a];
+    half = std::max(half, std::max(sub_rn(hi[a], c), sub_rn(c, lo[a])));
   }
   cube[3] = round_up_float(half);
 }

@@ -392,8 +392,45 @@ index_t first_negative_on_device(const float* mass, index_t n) {
 
 }  // namespace detail
 
+// Every device buffer of a build, kept from build to build: a rebuild of as many bodies (a
+// simulation's time step) allocates nothing on the device.
+struct OctreeGpuBuilder::Impl {
+  Stream stream;  // declared before the buffers, which are freed on it
+  Event t0, t1, t2, t3;
+  DeviceBuffer<float> xyz_copy, mass_copy;
+  DeviceBuffer<unsigned char> temp;
+  DeviceBuffer<Summary> summary;
+  PinnedBuffer<Summary> host_summary;
+  DeviceBuffer<BodyBox> partial_boxes;
+  DeviceBuffer<CellBounds> root;
+  DeviceBuffer<std::uint64_t> keys, sorted_keys;
+  DeviceBuffer<index_t> input_order, sorted_ids;
+  DeviceBuffer<std::uint8_t> leaf_depths;
+  DeviceBuffer<index_t> starts, nodes_through;
+  DeviceBuffer<std::uint32_t> leaf_of_body, sorted_leaves;
+  DeviceBuffer<index_t> tree_ids;
+  DeviceBuffer<float> bodies;
+  DeviceBuffer<OctNode> nodes;
+  DeviceBuffer<index_t> node_pos, node_end;
+  DeviceBuffer<int> links, link_first;
+  DeviceBuffer<float> cubes, com;
+  DeviceBuffer<double> sums;
+  DeviceBuffer<node_id> child_ids;
+};
+
+OctreeGpuBuilder::OctreeGpuBuilder() = default;
+OctreeGpuBuilder::~OctreeGpuBuilder() = default;
+OctreeGpuBuilder::OctreeGpuBuilder(OctreeGpuBuilder&&) noexcept = default;
+OctreeGpuBuilder& OctreeGpuBuilder::operator=(OctreeGpuBuilder&&) noexcept = default;
+
 Octree Octree::build_on_gpu(const float* xyz, const float* mass, index_t n, const OctreeOptions& options,
                             GpuBuildStats* stats) {
+  OctreeGpuBuilder builder;
+  return builder.build(xyz, mass, n, options, stats);
+}
+
+Octree OctreeGpuBuilder::build(const float* xyz, const float* mass, index_t n, const OctreeOptions& options,
+                               GpuBuildStats* stats) {
   detail::check_octree_arguments(xyz, mass, n, options);
   if (!gpu_available()) throw Error("octree: build_on_gpu needs a CUDA device: " + gpu_description());
   const detail::BodyMemory where{is_device_pointer(xyz), is_device_pointer(mass)};
@@ -401,10 +438,13 @@ Octree Octree::build_on_gpu(const float* xyz, const float* mass, index_t n, cons
   const int max_depth = options.max_depth;
   const std::size_t un = static_cast<std::size_t>(n);
 
-  Stream stream;  // declared before the buffers, which are freed on it
+  if (!impl_) impl_ = std::make_unique<Impl>();
+  Impl& b = *impl_;
+  Stream& stream = b.stream;
   const cudaStream_t s = stream.get();
-  Event t0, t1, t2, t3;
-  DeviceBuffer<float> xyz_copy, mass_copy;
+  Event &t0 = b.t0, &t1 = b.t1, &t2 = b.t2, &t3 = b.t3;
+  auto& xyz_copy = b.xyz_copy;
+  auto& mass_copy = b.mass_copy;
   t0.record(s);
   const float* d_xyz = xyz;
   const float* d_mass = mass;
@@ -420,16 +460,16 @@ Octree Octree::build_on_gpu(const float* xyz, const float* mass, index_t n, cons
   }
   t1.record(s);
 
-  DeviceBuffer<unsigned char> temp;
-  DeviceBuffer<Summary> summary;
-  PinnedBuffer<Summary> host_summary;
+  auto& temp = b.temp;
+  auto& summary = b.summary;
+  auto& host_summary = b.host_summary;
   summary.reserve(1, "the octree build's summary", s);
   host_summary.reserve(1);
   CANOPY_CUDA_CHECK(cudaMemsetAsync(summary.get(), 0, sizeof(Summary), s));
 
   // 1. The root cell.
-  DeviceBuffer<BodyBox> partial_boxes;
-  DeviceBuffer<CellBounds> root;
+  auto& partial_boxes = b.partial_boxes;
+  auto& root = b.root;
   const int box_blocks = static_cast<int>(std::min<index_t>(blocks_for(n), kBoxBlocks));
   partial_boxes.reserve(static_cast<std::size_t>(box_blocks), "the octree build's bounding boxes", s);
   root.reserve(1, "the octree root cell", s);
@@ -439,8 +479,10 @@ Octree Octree::build_on_gpu(const float* xyz, const float* mass, index_t n, cons
   CANOPY_CUDA_CHECK_LAUNCH("root_kernel");
 
   // 2-3. The paths, sorted.
-  DeviceBuffer<std::uint64_t> keys, sorted_keys;
-  DeviceBuffer<index_t> input_order, sorted_ids;
+  auto& keys = b.keys;
+  auto& sorted_keys = b.sorted_keys;
+  auto& input_order = b.input_order;
+  auto& sorted_ids = b.sorted_ids;
   keys.reserve(un, "the octree build's keys", s);
   sorted_keys.reserve(un, "the octree build's keys", s);
   input_order.reserve(un, "the octree build's ids", s);
@@ -454,8 +496,9 @@ Octree Octree::build_on_gpu(const float* xyz, const float* mass, index_t n, cons
   });
 
   // 4. Leaf depths and node ids.
-  DeviceBuffer<std::uint8_t> leaf_depths;
-  DeviceBuffer<index_t> starts, nodes_through;
+  auto& leaf_depths = b.leaf_depths;
+  auto& starts = b.starts;
+  auto& nodes_through = b.nodes_through;
   leaf_depths.reserve(un, "the octree build's leaf depths", s);
   starts.reserve(un, "the octree build's node starts", s);
   nodes_through.reserve(un, "the octree build's node starts", s);
@@ -476,9 +519,10 @@ Octree Octree::build_on_gpu(const float* xyz, const float* mass, index_t n, cons
   const std::size_t un_nodes = static_cast<std::size_t>(n_nodes);
 
   // 5. Each leaf's bodies in input order: ids in input order, stably sorted by leaf.
-  DeviceBuffer<std::uint32_t> leaf_of_body, sorted_leaves;
-  DeviceBuffer<index_t> tree_ids;
-  DeviceBuffer<float> bodies;
+  auto& leaf_of_body = b.leaf_of_body;
+  auto& sorted_leaves = b.sorted_leaves;
+  auto& tree_ids = b.tree_ids;
+  auto& bodies = b.bodies;
   leaf_of_body.reserve(un, "the octree build's leaf keys", s);
   sorted_leaves.reserve(un, "the octree build's leaf keys", s);
   tree_ids.reserve(un, "the octree body ids", s);
@@ -495,21 +539,29 @@ Octree Octree::build_on_gpu(const float* xyz, const float* mass, index_t n, cons
   CANOPY_CUDA_CHECK_LAUNCH("gather_bodies_kernel");
 
   // 6. The nodes.
-  DeviceBuffer<OctNode> nodes;
-  DeviceBuffer<index_t> node_pos, node_end;
-  DeviceBuffer<int> links, link_first;
-  DeviceBuffer<float> cubes, com;
-  DeviceBuffer<double> sums;
-  DeviceBuffer<node_id> child_ids;
-  nodes.reserve(un_nodes, "the octree nodes", s);
-  node_pos.reserve(un_nodes, "the octree build's node positions", s);
-  node_end.reserve(un_nodes, "the octree build's node positions", s);
-  links.reserve(un_nodes, "the octree build's link counts", s);
-  link_first.reserve(un_nodes, "the octree build's link counts", s);
-  cubes.reserve(un_nodes * 4, "the octree cells", s);
-  com.reserve(un_nodes * 4, "the octree centres of mass", s);
-  sums.reserve(un_nodes * 4, "the octree build's mass sums", s);
-  child_ids.reserve(n_links, "the octree child lists", s);
+  auto& nodes = b.nodes;
+  auto& node_pos = b.node_pos;
+  auto& node_end = b.node_end;
+  auto& links = b.links;
+  auto& link_first = b.link_first;
+  auto& cubes = b.cubes;
+  auto& com = b.com;
+  auto& sums = b.sums;
+  auto& child_ids = b.child_ids;
+  // Node arrays grow with a quarter to spare: moving bodies change the node count a little
+  // from step to step, and a rebuild should not reallocate for that.
+  auto grow = [&](auto& buffer, std::size_t count, const char* what) {
+    if (buffer.capacity() < count) buffer.reserve(count + count / 4, what, s);
+  };
+  grow(nodes, un_nodes, "the octree nodes");
+  grow(node_pos, un_nodes, "the octree build's node positions");
+  grow(node_end, un_nodes, "the octree build's node positions");
+  grow(links, un_nodes, "the octree build's link counts");
+  grow(link_first, un_nodes, "the octree build's link counts");
+  grow(cubes, un_nodes * 4, "the octree cells");
+  grow(com, un_nodes * 4, "the octree centres of mass");
+  grow(sums, un_nodes * 4, "the octree build's mass sums");
+  grow(child_ids, n_links, "the octree child lists");
   const NodeArrays arrays{sorted_keys.get(), leaf_depths.get(), starts.get(), nodes_through.get(), bodies4, n,
                           max_depth, nodes.get(), node_pos.get(), node_end.get(), links.get(), link_first.get(),
                           child_ids.get(), cubes.get(), com.get(), sums.get()};
@@ -537,6 +589,7 @@ Octree Octree::build_on_gpu(const float* xyz, const float* mass, index_t n, cons
   tree.leaf_size_ = options.leaf_size;
   tree.max_depth_ = max_depth;
   tree.height_ = height;
+  tree.built_on_ = Device::Gpu;
   tree.nodes_.resize(un_nodes);
   tree.child_ids_.resize(n_links);
   tree.com_.resize(un_nodes * 4);

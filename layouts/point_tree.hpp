@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "core/device.hpp"
 #include "layouts/arrays.hpp"
 #include "layouts/geometry.hpp"
 
@@ -55,6 +56,7 @@ class PointTree {
   int height() const { return height_; }
   int leaf_size() const { return leaf_size_; }
   node_id node_count() const { return static_cast<node_id>(nodes_.size()); }
+  Device built_on() const { return built_on_; }  // where its build ran (Cpu or Gpu)
 
   const std::vector<KdNode>& nodes() const { return nodes_; }
   const std::vector<float>& points() const { return points_; }  // padded, tree order
@@ -82,6 +84,7 @@ class PointTree {
   int dims_ = 0;
   int height_ = 0;
   int leaf_size_ = 0;
+  Device built_on_ = Device::Cpu;
 };
 
 }  // namespace canopy

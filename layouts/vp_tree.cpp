@@ -137,6 +137,8 @@ struct Builder {
 }  // namespace
 
 VpTree VpTree::build(const float* points, index_t n, int dims, const VpTreeOptions& options) {
+  if (detail::build_on_gpu(options.device, is_device_pointer(points), n, "vp-tree"))
+    return build_on_gpu(points, n, dims, options);
   detail::MedianTreeInput in = detail::prepare_median_tree("vp-tree", points, n, dims, options.leaf_size);
 
   VpTree tree;

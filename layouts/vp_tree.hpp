@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "layouts/gpu_build.hpp"
 #include "layouts/point_tree.hpp"
 
 namespace canopy {
@@ -37,6 +38,7 @@ struct VpTreeView : PointTreeView {
 
 struct VpTreeOptions {
   int leaf_size = 8;  // most points per leaf
+  Device device = Device::Auto;  // where build() runs (layouts/gpu_build.hpp); the tree is the same
 };
 
 // Owns the host copy of a tree. Built on the CPU in O(N log N) with TBB.
@@ -55,6 +57,10 @@ class VpTree : public PointTree<VpTree, VpTreeView> {
   // points: row-major [n][dims]. Throws canopy::Error on zero points, dims outside 1..16,
   // leaf_size < 1, or a NaN/infinite coordinate (naming the point and dimension).
   static VpTree build(const float* points, index_t n, int dims, const VpTreeOptions& options = {});
+  // The same tree built on the GPU (layouts/vp_tree_gpu.cu), bit for bit; points may be host or
+  // device memory. The same errors, and one naming a missing device.
+  static VpTree build_on_gpu(const float* points, index_t n, int dims, const VpTreeOptions& options = {},
+                             GpuBuildStats* stats = nullptr);
 
   const std::vector<float>& vantages() const { return vantages_; }  // padded, see VpTreeView
   const std::vector<float>& mu() const { return mu_; }

@@ -1,5 +1,6 @@
 // The kd-tree's definition by its points alone (what lets a GPU build give the same tree), and
-// KdTree::build_on_gpu and BallTree::build_on_gpu against the CPU builds, bit for bit.
+// KdTree::build_on_gpu, BallTree::build_on_gpu and VpTree::build_on_gpu against the CPU builds,
+// bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,8 @@
 #include "io/dataset.hpp"
 #include "layouts/ball_tree.hpp"
 #include "layouts/kdtree.hpp"
+#include "layouts/octree.hpp"
+#include "layouts/vp_tree.hpp"
 #include "tests/require_gpu.hpp"
 #include "tests/stream_probe.hpp"
 #include "tests/test_util.hpp"
@@ -54,8 +57,12 @@ void expect_defined_by_points(const KdTree& t, const float* pts, int dims) {
       }
       ASSERT_EQ(lo, v.lo(it.n)[d]) << "node " << it.n;
       ASSERT_EQ(hi, v.hi(it.n)[d]) << "node " << it.n;
-      if (lo == 0) ASSERT_FALSE(std::signbit(v.lo(it.n)[d])) << "node " << it.n;
-      if (hi == 0) ASSERT_FALSE(std::signbit(v.hi(it.n)[d])) << "node " << it.n;
+      if (lo == 0) {
+        ASSERT_FALSE(std::signbit(v.lo(it.n)[d])) << "node " << it.n;
+      }
+      if (hi == 0) {
+        ASSERT_FALSE(std::signbit(v.hi(it.n)[d])) << "node " << it.n;
+      }
     }
     if (v.is_leaf(it.n)) {
       ASSERT_EQ(v.nodes[it.n].first, it.begin);
@@ -86,9 +93,9 @@ void expect_defined_by_points(const KdTree& t, const float* pts, int dims) {
 TEST(KdTreeDefinition, ANodesPointsFollowFromThePointsAlone) {
   for (int dims : {1, 3, 7}) {
     const std::vector<float> a = test::clustered_points(5000, dims, 3);
-    expect_defined_by_points(KdTree::build(a.data(), 5000, dims), a.data(), dims);
+    expect_defined_by_points(KdTree::build(a.data(), 5000, dims, {8, Device::Cpu}), a.data(), dims);
     const std::vector<float> b = tied_points(40000, dims, 3);  // large enough for the parallel split
-    expect_defined_by_points(KdTree::build(b.data(), 40000, dims, {4}), b.data(), dims);
+    expect_defined_by_points(KdTree::build(b.data(), 40000, dims, {4, Device::Cpu}), b.data(), dims);
   }
 }
 
@@ -135,6 +142,7 @@ void expect_same_tree(const KdTree& gpu, const KdTree& cpu, const std::string& w
 void expect_gpu_equals_cpu(const std::vector<float>& p, index_t n, int dims, int leaf_size, const std::string& what) {
   KdTreeOptions o;
   o.leaf_size = leaf_size;
+  o.device = Device::Cpu;
   const KdTree cpu = KdTree::build(p.data(), n, dims, o);
   GpuBuildStats st;
   const KdTree gpu = KdTree::build_on_gpu(p.data(), n, dims, o, &st);
@@ -180,7 +188,7 @@ TEST(KdTreeGpu, BuildsFromDevicePoints) {
   GpuBuildStats st;
   const KdTree gpu = KdTree::build_on_gpu(static_cast<const float*>(d), 20000, 3, {}, &st);
   test::device_free(d);
-  expect_same_tree(gpu, KdTree::build(p.data(), 20000, 3), "device input");
+  expect_same_tree(gpu, KdTree::build(p.data(), 20000, 3, {8, Device::Cpu}), "device input");
   EXPECT_EQ(st.upload_ms, 0.0);
 }
 
@@ -206,6 +214,7 @@ void expect_gpu_ball_equals_cpu(const std::vector<float>& p, index_t n, int dims
                                 const std::string& what) {
   BallTreeOptions o;
   o.leaf_size = leaf_size;
+  o.device = Device::Cpu;
   const BallTree cpu = BallTree::build(p.data(), n, dims, o);
   const BallTree gpu = BallTree::build_on_gpu(p.data(), n, dims, o);
   const std::string at = what + " (n " + std::to_string(n) + ", dims " + std::to_string(dims) + ", leaf " +
@@ -243,6 +252,109 @@ TEST(BallTreeGpu, BadInputGivesTheCpuBuildsErrors) {
   EXPECT_EQ(error_of([&] { BallTree::build_on_gpu(p.data(), 100, 3); }), error_of([&] { BallTree::build(p.data(), 100, 3); }));
   EXPECT_EQ(error_of([&] { BallTree::build_on_gpu(p.data(), 0, 3); }), error_of([&] { BallTree::build(p.data(), 0, 3); }));
   EXPECT_EQ(error_of([&] { BallTree::build_on_gpu(p.data(), 10, 0); }), error_of([&] { BallTree::build(p.data(), 10, 0); }));
+}
+
+// Every array of a vp-tree, compared as bits (a shell or mu one ulp off would still prune right
+// and hide a different summation or distance).
+void expect_gpu_vp_equals_cpu(const std::vector<float>& p, index_t n, int dims, int leaf_size, const std::string& what,
+                              bool from_device = false) {
+  VpTreeOptions o;
+  o.leaf_size = leaf_size;
+  o.device = Device::Cpu;
+  const VpTree cpu = VpTree::build(p.data(), n, dims, o);
+  const std::size_t bytes = p.size() * sizeof(float);
+  float* d = nullptr;
+  if (from_device) {
+    d = static_cast<float*>(test::device_alloc(bytes));
+    copy_memory(d, p.data(), bytes);
+  }
+  const VpTree gpu = VpTree::build_on_gpu(from_device ? d : p.data(), n, dims, o);
+  const std::string at = what + " (n " + std::to_string(n) + ", dims " + std::to_string(dims) + ", leaf " +
+                         std::to_string(leaf_size) + ")";
+  ASSERT_EQ(gpu.height(), cpu.height()) << at;
+  ASSERT_TRUE(same_bits(gpu.nodes(), cpu.nodes())) << at << ": nodes";
+  ASSERT_EQ(gpu.point_ids(), cpu.point_ids()) << at;
+  ASSERT_TRUE(same_bits(gpu.points(), cpu.points())) << at << ": points";
+  ASSERT_EQ(gpu.parent(), cpu.parent()) << at;
+  auto expect_bits = [&](const std::vector<float>& g, const std::vector<float>& c, const char* name) {
+    ASSERT_EQ(g.size(), c.size()) << at << ": " << name;
+    for (std::size_t i = 0; i < c.size(); ++i)
+      ASSERT_EQ(std::memcmp(&g[i], &c[i], sizeof(float)), 0)
+          << at << ": " << name << " entry " << i << ", " << g[i] << " against " << c[i];
+  };
+  expect_bits(gpu.vantages(), cpu.vantages(), "vantage points");
+  expect_bits(gpu.mu(), cpu.mu(), "mu");
+  expect_bits(gpu.shell_lo(), cpu.shell_lo(), "shell_lo");
+  expect_bits(gpu.shell_hi(), cpu.shell_hi(), "shell_hi");
+}
+
+TEST(VpTreeGpu, EqualsTheCpuTree) {
+  CANOPY_REQUIRE_GPU();
+  for (index_t n : {1, 2, 7, 8, 9, 1000, 65537})
+    expect_gpu_vp_equals_cpu(test::clustered_points(n, 5, 23), n, 5, 8, "clustered");
+  for (int dims : {1, 2, 3, 8, 16}) expect_gpu_vp_equals_cpu(test::random_points(20000, dims, 24), 20000, dims, 8, "dims");
+  for (int leaf : {1, 32}) expect_gpu_vp_equals_cpu(test::random_points(5000, 3, 25), 5000, 3, leaf, "leaf sizes");
+  // Many equal points: equal distances everywhere, the vantage point among its duplicates.
+  expect_gpu_vp_equals_cpu(tied_points(20000, 3, 3), 20000, 3, 8, "ties and signed zeros");
+  expect_gpu_vp_equals_cpu(std::vector<float>(3000 * 2, 1.5f), 3000, 2, 8, "all points equal");
+  for (const char* spec : {"uniform:1000003:3", "uniform:200000:7", "plummer:100000"}) {
+    const PointSet g = generate(spec, 26);
+    expect_gpu_vp_equals_cpu(g.coords, g.size(), g.dims, 8, spec);
+  }
+  const PointSet cov = test::real_points("covtype_4k.csv", "0-6");
+  expect_gpu_vp_equals_cpu(cov.coords, cov.size(), cov.dims, 8, "covtype");
+  expect_gpu_vp_equals_cpu(test::random_points(30000, 4, 27), 30000, 4, 8, "device input", true);
+}
+
+TEST(VpTreeGpu, NeedsADevice) {
+  if (gpu_available()) GTEST_SKIP() << "a GPU is present";
+  const std::vector<float> p = test::random_points(10, 3, 1);
+  EXPECT_NE(error_of([&] { VpTree::build_on_gpu(p.data(), 10, 3); }).find("vp-tree: build_on_gpu needs a CUDA device"),
+            std::string::npos);
+}
+
+TEST(VpTreeGpu, BadInputGivesTheCpuBuildsErrors) {
+  CANOPY_REQUIRE_GPU();
+  std::vector<float> p = test::random_points(100, 3, 28);
+  p[9 * 3 + 1] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(error_of([&] { VpTree::build_on_gpu(p.data(), 100, 3); }), error_of([&] { VpTree::build(p.data(), 100, 3); }));
+  EXPECT_EQ(error_of([&] { VpTree::build_on_gpu(p.data(), 0, 3); }), error_of([&] { VpTree::build(p.data(), 0, 3); }));
+  EXPECT_EQ(error_of([&] { VpTree::build_on_gpu(p.data(), 10, 17); }), error_of([&] { VpTree::build(p.data(), 10, 17); }));
+  VpTreeOptions o;
+  o.leaf_size = 0;
+  EXPECT_EQ(error_of([&] { VpTree::build_on_gpu(p.data(), 10, 3, o); }), error_of([&] { VpTree::build(p.data(), 10, 3, o); }));
+}
+
+// Device::Auto (the default) builds on the GPU from kGpuBuildMinPoints up when one is present,
+// and says where it ran; the tree is the CPU's either way. Device input needs the GPU build.
+TEST(TreeBuildDevice, AutoPicksTheGpuForLargeInputsWhenOneIsPresent) {
+  const index_t big = kGpuBuildMinPoints, small = kGpuBuildMinPoints - 1;
+  const std::vector<float> p = test::random_points(big, 3, 41);
+  const Device want = gpu_available() ? Device::Gpu : Device::Cpu;
+  EXPECT_EQ(KdTree::build(p.data(), big, 3).built_on(), want);
+  EXPECT_EQ(BallTree::build(p.data(), big, 3).built_on(), want);
+  EXPECT_EQ(VpTree::build(p.data(), big, 3).built_on(), want);
+  const std::vector<float> mass(static_cast<std::size_t>(big), 1.0f);
+  EXPECT_EQ(Octree::build(p.data(), mass.data(), big).built_on(), want);
+  EXPECT_EQ(KdTree::build(p.data(), small, 3).built_on(), Device::Cpu);
+  EXPECT_EQ(Octree::build(p.data(), mass.data(), small).built_on(), Device::Cpu);
+  EXPECT_EQ(KdTree::build(p.data(), big, 3, {8, Device::Cpu}).built_on(), Device::Cpu);
+  if (!gpu_available()) {
+    EXPECT_NE(error_of([&] { KdTree::build(p.data(), 10, 3, {8, Device::Gpu}); }).find("needs a CUDA device"),
+              std::string::npos);
+    return;
+  }
+  const KdTree cpu = KdTree::build(p.data(), big, 3, {8, Device::Cpu});
+  const KdTree gpu = KdTree::build(p.data(), big, 3);
+  EXPECT_TRUE(same_bits(gpu.nodes(), cpu.nodes()) && same_bits(gpu.boxes(), cpu.boxes()) &&
+              gpu.point_ids() == cpu.point_ids());
+  EXPECT_EQ(KdTree::build(p.data(), 10, 3, {8, Device::Gpu}).built_on(), Device::Gpu);
+  // Points in device memory: the GPU build, even below the size threshold; a CPU build refuses.
+  float* d = static_cast<float*>(test::device_alloc(p.size() * sizeof(float)));
+  copy_memory(d, p.data(), p.size() * sizeof(float));
+  EXPECT_EQ(VpTree::build(d, 1000, 3).built_on(), Device::Gpu);
+  EXPECT_NE(error_of([&] { KdTree::build(d, 1000, 3, {8, Device::Cpu}); }).find("kd-tree: the points are in device memory"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -119,7 +119,9 @@ void expect_same_tree(const Octree& gpu, const Octree& cpu, const std::string& w
 }
 
 void expect_same_build(const Bodies& b, const OctreeOptions& opt, const std::string& what) {
-  const Octree cpu = Octree::build(b.xyz.data(), b.mass.data(), b.size(), opt);
+  OctreeOptions on_cpu = opt;
+  on_cpu.device = Device::Cpu;
+  const Octree cpu = Octree::build(b.xyz.data(), b.mass.data(), b.size(), on_cpu);
   const Octree gpu = Octree::build_on_gpu(b.xyz.data(), b.mass.data(), b.size(), opt);
   expect_same_tree(gpu, cpu, what + " (leaf_size " + std::to_string(opt.leaf_size) + ", max_depth " +
                                  std::to_string(opt.max_depth) + ")");
@@ -139,6 +141,8 @@ class DeviceCopy {
  private:
   float* p_;
 };
+
+const OctreeOptions kOnCpu{8, 20, Device::Cpu};
 
 constexpr index_t kSizes[] = {1, 2, 7, 8, 9, 1000, 100003, 1000003};
 
@@ -211,13 +215,29 @@ TEST(OctreeGpu, ZeroMassesMatchTheCpuBuild) {
 TEST(OctreeGpu, DeviceInputMatchesHostInput) {
   CANOPY_REQUIRE_GPU();
   const Bodies b = with_masses(test::clustered_points(30000, 3, 13), Masses::Unequal, 14);
-  const Octree cpu = Octree::build(b.xyz.data(), b.mass.data(), b.size());
+  const Octree cpu = Octree::build(b.xyz.data(), b.mass.data(), b.size(), kOnCpu);
   const DeviceCopy xyz(b.xyz), mass(b.mass);
   GpuBuildStats stats;
   expect_same_tree(Octree::build_on_gpu(xyz.get(), mass.get(), b.size(), {}, &stats), cpu, "device input");
   EXPECT_EQ(stats.upload_ms, 0);
   expect_same_tree(Octree::build_on_gpu(xyz.get(), b.mass.data(), b.size()), cpu, "device xyz, host mass");
   expect_same_tree(Octree::build_on_gpu(b.xyz.data(), mass.get(), b.size()), cpu, "host xyz, device mass");
+}
+
+// A simulation's rebuilds: the bodies move a little each step; every tree is the CPU's, and a
+// rebuild allocates no device or pinned memory.
+TEST(OctreeGpu, ABuilderRebuildsMovingBodiesWithoutAllocating) {
+  CANOPY_REQUIRE_GPU();
+  Bodies b = plummer(50000, 31);
+  OctreeGpuBuilder builder;
+  expect_same_tree(builder.build(b.xyz.data(), b.mass.data(), b.size()),
+                   Octree::build(b.xyz.data(), b.mass.data(), b.size(), kOnCpu), "step 0");
+  for (int step = 1; step <= 3; ++step) {
+    for (std::size_t i = 0; i < b.xyz.size(); ++i) b.xyz[i] += 1e-3f * std::sin(static_cast<float>(i * step));
+    const Octree cpu = Octree::build(b.xyz.data(), b.mass.data(), b.size(), kOnCpu);
+    test::expect_allocates_nothing(
+        [&] { expect_same_tree(builder.build(b.xyz.data(), b.mass.data(), b.size()), cpu, "step " + std::to_string(step)); });
+  }
 }
 
 TEST(OctreeGpu, ReportsItsTimes) {
