@@ -189,6 +189,7 @@ VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTr
   // The tree's own arrays, set as VpTree::build sets them before its recursion.
   DeviceBuffer<float> vantages, mu, shell_lo, shell_hi, padded, centroids;
   DeviceBuffer<node_id> parent;
+  b.nodes.reserve(nn, "the tree nodes", s);
   vantages.reserve(nn * stride, "the vp-tree vantage points", s);
   mu.reserve(nn, "the vp-tree split radii", s);
   parent.reserve(nn, "the vp-tree parents", s);
