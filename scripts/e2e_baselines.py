@@ -82,7 +82,12 @@ def main():
                 return out
         else:
             raise SystemExit(f"unknown library {lib}")
-        print(f"| {lib} | {timed(call, args.repeat):.1f} ms |", flush=True)
+        try:
+            print(f"| {lib} | {timed(call, args.repeat):.1f} ms |", flush=True)
+        except Exception as e:  # cupy's OutOfMemoryError: say so and go on
+            if not (isinstance(e, MemoryError) or "OutOfMemory" in type(e).__name__):
+                raise
+            print(f"| {lib} | out of memory: {e} |", flush=True)
 
 
 if __name__ == "__main__":
