@@ -77,9 +77,12 @@ BallTree BallTree::build_on_gpu(const float* points, index_t n, int dims, const 
   tree.leaf_size_ = options.leaf_size;
   tree.height_ = in.height;
   tree.built_on_ = Device::Gpu;
-  b.fetch(tree.centres_, centres.get(), static_cast<std::size_t>(in.n_nodes) * stride);
-  b.fetch(tree.radii_, radii.get(), static_cast<std::size_t>(in.n_nodes));
-  b.finish(tree.nodes_, tree.points_, tree.point_ids_, on_device, stats);
+  const std::size_t nn = static_cast<std::size_t>(in.n_nodes);
+  tree.keep_on_device(b.keep(tree.nodes_,
+                              {{"the ball-tree centres", centres.get(), nn * stride * sizeof(float)},
+                               {"the ball-tree radii", radii.get(), nn * sizeof(float)}},
+                              on_device, stats),
+                      n);
   return tree;
 }
 

@@ -48,7 +48,10 @@ class KdTree : public PointTree<KdTree, KdTreeView> {
   static KdTree build_on_gpu(const float* points, index_t n, int dims, const KdTreeOptions& options = {},
                              GpuBuildStats* stats = nullptr);
 
-  const std::vector<float>& boxes() const { return boxes_; }  // padded, see KdTreeView
+  const std::vector<float>& boxes() const {
+    fetch_host();
+    return boxes_;
+  }  // padded, see KdTreeView
 
   template <class Map>
   KdTreeView map_view(Map&& map) const {
@@ -59,7 +62,7 @@ class KdTree : public PointTree<KdTree, KdTreeView> {
 
  private:
   friend class KdTreeGpuBuilder;
-  std::vector<float> boxes_;
+  mutable std::vector<float> boxes_;
 };
 
 // Builds kd-trees on the GPU, keeping its device buffers from build to build: rebuilding a tree

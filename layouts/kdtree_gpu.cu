@@ -54,8 +54,11 @@ KdTree KdTreeGpuBuilder::build(const float* points, index_t n, int dims, const K
   tree.leaf_size_ = options.leaf_size;
   tree.height_ = height;
   tree.built_on_ = Device::Gpu;
-  b.fetch(tree.boxes_, b.boxes.get(), static_cast<std::size_t>(n_nodes) * 2 * padded_dims(dims));
-  b.finish(tree.nodes_, tree.points_, tree.point_ids_, on_device, stats);
+  tree.keep_on_device(b.keep(tree.nodes_,
+                              {{"the kd-tree boxes", b.boxes.get(),
+                                static_cast<std::size_t>(n_nodes) * 2 * padded_dims(dims) * sizeof(float)}},
+                              on_device, stats),
+                       n);
   return tree;
 }
 

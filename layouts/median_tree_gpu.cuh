@@ -10,7 +10,9 @@
 #include <thrust/iterator/transform_iterator.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -321,7 +323,7 @@ LevelSizes level_sizes(index_t n, index_t leaf_size) {
 class MedianGpuBuild {
  public:
   Stream stream;
-  Event t0, t1, t2, t3;
+  Event t0, t1, t2, t2b, t3;
   DeviceBuffer<KdNode> nodes;
   DeviceBuffer<float> boxes;        // [nodes][2 stride]: each node's bounding box
   DeviceBuffer<index_t> point_ids;  // tree order
@@ -371,19 +373,40 @@ class MedianGpuBuild {
     out.resize(count);
     copy_to_host(out.data(), src, count, stream.get());
   }
-  // Queues the shared arrays' copies into a host tree's, waits for every copy and fills stats
-  // (upload: none for device input).
-  void finish(std::vector<KdNode>& nodes_out, std::vector<float>& points_out, std::vector<index_t>& ids_out,
-              bool on_device, GpuBuildStats* stats) {
+  // One of a tree's arrays in the build's device memory, by the name its map_view gives it.
+  struct Array {
+    const char* name;
+    const void* data;
+    std::size_t bytes;
+  };
+  // Leaves the tree on the device: the shared arrays and `extra` copied into arrays the tree
+  // owns (the builder's own buffers serve the next build), the nodes copied to the host (the
+  // engines cut top-trees from them); waits for the copies and fills stats (upload: none for
+  // device input; download: the nodes').
+  std::shared_ptr<detail::ResidentArrays> keep(std::vector<KdNode>& nodes_out, std::initializer_list<Array> extra,
+                                              bool on_device, GpuBuildStats* stats) {
+    const cudaStream_t s = stream.get();
+    auto resident = std::make_shared<detail::ResidentArrays>();
+    const std::size_t un = static_cast<std::size_t>(n_);
+    const Array shared[] = {{"the tree nodes", nodes.get(), static_cast<std::size_t>(n_nodes) * sizeof(KdNode)},
+                            {"the tree points", tree_points.get(), un * stride_ * sizeof(float)},
+                            {"the tree point ids", point_ids.get(), un * sizeof(index_t)}};
+    auto add = [&](const Array& a) {
+      void* dst = resident->add(a.name, a.bytes, s);
+      if (a.bytes > 0) CANOPY_CUDA_CHECK(cudaMemcpyAsync(dst, a.data, a.bytes, cudaMemcpyDeviceToDevice, s));
+    };
+    for (const Array& a : shared) add(a);
+    for (const Array& a : extra) add(a);
+    t2b.record(s);
     fetch(nodes_out, nodes.get(), static_cast<std::size_t>(n_nodes));
-    fetch(points_out, tree_points.get(), static_cast<std::size_t>(n_) * stride_);
-    fetch(ids_out, point_ids.get(), static_cast<std::size_t>(n_));
-    t3.record(stream.get());
+    t3.record(s);
     stream.sync();
-    if (!stats) return;
-    stats->upload_ms = on_device ? 0.0 : t1.since(t0);
-    stats->build_ms = t2.since(t1);
-    stats->download_ms = t3.since(t2);
+    if (stats) {
+      stats->upload_ms = on_device ? 0.0 : t1.since(t0);
+      stats->build_ms = t2b.since(t1);
+      stats->download_ms = t3.since(t2b);
+    }
+    return resident;
   }
 
  private:

@@ -62,11 +62,26 @@ class VpTree : public PointTree<VpTree, VpTreeView> {
   static VpTree build_on_gpu(const float* points, index_t n, int dims, const VpTreeOptions& options = {},
                              GpuBuildStats* stats = nullptr);
 
-  const std::vector<float>& vantages() const { return vantages_; }  // padded, see VpTreeView
-  const std::vector<float>& mu() const { return mu_; }
-  const std::vector<node_id>& parent() const { return parent_; }
-  const std::vector<float>& shell_lo() const { return shell_lo_; }
-  const std::vector<float>& shell_hi() const { return shell_hi_; }
+  const std::vector<float>& vantages() const {
+    fetch_host();
+    return vantages_;
+  }  // padded, see VpTreeView
+  const std::vector<float>& mu() const {
+    fetch_host();
+    return mu_;
+  }
+  const std::vector<node_id>& parent() const {
+    fetch_host();
+    return parent_;
+  }
+  const std::vector<float>& shell_lo() const {
+    fetch_host();
+    return shell_lo_;
+  }
+  const std::vector<float>& shell_hi() const {
+    fetch_host();
+    return shell_hi_;
+  }
 
   template <class Map>
   VpTreeView map_view(Map&& map) const {
@@ -74,17 +89,17 @@ class VpTree : public PointTree<VpTree, VpTreeView> {
     v.vantages = map(vantages_, "the vp-tree vantage points");
     v.mu = map(mu_, "the vp-tree split radii");
     v.parent = map(parent_, "the vp-tree parents");
-    v.shell_lo = map(shell_lo_, "the vp-tree shells");
-    v.shell_hi = map(shell_hi_, "the vp-tree shells");
+    v.shell_lo = map(shell_lo_, "the vp-tree shells (low ends)");
+    v.shell_hi = map(shell_hi_, "the vp-tree shells (high ends)");
     return v;
   }
 
  private:
-  std::vector<float> vantages_;
-  std::vector<float> mu_;
-  std::vector<node_id> parent_;
-  std::vector<float> shell_lo_;
-  std::vector<float> shell_hi_;
+  mutable std::vector<float> vantages_;
+  mutable std::vector<float> mu_;
+  mutable std::vector<node_id> parent_;
+  mutable std::vector<float> shell_lo_;
+  mutable std::vector<float> shell_hi_;
 };
 
 }  // namespace canopy

@@ -328,12 +328,14 @@ VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTr
   tree.leaf_size_ = leaf_size;
   tree.height_ = in.height;
   tree.built_on_ = Device::Gpu;
-  b.fetch(tree.vantages_, vantages.get(), nn * stride);
-  b.fetch(tree.mu_, mu.get(), nn);
-  b.fetch(tree.parent_, parent.get(), nn);
-  b.fetch(tree.shell_lo_, shell_lo.get(), nn);
-  b.fetch(tree.shell_hi_, shell_hi.get(), nn);
-  b.finish(tree.nodes_, tree.points_, tree.point_ids_, on_device, stats);
+  tree.keep_on_device(b.keep(tree.nodes_,
+                              {{"the vp-tree vantage points", vantages.get(), nn * stride * sizeof(float)},
+                               {"the vp-tree split radii", mu.get(), nn * sizeof(float)},
+                               {"the vp-tree parents", parent.get(), nn * sizeof(node_id)},
+                               {"the vp-tree shells (low ends)", shell_lo.get(), nn * sizeof(float)},
+                               {"the vp-tree shells (high ends)", shell_hi.get(), nn * sizeof(float)}},
+                              on_device, stats),
+                      n);
   return tree;
 }
 

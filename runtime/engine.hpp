@@ -28,6 +28,7 @@
 #include <string>
 #include <typeinfo>
 #include <utility>
+#include <type_traits>
 #include <vector>
 
 #include "core/checks.hpp"
@@ -595,6 +596,14 @@ TraversalStats run_call(const W& w, const typename W::View& view, Device held, G
   return detail::run_fixed(w, view, held, gpu, state, call, opt);
 }
 
+namespace detail {
+template <class W, class = void>
+struct has_full_view : std::false_type {};
+template <class W>
+struct has_full_view<W, std::void_t<decltype(W::full_view(std::declval<const typename W::Data&>()))>>
+    : std::true_type {};
+}  // namespace detail
+
 // Made in runtime/engine.cuh; each built-in workload's .cu file instantiates it.
 template <class W>
 std::unique_ptr<GpuPart<W>> make_gpu_part(const typename W::Data& data);
@@ -606,17 +615,28 @@ class Engine {
  public:
   using Workload = W;
   // data must outlive the engine.
-  Engine(const typename W::Data& data, Device device) : view_(W::host_view(data)), device_(resolve_device(device)) {
+  Engine(const typename W::Data& data, Device device)
+      : data_(data), view_(W::host_view(data)), device_(resolve_device(device)) {
     if (device_ == Device::Gpu) gpu_ = make_gpu_part<W>(data);
   }
   Device device() const { return device_; }
+  // The host view: its sizes always, its arrays once a CPU call has needed them (a tree left on
+  // the device by its GPU build is copied back only then).
   const typename W::View& view() const { return view_; }
   TraversalStats run(const W& w, const CallData& call, const TraversalOptions& opt) {
+    if constexpr (detail::has_full_view<W>::value) {
+      if (!full_ && (device_ == Device::Cpu || opt.device == Device::Cpu)) {
+        view_ = W::full_view(data_);
+        full_ = true;
+      }
+    }
     return run_call(w, view_, device_, gpu_.get(), state_, call, opt);
   }
 
  private:
+  const typename W::Data& data_;
   typename W::View view_;
+  bool full_ = false;
   Device device_;
   std::unique_ptr<GpuPart<W>> gpu_;
   EngineState state_;

@@ -40,7 +40,10 @@ struct PointTreeWorkload {
   using View = decltype(std::declval<const Tree&>().view());
   using Device = DeviceCopy<Tree>;
   static constexpr bool kBuiltinTree = true, kSortKey = true;
-  static View host_view(const Data& tree) { return tree.view(); }
+  // What the GPU side reads on the host: the topology (a tree left on the device by its GPU
+  // build is not copied back for it). full_view: every array, for the CPU.
+  static View host_view(const Data& tree) { return tree.topology_view(); }
+  static View full_view(const Data& tree) { return tree.view(); }
   static const View& topology(const View& v) { return v; }
 
   int default_depth = kDefaultTopTreeDepth;
