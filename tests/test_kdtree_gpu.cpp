@@ -269,6 +269,7 @@ void expect_gpu_vp_equals_cpu(const std::vector<float>& p, index_t n, int dims, 
     copy_memory(d, p.data(), bytes);
   }
   const VpTree gpu = VpTree::build_on_gpu(from_device ? d : p.data(), n, dims, o);
+  if (d) test::device_free(d);
   const std::string at = what + " (n " + std::to_string(n) + ", dims " + std::to_string(dims) + ", leaf " +
                          std::to_string(leaf_size) + ")";
   ASSERT_EQ(gpu.height(), cpu.height()) << at;
@@ -355,6 +356,7 @@ TEST(TreeBuildDevice, AutoPicksTheGpuForLargeInputsWhenOneIsPresent) {
   EXPECT_EQ(VpTree::build(d, 1000, 3).built_on(), Device::Gpu);
   EXPECT_NE(error_of([&] { KdTree::build(d, 1000, 3, {8, Device::Cpu}); }).find("kd-tree: the points are in device memory"),
             std::string::npos);
+  test::device_free(d);
 }
 
 }  // namespace

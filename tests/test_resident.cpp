@@ -88,6 +88,8 @@ TEST(TreesOnTheDevice, PointCorrelationFromDevicePoints) {
   copy_memory(got.data(), counts, got.size() * sizeof(index_t));
   EXPECT_EQ(got, want.counts);
   EXPECT_FALSE(gpu.host_ready());
+  test::device_free(counts);
+  test::device_free(d);
 }
 
 TEST(TreesOnTheDevice, CopiesAndHostArraysEqualTheCpuTree) {
