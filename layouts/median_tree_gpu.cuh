@@ -386,7 +386,7 @@ class MedianGpuBuild {
   std::shared_ptr<detail::ResidentArrays> keep(std::vector<KdNode>& nodes_out, std::initializer_list<Array> extra,
                                               bool on_device, GpuBuildStats* stats) {
     const cudaStream_t s = stream.get();
-    auto resident = std::make_shared<detail::ResidentArrays>();
+    std::shared_ptr<detail::ResidentArrays> resident = detail::next_resident(last_resident_);
     const std::size_t un = static_cast<std::size_t>(n_);
     const Array shared[] = {{"the tree nodes", nodes.get(), static_cast<std::size_t>(n_nodes) * sizeof(KdNode)},
                             {"the tree points", tree_points.get(), un * stride_ * sizeof(float)},
@@ -412,6 +412,7 @@ class MedianGpuBuild {
  private:
   index_t n_ = 0;
   int stride_ = 0;
+  std::shared_ptr<detail::ResidentArrays> last_resident_;  // the last tree's arrays (keep)
   DeviceBuffer<float> input_;
   DeviceBuffer<index_t> table_sizes_, table_nodes_;
   DeviceBuffer<index_t> lists_[2][kMaxDims + 1];

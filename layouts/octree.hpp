@@ -11,6 +11,7 @@
 #include "core/types.hpp"
 #include "layouts/arrays.hpp"
 #include "layouts/gpu_build.hpp"
+#include "layouts/resident.hpp"
 
 namespace canopy {
 
@@ -58,7 +59,8 @@ struct OctreeOptions {
   Device device = Device::Auto;  // where build() runs (layouts/gpu_build.hpp); the tree is the same
 };
 
-// Owns the host copy of an octree. Built on the CPU with TBB, in parallel over subtrees; the
+// Owns an octree: its host copy, or, built on the GPU, its device arrays (detail::DeviceResident:
+// the nodes and child lists come back at once, the rest on first use). Built on the CPU with TBB, in parallel over subtrees; the
 // tree is the same whatever the thread count (stable partitions, fixed summation order).
 //
 // Geometry: the root cell is the bounding cube of the bodies (side = the largest extent,
@@ -68,7 +70,7 @@ struct OctreeOptions {
 // cube is rounded outwards, so every cube contains all of its bodies even where float
 // arithmetic could not place the centres exactly. Centres of mass are summed in double (per
 // node from its children, in octant order) and rounded to float.
-class Octree {
+class Octree : public detail::DeviceResident<Octree> {
  public:
   // xyz: row-major [n][3]; mass: [n]. Throws canopy::Error on zero bodies, a null pointer, a
   // non-finite coordinate or mass or a negative mass (naming the body), leaf_size < 1, or
@@ -79,21 +81,39 @@ class Octree {
   static Octree build_on_gpu(const float* xyz, const float* mass, index_t n, const OctreeOptions& options = {},
                              GpuBuildStats* stats = nullptr);
 
-  OctreeView view() const { return map_view(HostArrays{}); }
-  index_t size() const { return static_cast<index_t>(body_ids_.size()); }
+  OctreeView view() const {
+    fetch_host();
+    return map_view(HostArrays{});
+  }
+  // What is on the host now, copying nothing (see PointTree::topology_view): the nodes and child
+  // lists always.
+  OctreeView topology_view() const { return host_ready() ? view() : host_part_view(); }
+  index_t size() const { return on_device() ? resident_count() : static_cast<index_t>(body_ids_.size()); }
   int height() const { return height_; }
   int leaf_size() const { return leaf_size_; }
   int max_depth() const { return max_depth_; }
   Device built_on() const { return built_on_; }  // where its build ran (Cpu or Gpu)
   node_id node_count() const { return static_cast<node_id>(nodes_.size()); }
-  std::size_t bytes() const { return array_bytes(*this); }  // what the device copy takes
+  std::size_t bytes() const { return on_device() ? resident()->bytes() : array_bytes(*this); }  // the device copy's
 
   const std::vector<OctNode>& nodes() const { return nodes_; }
   const std::vector<node_id>& child_ids() const { return child_ids_; }
-  const std::vector<float>& com() const { return com_; }        // [nodes][4]
-  const std::vector<float>& cubes() const { return cubes_; }    // [nodes][4]
-  const std::vector<float>& bodies() const { return bodies_; }  // [n][4], tree order
-  const std::vector<index_t>& body_ids() const { return body_ids_; }
+  const std::vector<float>& com() const {  // [nodes][4]
+    fetch_host();
+    return com_;
+  }
+  const std::vector<float>& cubes() const {  // [nodes][4]
+    fetch_host();
+    return cubes_;
+  }
+  const std::vector<float>& bodies() const {  // [n][4], tree order
+    fetch_host();
+    return bodies_;
+  }
+  const std::vector<index_t>& body_ids() const {
+    fetch_host();
+    return body_ids_;
+  }
 
   template <class Map>
   OctreeView map_view(Map&& map) const {
@@ -112,12 +132,13 @@ class Octree {
 
  private:
   friend class OctreeGpuBuilder;
-  std::vector<OctNode> nodes_;
-  std::vector<node_id> child_ids_;
-  std::vector<float> com_;
-  std::vector<float> cubes_;
-  std::vector<float> bodies_;
-  std::vector<index_t> body_ids_;
+  friend class detail::DeviceResident<Octree>;
+  mutable std::vector<OctNode> nodes_;
+  mutable std::vector<node_id> child_ids_;
+  mutable std::vector<float> com_;
+  mutable std::vector<float> cubes_;
+  mutable std::vector<float> bodies_;
+  mutable std::vector<index_t> body_ids_;
   int height_ = 0;
   int leaf_size_ = 0;
   int max_depth_ = 0;

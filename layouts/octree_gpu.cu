@@ -397,6 +397,7 @@ index_t first_negative_on_device(const float* mass, index_t n) {
 struct OctreeGpuBuilder::Impl {
   Stream stream;  // declared before the buffers, which are freed on it
   Event t0, t1, t2, t3;
+  std::shared_ptr<detail::ResidentArrays> last_resident;  // the last tree's arrays
   DeviceBuffer<float> xyz_copy, mass_copy;
   DeviceBuffer<unsigned char> temp;
   DeviceBuffer<Summary> summary;
@@ -584,29 +585,40 @@ Octree OctreeGpuBuilder::build(const float* xyz, const float* mass, index_t n, c
   }
   t2.record(s);
 
-  // 8. Download.
+  // 8. The tree stays on the device: its arrays copied into memory the tree owns (these buffers
+  // serve the next build); the nodes and child lists, which the engines' host side reads, to the
+  // host.
   Octree tree;
   tree.leaf_size_ = options.leaf_size;
   tree.max_depth_ = max_depth;
   tree.height_ = height;
   tree.built_on_ = Device::Gpu;
+  std::shared_ptr<detail::ResidentArrays> resident = detail::next_resident(b.last_resident);
+  const struct {
+    const char* name;
+    const void* data;
+    std::size_t bytes;
+  } kept[] = {{"the octree nodes", nodes.get(), un_nodes * sizeof(OctNode)},
+                {"the octree child lists", child_ids.get(), n_links * sizeof(node_id)},
+                {"the octree centres of mass", com.get(), un_nodes * 4 * sizeof(float)},
+                {"the octree cells", cubes.get(), un_nodes * 4 * sizeof(float)},
+                {"the octree bodies", bodies.get(), un * 4 * sizeof(float)},
+                {"the octree body ids", tree_ids.get(), un * sizeof(index_t)}};
+  for (const auto& a : kept) {
+    void* dst = resident->add(a.name, a.bytes, s);
+    if (a.bytes > 0) CANOPY_CUDA_CHECK(cudaMemcpyAsync(dst, a.data, a.bytes, cudaMemcpyDeviceToDevice, s));
+  }
+  t2.record(s);
   tree.nodes_.resize(un_nodes);
   tree.child_ids_.resize(n_links);
-  tree.com_.resize(un_nodes * 4);
-  tree.cubes_.resize(un_nodes * 4);
-  tree.bodies_.resize(un * 4);
-  tree.body_ids_.resize(un);
   copy_to_host(tree.nodes_.data(), nodes.get(), un_nodes, s);
   if (n_links > 0) copy_to_host(tree.child_ids_.data(), child_ids.get(), n_links, s);
-  copy_to_host(tree.com_.data(), com.get(), un_nodes * 4, s);
-  copy_to_host(tree.cubes_.data(), cubes.get(), un_nodes * 4, s);
-  copy_to_host(tree.bodies_.data(), bodies.get(), un * 4, s);
-  copy_to_host(tree.body_ids_.data(), tree_ids.get(), un, s);
   copy_to_host(host_summary.get(), summary.get(), 1, s);
   t3.record(s);
   stream.sync();
   if (host_summary.get()->largest_leaf > 0)
     throw detail::too_many_coincident_bodies(static_cast<index_t>(host_summary.get()->largest_leaf));
+  tree.keep_on_device(std::move(resident), n);
   if (stats) {
     stats->upload_ms = (where.xyz_on_device && where.mass_on_device) ? 0.0 : t1.since(t0);
     stats->build_ms = t2.since(t1);

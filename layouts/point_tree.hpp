@@ -4,11 +4,9 @@
 // Each tree adds its own bounds (boxes, balls, shells) to the view and the owner.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <memory>
-#include <mutex>
-#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/device.hpp"
@@ -51,54 +49,41 @@ struct PointTreeView {
 // The owner of what the three trees share. Tree is the derived owner (its map_view lists its
 // arrays, layouts/arrays.hpp), View its view type (derived from PointTreeView).
 //
-// A tree built on the GPU stays there (on_device()): its arrays live in device memory, which the
-// engines read in place, and only its nodes are copied to the host at once (the engines cut the
-// top-tree from them). The other host arrays are copied on first use, by any accessor or view();
-// a copy of such a tree makes them first. The host arrays are `mutable` for that one fill.
+// A tree built on the GPU stays there (on_device(), detail::DeviceResident): its arrays live in
+// device memory, which the engines read in place, and only its nodes are copied to the host at
+// once (the engines cut the top-tree from them). The other host arrays are copied on first use,
+// by any accessor or view(); a copy of such a tree makes them first.
 template <class Tree, class View>
-class PointTree {
+class PointTree : public detail::DeviceResident<Tree> {
  public:
-  PointTree() = default;
-  PointTree(const PointTree& o) { assign(o); }
-  PointTree& operator=(const PointTree& o) {
-    if (this != &o) assign(o);
-    return *this;
-  }
-  PointTree(PointTree&&) noexcept = default;
-  PointTree& operator=(PointTree&&) noexcept = default;
-
   View view() const {
-    fetch_host();
-    return self().map_view(HostArrays{});
+    this->fetch_host();
+    return static_cast<const Tree&>(*this).map_view(HostArrays{});
   }
   // The view of what is on the host now, without copying anything: the nodes and sizes always;
-  // null for the arrays of a tree on the device that have not been copied yet. What the engines
-  // cut top-trees from.
-  View topology_view() const {
-    if (host_ready()) return self().map_view(HostArrays{});
-    return self().map_view([](const auto& v, const char*) { return v.empty() ? nullptr : v.data(); });
-  }
+  // null for the arrays of a tree on the device not copied yet. What the engines cut top-trees
+  // from.
+  View topology_view() const { return this->host_ready() ? view() : this->host_part_view(); }
   // Bytes of the tree's arrays: what its device copy takes.
-  std::size_t bytes() const { return resident_ ? resident_->bytes() : array_bytes(self()); }
-  index_t size() const { return resident_ ? resident_points_ : static_cast<index_t>(point_ids_.size()); }
+  std::size_t bytes() const {
+    return this->on_device() ? this->resident()->bytes() : array_bytes(static_cast<const Tree&>(*this));
+  }
+  index_t size() const {
+    return this->on_device() ? this->resident_count() : static_cast<index_t>(point_ids_.size());
+  }
   int dims() const { return dims_; }
   int height() const { return height_; }
   int leaf_size() const { return leaf_size_; }
   node_id node_count() const { return static_cast<node_id>(nodes_.size()); }
   Device built_on() const { return built_on_; }  // where its build ran (Cpu or Gpu)
-  // Whether the arrays are in device memory (a GPU build's), and whether the host has them all.
-  bool on_device() const { return resident_ != nullptr; }
-  bool host_ready() const { return !resident_ || fetch_->done.load(std::memory_order_acquire); }
-  // The device arrays (null unless on_device()), shared by the device copies the engines make.
-  const std::shared_ptr<detail::ResidentArrays>& resident() const { return resident_; }
 
   const std::vector<KdNode>& nodes() const { return nodes_; }
   const std::vector<float>& points() const {  // padded, tree order
-    fetch_host();
+    this->fetch_host();
     return points_;
   }
   const std::vector<index_t>& point_ids() const {
-    fetch_host();
+    this->fetch_host();
     return point_ids_;
   }
 
@@ -118,29 +103,9 @@ class PointTree {
     return v;
   }
 
-  // Copies every array the host lacks from the device, once (thread-safe).
-  void fetch_host() const {
-    if (host_ready()) return;
-    std::lock_guard<std::mutex> lock(fetch_->m);
-    if (fetch_->done.load(std::memory_order_relaxed)) return;
-    self().map_view([this](const auto& v, const char* what) {
-      using T = std::decay_t<decltype(v[0])>;
-      auto& out = const_cast<std::vector<T>&>(v);  // a mutable member
-      if (out.empty()) {
-        const std::size_t bytes = resident_->bytes(what);
-        out.resize(bytes / sizeof(T));
-        copy_memory(out.data(), resident_->find(what), bytes);
-      }
-      return static_cast<const T*>(out.data());
-    });
-    fetch_->done.store(true, std::memory_order_release);
-  }
-
   // After a GPU build has filled `resident` (and the nodes): the tree is on the device.
   void keep_on_device(std::shared_ptr<detail::ResidentArrays> resident, index_t points) {
-    resident_ = std::move(resident);
-    resident_points_ = points;
-    fetch_ = std::make_shared<HostFetch>();
+    detail::DeviceResident<Tree>::keep_on_device(std::move(resident), points);
     built_on_ = Device::Gpu;
   }
 
@@ -151,31 +116,6 @@ class PointTree {
   int height_ = 0;
   int leaf_size_ = 0;
   Device built_on_ = Device::Cpu;
-
- private:
-  struct HostFetch {
-    std::mutex m;
-    std::atomic<bool> done{false};
-  };
-  const Tree& self() const { return static_cast<const Tree&>(*this); }
-  void assign(const PointTree& o) {
-    o.fetch_host();
-    nodes_ = o.nodes_;
-    points_ = o.points_;
-    point_ids_ = o.point_ids_;
-    dims_ = o.dims_;
-    height_ = o.height_;
-    leaf_size_ = o.leaf_size_;
-    built_on_ = o.built_on_;
-    resident_ = o.resident_;
-    resident_points_ = o.resident_points_;
-    fetch_ = o.resident_ ? std::make_shared<HostFetch>() : nullptr;
-    if (fetch_) fetch_->done = true;
-  }
-
-  std::shared_ptr<detail::ResidentArrays> resident_;
-  index_t resident_points_ = 0;
-  std::shared_ptr<HostFetch> fetch_;
 };
 
 }  // namespace canopy

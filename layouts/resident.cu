@@ -23,11 +23,22 @@ ResidentArrays::~ResidentArrays() {
   if (!arrays_.empty()) cudaDeviceSynchronize();
 }
 
+std::shared_ptr<ResidentArrays> next_resident(std::shared_ptr<ResidentArrays>& last) {
+  if (last && last.use_count() == 1) {
+    last->reuse();
+  } else {
+    last = std::make_shared<ResidentArrays>();
+  }
+  return last;
+}
+
+void ResidentArrays::reuse() { CANOPY_CUDA_CHECK(cudaDeviceSynchronize()); }
+
 void* ResidentArrays::add(const std::string& name, std::size_t bytes, stream_t stream) {
   Array& a = arrays_[name];
-  bytes_ += bytes - a.bytes;
+  bytes_ = bytes_ - a.bytes + bytes;
   a.bytes = bytes;
-  a.memory.reserve(bytes, name.c_str(), resident_stream());
+  if (a.memory.bytes() < bytes || !a.memory.get()) a.memory.reserve(bytes + bytes / 4, name.c_str(), resident_stream());
   Event allocated;
   stream_wait(static_cast<cudaStream_t>(stream), resident_stream(), allocated);
   return a.memory.get();

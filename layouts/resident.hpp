@@ -3,14 +3,26 @@
 // goes by the name the tree's map_view gives it. CUDA-free; layouts/resident.cu holds the CUDA.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
+#include "core/device.hpp"
 #include "core/device_buffer.hpp"
 
 namespace canopy {
 namespace detail {
+
+class ResidentArrays;
+// The arrays for a builder's next tree: `last`'s when no layout holds them any longer (a
+// simulation's rebuilds then allocate nothing), else new ones.
+std::shared_ptr<ResidentArrays> next_resident(std::shared_ptr<ResidentArrays>& last);
 
 class ResidentArrays {
  public:
@@ -20,7 +32,11 @@ class ResidentArrays {
   // Waits for the device before freeing: an engine's kernels may still read the arrays.
   ~ResidentArrays();
 
-  // Device memory for `bytes` under `name`, ready for use on `stream` (the build's).
+  // Makes arrays no layout holds any longer ready for a rebuild's add()s: waits for the device,
+  // which may still be reading them.
+  void reuse();
+  // Device memory for `bytes` under `name`, ready for use on `stream` (the build's); an array of
+  // that name already here is kept when large enough, else grown with a quarter to spare.
   void* add(const std::string& name, std::size_t bytes, stream_t stream);
   // The array named `name`; an error naming it if there is none.
   const void* find(const std::string& name) const;
@@ -34,6 +50,81 @@ class ResidentArrays {
   };
   std::map<std::string, Array> arrays_;
   std::size_t bytes_ = 0;
+};
+
+// What a layout left on the device by its GPU build shares (PointTree, Octree), as a base of the
+// layout `Tree`, whose map_view lists its arrays: the resident arrays, and the host copies made
+// on first use. The layout's host vectors are `mutable` for that one fill; it calls fetch_host()
+// before handing any of them out. Copying such a layout makes the host copies first.
+template <class Tree>
+class DeviceResident {
+ public:
+  // Whether the arrays are in device memory (a GPU build's), and whether the host has them all.
+  bool on_device() const { return resident_ != nullptr; }
+  bool host_ready() const { return !resident_ || fetch_->done.load(std::memory_order_acquire); }
+  // The device arrays (null unless on_device()), shared by the device copies the engines make.
+  const std::shared_ptr<ResidentArrays>& resident() const { return resident_; }
+
+ protected:
+  DeviceResident() = default;
+  DeviceResident(const DeviceResident& o) { adopt(o); }
+  DeviceResident& operator=(const DeviceResident& o) {
+    if (this != &o) adopt(o);
+    return *this;
+  }
+  DeviceResident(DeviceResident&&) noexcept = default;
+  DeviceResident& operator=(DeviceResident&&) noexcept = default;
+  ~DeviceResident() = default;
+
+  // Copies every array the host lacks from the device, once (thread-safe).
+  void fetch_host() const {
+    if (host_ready()) return;
+    std::lock_guard<std::mutex> lock(fetch_->m);
+    if (fetch_->done.load(std::memory_order_relaxed)) return;
+    static_cast<const Tree&>(*this).map_view([this](const auto& v, const char* what) {
+      using T = std::decay_t<decltype(v[0])>;
+      auto& out = const_cast<std::vector<T>&>(v);  // a mutable member
+      if (out.empty()) {
+        const std::size_t bytes = resident_->bytes(what);
+        out.resize(bytes / sizeof(T));
+        copy_memory(out.data(), resident_->find(what), bytes);
+      }
+      return static_cast<const T*>(out.data());
+    });
+    fetch_->done.store(true, std::memory_order_release);
+  }
+  // The layout's view of what is on the host now, copying nothing: null for the arrays of a
+  // layout on the device that have not been copied yet.
+  auto host_part_view() const {
+    return static_cast<const Tree&>(*this).map_view(
+        [](const auto& v, const char*) { return v.empty() ? nullptr : v.data(); });
+  }
+  // After a GPU build has filled `resident` (and the arrays the host gets at once): the layout
+  // is on the device; `count` is its number of points or bodies.
+  void keep_on_device(std::shared_ptr<ResidentArrays> resident, index_t count) {
+    resident_ = std::move(resident);
+    count_ = count;
+    fetch_ = std::make_shared<HostFetch>();
+  }
+  index_t resident_count() const { return count_; }
+
+ private:
+  struct HostFetch {
+    std::mutex m;
+    std::atomic<bool> done{false};
+  };
+  // A copy: the source's host arrays first (the layout copies them after this base).
+  void adopt(const DeviceResident& o) {
+    o.fetch_host();
+    resident_ = o.resident_;
+    count_ = o.count_;
+    fetch_ = resident_ ? std::make_shared<HostFetch>() : nullptr;
+    if (fetch_) fetch_->done = true;
+  }
+
+  std::shared_ptr<ResidentArrays> resident_;
+  index_t count_ = 0;
+  std::shared_ptr<HostFetch> fetch_;
 };
 
 }  // namespace detail

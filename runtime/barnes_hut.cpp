@@ -10,20 +10,6 @@
 namespace canopy {
 namespace {
 
-// The bodies in their original order (the queries), from the tree-ordered copy.
-detail::BhData original_order(const Octree& tree) {
-  detail::BhData d{tree, {}, {}};
-  const index_t n = tree.size();
-  d.xyz.resize(static_cast<std::size_t>(n) * 3);
-  d.mass.resize(static_cast<std::size_t>(n));
-  const std::vector<float>& b = tree.bodies();
-  const std::vector<index_t>& ids = tree.body_ids();
-  for (index_t i = 0; i < n; ++i) {
-    std::copy_n(&b[i * 4], 3, &d.xyz[ids[i] * 3]);
-    d.mass[ids[i]] = b[i * 4 + 3];
-  }
-  return d;
-}
 
 detail::BhWorkload workload(const BhOptions& opt) {
   if (!std::isfinite(opt.theta) || opt.theta < 0.0f)
@@ -38,9 +24,24 @@ detail::BhWorkload workload(const BhOptions& opt) {
 
 }  // namespace
 
+// The bodies in their original order (the queries), from the tree-ordered copy.
+void detail::BhData::original_order() const {
+  if (ordered) return;
+  const index_t n = tree.size();
+  xyz.resize(static_cast<std::size_t>(n) * 3);
+  mass.resize(static_cast<std::size_t>(n));
+  const std::vector<float>& b = tree.bodies();
+  const std::vector<index_t>& ids = tree.body_ids();
+  for (index_t i = 0; i < n; ++i) {
+    std::copy_n(&b[i * 4], 3, &xyz[ids[i] * 3]);
+    mass[ids[i]] = b[i * 4 + 3];
+  }
+  ordered = true;
+}
+
 BarnesHut::BarnesHut(const Octree& tree, Device device)
     : tree_(tree),
-      data_(std::make_unique<detail::BhData>(original_order(tree))),
+      data_(std::make_unique<detail::BhData>(detail::BhData{tree, {}, {}, false})),
       engine_(std::make_unique<Engine<detail::BhWorkload>>(*data_, device)) {}
 BarnesHut::~BarnesHut() = default;
 

@@ -9,8 +9,11 @@
 
 #include "core/device.hpp"
 #include "layouts/ball_tree.hpp"
+#include "io/dataset.hpp"
 #include "layouts/kdtree.hpp"
+#include "layouts/octree.hpp"
 #include "layouts/vp_tree.hpp"
+#include "runtime/barnes_hut.hpp"
 #include "runtime/knn.hpp"
 #include "runtime/point_correlation.hpp"
 #include "tests/require_gpu.hpp"
@@ -109,6 +112,34 @@ TEST(TreesOnTheDevice, CopiesAndHostArraysEqualTheCpuTree) {
   KdTree target = std::move(moved);
   EXPECT_TRUE(target.on_device());
   EXPECT_TRUE(same_bits(target.boxes(), cpu.boxes()));
+}
+
+// Barnes-Hut over an octree left on the device: the bodies' original order made there, the
+// forces bitwise those over the CPU-built tree, no host copy until a CPU call.
+TEST(TreesOnTheDevice, BarnesHutReadsTheOctreeInPlace) {
+  CANOPY_REQUIRE_GPU();
+  const PointSet p = generate("plummer:50000", 55);
+  const index_t n = p.size();
+  const std::vector<float> mass(static_cast<std::size_t>(n), 1.0f / static_cast<float>(n));
+  const Octree cpu = Octree::build(p.data(), mass.data(), n, {8, 20, Device::Cpu});
+  const Octree gpu = Octree::build_on_gpu(p.data(), mass.data(), n);
+  ASSERT_TRUE(gpu.on_device());
+  ASSERT_FALSE(gpu.host_ready());
+  EXPECT_EQ(gpu.size(), n);
+  EXPECT_EQ(gpu.bytes(), cpu.bytes());
+  BarnesHut reference(cpu, Device::Gpu), in_place(gpu, Device::Gpu);
+  for (ScheduleKind s : {ScheduleKind::Auto, ScheduleKind::LeafSort, ScheduleKind::Hybrid}) {
+    BhOptions o;
+    o.schedule = s;
+    EXPECT_TRUE(same_bits(in_place.run(o).forces, reference.run(o).forces)) << to_string(s);
+  }
+  EXPECT_FALSE(gpu.host_ready()) << "a GPU call copied the octree to the host";
+  BhOptions on_cpu;
+  on_cpu.device = Device::Cpu;
+  EXPECT_TRUE(same_bits(in_place.run(on_cpu).forces, reference.run(on_cpu).forces));
+  EXPECT_TRUE(gpu.host_ready());
+  EXPECT_TRUE(same_bits(gpu.bodies(), cpu.bodies()) && same_bits(gpu.com(), cpu.com()) &&
+              same_bits(gpu.cubes(), cpu.cubes()) && gpu.body_ids() == cpu.body_ids());
 }
 
 }  // namespace

@@ -106,11 +106,19 @@ struct KnnWorkload : PointTreeWorkload<Tree> {
   }
 };
 
-// Barnes-Hut: the octree and the bodies in their original order, which are the queries.
+// Barnes-Hut: the octree and the bodies in their original order, which are the queries. For an
+// octree left on the device by its GPU build, the host copy of the bodies is made only for a CPU
+// call (original_order()); the device copy is made on the device (BhDevice).
 struct BhData {
   const Octree& tree;
-  std::vector<float> xyz, mass;  // [n][3], [n]
+  mutable std::vector<float> xyz, mass;  // [n][3], [n]: filled by original_order()
+  mutable bool ordered = false;
+  // Fills xyz and mass from the tree's bodies (copying the tree to the host if it is on the device).
+  void original_order() const;
 };
+// The bodies in their original order, on the device, from a device copy of their octree
+// (runtime/detail/bh_gpu.cu).
+void scatter_original_order(const OctreeView& tree, float* xyz, float* mass, stream_t stream);
 struct BhView {
   OctreeView tree;
   const float* xyz = nullptr;
@@ -120,10 +128,16 @@ struct BhView {
 class BhDevice {
  public:
   BhDevice(const BhData& d, stream_t s) : tree_(d.tree, s) {
-    xyz_.reserve(d.xyz.size(), "the body positions", s);
-    mass_.reserve(d.mass.size(), "the body masses", s);
-    copy_n_async(xyz_.get(), d.xyz.data(), d.xyz.size(), s);
-    copy_n_async(mass_.get(), d.mass.data(), d.mass.size(), s);
+    const std::size_t n = static_cast<std::size_t>(d.tree.size());
+    xyz_.reserve(n * 3, "the body positions", s);
+    mass_.reserve(n, "the body masses", s);
+    if (d.tree.on_device()) {
+      scatter_original_order(tree_.view(), xyz_.get(), mass_.get(), s);
+    } else {
+      d.original_order();
+      copy_n_async(xyz_.get(), d.xyz.data(), d.xyz.size(), s);
+      copy_n_async(mass_.get(), d.mass.data(), d.mass.size(), s);
+    }
     view_ = BhView{tree_.view(), xyz_.get(), mass_.get()};
   }
   const BhView& view() const { return view_; }
@@ -141,7 +155,15 @@ struct BhWorkload {
   using View = BhView;
   using Device = BhDevice;
   static constexpr bool kGuided = false, kBuiltinTree = true, kSortKey = true;
-  static View host_view(const Data& d) { return BhView{d.tree.view(), d.xyz.data(), d.mass.data()}; }
+  // The GPU side's host view is the topology; full_view has the bodies, for the CPU.
+  static View host_view(const Data& d) {
+    if (!d.tree.on_device() || d.tree.host_ready()) return full_view(d);
+    return BhView{d.tree.topology_view(), nullptr, nullptr};
+  }
+  static View full_view(const Data& d) {
+    d.original_order();
+    return BhView{d.tree.view(), d.xyz.data(), d.mass.data()};
+  }
   static const OctreeView& topology(const View& v) { return v.tree; }
 
   const char* name = "BarnesHut";
