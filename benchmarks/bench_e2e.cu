@@ -13,8 +13,10 @@
 
 #include "benchmarks/bench.hpp"
 #include "benchmarks/bench_common.hpp"
+#include "benchmarks/device_array.cuh"
 #include "core/cuda.cuh"
 #include "core/device.hpp"
+#include "core/timing.hpp"
 #include "io/dataset.hpp"
 #include "layouts/kdtree.hpp"
 #include "runtime/engine.hpp"
@@ -30,21 +32,6 @@ void add_e2e_options(CLI::App& app, E2eConfig& c) {
   app.add_option("--repeat", c.repeat, "timed calls (the median is reported)")->capture_default_str();
   app.add_option("--json", c.json, "write the times to this file");
 }
-
-namespace {
-
-template <class T>
-struct DeviceArray {
-  T* p = nullptr;
-  explicit DeviceArray(std::size_t n) { CANOPY_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T))); }
-  ~DeviceArray() { cudaFree(p); }
-};
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 int run_e2e(const E2eConfig& c) {
   if (!gpu_available()) throw Error("canopy-bench e2e needs a GPU: " + gpu_description());

@@ -12,6 +12,7 @@
 
 #include "benchmarks/bench.hpp"
 #include "benchmarks/bench_common.hpp"
+#include "benchmarks/device_array.cuh"
 #include "core/cuda.cuh"
 #include "core/device.hpp"
 #include "io/dataset.hpp"
@@ -46,13 +47,6 @@ __global__ void kick_drift_kernel(const float* force, const float* mass, index_t
     xyz[i * 3 + a] += vel[i * 3 + a] * dt;
   }
 }
-
-template <class T>
-struct DeviceArray {
-  T* p = nullptr;
-  explicit DeviceArray(std::size_t n) { CANOPY_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T))); }
-  ~DeviceArray() { cudaFree(p); }
-};
 
 double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();

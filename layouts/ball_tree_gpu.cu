@@ -42,14 +42,11 @@ __global__ void radii_kernel(Level lv, index_t m, index_t per, const index_t* id
 BallTree BallTree::build_on_gpu(const float* points, index_t n, int dims, const BallTreeOptions& options,
                                 GpuBuildStats* stats) {
   const std::string prefix = "ball tree: ";
-  detail::check_not_empty(prefix, n);
-  detail::check_shape(prefix, points, dims, options.leaf_size);
-  if (!gpu_available()) throw Error("ball tree: build_on_gpu needs a CUDA device: " + gpu_description());
+  check_gpu_build(prefix, points, n, dims, options.leaf_size);
   MedianGpuBuild b;
   const bool on_device = is_device_pointer(points);
-  const float* pts = b.upload(prefix, points, n, dims);
-  detail::MedianTreeInput in{detail::NodeCounter{options.leaf_size, {}}, 0, 0, {}, {}};
-  detail::size_median_tree(prefix, n, in);
+  detail::MedianTreeInput in{};
+  const float* pts = b.start(prefix, points, n, dims, options.leaf_size, in);
 
   const cudaStream_t s = b.stream.get();
   const int stride = padded_dims(dims);
@@ -76,7 +73,6 @@ BallTree BallTree::build_on_gpu(const float* points, index_t n, int dims, const 
   tree.dims_ = dims;
   tree.leaf_size_ = options.leaf_size;
   tree.height_ = in.height;
-  tree.built_on_ = Device::Gpu;
   const std::size_t nn = static_cast<std::size_t>(in.n_nodes);
   tree.keep_on_device(b.keep(tree.nodes_,
                               {{"the ball-tree centres", centres.get(), nn * stride * sizeof(float)},

@@ -53,7 +53,6 @@ KdTree KdTreeGpuBuilder::build(const float* points, index_t n, int dims, const K
   tree.dims_ = dims;
   tree.leaf_size_ = options.leaf_size;
   tree.height_ = height;
-  tree.built_on_ = Device::Gpu;
   tree.keep_on_device(b.keep(tree.nodes_,
                               {{"the kd-tree boxes", b.boxes.get(),
                                 static_cast<std::size_t>(n_nodes) * 2 * padded_dims(dims) * sizeof(float)}},

@@ -318,12 +318,20 @@ LevelSizes level_sizes(index_t n, index_t leaf_size) {
 }
 
 
+// The checks a ball or vp build makes before it touches the device: the CPU build's (errors start
+// with `prefix`), then the device's presence.
+inline void check_gpu_build(const std::string& prefix, const float* points, index_t n, int dims, int leaf_size) {
+  detail::check_not_empty(prefix, n);
+  detail::check_shape(prefix, points, dims, leaf_size);
+  if (!gpu_available()) throw Error(prefix + "build_on_gpu needs a CUDA device: " + gpu_description());
+}
+
 // Every device buffer of a median-split build, kept from build to build: a rebuild of the same
 // size (moving points) allocates nothing.
 class MedianGpuBuild {
  public:
   Stream stream;
-  Event t0, t1, t2, t2b, t3;
+  Event t0, t1, t2, t3;
   DeviceBuffer<KdNode> nodes;
   DeviceBuffer<float> boxes;        // [nodes][2 stride]: each node's bounding box
   DeviceBuffer<index_t> point_ids;  // tree order
@@ -360,7 +368,55 @@ class MedianGpuBuild {
   void build(const float* pts, index_t n, int dims, int leaf_size, const detail::NodeCounter& counter,
              bool keep_ids, PerLevel&& per_level);
 
-  // For a builder with its own level loop (the vp-tree's): the shape finish() copies out.
+  // The ball and vp builds' start, after check_gpu_build: the points in device memory (checked
+  // finite), the tree's size in `in`.
+  const float* start(const std::string& prefix, const float* points, index_t n, int dims, int leaf_size,
+                     detail::MedianTreeInput& in) {
+    const float* pts = upload(prefix, points, n, dims);
+    in.counter = detail::NodeCounter{leaf_size, {}};
+    detail::size_median_tree(prefix, n, in);
+    return pts;
+  }
+
+  // The subtree sizes of a tree of counter's n points, on the device: the right children's ids.
+  SizeTable size_table(const detail::NodeCounter& counter) {
+    const cudaStream_t s = stream.get();
+    std::vector<index_t> sizes, counts;
+    for (const auto& [size, count] : counter.memo) {
+      sizes.push_back(size);
+      counts.push_back(count);
+    }
+    // Small and pageable: the copy returns once the bytes are staged.
+    const std::size_t entries = std::max<std::size_t>(1, sizes.size());
+    table_sizes_.reserve(entries, "the tree build's size table", s);
+    table_nodes_.reserve(entries, "the tree build's size table", s);
+    copy_to_device(table_sizes_.get(), sizes.data(), sizes.size(), s);
+    copy_to_device(table_nodes_.get(), counts.data(), counts.size(), s);
+    return SizeTable{table_sizes_.get(), table_nodes_.get(), static_cast<int>(sizes.size()), counter.leaf_size};
+  }
+
+  // The two level records, for levels of up to `widest` nodes; lv[0] holds the root of n points.
+  void levels_from_root(std::size_t widest, index_t n, Level (&lv)[2]) {
+    const cudaStream_t s = stream.get();
+    for (int k = 0; k < 2; ++k) {
+      lv_begin_[k].reserve(widest, "the tree build's levels", s);
+      lv_count_[k].reserve(widest, "the tree build's levels", s);
+      lv_id_[k].reserve(widest, "the tree build's levels", s);
+      lv_split_[k].reserve(widest, "the tree build's levels", s);
+      lv[k] = Level{lv_begin_[k].get(), lv_count_[k].get(), lv_id_[k].get(), lv_split_[k].get()};
+    }
+    // The root's (begin, count, id), from pinned memory: an asynchronous copy (the last build's
+    // ended in a synchronisation, so the buffer is free).
+    level0_.reserve(3);
+    level0_.get()[0] = 0;
+    level0_.get()[1] = n;
+    level0_.get()[2] = 0;
+    copy_to_device(lv[0].begin, level0_.get(), 1, s);
+    copy_to_device(lv[0].count, level0_.get() + 1, 1, s);
+    copy_to_device(lv[0].id, reinterpret_cast<const node_id*>(level0_.get() + 2), 1, s);
+  }
+
+  // For a builder with its own level loop (the vp-tree's): the shape keep() copies out.
   void set_shape(index_t n, int dims, index_t node_count) {
     n_ = n;
     stride_ = padded_dims(dims);
@@ -397,14 +453,14 @@ class MedianGpuBuild {
     };
     for (const Array& a : shared) add(a);
     for (const Array& a : extra) add(a);
-    t2b.record(s);
+    t2.record(s);
     fetch(nodes_out, nodes.get(), static_cast<std::size_t>(n_nodes));
     t3.record(s);
     stream.sync();
     if (stats) {
       stats->upload_ms = on_device ? 0.0 : t1.since(t0);
-      stats->build_ms = t2b.since(t1);
-      stats->download_ms = t3.since(t2b);
+      stats->build_ms = t2.since(t1);
+      stats->download_ms = t3.since(t2);
     }
     return resident;
   }
@@ -439,20 +495,7 @@ void MedianGpuBuild::build(const float* pts, index_t n, int dims, int leaf_size,
   const int stride = padded_dims(dims);
   const std::size_t un = static_cast<std::size_t>(n);
 
-  // The subtree sizes table for the right children's ids.
-  std::vector<index_t> table_sizes, table_nodes;
-  for (const auto& [size, nodes] : counter.memo) {
-    table_sizes.push_back(size);
-    table_nodes.push_back(nodes);
-  }
-  // Small and pageable: the copy returns once the bytes are staged.
-  const std::size_t entries = std::max<std::size_t>(1, table_sizes.size());
-  table_sizes_.reserve(entries, "the tree build's size table", s);
-  table_nodes_.reserve(entries, "the tree build's size table", s);
-  copy_to_device(table_sizes_.get(), table_sizes.data(), table_sizes.size(), s);
-  copy_to_device(table_nodes_.get(), table_nodes.data(), table_nodes.size(), s);
-  const SizeTable subtree{table_sizes_.get(), table_nodes_.get(), static_cast<int>(table_sizes.size()),
-                          leaf_size};
+  const SizeTable subtree = size_table(counter);
 
   nodes.reserve(static_cast<std::size_t>(n_nodes), "the tree nodes", s);
   boxes.reserve(static_cast<std::size_t>(n_nodes) * 2 * stride, "the tree boxes", s);
@@ -496,26 +539,11 @@ void MedianGpuBuild::build(const float* pts, index_t n, int dims, int leaf_size,
   }
 
   Level lv[2];
-  for (int k = 0; k < 2; ++k) {
-    lv_begin_[k].reserve(uw, "the tree build's levels", s);
-    lv_count_[k].reserve(uw, "the tree build's levels", s);
-    lv_id_[k].reserve(uw, "the tree build's levels", s);
-    lv_split_[k].reserve(uw, "the tree build's levels", s);
-    lv[k] = Level{lv_begin_[k].get(), lv_count_[k].get(), lv_id_[k].get(), lv_split_[k].get()};
-  }
+  levels_from_root(uw, n, lv);
   node_of_[0].reserve(un, "the tree build's node map", s);
   node_of_[1].reserve(un, "the tree build's node map", s);
   CANOPY_CUDA_CHECK(cudaMemsetAsync(node_of_[0].get(), 0, un * sizeof(index_t), s));  // all in the root
   left_.reserve(un, "the tree build's split flags", s);
-  // The root's (begin, count, id), from pinned memory: an asynchronous copy (the last build's
-  // ended in a synchronisation, so the buffer is free).
-  level0_.reserve(3);
-  level0_.get()[0] = 0;
-  level0_.get()[1] = n;
-  level0_.get()[2] = 0;
-  copy_to_device(lv[0].begin, level0_.get(), 1, s);
-  copy_to_device(lv[0].count, level0_.get() + 1, 1, s);
-  copy_to_device(lv[0].id, reinterpret_cast<const node_id*>(level0_.get() + 2), 1, s);
 
   int at = 0;
   for (std::size_t depth = 0; depth < levels.nodes.size(); ++depth) {
@@ -553,7 +581,6 @@ void MedianGpuBuild::build(const float* pts, index_t n, int dims, int leaf_size,
   CANOPY_CUDA_CHECK_LAUNCH("leaf_points_kernel");
   tree_points_kernel<<<grid(n), kBlockSize, 0, s>>>(pts, n, dims, stride, point_ids.get(), tree_points.get());
   CANOPY_CUDA_CHECK_LAUNCH("tree_points_kernel");
-  t2.record(s);
 }
 
 }  // namespace

@@ -155,14 +155,11 @@ int bits_for(index_t m) {
 VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTreeOptions& options,
                             GpuBuildStats* stats) {
   const std::string prefix = "vp-tree: ";
-  detail::check_not_empty(prefix, n);
-  detail::check_shape(prefix, points, dims, options.leaf_size);
-  if (!gpu_available()) throw Error("vp-tree: build_on_gpu needs a CUDA device: " + gpu_description());
+  check_gpu_build(prefix, points, n, dims, options.leaf_size);
   MedianGpuBuild b;
   const bool on_device = is_device_pointer(points);
-  const float* pts = b.upload(prefix, points, n, dims);
-  detail::MedianTreeInput in{detail::NodeCounter{options.leaf_size, {}}, 0, 0, {}, {}};
-  detail::size_median_tree(prefix, n, in);
+  detail::MedianTreeInput in{};
+  const float* pts = b.start(prefix, points, n, dims, options.leaf_size, in);
   b.set_shape(n, dims, in.n_nodes);
 
   const cudaStream_t s = b.stream.get();
@@ -173,18 +170,7 @@ VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTr
   const index_t widest = *std::max_element(levels.nodes.begin(), levels.nodes.end());
   const std::size_t uw = static_cast<std::size_t>(widest);
 
-  // The subtree sizes table for the right children's ids.
-  std::vector<index_t> table_sizes, table_nodes;
-  for (const auto& [size, count] : in.counter.memo) {
-    table_sizes.push_back(size);
-    table_nodes.push_back(count);
-  }
-  DeviceBuffer<index_t> sizes_d, nodes_d;
-  sizes_d.reserve(std::max<std::size_t>(1, table_sizes.size()), "the vp-tree build's size table", s);
-  nodes_d.reserve(std::max<std::size_t>(1, table_sizes.size()), "the vp-tree build's size table", s);
-  copy_to_device(sizes_d.get(), table_sizes.data(), table_sizes.size(), s);
-  copy_to_device(nodes_d.get(), table_nodes.data(), table_nodes.size(), s);
-  const SizeTable subtree{sizes_d.get(), nodes_d.get(), static_cast<int>(table_sizes.size()), leaf_size};
+  const SizeTable subtree = b.size_table(in.counter);
 
   // The tree's own arrays, set as VpTree::build sets them before its recursion.
   DeviceBuffer<float> vantages, mu, shell_lo, shell_hi, padded, centroids;
@@ -225,17 +211,8 @@ VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTr
   start.reserve(uw, "the vp-tree build's levels", s);
   hop.reserve(uw, "the vp-tree build's levels", s);
   vantage.reserve(uw, "the vp-tree build's levels", s);
-  DeviceBuffer<index_t> lv_begin[2], lv_count[2];
-  DeviceBuffer<node_id> lv_id[2];
-  DeviceBuffer<std::int16_t> lv_split[2];
   Level lv[2];
-  for (int k = 0; k < 2; ++k) {
-    lv_begin[k].reserve(uw, "the vp-tree build's levels", s);
-    lv_count[k].reserve(uw, "the vp-tree build's levels", s);
-    lv_id[k].reserve(uw, "the vp-tree build's levels", s);
-    lv_split[k].reserve(uw, "the vp-tree build's levels", s);
-    lv[k] = Level{lv_begin[k].get(), lv_count[k].get(), lv_id[k].get(), lv_split[k].get()};
-  }
+  b.levels_from_root(uw, n, lv);
   using LeftIt = thrust::transform_iterator<LeftOf, thrust::counting_iterator<index_t>>;
   using InnerIt = thrust::transform_iterator<InnerCount, thrust::counting_iterator<index_t>>;
   const int max_bits = 32 + bits_for(widest);
@@ -253,10 +230,6 @@ VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTr
   iota_kernel<<<grid(n), kBlockSize, 0, s>>>(n, ids[0].get());
   CANOPY_CUDA_CHECK_LAUNCH("iota_kernel");
   CANOPY_CUDA_CHECK(cudaMemsetAsync(node_of[0].get(), 0, un * sizeof(index_t), s));  // all in the root
-  const index_t root[3] = {0, n, 0};
-  copy_to_device(lv[0].begin, root, 1, s);
-  copy_to_device(lv[0].count, root + 1, 1, s);
-  copy_to_device(lv[0].id, reinterpret_cast<const node_id*>(root + 2), 1, s);
 
   int at = 0;
   dispatch_dims(dims, [&](auto width) {
@@ -321,13 +294,11 @@ VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTr
   CANOPY_CUDA_CHECK(cudaMemcpyAsync(b.point_ids.get(), ids[at].get(), un * sizeof(index_t), cudaMemcpyDeviceToDevice, s));
   tree_points_kernel<<<grid(n), kBlockSize, 0, s>>>(pts, n, dims, stride, b.point_ids.get(), b.tree_points.get());
   CANOPY_CUDA_CHECK_LAUNCH("tree_points_kernel");
-  b.t2.record(s);
 
   VpTree tree;
   tree.dims_ = dims;
   tree.leaf_size_ = leaf_size;
   tree.height_ = in.height;
-  tree.built_on_ = Device::Gpu;
   tree.keep_on_device(b.keep(tree.nodes_,
                               {{"the vp-tree vantage points", vantages.get(), nn * stride * sizeof(float)},
                                {"the vp-tree split radii", mu.get(), nn * sizeof(float)},

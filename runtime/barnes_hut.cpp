@@ -26,7 +26,7 @@ detail::BhWorkload workload(const BhOptions& opt) {
 
 // The bodies in their original order (the queries), from the tree-ordered copy.
 void detail::BhData::original_order() const {
-  if (ordered) return;
+  if (!mass.empty()) return;  // an octree has at least one body
   const index_t n = tree.size();
   xyz.resize(static_cast<std::size_t>(n) * 3);
   mass.resize(static_cast<std::size_t>(n));
@@ -36,12 +36,11 @@ void detail::BhData::original_order() const {
     std::copy_n(&b[i * 4], 3, &xyz[ids[i] * 3]);
     mass[ids[i]] = b[i * 4 + 3];
   }
-  ordered = true;
 }
 
 BarnesHut::BarnesHut(const Octree& tree, Device device)
     : tree_(tree),
-      data_(std::make_unique<detail::BhData>(detail::BhData{tree, {}, {}, false})),
+      data_(std::make_unique<detail::BhData>(detail::BhData{tree, {}, {}})),
       engine_(std::make_unique<Engine<detail::BhWorkload>>(*data_, device)) {}
 BarnesHut::~BarnesHut() = default;
 

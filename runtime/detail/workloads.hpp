@@ -111,8 +111,7 @@ struct KnnWorkload : PointTreeWorkload<Tree> {
 // call (original_order()); the device copy is made on the device (BhDevice).
 struct BhData {
   const Octree& tree;
-  mutable std::vector<float> xyz, mass;  // [n][3], [n]: filled by original_order()
-  mutable bool ordered = false;
+  mutable std::vector<float> xyz, mass;  // [n][3], [n]: empty until original_order()
   // Fills xyz and mass from the tree's bodies (copying the tree to the host if it is on the device).
   void original_order() const;
 };
