@@ -23,6 +23,9 @@ struct IntervalGpu::Impl {
     counts.reserve(n, "counts", s);
     lengths.reserve(n, "lengths", s);
     trace.reserve(n * capacity, "trace", s);
+    // Slots past a query's visits are compared too: zero them, as the CPU trace is (they held
+    // whatever an earlier user of the memory left, and the pipeline test failed after others).
+    CANOPY_CUDA_CHECK(cudaMemsetAsync(trace.get(), 0, n * capacity * sizeof(node_id), s));
     copy_to_device(xs.get(), x.data(), n, s);
     TracingVisitor<IntervalVisitor<Guided>> v;
     v.inner.tree = dtree.view();
