@@ -1,7 +1,8 @@
 // canopy-bench e2e: what an analytics call waits for, end to end: the points already in device
 // memory, the kd-tree built on the GPU, the queries (the points themselves) answered into device
-// buffers. The default call (Auto, its one-time trial included: a single call pays it) and the
-// call with Auto's usual pick fixed are timed apart. scripts/e2e_baselines.py times scipy and
+// buffers. The default call (Auto; a shape's first call runs Auto's prior) and the call with
+// Auto's usual pick fixed are timed apart, and so is the default's second query on the same tree,
+// the one that pays Auto's one-time trial. scripts/e2e_baselines.py times scipy and
 // cupyx on the same inputs.
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
@@ -55,15 +56,27 @@ int run_e2e(const E2eConfig& c) {
   struct Times {
     std::vector<double> total, build;
   } fixed, deflt;
+  std::vector<double> second_query;  // the default's second call: the trial's
   for (int r = 0; r <= c.repeat; ++r) {  // run 0 warms up
     for (int variant = 0; variant < 2; ++variant) {
       Times& t = variant ? fixed : deflt;
-      AutoChoice::forget_all();  // every default call is a first call: it pays the trial
+      AutoChoice::forget_all();  // every default call is a shape's first call
       CANOPY_CUDA_CHECK(cudaDeviceSynchronize());
       const auto t0 = std::chrono::steady_clock::now();
       KdTreeGpuBuilder builder;
       const KdTree tree = builder.build(points.p, n, dims);
       const double build_ms = ms_since(t0);
+      // The call; for the default, the call's total so far and then a second call, timed apart.
+      auto query = [&](auto&& call) {
+        call();
+        CANOPY_CUDA_CHECK(cudaDeviceSynchronize());
+        t.total.push_back(ms_since(t0));
+        if (variant) return;
+        const auto t1 = std::chrono::steady_clock::now();
+        call();
+        CANOPY_CUDA_CHECK(cudaDeviceSynchronize());
+        second_query.push_back(ms_since(t1));
+      };
       if (c.workload == "pc") {
         PointCorrelation pc(tree, Device::Gpu);
         PcOptions o;
@@ -72,7 +85,7 @@ int run_e2e(const E2eConfig& c) {
           o.schedule = ScheduleKind::LeafSort;
           o.executor = ExecutorKind::FsmLockstep;
         }
-        pc.run(points.p, n, o, counts_or_ids.p);
+        query([&] { pc.run(points.p, n, o, counts_or_ids.p); });
       } else {
         NearestNeighbors nn(tree, Device::Gpu);
         KnnOptions o;
@@ -81,22 +94,25 @@ int run_e2e(const E2eConfig& c) {
           o.schedule = ScheduleKind::LeafSort;
           o.executor = ExecutorKind::Independent;
         }
-        nn.run(points.p, n, o, counts_or_ids.p, dist.p);
+        query([&] { nn.run(points.p, n, o, counts_or_ids.p, dist.p); });
       }
-      CANOPY_CUDA_CHECK(cudaDeviceSynchronize());
-      if (r > 0) {
-        t.total.push_back(ms_since(t0));
-        t.build.push_back(build_ms);
+      t.build.push_back(build_ms);
+      if (r == 0) {  // the warm-up's times go
+        t.total.clear();
+        t.build.clear();
+        if (!variant) second_query.clear();
       }
     }
   }
   const char* pick = c.workload == "pc" ? "leaf-sort + fsm-lockstep" : "leaf-sort + independent";
   std::printf("| call | total ms (build + query) | of which the build (GPU, with the host copy) |\n| --- | ---: | ---: |\n");
-  std::printf("| default (auto, trial included) | %.1f | %.1f |\n", median(deflt.total), median(deflt.build));
+  std::printf("| default (auto: a shape's first call runs its prior) | %.1f | %.1f |\n", median(deflt.total),
+              median(deflt.build));
   std::printf("| %s fixed | %.1f | %.1f |\n", pick, median(fixed.total), median(fixed.build));
+  std::printf("\nThe default's second query on the same tree (Auto's one-time trial): %.1f ms\n", median(second_query));
   if (!c.json.empty())
     write_json(c.json, {{"workload", c.workload}, {"n", n}, {"dims", dims}, {"radius", radius},
-                        {"default_ms", median(deflt.total)}, {"fixed_ms", median(fixed.total)},
+                        {"default_ms", median(deflt.total)}, {"second_query_ms", median(second_query)}, {"fixed_ms", median(fixed.total)},
                         {"build_ms", median(fixed.build)}});
   return 0;
 }

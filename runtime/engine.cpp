@@ -97,28 +97,32 @@ int key_depth(const std::vector<index_t>& leaves, index_t n, bool hinted) {
   return std::max(1, height);
 }
 
-std::vector<AutoPick> auto_candidates(const TraversalOptions& opt, Device device, bool sort_key) {
+std::vector<AutoPick> auto_candidates(const TraversalOptions& opt, Device device, bool sort_key, bool guided) {
   const bool any_schedule = opt.schedule == ScheduleKind::Auto, any_executor = opt.executor == ExecutorKind::Auto;
   if (device != Device::Gpu) {
     return {{any_schedule ? ScheduleKind::InputOrder : opt.schedule,
              any_executor ? ExecutorKind::Independent : opt.executor}};
   }
+  // The prior goes first: the workload's own sort key (else the compact key), under independent
+  // threads for guided rows and lockstep for unguided ones (what the H100 measurements favour).
   std::vector<ScheduleKind> schedules{opt.schedule};
   if (any_schedule) {
-    schedules = {ScheduleKind::HybridKey};
+    schedules.clear();
     if (sort_key) schedules.push_back(ScheduleKind::LeafSort);
+    schedules.push_back(ScheduleKind::HybridKey);
     schedules.push_back(ScheduleKind::InputOrder);
   }
+  const ExecutorKind first = guided ? ExecutorKind::Independent : ExecutorKind::FsmLockstep;
+  const ExecutorKind second = guided ? ExecutorKind::FsmLockstep : ExecutorKind::Independent;
   std::vector<AutoPick> out;
   for (ScheduleKind s : schedules) {
-    // Lockstep pays off only over an order that groups similar queries; it goes first there.
-    const bool sorted = s != ScheduleKind::InputOrder;
     if (!any_executor) {
       out.push_back({s, opt.executor});
-    } else if (sorted) {
-      out.push_back({s, ExecutorKind::FsmLockstep});
-      out.push_back({s, ExecutorKind::Independent});
+    } else if (s != ScheduleKind::InputOrder) {
+      out.push_back({s, first});
+      out.push_back({s, second});
     } else {
+      // Lockstep pays off only over an order that groups similar queries.
       out.push_back({s, ExecutorKind::Independent});
       if (!any_schedule) out.push_back({s, ExecutorKind::FsmLockstep});
     }
@@ -147,8 +151,13 @@ std::vector<index_t> block_sample(const index_t* order, index_t n, index_t m, in
 
 namespace {
 std::mutex auto_mutex;
-std::vector<std::pair<AutoChoice::Key, AutoPick>>& auto_picks() {
-  static std::vector<std::pair<AutoChoice::Key, AutoPick>> picks;
+struct AutoEntry {
+  AutoChoice::Key key;
+  AutoPick pick;
+  bool settled;
+};
+std::vector<AutoEntry>& auto_picks() {
+  static std::vector<AutoEntry> picks;
   return picks;
 }
 int scale_of(index_t n) {
@@ -182,24 +191,26 @@ AutoChoice::Key AutoChoice::key(std::size_t workload, int height, index_t tree_l
   return k;
 }
 
-bool AutoChoice::find(const Key& k, AutoPick* pick) {
+bool AutoChoice::find(const Key& k, AutoPick* pick, bool* settled) {
   std::lock_guard<std::mutex> lock(auto_mutex);
-  for (const auto& [key, p] : auto_picks())
-    if (key == k) {
-      *pick = p;
+  for (const AutoEntry& e : auto_picks())
+    if (e.key == k) {
+      *pick = e.pick;
+      if (settled) *settled = e.settled;
       return true;
     }
   return false;
 }
 
-void AutoChoice::remember(const Key& k, AutoPick pick) {
+void AutoChoice::remember(const Key& k, AutoPick pick, bool settled) {
   std::lock_guard<std::mutex> lock(auto_mutex);
-  for (auto& [key, p] : auto_picks())
-    if (key == k) {
-      p = pick;
+  for (AutoEntry& e : auto_picks())
+    if (e.key == k) {
+      // A settled pick is never demoted to a provisional one (two threads' first calls).
+      if (settled || !e.settled) e = {k, pick, settled};
       return;
     }
-  auto_picks().push_back({k, pick});
+  auto_picks().push_back({k, pick, settled});
 }
 
 void AutoChoice::forget_all() {

@@ -292,12 +292,13 @@ struct AutoPick {
   ExecutorKind executor;
 };
 
-// What an Auto call on `device` chooses between, the one the call itself runs first. On the
-// GPU: HybridKey and LeafSort (where the workload has a sort key) under FSM lockstep and
-// independent threads, and the input order under independent threads; a kind the options fix
+// What an Auto call on `device` chooses between, the prior first: the pick a shape's first call
+// runs without a trial. On the GPU: LeafSort (where the workload has a sort key) and HybridKey
+// under FSM lockstep and independent threads (independent first for guided rows, lockstep first
+// for unguided ones), and the input order under independent threads; a kind the options fix
 // stays fixed. On the CPU no trial: independent tasks over the input order (the lockstep kinds
 // are the warp emulator, there to count nodes).
-std::vector<AutoPick> auto_candidates(const TraversalOptions& opt, Device device, bool sort_key);
+std::vector<AutoPick> auto_candidates(const TraversalOptions& opt, Device device, bool sort_key, bool guided);
 
 // m query indices (ascending) taken as `blocks` runs of consecutive positions of `order` (null:
 // the input order) spread evenly over 0..n-1; all of them when m >= n.
@@ -306,7 +307,8 @@ std::vector<index_t> block_sample(const index_t* order, index_t n, index_t m, in
 // Auto's picks, process-wide (a simulation that rebuilds its tree every step pays for one trial,
 // not one per tree): per workload type, tree shape (height, and the power of two of its leaf
 // count), batch-size class (the power of two of the query count), device and the options that
-// shape a run. Thread-safe.
+// shape a run. A shape's first call leaves the prior there, unsettled: the trial runs on its
+// second call, once the shape has shown it recurs, so a one-shot call costs one call. Thread-safe.
 class AutoChoice {
  public:
   struct Key {
@@ -318,8 +320,8 @@ class AutoChoice {
   };
   static Key key(std::size_t workload, int height, index_t tree_leaves, index_t n, Device device,
                  const TraversalOptions& opt);
-  static bool find(const Key& k, AutoPick* pick);
-  static void remember(const Key& k, AutoPick pick);
+  static bool find(const Key& k, AutoPick* pick, bool* settled = nullptr);
+  static void remember(const Key& k, AutoPick pick, bool settled = true);
   static void forget_all();  // tests
 };
 
@@ -469,13 +471,14 @@ TraversalStats run_call(const W& w, const typename W::View& view, Device held, G
 
 namespace detail {
 
-// An Auto call: the remembered pick, or the call under the first candidate followed by the trial
-// of every candidate (kAutoSample), whose fastest is remembered for the calls that follow.
+// An Auto call: the settled pick; on a shape's first call the prior (the first candidate) alone;
+// on its second the call under the prior followed by the trial of every candidate (kAutoSample),
+// whose fastest is remembered, settled, for the calls that follow.
 template <class W>
 TraversalStats run_auto(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
                         const CallData& call, const TraversalOptions& opt) {
   const Device where = opt.device == Device::Cpu ? Device::Cpu : held;
-  const std::vector<AutoPick> candidates = auto_candidates(opt, where, W::kSortKey);
+  const std::vector<AutoPick> candidates = auto_candidates(opt, where, W::kSortKey, W::kGuided);
   TraversalOptions o = opt;
   auto take = [&](AutoPick p) {
     o.schedule = p.schedule;
@@ -488,8 +491,15 @@ TraversalStats run_auto(const W& w, const typename W::View& view, Device held, G
   const AutoChoice::Key key = AutoChoice::key(typeid(W).hash_code(), W::topology(view).height,
                                               engine_top_leaves<W>(view, state).back(), call.n, where, opt);
   AutoPick pick{};
-  if (AutoChoice::find(key, &pick)) {
+  bool settled = false;
+  const bool known = AutoChoice::find(key, &pick, &settled);
+  if (known && settled) {
     take(pick);
+    return run_call(w, view, held, gpu, state, call, o);
+  }
+  if (!known) {
+    AutoChoice::remember(key, candidates.front(), false);
+    take(candidates.front());
     return run_call(w, view, held, gpu, state, call, o);
   }
   const auto t0 = std::chrono::steady_clock::now();

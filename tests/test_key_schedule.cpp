@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "inspector/inspector.hpp"
@@ -231,17 +233,28 @@ TEST(KeySchedule, IsTheStableSortOfTheKeysOnTheCpu) {
 
 TEST(AutoChoice, CandidatesAndSamples) {
   TraversalOptions o;
-  const std::vector<AutoPick> gpu = auto_candidates(o, Device::Gpu, true);
+  const std::vector<AutoPick> gpu = auto_candidates(o, Device::Gpu, true, false);
   ASSERT_EQ(gpu.size(), 5u);
-  EXPECT_EQ(gpu[0].schedule, ScheduleKind::HybridKey);
+  // The prior: the workload's sort key, lockstep for unguided rows, independent threads for guided.
+  EXPECT_EQ(gpu[0].schedule, ScheduleKind::LeafSort);
   EXPECT_EQ(gpu[0].executor, ExecutorKind::FsmLockstep);
-  EXPECT_EQ(auto_candidates(o, Device::Gpu, false).size(), 3u);  // no sort key: no LeafSort
-  const std::vector<AutoPick> cpu = auto_candidates(o, Device::Cpu, true);
+  const std::vector<AutoPick> guided = auto_candidates(o, Device::Gpu, true, true);
+  EXPECT_EQ(guided[0].schedule, ScheduleKind::LeafSort);
+  EXPECT_EQ(guided[0].executor, ExecutorKind::Independent);
+  const std::vector<AutoPick> keyless = auto_candidates(o, Device::Gpu, false, false);
+  ASSERT_EQ(keyless.size(), 3u);  // no sort key: no LeafSort
+  EXPECT_EQ(keyless[0].schedule, ScheduleKind::HybridKey);
+  for (const auto& all : {gpu, guided, keyless}) {
+    std::set<std::pair<int, int>> distinct;
+    for (const AutoPick& p : all) distinct.insert({static_cast<int>(p.schedule), static_cast<int>(p.executor)});
+    EXPECT_EQ(distinct.size(), all.size());
+  }
+  const std::vector<AutoPick> cpu = auto_candidates(o, Device::Cpu, true, false);
   ASSERT_EQ(cpu.size(), 1u);
   EXPECT_EQ(cpu[0].schedule, ScheduleKind::InputOrder);
   EXPECT_EQ(cpu[0].executor, ExecutorKind::Independent);
   o.executor = ExecutorKind::MaskLockstep;  // a fixed kind stays fixed
-  for (const AutoPick& p : auto_candidates(o, Device::Gpu, true)) EXPECT_EQ(p.executor, ExecutorKind::MaskLockstep);
+  for (const AutoPick& p : auto_candidates(o, Device::Gpu, true, true)) EXPECT_EQ(p.executor, ExecutorKind::MaskLockstep);
 
   // Blocks of consecutive positions of the order, spread over it, ascending, no repeats.
   std::vector<index_t> order(1000);
@@ -354,9 +367,9 @@ TEST(KeyScheduleGpu, CustomVisitorsEqualTheCpuTwinToo) {
     }
 }
 
-// Auto: the first call pays for a trial and says what it ran; the next calls of the same size
-// class reuse the pick; every call's results equal the reference. More than kAutoSample queries
-// take the sampled trial, 3,000 the whole-call one.
+// Auto: a size class's first call runs the prior with no trial, its second pays for the trial,
+// the next calls reuse the pick; every call says what it ran and its results equal the
+// reference. More than kAutoSample queries take the sampled trial, 3,000 the whole-call one.
 TEST(AutoChoiceGpu, PicksOnceAndRemembersThePickPerSizeClass) {
   CANOPY_REQUIRE_GPU();
   AutoChoice::forget_all();
@@ -376,16 +389,21 @@ TEST(AutoChoiceGpu, PicksOnceAndRemembersThePickPerSizeClass) {
     o.radius = radius;
     const PcResult first = pc.run(qs.data(), n, o);
     EXPECT_EQ(first.counts, want);
-    EXPECT_GT(first.auto_trial_ms, 0.0) << n;
-    EXPECT_TRUE(first.schedule.order.empty()) << "the trial's schedule is not kept unless asked for";
+    EXPECT_EQ(first.auto_trial_ms, 0.0) << n;
+    EXPECT_EQ(first.schedule_kind, ScheduleKind::LeafSort) << "the prior";
+    EXPECT_EQ(first.executor_kind, ExecutorKind::FsmLockstep) << "the prior";
     const PcResult second = pc.run(qs.data(), n, o);
     EXPECT_EQ(second.counts, want);
-    EXPECT_EQ(second.auto_trial_ms, 0.0) << n;
-    EXPECT_NE(second.schedule_kind, ScheduleKind::Auto);
-    EXPECT_NE(second.executor_kind, ExecutorKind::Auto);
+    EXPECT_GT(second.auto_trial_ms, 0.0) << n;
+    EXPECT_TRUE(second.schedule.order.empty()) << "the trial's schedule is not kept unless asked for";
     const PcResult third = pc.run(qs.data(), n, o);
-    EXPECT_EQ(third.schedule_kind, second.schedule_kind);
-    EXPECT_EQ(third.executor_kind, second.executor_kind);
+    EXPECT_EQ(third.counts, want);
+    EXPECT_EQ(third.auto_trial_ms, 0.0) << n;
+    EXPECT_NE(third.schedule_kind, ScheduleKind::Auto);
+    EXPECT_NE(third.executor_kind, ExecutorKind::Auto);
+    const PcResult fourth = pc.run(qs.data(), n, o);
+    EXPECT_EQ(fourth.schedule_kind, third.schedule_kind);
+    EXPECT_EQ(fourth.executor_kind, third.executor_kind);
   }
   // Another tree of the same shape reuses the pick (a simulation's rebuilt tree).
   PointCorrelation again(tree, Device::Gpu);
