@@ -20,6 +20,12 @@
 #   forest-study  the adaptive layout's forest tests, then canopy-bench forest-study on the five
 #          models of the forest issue (batches 100, 10,000, 1,000,000); FS_MODELS narrows the list
 #   profile  Nsight Compute sections of the executor kernels (mask, FSM, independent)
+#   sanitize  compute-sanitizer memcheck (leak check on), racecheck, initcheck and synccheck, each
+#          over the whole test binary (every GPU test; the CPU tests ride along), in SHARDS gtest
+#          shards per tool run side by side (default 4; TOOLS narrows the tools); one test is
+#          excluded, below, with its reason
+#   soak   canopy_soak: 10,000 calls of pc, knn, bh, custom and forest from 4 threads, every
+#          result checked, device and host memory at the start and the end
 #   defaults  the default call against every schedule x executor (independent, sorted,
 #          hybrid-key, auto, the old dense-matrix default): pc and knn on covtype, cities,
 #          uniform 400k-7d and 10^5..10^7 3-d, bh on plummer and uniform 1M (RESULTS.md,
@@ -33,7 +39,7 @@ out=$(mktemp -d)
 trap 'tar -czf "$final/results-$what.tgz" -C "$out" . ; echo "results in $final/results-$what.tgz"' EXIT
 trap "exit 143" TERM INT
 mkdir -p "$final"
-bin=stage/bin
+bin=${CANOPY_BIN:-stage/bin}
 # The deliberate out-of-memory test is left out: memcheck reports its failed cudaMalloc.
 gpu_tests='*Gpu*:Soundness.Gpu*:Inspector.Gpu*:CountsEqualBruteForceReal.*:CountsEqualBruteForceEdge.*:ForestGpu.*:KnnSoundness.*:KnnDegenerate.*:GuidedInspector.*:BhApi.*:BhSoundness.*:-RuntimeErrors.NotEnoughGpuMemoryNamesTheBuffer:*Cpu:KnnExact.KdTreeGpu:KnnExact.BallTreeGpu:KnnExact.VpTreeGpu'
 
@@ -281,4 +287,32 @@ if [[ $what == profile ]]; then
       > "$out/ncu_$name.txt" 2>&1
     grep -E "^  [a-z_]+kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Issued Warp|No Eligible|L1/TEX Hit|L2 Hit|Stall" "$out/ncu_$name.txt" | head -80
   done
+fi
+
+if [[ $what == sanitize ]]; then
+  # Excluded: RuntimeErrors.NotEnoughGpuMemoryNamesTheBuffer asks for more memory than the GPU
+  # has, on purpose; memcheck reports the failed cudaMallocAsync that the test expects.
+  exclude='-RuntimeErrors.NotEnoughGpuMemoryNamesTheBuffer'
+  shards=${SHARDS:-4}
+  for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
+    extra=()
+    [[ $tool == memcheck ]] && extra=(--leak-check full)
+    for ((i = 0; i < shards; ++i)); do
+      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout ${SANITIZE_TIMEOUT:-560} \
+        compute-sanitizer --tool $tool "${extra[@]}" --error-exitcode 9 $bin/canopy_tests --gtest_brief=1 \
+        --gtest_filter="$exclude" > "$out/$tool.$i.txt" 2>&1 &
+    done
+  done
+  wait
+  for f in "$out"/*check.*.txt; do
+    # compute-sanitizer's own summary line, and gtest's verdict.
+    echo "$(basename "$f"): $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY\|LEAK SUMMARY' "$f" | tr '\n' ' ')" \
+      "$(grep -h '^\[  PASSED  \]\|FAILED TEST' "$f" | tr '\n' ' ')"
+  done | tee "$out/sanitize_summary.txt"
+fi
+
+if [[ $what == soak ]]; then
+  soak=${CANOPY_SOAK:-$(dirname "$bin")/canopy_soak}
+  [[ -x $soak ]] || soak=$bin/canopy_soak
+  timeout 560 "$soak" --calls ${SOAK_CALLS:-10000} --threads 4 2>&1 | tee "$out/soak.txt"
 fi
