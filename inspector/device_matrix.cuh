@@ -100,7 +100,12 @@ struct DeviceMatrix {
     }
     width = form.width(cols);
     packed = copy == HostCopy::Packed || (copy == HostCopy::Auto && width > kUnpackedRowWidth);
+    const std::size_t had = entries.capacity();
     entries.reserve(m * static_cast<std::size_t>(width), "the guided scheduling matrix", s);
+    // Unpacked rows go to the host whole, slots past each row's end included, which the
+    // inspector never writes: a new buffer is zeroed once, so no copy reads uninitialised memory.
+    if (entries.capacity() != had)
+      CANOPY_CUDA_CHECK(cudaMemsetAsync(entries.get(), 0, entries.capacity() * sizeof(*entries.get()), s));
     sizes.reserve(m + 1, "the guided row sizes", s);
     longest.reserve(1, "the longest-row counter", s);
     if (!to_host) return;

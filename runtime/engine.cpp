@@ -173,12 +173,12 @@ bool AutoChoice::Key::operator==(const Key& o) const {
          pipeline == o.pipeline && budget == o.budget && probe == o.probe && row_cap == o.row_cap;
 }
 
-AutoChoice::Key AutoChoice::key(std::size_t workload, int height, index_t tree_leaves, index_t n, Device device,
+AutoChoice::Key AutoChoice::key(std::size_t workload, int height, index_t tree_size, index_t n, Device device,
                                 const TraversalOptions& opt) {
   Key k;
   k.workload = workload;
   k.height = height;
-  k.tree_scale = scale_of(tree_leaves);
+  k.tree_scale = scale_of(tree_size);
   k.scale = scale_of(n);
   k.device = static_cast<int>(device);
   k.schedule = static_cast<int>(opt.schedule);

@@ -305,8 +305,8 @@ std::vector<AutoPick> auto_candidates(const TraversalOptions& opt, Device device
 std::vector<index_t> block_sample(const index_t* order, index_t n, index_t m, int blocks);
 
 // Auto's picks, process-wide (a simulation that rebuilds its tree every step pays for one trial,
-// not one per tree): per workload type, tree shape (height, and the power of two of its leaf
-// count), batch-size class (the power of two of the query count), device and the options that
+// not one per tree): per workload type, tree shape (height, and the power of two of its size),
+// batch-size class (the power of two of the query count), device and the options that
 // shape a run. A shape's first call leaves the prior there, unsettled: the trial runs on its
 // second call, once the shape has shown it recurs, so a one-shot call costs one call. Thread-safe.
 class AutoChoice {
@@ -318,7 +318,8 @@ class AutoChoice {
     index_t row_cap = 0;
     bool operator==(const Key& o) const;
   };
-  static Key key(std::size_t workload, int height, index_t tree_leaves, index_t n, Device device,
+  // tree_size: the tree's node count (or leaf count, for a topology that does not say it).
+  static Key key(std::size_t workload, int height, index_t tree_size, index_t n, Device device,
                  const TraversalOptions& opt);
   static bool find(const Key& k, AutoPick* pick, bool* settled = nullptr);
   static void remember(const Key& k, AutoPick pick, bool settled = true);
@@ -370,6 +371,19 @@ TrialCall trial_call(const W& w, const CallData& call, const float* host_queries
   t.data.outputs[0] = t.out->ptr[0];
   t.data.outputs[1] = t.out->ptr[1];
   return t;
+}
+
+// The size of the engine's tree for Auto's key: its node count where the topology says it (the
+// built-in trees, graph trees), else its leaf count from top_leaves_by_depth. Never a walk over a
+// built-in tree: a one-shot call, or a simulation's new octree each step, would pay for it.
+template <class Topology>
+auto tree_size_for_key(const Topology& t, EngineState&, int) -> decltype(static_cast<index_t>(t.n_nodes)) {
+  return static_cast<index_t>(t.n_nodes);
+}
+template <class Topology>
+index_t tree_size_for_key(const Topology& t, EngineState& state, long) {
+  if (state.top_leaves.empty()) state.top_leaves = top_leaves_by_depth(t);
+  return state.top_leaves.back();
 }
 
 // The engine's tree's top_leaves_by_depth, counted once.
@@ -489,7 +503,7 @@ TraversalStats run_auto(const W& w, const typename W::View& view, Device held, G
     return run_call(w, view, held, gpu, state, call, o);
   }
   const AutoChoice::Key key = AutoChoice::key(typeid(W).hash_code(), W::topology(view).height,
-                                              engine_top_leaves<W>(view, state).back(), call.n, where, opt);
+                                              tree_size_for_key(W::topology(view), state, 0), call.n, where, opt);
   AutoPick pick{};
   bool settled = false;
   const bool known = AutoChoice::find(key, &pick, &settled);
