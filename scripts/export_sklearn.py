@@ -1,101 +1,22 @@
 #!/usr/bin/python3
-"""Writes a scikit-learn random forest as a Canopy forest JSON file (docs/forest_format.md).
-
-Supported: RandomForestClassifier, RandomForestRegressor, ExtraTreesClassifier,
-ExtraTreesRegressor with a single output. Use it as a module:
-
-    from export_sklearn import export_forest
-    export_forest(model, "forest.json")
-
-or from the command line on a pickled (or joblib-dumped) estimator:
+"""Writes a pickled scikit-learn forest as a Canopy forest JSON file:
 
     /usr/bin/python3 scripts/export_sklearn.py model.pkl forest.json
 
-Leaf class distributions are normalised here exactly as scikit-learn's predict_proba does it
-(value / value.sum(axis=1), an all-zero row left as zeros), so Canopy adds the very same
-float64 numbers scikit-learn adds and the averaged probabilities agree to the last bit.
+The exporter lives in the Python package (python/canopy/sklearn_export.py); this loads that file
+directly, so it runs without the compiled module. `from export_sklearn import export_forest`
+keeps working for the scripts that import it.
 """
-import json
-import pickle
+import importlib.util
+import pathlib
 import sys
 
-import numpy as np
-
-SUPPORTED = ("RandomForestClassifier", "RandomForestRegressor",
-             "ExtraTreesClassifier", "ExtraTreesRegressor")
-
-
-def _tree_json(tree, task, n_classes):
-    t = tree.tree_
-    n = t.node_count
-    if task == "classification":
-        # The same expression scikit-learn's DecisionTreeClassifier.predict_proba evaluates.
-        proba = t.value.reshape(n, -1)[:, :n_classes].copy()
-        normalizer = proba.sum(axis=1)[:, np.newaxis]
-        normalizer[normalizer == 0.0] = 1.0
-        proba /= normalizer
-        values = proba.tolist()
-    else:
-        values = t.value.reshape(n, -1)[:, :1].tolist()
-    # Inference reads only the leaves' values: inner nodes get [] to keep the file small.
-    leaf = t.children_left == -1
-    values = [v if leaf[i] else [] for i, v in enumerate(values)]
-    out = {
-        "left_children": t.children_left.tolist(),
-        "right_children": t.children_right.tolist(),
-        "features": t.feature.tolist(),
-        "thresholds": [float(v) for v in t.threshold],
-        "values": values,
-        "node_samples": t.n_node_samples.tolist(),
-        "weighted_node_samples": [float(v) for v in t.weighted_n_node_samples],
-    }
-    if hasattr(t, "missing_go_to_left"):  # scikit-learn >= 1.3
-        out["default_left"] = [int(v) for v in t.missing_go_to_left]
-    return out
-
-
-def forest_to_dict(model):
-    import sklearn
-    kind = type(model).__name__
-    if kind not in SUPPORTED:
-        raise ValueError(f"{kind} is not supported (supported: {', '.join(SUPPORTED)})")
-    if getattr(model, "n_outputs_", 1) != 1:
-        raise ValueError("multi-output forests are not supported")
-    task = "classification" if kind.endswith("Classifier") else "regression"
-    doc = {
-        "format": "canopy-forest",
-        "version": 1,
-        "producer": f"scripts/export_sklearn.py (scikit-learn {sklearn.__version__}, {kind})",
-        "task": task,
-        "num_features": int(model.n_features_in_),
-    }
-    n_classes = 0
-    if task == "classification":
-        classes = model.classes_
-        n_classes = len(classes)
-        if np.issubdtype(np.asarray(classes).dtype, np.number):
-            doc["classes"] = [c.item() for c in np.asarray(classes)]
-        else:  # labels that are not numbers: Canopy outputs the class index
-            doc["classes"] = list(range(n_classes))
-            doc["class_names"] = [str(c) for c in classes]
-    doc["trees"] = [_tree_json(est, task, n_classes) for est in model.estimators_]
-    return doc
-
-
-def export_forest(model, path):
-    with open(path, "w") as f:
-        json.dump(forest_to_dict(model), f, separators=(",", ":"))
-
-
-def main(argv):
-    if len(argv) != 3:
-        print(__doc__, file=sys.stderr)
-        return 2
-    with open(argv[1], "rb") as f:
-        model = pickle.load(f)
-    export_forest(model, argv[2])
-    return 0
-
+_path = pathlib.Path(__file__).resolve().parent.parent / "python" / "canopy" / "sklearn_export.py"
+_spec = importlib.util.spec_from_file_location("canopy_sklearn_export", _path)
+_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
+export_forest = _module.export_forest
+forest_to_dict = _module.forest_to_dict
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(_module.main(sys.argv))

@@ -1,0 +1,176 @@
+"""The Python package against independent references: scipy's cKDTree for counts and neighbours,
+a direct O(n^2) sum for Barnes-Hut, XGBoost's and scikit-learn's own predictions for forests.
+Runs on the CPU here and on the GPU where there is one (the CUDA-array tests need cupy)."""
+import os
+
+import numpy as np
+import pytest
+from scipy.spatial import cKDTree
+
+import canopy
+
+DATA = os.environ.get("CANOPY_TEST_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "tests", "data"))
+
+
+def clustered(n, dims, seed):
+    rng = np.random.default_rng(seed)
+    centres = rng.random((12, dims))
+    return (centres[rng.integers(0, 12, n)] + rng.normal(0, 0.04, (n, dims))).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def cloud():
+    return clustered(6000, 3, 1), clustered(1500, 3, 2)
+
+
+def scipy_knn(points, queries, k):
+    # scipy in float64 over the same float32 values Canopy reads.
+    return cKDTree(points.astype(np.float64)).query(queries.astype(np.float64), k=k)
+
+
+@pytest.mark.parametrize("cls", [canopy.KDTree, canopy.BallTree, canopy.VPTree])
+def test_query_equals_scipy(cloud, cls):
+    points, queries = cloud
+    d, i = cls(points, leafsize=8).query(queries, k=8)
+    want_d, want_i = scipy_knn(points, queries, 8)
+    assert d.shape == (1500, 8) and i.shape == (1500, 8) and i.dtype == np.int64 and d.dtype == np.float64
+    np.testing.assert_allclose(d, want_d, rtol=2e-6, atol=1e-7)
+    # The same neighbours; where two distances are within float32 rounding the order may differ.
+    gaps = np.diff(want_d, axis=1)
+    clear = np.ones_like(i, dtype=bool)
+    clear[:, 1:] &= gaps > 1e-5
+    clear[:, :-1] &= gaps > 1e-5
+    assert np.array_equal(i[clear], want_i[clear])
+    assert all(set(a) == set(b) for a, b in zip(i, want_i) if np.all(np.diff(b) != 0))
+
+
+def test_query_shapes_as_scipy(cloud):
+    points, queries = cloud
+    tree = canopy.KDTree(points)
+    d, i = tree.query(queries, k=1)
+    assert d.shape == (1500,) and i.shape == (1500,)
+    d0, i0 = tree.query(queries[0], k=1)
+    assert np.isscalar(d0) or d0.shape == ()
+    assert i0 == i[0]
+    want_d, want_i = scipy_knn(points, queries[:1], 1)
+    assert i0 == want_i[0]
+
+
+def test_radius_counts_equal_scipy(cloud):
+    points, queries = cloud
+    r = 0.1
+    counts = canopy.KDTree(points).query_ball_point(queries, r, return_length=True)
+    assert counts.shape == (1500,) and counts.dtype == np.int64
+    ref = cKDTree(points.astype(np.float64))
+    # A point at exactly r counts; float32 against float64 may disagree only within rounding of r.
+    lo = ref.query_ball_point(queries.astype(np.float64), r * (1 - 1e-5), return_length=True)
+    hi = ref.query_ball_point(queries.astype(np.float64), r * (1 + 1e-5), return_length=True)
+    assert np.all(lo <= counts) and np.all(counts <= hi)
+    assert counts.sum() > 5 * len(queries) and (counts == 0).any()  # the test means something
+
+
+def test_inputs_converted_once_and_checked(cloud):
+    points, queries = cloud
+    tree = canopy.KDTree(np.asfortranarray(points.astype(np.float64)))
+    d, i = tree.query(np.asfortranarray(queries.astype(np.float64)), k=4)
+    d2, i2 = canopy.KDTree(points).query(queries, k=4)
+    assert np.array_equal(i, i2) and np.array_equal(d, d2)
+    with pytest.raises(ValueError, match="dtype int64 is not float32 or float64"):
+        tree.query(np.zeros((3, 3), dtype=np.int64))
+    with pytest.raises(ValueError, match="2 columns, the tree has 3"):
+        tree.query(np.zeros((3, 2), dtype=np.float32))
+    with pytest.raises(ValueError, match="k = 7000 is outside"):
+        tree.query(queries, k=7000)
+    with pytest.raises(ValueError, match="NaN|nan|not finite|infinite"):
+        tree.query(np.full((2, 3), np.nan, dtype=np.float32))
+    with pytest.raises(ValueError, match="return_length=True"):
+        tree.query_ball_point(queries, 0.1)
+    with pytest.raises(ValueError, match="KDTree"):
+        canopy.BallTree(points).query_ball_point(queries, 0.1, return_length=True)
+
+
+def test_options_and_stats(cloud):
+    points, queries = cloud
+    tree = canopy.KDTree(points)
+    want = tree.query(queries, k=8)
+    got = tree.query(queries, k=8, schedule="input-order", executor="independent")
+    assert np.array_equal(got[1], want[1])
+    s = tree.last_stats
+    assert s.schedule == "input-order" and s.executor == "independent" and s.total_ms >= 0
+    assert s.device == tree.device
+    got = tree.query(queries, k=8, schedule="hybrid", depth=4)
+    assert np.array_equal(got[1], want[1]) and tree.last_stats.depth == 4
+    with pytest.raises(ValueError, match="unknown option"):
+        tree.query(queries, k=2, warp_size=16)
+    with pytest.raises(ValueError, match="schedule = 'fastest' is unknown"):
+        tree.query(queries, k=2, schedule="fastest")
+    with pytest.raises(ValueError, match="depth = 99"):
+        tree.query(queries, k=2, schedule="hybrid", depth=99)
+
+
+def test_barnes_hut_equals_direct_sum():
+    rng = np.random.default_rng(3)
+    pos = rng.normal(0, 1, (800, 3)).astype(np.float32)
+    mass = np.full(800, 1 / 800, dtype=np.float32)
+    eps = 0.05
+    p = pos.astype(np.float64)
+    diff = p[None, :, :] - p[:, None, :]
+    inv = (np.sum(diff * diff, axis=2) + eps * eps) ** -1.5
+    np.fill_diagonal(inv, 0)
+    # F_i = m_i * sum_j m_j (x_j - x_i) / (|x_j - x_i|^2 + eps^2)^(3/2)
+    direct = mass[:, None] * np.einsum("ij,ijk->ik", inv * mass[None, :], diff)
+    exact = canopy.barnes_hut(pos, mass, theta=0.0, eps=eps)  # opens every cell: a direct sum
+    assert exact.shape == (800, 3) and exact.dtype == np.float32
+    np.testing.assert_allclose(exact, direct, rtol=1e-4, atol=1e-5)
+    approx = canopy.barnes_hut(pos, mass, theta=0.5, eps=eps)
+    err = np.linalg.norm(approx - direct, axis=1) / np.linalg.norm(direct, axis=1)
+    assert np.median(err) < 1e-2
+    with pytest.raises(ValueError, match="masses: 3 values for 800 bodies"):
+        canopy.barnes_hut(pos, mass[:3])
+
+
+def test_forest_from_a_file_equals_xgboost_margins():
+    f = canopy.Forest.load(os.path.join(DATA, "forest", "xgb_higgs.json"))
+    rows = np.genfromtxt(os.path.join(DATA, "forest", "higgs_rows.csv"), delimiter=",", names=True)
+    names = [n for n in rows.dtype.names if n != "label"]
+    X = np.stack([rows[n] for n in names], axis=1)
+    want = np.loadtxt(os.path.join(DATA, "forest", "xgb_higgs.margin.txt"), ndmin=1)
+    got = f.predict(X, output="margin")
+    np.testing.assert_allclose(got, want.reshape(got.shape), rtol=1e-6, atol=1e-6)
+
+
+def test_forest_from_xgboost_and_sklearn_objects():
+    xgb = pytest.importorskip("xgboost")
+    from sklearn.ensemble import RandomForestClassifier
+    rng = np.random.default_rng(5)
+    X = rng.random((600, 6)).astype(np.float32)
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0.8).astype(int)
+    X[rng.random(X.shape) < 0.05] = np.nan  # missing values
+    booster = xgb.train({"max_depth": 4, "objective": "binary:logistic", "base_score": 0.5},
+                        xgb.DMatrix(X, label=y), num_boost_round=20)
+    f = canopy.Forest.load(booster)
+    np.testing.assert_allclose(f.predict(X, output="margin"),
+                               booster.predict(xgb.DMatrix(X), output_margin=True), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(f.predict(X, output="prob"), booster.predict(xgb.DMatrix(X)), rtol=1e-6, atol=1e-7)
+
+    Xf = np.nan_to_num(X)
+    rf = RandomForestClassifier(n_estimators=10, max_depth=6, random_state=0).fit(Xf, y)
+    got = canopy.Forest.load(rf).predict(Xf, output="prob")
+    assert np.array_equal(got, rf.predict_proba(Xf).astype(np.float32))
+    with pytest.raises(ValueError, match="neither a path"):
+        canopy.Forest.load(42)
+
+
+def test_cuda_arrays_stay_on_the_device(cloud):
+    if not canopy.gpu_available():
+        pytest.skip("no GPU: " + canopy.gpu_description())
+    cp = pytest.importorskip("cupy")
+    points, queries = cloud
+    tree = canopy.KDTree(cp.asarray(points))
+    d, i = tree.query(cp.asarray(queries), k=8)
+    assert isinstance(i, cp.ndarray) and isinstance(d, cp.ndarray)
+    hd, hi = canopy.KDTree(points).query(queries, k=8)
+    assert np.array_equal(cp.asnumpy(i), hi) and np.array_equal(cp.asnumpy(d), hd)
+    counts = tree.query_ball_point(cp.asarray(queries, dtype=cp.float64), 0.05, return_length=True)
+    assert isinstance(counts, cp.ndarray)
+    assert np.array_equal(cp.asnumpy(counts), canopy.KDTree(points).query_ball_point(queries, 0.05, return_length=True))
