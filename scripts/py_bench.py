@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Canopy from Python against scipy's cKDTree (all cores) and cupyx's KDTree on the same arrays:
+build + query, k = 8 nearest neighbours and radius counts (mean count 32), the points querying
+themselves; wall ms, median of --repeat after a warm-up. Canopy and cupyx get the points in
+device memory (cupy) when there is a GPU; their results stay there.
+
+    python3 scripts/py_bench.py --n 1000000 [--repeat 3] [--json out.json]
+Needs the canopy package on PYTHONPATH (build/python) and numpy; scipy and cupy where present.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import canopy
+
+
+def timed(fn, repeat, sync=lambda: None):
+    fn()
+    sync()
+    ms = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        ms.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(ms)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", default="")
+    a = ap.parse_args(argv)
+    pts = np.random.default_rng(1).random((a.n, 3), dtype=np.float32)
+    # The radius for a mean count of about 32 in the unit cube: 4/3 pi r^3 n = 32.
+    r = float((32 * 3 / (4 * np.pi * a.n)) ** (1 / 3))
+    rows = {}
+    cp = None
+    if canopy.gpu_available():
+        try:
+            import cupy as cp
+        except ImportError:
+            cp = None
+    sync = (lambda: cp.cuda.Device().synchronize()) if cp is not None else (lambda: None)
+    data = cp.asarray(pts) if cp is not None else pts
+
+    def canopy_knn():
+        canopy.KDTree(data).query(data, k=8)
+
+    def canopy_pc():
+        canopy.KDTree(data).query_ball_point(data, r, return_length=True)
+
+    rows["canopy knn"] = timed(canopy_knn, a.repeat, sync)
+    rows["canopy pc"] = timed(canopy_pc, a.repeat, sync)
+    t = canopy.KDTree(data)
+    t.query(data, k=8)
+    rows["canopy knn pick"] = f"{t.last_stats.schedule} + {t.last_stats.executor} on the {t.last_stats.device}"
+    try:
+        from scipy.spatial import cKDTree
+        rows["scipy knn"] = timed(lambda: cKDTree(pts).query(pts, k=8, workers=-1), a.repeat)
+        rows["scipy pc"] = timed(lambda: cKDTree(pts).query_ball_point(pts, r, return_length=True, workers=-1),
+                                 a.repeat)
+    except ImportError:
+        pass
+    if cp is not None:
+        try:
+            from cupyx.scipy.spatial import KDTree as CuKDTree
+            rows["cupyx knn"] = timed(lambda: CuKDTree(data).query(data, k=8), a.repeat, sync)
+        except Exception as e:  # noqa: BLE001 - report and go on (cupyx's limits are part of the answer)
+            rows["cupyx knn"] = f"failed: {type(e).__name__}"
+        try:
+            rows["cupyx pc"] = timed(lambda: CuKDTree(data).query_ball_point(data, r, return_length=True), a.repeat,
+                                     sync)
+        except Exception as e:  # noqa: BLE001
+            rows["cupyx pc"] = f"failed: {type(e).__name__}: {str(e)[:80]}"
+    print(f"py_bench: uniform {a.n} x 3, radius {r:.6f}, k 8; {canopy.gpu_description()}")
+    print("| call | ms (build + query, median) |\n| --- | ---: |")
+    for k, v in rows.items():
+        print(f"| {k} | {v:.1f} |" if isinstance(v, float) else f"| {k} | {v} |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"n": a.n, "radius": r, "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
