@@ -295,7 +295,8 @@ ForestOutput parse_forest_output(const std::string& s) {
   if (s == "margin") return ForestOutput::Margin;
   if (s == "prob") return ForestOutput::Prob;
   if (s == "class") return ForestOutput::Class;
-  throw Error("--output: '" + s + "' is not one of margin, prob, class");
+  if (s == "leaf") return ForestOutput::Leaf;
+  throw Error("--output: '" + s + "' is not one of margin, prob, class, leaf");
 }
 
 std::vector<index_t> parse_forest_batches(const std::string& s) {
@@ -311,7 +312,7 @@ std::vector<index_t> parse_forest_batches(const std::string& s) {
 }
 
 void add_forest_input_options(CLI::App& app, ForestInputs& c) {
-  app.add_option("--model", c.model, "XGBoost JSON (Booster.save_model) or Canopy forest JSON, plain or .gz")->required();
+  app.add_option("--model", c.model, "XGBoost JSON or UBJSON (Booster.save_model) or Canopy forest JSON, plain or .gz")->required();
   app.add_option("--data", c.data, "CSV or CSV.gz with a header; every column but the label is a feature")->required();
   app.add_option("--label", c.label,
                  "the label column (name or 0-based index), left out of the features (forest: accuracy / RMSE are reported)");
@@ -319,7 +320,8 @@ void add_forest_input_options(CLI::App& app, ForestInputs& c) {
   app.add_option("--repeat", c.repeat, "timed runs per variant and batch (the median is reported)")->capture_default_str();
   app.add_option("--row-depth", c.row_depth, "adaptive layout: row scheduling's top-tree depth (forest: 0 is off)")
       ->capture_default_str();
-  app.add_option("--output", c.output, "margin, prob or class")->capture_default_str();
+  app.add_option("--output", c.output, "margin, prob, class or leaf (XGBoost's pred_leaf: one node id per tree; CPU only)")
+      ->capture_default_str();
   app.add_option("--json", c.json, "write the results as JSON to this file");
 }
 
@@ -399,8 +401,14 @@ void add_forest_options(CLI::App& app, ForestBenchConfig& c) {
 int run_forest(const ForestBenchConfig& c) {
   const std::vector<ForestLayout> layouts = parse_layouts(c.layouts);
   const std::vector<ForestKernel> kernels = parse_kernels(c.kernels);
-  const std::vector<Device> devices = parse_devices(c.device);
+  std::vector<Device> devices = parse_devices(c.device);
   const ForestWorkload w = load_forest_workload(c);
+  if (w.output == ForestOutput::Leaf &&
+      std::find(devices.begin(), devices.end(), Device::Gpu) != devices.end()) {
+    // The GPU kernels keep no per-tree result: the leaf output is the CPU executor's alone.
+    std::printf("--output leaf runs on the CPU only: the GPU is left out\n");
+    devices = {Device::Cpu};
+  }
   std::printf("canopy-bench forest: %s\n  %s (loaded in %.0f ms)\n", c.model.c_str(), w.forest.describe().c_str(), w.load_ms);
   std::printf("data: %s, %lld rows x %d features%s (read in %.0f ms); output %s, %d value%s per row\n", c.data.c_str(),
               static_cast<long long>(w.data.n_rows), w.data.n_features,

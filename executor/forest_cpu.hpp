@@ -57,4 +57,31 @@ void predict_forest_cpu(const View& v, const float* rows, index_t n_rows, Forest
   });
 }
 
+// The leaf output (XGBoost's pred_leaf): dst [n_rows][n_trees], dst[i][j] = the model's node id
+// of the leaf row i reaches in the model's tree j (c.order maps layout positions back to the
+// model's order). leaf_number(t, row): the index within layout tree t of the leaf `row`
+// reaches, however the layout finds it.
+template <class LeafNumber>
+void predict_forest_leaves_cpu(const ForestCommon& c, const float* rows, index_t n_rows, const LeafNumber& leaf_number,
+                               float* dst) {
+  const index_t features = c.n_features, trees = c.n_trees;
+  const index_t block = forest_cpu_block_rows(n_rows);
+  const index_t blocks = (n_rows + block - 1) / block;
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, blocks, 1), [&](const tbb::blocked_range<index_t>& r) {
+    for (index_t b = r.begin(); b < r.end(); ++b) {
+      const index_t first = b * block;
+      const index_t n = std::min(block, n_rows - first);
+      for (index_t t = 0; t < trees; ++t) {  // tree-major, as predict_forest_cpu
+        const std::int32_t* ids = c.leaf_source_id.data() + c.leaf_id_begin[static_cast<std::size_t>(t)];
+        const index_t count = c.leaf_id_begin[static_cast<std::size_t>(t) + 1] - c.leaf_id_begin[static_cast<std::size_t>(t)];
+        const index_t col = c.order[static_cast<std::size_t>(t)];
+        for (index_t j = 0; j < n; ++j) {
+          const index_t leaf = leaf_number(t, rows + (first + j) * features);
+          dst[(first + j) * trees + col] = leaf >= 0 && leaf < count ? static_cast<float>(ids[leaf]) : -1.0f;
+        }
+      }
+    }
+  });
+}
+
 }  // namespace canopy

@@ -33,7 +33,7 @@ ForestData read_forest_csv(const std::string& path, const std::string& label = "
 void check_forest_data(const ForestData& data, const std::string& data_path, const Forest& forest);
 
 // One line per row, `width` values separated by commas, each with 9 significant digits
-// (enough for a float32 to round-trip).
+// (enough for a float32 to round-trip; the leaf output's node ids print as integers).
 void write_predictions(const std::string& path, const float* out, index_t n_rows, int width);
 
 }  // namespace canopy

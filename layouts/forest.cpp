@@ -1,6 +1,7 @@
 #include "layouts/forest.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -32,11 +33,13 @@ const char* to_string(ForestOutput o) {
     case ForestOutput::Margin: return "margin";
     case ForestOutput::Prob: return "prob";
     case ForestOutput::Class: return "class";
+    case ForestOutput::Leaf: return "leaf";
   }
   return "?";
 }
 
 int Forest::output_width(ForestOutput out) const {
+  if (out == ForestOutput::Leaf) return static_cast<int>(trees_.size());
   if (out == ForestOutput::Class) {
     if (!is_classifier())
       throw Error(std::string("the class output needs a classifier; this model is a regressor (") +
@@ -105,11 +108,124 @@ std::string read_whole_file(const std::string& path) {
   return text;
 }
 
+// XGBoost writes non-finite floats as the bare literals NaN, Infinity and -Infinity, which
+// JSON does not allow (nlohmann::json rejects them). Each one outside a string becomes a string
+// of the same length, so the parser's line and column numbers stay those of the file: the
+// marker byte, then "I" or "-I" for the infinities, padded with spaces. The marker is a byte
+// the text holds nowhere, so no string of the file can pass for a literal. Returns the marker,
+// 0 when there was nothing to replace (text untouched).
+char replace_nonfinite_literals(std::string& text, const std::string& name) {
+  if (text.find("NaN") == std::string::npos && text.find("Infinity") == std::string::npos) return 0;
+  struct Literal {
+    const char* word;
+    std::size_t len;
+    const char* tag;
+  };
+  static const Literal literals[] = {{"NaN", 3, ""}, {"Infinity", 8, "I"}, {"-Infinity", 9, "-I"}};
+  const auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; };
+  char marker = 0;
+  bool replaced = false, in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    if ((c != 'N' && c != 'I' && c != '-') || (i > 0 && word_char(text[i - 1]))) continue;
+    for (const Literal& l : literals) {
+      if (text.compare(i, l.len, l.word) != 0) continue;
+      if (i + l.len < text.size() && word_char(text[i + l.len])) break;  // a longer word: the parser's to reject
+      if (marker == 0) {
+        for (const char m : {'\x7f', '~', '`', '^', '|'})
+          if (text.find(m) == std::string::npos) {
+            marker = m;
+            break;
+          }
+        if (marker == 0) throw Error(name + ": cannot read its NaN / Infinity literals (no free marker byte)");
+      }
+      std::string s = "\"" + std::string(1, marker) + l.tag + "\"";
+      s.resize(l.len, ' ');
+      text.replace(i, l.len, s);
+      i += l.len - 1;
+      replaced = true;
+      break;
+    }
+  }
+  return replaced ? marker : 0;
+}
+
+// UBJSON (XGBoost's .ubj, its default since 2.1) is an object, '{', whose first key starts
+// with the integer type marker of its length (or an optimised container's '$' / '#'); JSON
+// text has whitespace, '"' or '}' there.
+bool looks_like_ubjson(const std::string& b) {
+  return b.size() >= 2 && b[0] == '{' && b[1] != '\0' && std::strchr("iUIlL$#", b[1]) != nullptr;
+}
+
+// Counts a UBJSON document's values without building it, and stops once they outnumber its
+// bytes. Every value takes at least a byte, except in an optimised container of a type with
+// no payload (null, true, false): "[$Z#l" and four bytes declare any number of nulls, and
+// nlohmann::json::from_ubjson builds them all (a 14-byte file ran out of 4 GB). It also stops
+// past kMaxDepth nested containers: nlohmann's UBJSON reader recurses once per level.
+class UbjsonBudget : public nlohmann::json_sax<json> {
+ public:
+  static constexpr int kMaxDepth = 256;  // an XGBoost model nests 6 levels
+  explicit UbjsonBudget(std::size_t values) : left_(values) {}
+  bool exceeded() const { return exceeded_; }
+  bool too_deep() const { return too_deep_; }
+  bool null() override { return take(); }
+  bool boolean(bool) override { return take(); }
+  bool number_integer(number_integer_t) override { return take(); }
+  bool number_unsigned(number_unsigned_t) override { return take(); }
+  bool number_float(number_float_t, const string_t&) override { return take(); }
+  bool string(string_t&) override { return take(); }
+  bool binary(binary_t&) override { return take(); }
+  bool start_object(std::size_t) override { return enter(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return --depth_, true; }
+  bool start_array(std::size_t) override { return enter(); }
+  bool end_array() override { return --depth_, true; }
+  // Malformed input: from_ubjson, run next, reports it with its position.
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  bool take() {
+    if (left_ == 0) {
+      exceeded_ = true;
+      return false;
+    }
+    --left_;
+    return true;
+  }
+  bool enter() {
+    if (++depth_ > kMaxDepth) {
+      too_deep_ = true;
+      return false;
+    }
+    return take();
+  }
+  std::size_t left_;
+  int depth_ = 0;
+  bool exceeded_ = false, too_deep_ = false;
+};
+
+// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
+std::string json_message(const json::exception& e) {
+  std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 3, ..."
+  if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos)
+    what = what.substr(what.find("] ") + 2);
+  return what;
+}
+
 // A JSON value and the path that leads to it, for messages like
 // "m.json: learner/gradient_booster/model/trees/3/split_indices/7: ...".
 class At {
  public:
-  At(const json& j, std::string path, const std::string* file) : j_(&j), path_(std::move(path)), file_(file) {}
+  // marker: the byte that tags the NaN / Infinity / -Infinity literals replace_nonfinite_literals()
+  // replaced (0: none were).
+  At(const json& j, std::string path, const std::string* file, char marker = 0)
+      : j_(&j), path_(std::move(path)), file_(file), marker_(marker) {}
 
   [[noreturn]] void fail(const std::string& msg) const {
     throw Error(*file_ + ": " + (path_.empty() ? std::string("(top level)") : path_) + ": " + msg);
@@ -117,9 +233,11 @@ class At {
   const std::string& path() const { return path_; }
 
   void expect(json::value_t t, const char* what) const {
-    if (j_->type() != t) fail(std::string("expected ") + what + ", found " + describe_value());
+    if (j_->type() != t || nonfinite(nullptr)) fail(std::string("expected ") + what + ", found " + describe_value());
   }
   std::string describe_value() const {
+    double v = 0;
+    if (nonfinite(&v)) return "number " + std::string(std::isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity");
     std::string d = j_->type_name();
     if (j_->is_primitive()) {
       std::string v = j_->dump();
@@ -136,7 +254,7 @@ class At {
     expect(json::value_t::object, "an object");
     const auto it = j_->find(key);
     if (it == j_->end()) fail(std::string("the field '") + key + "' is missing");
-    return At(*it, child_path(key), file_);
+    return At(*it, child_path(key), file_, marker_);
   }
   std::size_t size() const {
     expect(json::value_t::array, "an array");
@@ -144,7 +262,7 @@ class At {
   }
   At operator[](std::size_t i) const {
     if (i >= size()) fail("has " + std::to_string(size()) + " entries, entry " + std::to_string(i) + " is missing");
-    return At((*j_)[i], child_path(std::to_string(i)), file_);
+    return At((*j_)[i], child_path(std::to_string(i)), file_, marker_);
   }
 
   std::string str() const {
@@ -158,6 +276,8 @@ class At {
     return j_->get<std::int64_t>();
   }
   double number() const {
+    double v = 0;
+    if (nonfinite(&v)) return v;
     if (!j_->is_number()) fail("expected a number, found " + describe_value());
     return j_->get<double>();
   }
@@ -181,10 +301,13 @@ class At {
     return v;
   }
   double float_param() const {
-    if (j_->is_number()) return number();
+    if (j_->is_number() || nonfinite(nullptr)) return number();
     if (j_->is_array()) {
       if (size() != 1) fail("expected one value, found " + std::to_string(size()) + " (several base scores are not supported)");
-      return (*this)[std::size_t{0}].float_param();
+      // One level only: [[[...]]] recursed once per bracket and overflowed the stack.
+      const At v = (*this)[std::size_t{0}];
+      if (v.j_->is_array()) v.fail("expected a number or a string, found an array");
+      return v.float_param();
     }
     std::string s = str();
     if (s.size() >= 2 && s.front() == '[' && s.back() == ']') {
@@ -199,10 +322,21 @@ class At {
   }
 
  private:
+  // One of the strings replace_nonfinite_literals() put in place of a literal: *v its value.
+  bool nonfinite(double* v) const {
+    if (marker_ == 0 || !j_->is_string()) return false;
+    const std::string& s = j_->get_ref<const std::string&>();
+    if (s.empty() || s[0] != marker_) return false;
+    const double inf = std::numeric_limits<double>::infinity();
+    const double x = s == std::string(1, marker_) ? std::numeric_limits<double>::quiet_NaN() : s[1] == 'I' ? inf : -inf;
+    if (v) *v = x;
+    return true;
+  }
   std::string child_path(const std::string& key) const { return path_.empty() ? key : path_ + "/" + key; }
   const json* j_;
   std::string path_;
   const std::string* file_;
+  char marker_;
 };
 
 // An array whose length must be n (the node count), checked once.
@@ -238,7 +372,7 @@ struct RawTree {
 
 class ForestImporter {
  public:
-  ForestImporter(const json& doc, const std::string& file) : doc_(doc, "", &file), file_(file) {}
+  ForestImporter(const json& doc, const std::string& file, char marker = 0) : doc_(doc, "", &file, marker), file_(file) {}
 
   Forest run() {
     doc_.expect(json::value_t::object, "a JSON object (an XGBoost model or a Canopy forest)");
@@ -329,6 +463,7 @@ class ForestImporter {
     f.trees_.reserve(nt);
     for (std::size_t i = 0; i < nt; ++i) {
       const At t = trees[i];
+      tree_ = i;
       const RawTree raw = xgboost_raw_tree(t);
       const std::int64_t group = info[i].integer();
       if (group < 0 || group >= f.n_groups_)
@@ -341,7 +476,7 @@ class ForestImporter {
   }
 
   // One XGBoost tree's node arrays; numerical splits and scalar leaves only.
-  static RawTree xgboost_raw_tree(const At& t) {
+  RawTree xgboost_raw_tree(const At& t) const {
     const At tp = t["tree_param"];
     const std::int64_t n64 = tp["num_nodes"].int_param();
     if (n64 < 1 || n64 > INT32_MAX) tp["num_nodes"].fail(std::to_string(n64) + " nodes");
@@ -356,20 +491,33 @@ class ForestImporter {
     const At si = node_array(t, "split_indices", n, count);
     const At sc = node_array(t, "split_conditions", n, count);
     const At dl = node_array(t, "default_left", n, count);
+    // Categorical splits (XGBoost's enable_categorical): refused, naming the first one.
+    const auto categorical = [&](const At& at, std::int64_t node) {
+      const std::string feature = node >= 0 && static_cast<std::size_t>(node) < n
+                                      ? " on feature " + std::to_string(si[static_cast<std::size_t>(node)].integer())
+                                      : "";
+      at.fail("tree " + std::to_string(tree_) + ", node " + std::to_string(node) + ": categorical split" + feature +
+              ": not supported yet");
+    };
     if (t.has("split_type")) {
       const At st = node_array(t, "split_type", n, count);
       for (std::size_t k = 0; k < n; ++k)
-        if (st[k].integer() != 0) st[k].fail("categorical splits are not supported");
+        if (st[k].integer() != 0) categorical(st[k], static_cast<std::int64_t>(k));
     }
     if (t.has("categories_nodes") && t["categories_nodes"].size() > 0)
-      t["categories_nodes"].fail("categorical splits are not supported");
+      categorical(t["categories_nodes"][std::size_t{0}], t["categories_nodes"][std::size_t{0}].integer());
     RawTree raw;
     raw.left.resize(n);
     raw.right.resize(n);
     raw.feature.resize(n);
     raw.threshold.resize(n);
     raw.default_left.resize(n);
-    if (t.has("sum_hessian")) raw.cover = node_weights(t, "sum_hessian", n, count);
+    if (t.has("sum_hessian")) {
+      raw.cover = node_weights(t, "sum_hessian", n, count);
+      // XGBoost's float32, whether the file held its shortest decimal form (JSON) or its bits
+      // (UBJSON): the same model gives the same cover, and the same adaptive layout.
+      for (double& w : raw.cover) w = static_cast<float>(w);
+    }
     for (std::size_t k = 0; k < n; ++k) {
       raw.left[k] = lc[k].integer();
       raw.right[k] = rc[k].integer();
@@ -491,6 +639,7 @@ class ForestImporter {
       double sum = 0;
       for (int c = 0; c < width; ++c) {
         const double x = v[static_cast<std::size_t>(c)].number();
+        if (!std::isfinite(x)) v[static_cast<std::size_t>(c)].fail("a leaf value must be finite");
         if (objective == ForestObjective::RfClassifier && !(x >= 0.0))
           v[static_cast<std::size_t>(c)].fail("a class probability must be >= 0");
         tree.leaf_values[static_cast<std::size_t>(leaf) * width + c] = x;
@@ -550,6 +699,7 @@ class ForestImporter {
     tree.value.assign(m, 0.0f);
     tree.default_left.assign(m, 0);
     tree.leaf_index.assign(m, -1);
+    tree.source_id.assign(orig_of_.begin(), orig_of_.end());
     if (!raw.cover.empty()) {
       tree.cover.resize(m);
       for (std::size_t k = 0; k < m; ++k) tree.cover[k] = raw.cover[static_cast<std::size_t>(orig_of_[k])];
@@ -559,8 +709,16 @@ class ForestImporter {
       const std::int64_t o = orig_of_[k];
       tree.depth = std::max(tree.depth, level[k]);
       if (raw.left[o] == -1) {
-        if (width > 0) tree.leaf_index[k] = leaves;
-        else tree.value[k] = static_cast<float>(raw.threshold[o]);  // XGBoost keeps leaf values there
+        tree.leaf_index[k] = leaves;
+        if (width == 0) {
+          // XGBoost keeps leaf values in split_conditions. NaN would make every prediction
+          // through this leaf NaN (XGBoost sums it as it is); +-Infinity saturates the
+          // margin as in XGBoost and is kept.
+          if (std::isnan(raw.threshold[o]))
+            t["split_conditions"][static_cast<std::size_t>(o)].fail("tree " + std::to_string(tree_) + ", leaf node " +
+                                                                    std::to_string(o) + ": the leaf value is NaN");
+          tree.value[k] = static_cast<float>(raw.threshold[o]);
+        }
         ++leaves;
         continue;
       }
@@ -584,19 +742,39 @@ class ForestImporter {
   At doc_;
   std::string file_;
   std::vector<std::int64_t> orig_of_;
+  std::size_t tree_ = 0;  // the tree normalise() works on, for messages
 };
 
 Forest Forest::parse(const std::string& text, const std::string& name) {
   json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 3, ..."
-    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos)
-      what = what.substr(what.find("] ") + 2);
-    throw Error(name + ": not valid JSON (" + what + ")");
+  if (looks_like_ubjson(text)) {
+    UbjsonBudget budget(text.size());
+    try {
+      json::sax_parse(text, &budget, json::input_format_t::ubjson);
+      if (!budget.exceeded() && !budget.too_deep()) doc = json::from_ubjson(text);
+    } catch (const json::exception& e) {
+      throw Error(name + ": not valid UBJSON (" + json_message(e) + ")");
+    }
+    if (budget.exceeded())
+      throw Error(name + ": not valid UBJSON (it declares more values than its " + std::to_string(text.size()) +
+                  " bytes can hold)");
+    if (budget.too_deep())
+      throw Error(name + ": not valid UBJSON (containers nested deeper than " + std::to_string(UbjsonBudget::kMaxDepth) +
+                  " levels)");
+    return ForestImporter(doc, name).run();
   }
-  return ForestImporter(doc, name).run();
+  std::string copy;  // only when there are literals to replace
+  char marker = 0;
+  if (text.find("NaN") != std::string::npos || text.find("Infinity") != std::string::npos) {
+    copy = text;
+    marker = replace_nonfinite_literals(copy, name);
+  }
+  try {
+    doc = json::parse(marker ? copy : text);
+  } catch (const json::exception& e) {
+    throw Error(name + ": not valid JSON (" + json_message(e) + ")");
+  }
+  return ForestImporter(doc, name, marker).run();
 }
 
 Forest Forest::load(const std::string& path) { return parse(read_whole_file(path), path); }

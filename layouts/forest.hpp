@@ -37,7 +37,11 @@ const char* to_string(ForestObjective o);
 //           averaged class distribution (scikit-learn's predict_proba) or the mean value
 //   Class   the predicted class value (XGBoost binary: prob > 0.5; multi-class: the first
 //           largest margin; forests: the first largest probability); regressors have none
-enum class ForestOutput { Margin, Prob, Class };
+//   Leaf    XGBoost's pred_leaf: per tree, in the model's tree order (multi-class: round by
+//           round, the classes within a round), the id the model file gives the leaf the row
+//           reaches (ForestTree::source_id), as a float (exact below 2^24); n_trees values.
+//           CPU only: a GPU predictor refuses it (its kernels keep no per-tree result).
+enum class ForestOutput { Margin, Prob, Class, Leaf };
 const char* to_string(ForestOutput o);
 
 // Most classes (or XGBoost output groups) the executors accumulate per row.
@@ -51,7 +55,11 @@ struct ForestTree {
   std::vector<std::int32_t> feature;       // inner nodes; 0 at leaves
   std::vector<float> value;                // inner: threshold; scalar leaf: the leaf value
   std::vector<std::uint8_t> default_left;  // inner: 1 if a missing value goes left
-  std::vector<std::int32_t> leaf_index;    // vector leaves: row of leaf_values; -1 elsewhere
+  std::vector<std::int32_t> leaf_index;    // leaves: index among the tree's leaves (breadth-first),
+                                           // the row of leaf_values for vector leaves; -1 elsewhere
+  // The node's id in the model file (XGBoost's node id, pred_leaf's value; Canopy format: its
+  // index in the tree's arrays): the breadth-first renumbering keeps no other trace of it.
+  std::vector<std::int32_t> source_id;
   std::vector<double> leaf_values;         // vector leaves: [n_leaves][leaf_width]
   // Training weight that reached each node (XGBoost sum_hessian, scikit-learn weighted sample
   // count); empty when the model has none. Edge probabilities come from it.
@@ -65,13 +73,16 @@ struct ForestTree {
 
 class Forest {
  public:
-  // Reads an XGBoost JSON model (Booster.save_model, 1.7 or 2.x) or a Canopy forest JSON
-  // file, recognised by their content; plain or gzip-compressed. Every problem is a
-  // canopy::Error naming the file and the JSON path, e.g.
+  // Reads an XGBoost model (Booster.save_model, 1.7 or 2.x; JSON or UBJSON, .ubj) or a Canopy
+  // forest JSON file, recognised by their content; plain or gzip-compressed. XGBoost's NaN,
+  // Infinity and -Infinity literals (not JSON) are read: a split condition may be any of them
+  // (NaN or -Infinity: every present value goes right, +Infinity: every finite value left, as
+  // in XGBoost), a leaf value may be infinite but not NaN, base_score must be finite. Every
+  // problem is a canopy::Error naming the file and the JSON path, e.g.
   // "m.json: learner/gradient_booster/model/trees/3/split_indices/7: feature 40 is out of
   // range (the model has 28 features)".
   static Forest load(const std::string& path);
-  // The same from JSON text; `name` stands for the file in messages.
+  // The same from JSON text or UBJSON bytes; `name` stands for the file in messages.
   static Forest parse(const std::string& json_text, const std::string& name);
 
   ForestObjective objective() const { return objective_; }

@@ -113,6 +113,7 @@ AdaptiveForest AdaptiveForest::build(const Forest& f, const AdaptiveOptions& opt
       }
       a.nodes.push_back(node);
       a.leaf.push_back(leaf_word);
+      a.leaf_number.push_back(tree.left[k] < 0 && k < tree.leaf_index.size() ? tree.leaf_index[k] : -1);
     }
   }
 

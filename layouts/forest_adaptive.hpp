@@ -129,6 +129,9 @@ struct AdaptiveForest {
   int feature_bits = 1;
   std::vector<ForestNode> nodes;       // tree-major
   std::vector<std::uint32_t> leaf;     // tree-major: leaf value bits / leaf index; 0 at inner nodes
+  // Host only (not in the view or the footprint), tree-major as `leaf`: a leaf's index within
+  // its tree (ForestTree::leaf_index, for the leaf output); -1 at inner nodes.
+  std::vector<std::int32_t> leaf_number;
   std::vector<index_t> tree_begin;     // [n_trees + 1]
   std::vector<ForestNode> inter;       // interleaved
   std::vector<index_t> inter_tree;     // [n_trees]

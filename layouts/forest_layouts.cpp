@@ -30,8 +30,10 @@ void check_tree_size(const ForestTree& t, index_t pos) {
 ForestNode make_node(const ForestTree& t, index_t n, bool vector_leaves) {
   const std::size_t i = static_cast<std::size_t>(n);
   if (t.is_leaf(n)) {
-    if (vector_leaves) return ForestNode{0.0f, kForestLeafBit | static_cast<std::uint32_t>(t.leaf_index[i])};
-    return ForestNode{t.value[i], kForestLeafBit};
+    // The leaf's index within its tree (-1 in trees built by hand without one: 0).
+    const std::uint32_t index = t.leaf_index[i] >= 0 ? static_cast<std::uint32_t>(t.leaf_index[i]) & kForestIndexMask : 0u;
+    if (vector_leaves) return ForestNode{0.0f, kForestLeafBit | index};
+    return ForestNode{t.value[i], kForestLeafBit | index};
   }
   return ForestNode{t.value[i], static_cast<std::uint32_t>(t.feature[i]) | (t.default_left[i] ? kForestDefaultLeftBit : 0u)};
 }
@@ -71,6 +73,19 @@ ForestCommon::ForestCommon(const Forest& f)
   for (int g = 0; g < n_groups; ++g) group_begin[g + 1] += group_begin[g];
   base_margin = f.base_margin();
   class_values = f.class_values();
+  leaf_id_begin.reserve(trees.size() + 1);
+  for (index_t src : order) {
+    const ForestTree& t = trees[static_cast<std::size_t>(src)];
+    leaf_id_begin.push_back(static_cast<index_t>(leaf_source_id.size()));
+    std::size_t leaves = 0;
+    for (std::size_t k = 0; k < t.left.size(); ++k) leaves += t.left[k] < 0;
+    leaf_source_id.resize(leaf_source_id.size() + leaves, -1);
+    for (std::size_t k = 0; k < t.left.size(); ++k)
+      if (t.left[k] < 0 && k < t.leaf_index.size() && t.leaf_index[k] >= 0 && static_cast<std::size_t>(t.leaf_index[k]) < leaves)
+        leaf_source_id[static_cast<std::size_t>(leaf_id_begin.back()) + static_cast<std::size_t>(t.leaf_index[k])] =
+            k < t.source_id.size() ? t.source_id[k] : static_cast<std::int32_t>(k);
+  }
+  leaf_id_begin.push_back(static_cast<index_t>(leaf_source_id.size()));
   if (leaf_width > 0) {
     tree_leaf_begin.resize(trees.size());
     index_t rows = 0;

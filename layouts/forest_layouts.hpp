@@ -37,7 +37,8 @@ const char* to_string(ForestLayout l);
 // One node in 8 bytes (a single load on the GPU).
 //   value: inner: the threshold (left iff x < value); scalar leaf: the leaf value.
 //   info:  bit 31 leaf, bit 30 missing-goes-left, bits 0-29: the feature (inner node) or the
-//          leaf's index within its tree (vector leaves).
+//          leaf's index within its tree (ForestTree::leaf_index: the leaf output maps it back
+//          to the model's node id; vector leaves: also the row of its values).
 struct alignas(8) ForestNode {
   float value;
   std::uint32_t info;
@@ -102,6 +103,11 @@ struct ForestCommon {
   std::vector<double> class_values;
   std::vector<index_t> tree_leaf_begin;
   std::vector<double> leaf_values;
+  // Host only (no view, no device copy, not in the footprint): the leaf output's table. The
+  // leaf with index i of layout tree p has the model's node id leaf_source_id[leaf_id_begin[p] + i]
+  // ([n_trees + 1]; -1: a tree built by hand without ids).
+  std::vector<index_t> leaf_id_begin;
+  std::vector<std::int32_t> leaf_source_id;
 };
 
 // ---- CSR ------------------------------------------------------------------------------------

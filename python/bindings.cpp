@@ -197,7 +197,8 @@ class PyForest {
     if (s == "margin") return ForestOutput::Margin;
     if (s == "prob") return ForestOutput::Prob;
     if (s == "class") return ForestOutput::Class;
-    throw Error("output = '" + s + "' is unknown (margin, prob, class)");
+    if (s == "leaf") return ForestOutput::Leaf;
+    throw Error("output = '" + s + "' is unknown (margin, prob, class, leaf)");
   }
   ForestPredictor& predictor(const std::string& device) {
     const Device d = resolve_device(parse_device(device));

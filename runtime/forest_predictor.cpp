@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <type_traits>
 #include <variant>
 
 #include "executor/forest_cpu.hpp"
@@ -79,6 +80,31 @@ AnyForestLayout build_layout(const Forest& forest, const ForestConfig& config, A
   return a;
 }
 
+// The leaf output on the CPU, for any layout: the leaf index within each tree, found the way
+// the layout's own walk finds it, then mapped to the model's node id.
+void predict_leaves(const AnyForestLayout& forest, const float* rows, index_t n_rows, float* out) {
+  std::visit(
+      [&](const auto& l) {
+        const auto v = l.view();
+        if constexpr (std::is_same<std::decay_t<decltype(l)>, AdaptiveForest>::value) {
+          predict_forest_leaves_cpu(
+              l.common, rows, n_rows,
+              [&](index_t t, const float* row) {
+                const std::uint32_t k = adaptive_walk(v.nodes + v.tree_begin[t], 1, v.depth[t], v.feature_bits,
+                                                      v.feature_mask, [row](int f) { return row[f]; });
+                return static_cast<index_t>(l.leaf_number[static_cast<std::size_t>(v.tree_begin[t] + k)]);
+              },
+              out);
+        } else {
+          predict_forest_leaves_cpu(
+              l.common, rows, n_rows,
+              [&](index_t t, const float* row) { return static_cast<index_t>(forest_index(find_leaf(v, t, row).info)); },
+              out);
+        }
+      },
+      forest);
+}
+
 }  // namespace
 
 struct ForestPredictor::Impl {
@@ -88,7 +114,7 @@ struct ForestPredictor::Impl {
   ForestLayout layout;
   Device device = Device::Cpu;
   int n_features = 0;
-  int width[3] = {0, 0, 0};  // per ForestOutput; 0 = not available
+  int width[4] = {0, 0, 0, 0};  // per ForestOutput; 0 = not available
   std::string no_class;      // why the class output is not available
   AdaptiveReport adaptive_report;  // before `forest`, which fills it
   const AnyForestLayout forest;    // the GPU engine reads it: it outlives `gpu`
@@ -108,6 +134,7 @@ ForestPredictor::ForestPredictor(const Forest& forest, const ForestConfig& confi
   m.n_features = forest.n_features();
   m.width[static_cast<int>(ForestOutput::Margin)] = forest.output_width(ForestOutput::Margin);
   m.width[static_cast<int>(ForestOutput::Prob)] = forest.output_width(ForestOutput::Prob);
+  m.width[static_cast<int>(ForestOutput::Leaf)] = forest.output_width(ForestOutput::Leaf);
   try {
     m.width[static_cast<int>(ForestOutput::Class)] = forest.output_width(ForestOutput::Class);
   } catch (const Error& e) {
@@ -161,9 +188,14 @@ ForestTimes ForestPredictor::predict(const float* rows, index_t n_rows, float* o
                 to_string(m.layout) + ")");
   if (opt.row_schedule_depth < 0)
     throw Error("row_schedule_depth = " + std::to_string(opt.row_schedule_depth) + " must be >= 0");
+  if (opt.output == ForestOutput::Leaf && m.device == Device::Gpu)
+    throw Error("the leaf output runs on the CPU only (the GPU kernels add up the trees' leaves and keep no per-tree "
+                "result): build the ForestPredictor with Device::Cpu");
   ForestTimes times;
   if (n_rows > 0) {
-    if (m.device == Device::Gpu) {
+    if (opt.output == ForestOutput::Leaf) {
+      predict_leaves(m.forest, rows, n_rows, out);
+    } else if (m.device == Device::Gpu) {
       m.gpu->predict(rows, n_rows, out, width, opt, &times);
     } else {
       m.with_view([&](const auto& v) { predict_forest_cpu(v, rows, n_rows, opt.output, width, out); });
@@ -183,6 +215,7 @@ std::vector<ForestTrial> ForestPredictor::model_estimates(const float* rows, ind
 std::vector<ForestTrial> ForestPredictor::tune(const float* rows, index_t n_rows, const ForestRunOptions& opt, int repeat) {
   if (impl_->device != Device::Gpu) throw Error("the tuner times GPU schedules; this predictor runs on the CPU");
   if (rows == nullptr) throw Error("tune: rows is a null pointer");
+  if (opt.output == ForestOutput::Leaf) throw Error("tune: the leaf output runs on the CPU only");
   return impl_->gpu->tune(rows, n_rows, output_width(opt.output), opt, repeat);
 }
 

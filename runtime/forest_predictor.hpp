@@ -1,6 +1,6 @@
 // Canopy's public API for decision-forest inference. Compiles with a plain C++ compiler.
 //
-//   canopy::Forest model = canopy::Forest::load("model.json");  // XGBoost or Canopy JSON
+//   canopy::Forest model = canopy::Forest::load("model.json");  // XGBoost JSON / UBJSON or Canopy JSON
 //   canopy::ForestConfig cfg;
 //   cfg.layout = canopy::ForestLayout::Hierarchical;             // csr, reorg or hierarchical
 //   canopy::ForestPredictor predictor(model, cfg);                // builds the layout, uploads it
@@ -11,7 +11,9 @@
 //   canopy::ForestTimes t = predictor.predict(rows, n, out.data(), run);
 //
 // rows are row-major float32 [n][n_features], NaN = missing. On the GPU, rows and out may be
-// host or device memory.
+// host or device memory. ForestOutput::Leaf (XGBoost's pred_leaf) runs on a CPU predictor
+// only: the GPU kernels add up the trees' leaves and keep no per-tree result, so a GPU
+// predictor refuses it with an Error.
 #pragma once
 
 #include <cstddef>

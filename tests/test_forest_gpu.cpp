@@ -260,5 +260,28 @@ TEST(ForestGpu, CpuDeviceWhenRequested) {
   }
 }
 
+// The leaf output is the CPU executor's alone: a GPU predictor of every layout refuses it
+// clearly, before any GPU work, and keeps working.
+TEST(ForestGpu, LeafOutputIsCpuOnly) {
+  CANOPY_REQUIRE_GPU();
+  const ForestData& d = rows("higgs_rows");
+  for (ForestLayout l : {ForestLayout::Csr, ForestLayout::Reorg, ForestLayout::Hierarchical, ForestLayout::Adaptive}) {
+    SCOPED_TRACE(to_string(l));
+    ForestPredictor p(model("xgb_higgs"), forest_config(l, Device::Gpu));
+    EXPECT_EQ(p.output_width(ForestOutput::Leaf), model("xgb_higgs").n_trees());
+    std::vector<float> out(static_cast<std::size_t>(10 * p.output_width(ForestOutput::Leaf)));
+    ForestRunOptions opt;
+    opt.output = ForestOutput::Leaf;
+    try {
+      p.predict(d.values.data(), 10, out.data(), opt);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the leaf output runs on the CPU only"), std::string::npos) << e.what();
+    }
+    const auto margin = predict(p, d, ForestOutput::Margin);
+    EXPECT_EQ(margin, cpu_predict(model("xgb_higgs"), d, ForestOutput::Margin));
+  }
+}
+
 }  // namespace
 }  // namespace canopy

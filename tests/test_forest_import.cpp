@@ -6,9 +6,12 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <sstream>
 
 #include "test_errors.hpp"
@@ -173,10 +176,17 @@ TEST(ForestImport, XgboostBadTopology) {
 
 TEST(ForestImport, XgboostUnsupported) {
   const int n = inner_node(xgb_higgs()["learner"]["gradient_booster"]["model"]["trees"][3]);
+  const std::string feature = std::to_string(xgb_higgs()["learner"]["gradient_booster"]["model"]["trees"][3]["split_indices"][n].get<int>());
   EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["split_type"][n] = 1; })),
-             kTree3 + "split_type/" + std::to_string(n) + ": categorical splits are not supported");
+             kTree3 + "split_type/" + std::to_string(n) + ": tree 3, node " + std::to_string(n) +
+                 ": categorical split on feature " + feature + ": not supported yet");
   EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["categories_nodes"] = json::array({n}); })),
-             kTree3 + "categories_nodes: categorical splits are not supported");
+             kTree3 + "categories_nodes/0: tree 3, node " + std::to_string(n) + ": categorical split on feature " +
+                 feature + ": not supported yet");
+  // A real one: python3-xgboost 1.7, enable_categorical=True, feature 1 categorical.
+  EXPECT_HAS(test::error_of([] { Forest::load(dir() + "xgb_categorical.json"); }),
+             "xgb_categorical.json: learner/gradient_booster/model/trees/0/split_type/0: tree 0, node 0: categorical "
+             "split on feature 1: not supported yet");
   EXPECT_HAS(error_of(xgb_with([&](json& j) { j["learner"]["objective"]["name"] = "rank:pairwise"; })),
              "learner/objective/name: objective 'rank:pairwise' is not supported");
   EXPECT_HAS(error_of(xgb_with([&](json& j) { j["learner"]["gradient_booster"]["name"] = "dart"; })),
@@ -226,6 +236,159 @@ TEST(ForestImport, CanopyFormatErrors) {
              at + "/1: a class probability must be >= 0");
   EXPECT_HAS(error_of(rf_with([&](json& j) { j["trees"][4]["left_children"][0] = 0; })),
              "trees/4/left_children/0: node 0 is reached a second time");
+}
+
+}  // namespace
+}  // namespace canopy
+
+// ---- NaN / Infinity literals and UBJSON --------------------------------------------------------
+
+namespace canopy {
+namespace {
+
+using namespace forest_test;
+
+void expect_same_forest(const Forest& a, const Forest& b) {
+  EXPECT_EQ(a.objective(), b.objective());
+  EXPECT_EQ(a.n_features(), b.n_features());
+  EXPECT_EQ(a.n_groups(), b.n_groups());
+  EXPECT_EQ(a.class_values(), b.class_values());
+  EXPECT_EQ(a.base_margin(), b.base_margin());
+  ASSERT_EQ(a.n_trees(), b.n_trees());
+  for (index_t t = 0; t < a.n_trees(); ++t) {
+    SCOPED_TRACE("tree " + std::to_string(t));
+    const ForestTree& x = a.trees()[static_cast<std::size_t>(t)];
+    const ForestTree& y = b.trees()[static_cast<std::size_t>(t)];
+    EXPECT_EQ(x.left, y.left);
+    EXPECT_EQ(x.right, y.right);
+    EXPECT_EQ(x.feature, y.feature);
+    ASSERT_EQ(x.value.size(), y.value.size());
+    EXPECT_EQ(0, std::memcmp(x.value.data(), y.value.data(), x.value.size() * sizeof(float)));  // NaN too
+    EXPECT_EQ(x.default_left, y.default_left);
+    EXPECT_EQ(x.cover, y.cover);
+    EXPECT_EQ(x.group, y.group);
+  }
+}
+
+// Margins of every CPU layout equal (bit for bit) those XGBoost saved for the model.
+void expect_xgboost_margins(const Forest& f, const std::string& expected, const ForestData& d) {
+  const auto margin = read_lines(dir() + expected + ".margin.txt");
+  ASSERT_EQ(margin.size(), static_cast<std::size_t>(d.n_rows));
+  for (const ForestConfig& cfg : cpu_layouts()) {
+    SCOPED_TRACE(expected + " " + describe(cfg));
+    ForestPredictor p(f, cfg);
+    const auto m = predict(p, d, ForestOutput::Margin);
+    const int w = p.output_width(ForestOutput::Margin);
+    ASSERT_EQ(static_cast<std::size_t>(w), margin[0].size());
+    index_t differ = 0;
+    for (index_t i = 0; i < d.n_rows; ++i)
+      for (int k = 0; k < w; ++k) differ += m[i * w + k] != static_cast<float>(margin[i][k]);
+    EXPECT_EQ(differ, 0);
+  }
+}
+
+// xgb_higgs as text, with the number `placeholder` (set by `change`) written as `literal`.
+std::string xgb_with_literal(const std::function<void(json&)>& change, const std::string& literal) {
+  std::string text = xgb_with(change);
+  const std::string placeholder = "12345.5";
+  const std::size_t at = text.find(placeholder);
+  EXPECT_NE(at, std::string::npos);
+  if (at != std::string::npos) text.replace(at, placeholder.size(), literal);
+  return text;
+}
+
+TEST(ForestImport, NonFiniteLiterals) {
+  // XGBoost itself wrote NaN, Infinity and -Infinity split conditions (make_leaf_data.py): an
+  // inner node's NaN or -Infinity sends every present value right, +Infinity every finite value
+  // left, exactly as XGBoost predicts.
+  const std::string text = slurp(dir() + "xgb_nonfinite.json");
+  for (const char* lit : {"NaN", "Infinity", "-Infinity"}) EXPECT_NE(text.find(lit), std::string::npos) << lit;
+  const Forest f = Forest::load(dir() + "xgb_nonfinite.json");
+  EXPECT_TRUE(std::isnan(f.trees()[0].value[0]));
+  EXPECT_EQ(f.trees()[2].value[0], -std::numeric_limits<float>::infinity());
+  expect_xgboost_margins(f, "xgb_nonfinite", rows("higgs_rows"));
+
+  // A NaN leaf value would make every prediction through it NaN: an error naming tree and node.
+  const json& t3 = xgb_higgs()["learner"]["gradient_booster"]["model"]["trees"][3];
+  int leaf = 0;
+  while (t3["left_children"][leaf] != -1) ++leaf;
+  const std::string l = std::to_string(leaf);
+  EXPECT_HAS(error_of(xgb_with_literal([&](json& j) { tree(j, 3)["split_conditions"][leaf] = 12345.5; }, "NaN")),
+             "m.json: " + kTree3 + "split_conditions/" + l + ": tree 3, leaf node " + l + ": the leaf value is NaN");
+  // An infinite leaf saturates the margin, as in XGBoost.
+  const Forest inf = Forest::parse(
+      xgb_with_literal([&](json& j) { tree(j, 3)["split_conditions"][leaf] = 12345.5; }, "-Infinity"), "m.json");
+  EXPECT_EQ(inf.n_nodes(), model("xgb_higgs").n_nodes());
+  EXPECT_HAS(error_of(xgb_with_literal([](json& j) { j["learner"]["learner_model_param"]["base_score"] = 12345.5; }, "NaN")),
+             "learner/learner_model_param/base_score: the base score is not finite");
+  EXPECT_HAS(error_of(xgb_with_literal([](json& j) { j["learner"]["learner_model_param"]["base_score"] = "[12345.5]"; },
+                                       "Infinity")),
+             "learner/learner_model_param/base_score: the base score is not finite");
+  const int n = inner_node(t3);
+  EXPECT_HAS(error_of(xgb_with_literal([&](json& j) { tree(j, 3)["default_left"][n] = 12345.5; }, "NaN")),
+             kTree3 + "default_left/" + std::to_string(n) + ": expected 0, 1, false or true, found number NaN");
+  EXPECT_HAS(error_of(xgb_with_literal([&](json& j) { tree(j, 3)["split_indices"][n] = 12345.5; }, "-Infinity")),
+             kTree3 + "split_indices/" + std::to_string(n) + ": expected an integer, found number -Infinity");
+  EXPECT_HAS(error_of(xgb_with_literal([](json& j) { j["learner"]["objective"]["name"] = 12345.5; }, "NaN")),
+             "learner/objective/name: expected a string, found number NaN");
+  // Inside strings the words stay strings; a string is no number.
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["split_conditions"][n] = "NaN"; })),
+             kTree3 + "split_conditions/" + std::to_string(n) + ": expected a number, found string \"NaN\"");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["split_conditions"][n] = "-Infinity"; })),
+             kTree3 + "split_conditions/" + std::to_string(n) + ": expected a number, found string \"-Infinity\"");
+  // Strings holding the marker bytes are never taken for literals.
+  for (const char* s : {"\x7f", "~", "~I"}) {
+    const std::string with_str = xgb_with_literal(
+        [&](json& j) {
+          tree(j, 3)["split_conditions"][n] = s;
+          j["learner"]["attributes"]["note"] = "\x7f~`^";
+          tree(j, 4)["split_conditions"][inner_node(tree(j, 4))] = 12345.5;
+        },
+        "NaN");
+    EXPECT_HAS(error_of(with_str), kTree3 + "split_conditions/" + std::to_string(n) + ": expected a number, found string");
+  }
+  // Syntax errors keep the file's line and column: the literals are replaced in place.
+  const std::string bad = error_of(R"({"learner": [NaN, Infinity, -Infinity, NaNo, 1]})");
+  const std::string same = error_of(R"({"learner": [111, 22222222, 333333333, NaNo, 1]})");
+  EXPECT_HAS(bad, "line 1, column ");
+  EXPECT_EQ(bad.substr(0, bad.find(';')), same.substr(0, same.find(';')));
+}
+
+TEST(ForestImport, Ubjson) {
+  // XGBoost 1.7's save_model("m.ubj"): the same forest and the same margins as its JSON.
+  for (const std::string name : {"xgb_lossguide", "xgb_lossguide_multi"}) {
+    SCOPED_TRACE(name);
+    const std::string bytes = slurp(dir() + name + ".ubj");
+    ASSERT_EQ(bytes.substr(0, 2), "{L");
+    const Forest u = Forest::load(dir() + name + ".ubj");
+    const Forest j = Forest::load(dir() + name + ".json");
+    expect_same_forest(u, j);
+    expect_xgboost_margins(u, name, rows(name == "xgb_lossguide" ? "higgs_rows" : "covtype_rows"));
+  }
+  // nlohmann's UBJSON of a JSON model (the other encoder's choices: typed arrays, small ints),
+  // gzip-compressed, under a name without the extension: recognised by content.
+  const std::vector<std::uint8_t> ub = json::to_ubjson(xgb_higgs(), /*use_size=*/true, /*use_type=*/true);
+  const std::string gz = ::testing::TempDir() + "higgs_model.gz";
+  gzFile f = gzopen(gz.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, ub.data(), static_cast<unsigned>(ub.size())), static_cast<int>(ub.size()));
+  gzclose(f);
+  expect_same_forest(Forest::load(gz), model("xgb_higgs"));
+  // Malformed: the error names the file and the byte.
+  const std::string bytes = slurp(dir() + "xgb_lossguide.ubj");
+  const std::string cut = test::error_of([&] { Forest::parse(bytes.substr(0, bytes.size() / 2), "cut.ubj"); });
+  EXPECT_HAS(cut, "cut.ubj: not valid UBJSON (parse error at byte ");
+  const std::vector<std::uint8_t> other = json::to_ubjson(json{{"foo", 1}});
+  EXPECT_HAS(error_of(std::string(other.begin(), other.end()), "o.ubj"), "o.ubj: (top level): neither an XGBoost model");
+  // A container of nulls declared in 14 bytes with 2^28 entries: refused, not built.
+  const std::string bomb = std::string("{i\x01" "a[$Z#l") + std::string("\x10\x00\x00\x00", 4) + "}";
+  EXPECT_HAS(error_of(bomb, "b.ubj"), "b.ubj: not valid UBJSON (it declares more values than its 14 bytes can hold)");
+  // Nesting that would recurse a million times: refused before.
+  const std::string deep = "{i\x01" "a" + std::string(1000000, '[');
+  EXPECT_HAS(error_of(deep, "d.ubj"), "d.ubj: not valid UBJSON (containers nested deeper than 256 levels)");
+  std::string wrong_type = bytes;
+  wrong_type[wrong_type.find("split_indices") + 13] = 'Z';  // the array's marker becomes null
+  EXPECT_HAS(error_of(wrong_type, "w.ubj"), "w.ubj: ");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // (saved by tests/data/forest/make_test_data.py), for every layout.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -234,6 +235,111 @@ TEST(ForestPredict, EmptyBatchAndBadArguments) {
   EXPECT_THROW(p.predict(nullptr, 5, nullptr), Error);
   float row[28] = {}, out = 0;
   EXPECT_THROW(p.predict(row, -1, &out), Error);
+}
+
+// ---- the leaf output (XGBoost's pred_leaf) -----------------------------------------------------
+
+// Every CPU layout, the adaptive one with and without its rearrangements too.
+std::vector<ForestConfig> leaf_layouts() {
+  std::vector<ForestConfig> out = cpu_layouts();
+  ForestConfig a = forest_config(ForestLayout::Adaptive, Device::Cpu);
+  out.push_back(a);
+  a.adaptive.node_rearrangement = false;
+  a.adaptive.tree_rearrangement = false;
+  out.push_back(a);
+  return out;
+}
+
+// predict(pred_leaf=True) of python3-xgboost 1.7 (make_leaf_data.py), rows with missing values:
+// depth-wise models, loss-guided ones (node ids not breadth-first), multi-class (columns in
+// the model's tree order: round by round), a model read from UBJSON, and one with NaN and
+// infinite split conditions.
+TEST(ForestPredict, LeafMatchesXgboost) {
+  struct Case {
+    std::string model, file, rows;
+  };
+  const std::vector<Case> cases = {{"xgb_higgs", "xgb_higgs.json", "higgs_rows"},
+                                   {"xgb_covtype", "xgb_covtype.json", "covtype_rows"},
+                                   {"xgb_lossguide", "xgb_lossguide.json", "higgs_rows"},
+                                   {"xgb_lossguide", "xgb_lossguide.ubj", "higgs_rows"},
+                                   {"xgb_lossguide_multi", "xgb_lossguide_multi.ubj", "covtype_rows"},
+                                   {"xgb_nonfinite", "xgb_nonfinite.json", "higgs_rows"}};
+  for (const Case& c : cases) {
+    const Forest f = Forest::load(dir() + c.file);
+    const ForestData& d = rows(c.rows);
+    const auto expected = read_lines(dir() + c.model + ".leaf.txt");
+    ASSERT_EQ(expected.size(), static_cast<std::size_t>(d.n_rows)) << c.model;
+    ASSERT_EQ(expected[0].size(), static_cast<std::size_t>(f.n_trees())) << c.model;
+    index_t missing = 0;
+    for (float x : d.values) missing += x != x;
+    EXPECT_GT(missing, 0);
+    for (const ForestConfig& cfg : leaf_layouts()) {
+      SCOPED_TRACE(c.file + " " + describe(cfg) + (cfg.layout == ForestLayout::Adaptive && !cfg.adaptive.node_rearrangement ? " (no rearrangement)" : ""));
+      ForestPredictor p(f, cfg);
+      ASSERT_EQ(p.output_width(ForestOutput::Leaf), f.n_trees());
+      const auto leaf = predict(p, d, ForestOutput::Leaf);
+      const int w = static_cast<int>(f.n_trees());
+      index_t wrong = 0;
+      for (index_t i = 0; i < d.n_rows; ++i)
+        for (int t = 0; t < w; ++t)
+          if (leaf[i * w + t] != static_cast<float>(expected[i][t]) && wrong++ < 5)
+            ADD_FAILURE() << "row " << i << " tree " << t << ": leaf " << leaf[i * w + t] << ", XGBoost " << expected[i][t];
+      EXPECT_EQ(wrong, 0);
+    }
+  }
+  // The loss-guided trees do renumber: without the source ids the test above would fail.
+  index_t renumbered = 0;
+  const Forest lossguide = Forest::load(dir() + "xgb_lossguide.json");
+  for (const ForestTree& t : lossguide.trees())
+    for (index_t n = 0; n < t.size(); ++n) renumbered += t.source_id[static_cast<std::size_t>(n)] != n;
+  EXPECT_GT(renumbered, 0);
+}
+
+// Canopy forests: the id of the leaf in the file's arrays (there a leaf: left_children -1), and
+// the leaf whose values the prob output adds; every CPU layout agrees.
+TEST(ForestPredict, LeafOfCanopyForests) {
+  const Forest& f = model("rf_covtype");
+  const ForestData& d = rows("covtype_rows_dense");
+  ForestPredictor csr(f, forest_config(ForestLayout::Csr, Device::Cpu));
+  const auto ref = predict(csr, d, ForestOutput::Leaf);
+  const int w = static_cast<int>(f.n_trees());
+  // By hand on the model: walk each tree and check the source id of the leaf reached.
+  for (index_t i = 0; i < d.n_rows; i += 37)
+    for (int t = 0; t < w; ++t) {
+      const ForestTree& tr = f.trees()[static_cast<std::size_t>(t)];
+      index_t n = 0;
+      while (!tr.is_leaf(n)) {
+        const float x = d.row(i)[tr.feature[static_cast<std::size_t>(n)]];
+        const bool left = x != x ? tr.default_left[static_cast<std::size_t>(n)] != 0 : x < tr.value[static_cast<std::size_t>(n)];
+        n = left ? tr.left[static_cast<std::size_t>(n)] : tr.right[static_cast<std::size_t>(n)];
+      }
+      ASSERT_EQ(ref[i * w + t], static_cast<float>(tr.source_id[static_cast<std::size_t>(n)])) << "row " << i << " tree " << t;
+    }
+  for (const ForestConfig& cfg : leaf_layouts()) {
+    SCOPED_TRACE(describe(cfg));
+    ForestPredictor p(f, cfg);
+    EXPECT_EQ(predict(p, d, ForestOutput::Leaf), ref);
+  }
+}
+
+TEST(ForestPredict, LeafOutputShapes) {
+  const Forest& f = model("xgb_covtype");
+  EXPECT_EQ(f.output_width(ForestOutput::Leaf), 42);
+  EXPECT_STREQ(to_string(ForestOutput::Leaf), "leaf");
+  ForestPredictor p(f, forest_config(ForestLayout::Hierarchical, Device::Cpu));
+  const ForestData& d = rows("covtype_rows");
+  // Batches of every size give the same rows (blocks of the CPU executor).
+  const auto all = predict(p, d, ForestOutput::Leaf);
+  for (index_t n : {index_t{1}, index_t{17}, index_t{999}}) {
+    std::vector<float> out(static_cast<std::size_t>(n) * 42);
+    ForestRunOptions opt;
+    opt.output = ForestOutput::Leaf;
+    p.predict(d.values.data() + (d.n_rows - n) * d.n_features, n, out.data(), opt);
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), all.end() - n * 42)) << n;
+  }
+  ForestRunOptions opt;
+  opt.output = ForestOutput::Leaf;
+  EXPECT_NO_THROW(p.predict(d.values.data(), 0, nullptr, opt));
 }
 
 }  // namespace
