@@ -16,7 +16,7 @@ namespace canopy {
 namespace bench {
 
 // Where the points and queries come from: --points (a CSV or CSV.gz file) with --columns, or
-// --generate; --queries; --seed; --shuffle.
+// --generate; --queries; --seed; --shuffle; --skip-incomplete.
 struct InputConfig {
   std::string points;
   std::string generate;
@@ -25,6 +25,7 @@ struct InputConfig {
   std::uint64_t seed = 1;
   bool shuffle_set = false;
   std::uint64_t shuffle_seed = 0;
+  bool skip_incomplete = false;  // drop file rows with an empty field (io ReadOptions)
 };
 
 // --pipeline, --chunk, --memory-budget (MiB), --inspector-first and --ramp as given.
@@ -78,6 +79,7 @@ struct PointSource {
   std::string points, columns;
   std::string generate = "uniform:1000000:3";
   std::uint64_t seed = 1;
+  bool skip_incomplete = false;  // --skip-incomplete, as in InputConfig
 };
 void add_source_options(CLI::App& app, PointSource& c);
 

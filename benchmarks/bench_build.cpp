@@ -30,11 +30,15 @@ void add_source_options(CLI::App& app, PointSource& c) {
   app.add_option("--columns", c.columns, "the file's columns to use, e.g. 0-6 (default: all)");
   app.add_option("--generate", c.generate, "uniform:N:D or plummer:N when no --points")->capture_default_str();
   app.add_option("--seed", c.seed, "the generator's seed")->capture_default_str();
+  app.add_flag("--skip-incomplete", c.skip_incomplete, "drop rows of --points with an empty field in the chosen columns");
 }
 
 PointSet load_source(const PointSource& c) {
   if (c.points.empty()) return generate(c.generate, c.seed);
-  PointSet ps = read_csv(c.points, c.columns);
+  ReadOptions ro;
+  ro.skip_incomplete = c.skip_incomplete;
+  PointSet ps = read_csv(c.points, c.columns, ro);
+  report_skipped(c.points, ps);
   normalize_unit_cube(ps);
   return ps;
 }

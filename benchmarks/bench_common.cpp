@@ -352,6 +352,13 @@ void add_input_options(CLI::App& app, InputConfig& c, const InputHelp& help) {
   app.add_option("--seed", c.seed, help.seed)->capture_default_str();
   app.add_option_function<std::uint64_t>(
       "--shuffle", [&c](std::uint64_t s) { c.shuffle_set = true; c.shuffle_seed = s; }, help.shuffle);
+  app.add_flag("--skip-incomplete", c.skip_incomplete,
+               "drop rows of --points / --queries files with an empty field in the chosen columns");
+}
+
+void report_skipped(const std::string& path, const PointSet& ps) {
+  if (ps.skipped_incomplete > 0)
+    std::printf("%s: %lld incomplete rows skipped\n", path.c_str(), static_cast<long long>(ps.skipped_incomplete));
 }
 
 void add_suite_options(CLI::App& app, SuiteConfig& c, const SuiteHelp& help) {
@@ -368,14 +375,18 @@ void add_suite_options(CLI::App& app, SuiteConfig& c, const SuiteHelp& help) {
 Inputs load_inputs(const InputConfig& c, bool normalise, bool split) {
   Inputs in;
   in.source = c.points.empty() ? c.generate : c.points;
-  PointSet all = c.points.empty() ? generate(c.generate, c.seed) : read_csv(c.points, c.columns);
+  ReadOptions ro;
+  ro.skip_incomplete = c.skip_incomplete;
+  PointSet all = c.points.empty() ? generate(c.generate, c.seed) : read_csv(c.points, c.columns, ro);
+  report_skipped(c.points, all);
   const Ranges ranges = ranges_of(all);
   if (normalise) normalize(all, ranges);
   if (!c.queries.empty()) {
     // A generator spec instead of a file: independent queries (seed + 1), e.g. 4,000,000
     // against a 400,000-point tree.
     const bool generated = c.queries.rfind("uniform:", 0) == 0 || c.queries.rfind("plummer:", 0) == 0;
-    in.queries = generated ? generate(c.queries, c.seed + 1) : read_csv(c.queries, c.columns);
+    in.queries = generated ? generate(c.queries, c.seed + 1) : read_csv(c.queries, c.columns, ro);
+    report_skipped(c.queries, in.queries);
     if (in.queries.dims != all.dims)
       throw Error("--queries " + c.queries + " has " + std::to_string(in.queries.dims) + " columns, the points " +
                   std::to_string(all.dims));

@@ -117,6 +117,8 @@ struct InputHelp {
   const char* shuffle;
 };
 void add_input_options(CLI::App& app, InputConfig& c, const InputHelp& help);
+// "FILE: N incomplete rows skipped" when --skip-incomplete dropped any of its rows.
+void report_skipped(const std::string& path, const PointSet& ps);
 // The options of SuiteConfig; the help texts that differ between workloads.
 struct SuiteHelp {
   const char* depth;

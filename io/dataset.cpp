@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +30,15 @@ std::string trim(const std::string& s) {
   if (b == std::string::npos) return "";
   const auto e = s.find_last_not_of(" \t\"");
   return s.substr(b, e - b + 1);
+}
+
+// n points of `dims` coordinates as a vector size. A count beyond what a vector holds is an
+// Error: wrapped around, it gave too few points (uniform) or writes past the end (plummer).
+std::size_t coordinate_count(const char* what, index_t n, int dims) {
+  if (static_cast<std::size_t>(n) > std::vector<float>().max_size() / static_cast<std::size_t>(dims))
+    throw Error(std::string(what) + ": N = " + std::to_string(n) + " points of " + std::to_string(dims) +
+                " coordinates are more than memory can hold");
+  return static_cast<std::size_t>(n) * static_cast<std::size_t>(dims);
 }
 
 }  // namespace
@@ -59,6 +69,10 @@ std::vector<int> parse_columns(const std::string& spec) {
 }
 
 PointSet read_csv(const std::string& path, const std::string& columns) {
+  return read_csv(path, columns, ReadOptions{});
+}
+
+PointSet read_csv(const std::string& path, const std::string& columns, const ReadOptions& options) {
   LineReader in(path);
   std::string line;
   if (!in.next(line)) throw Error(path + ": the file is empty (a header row is expected)");
@@ -99,12 +113,23 @@ PointSet read_csv(const std::string& path, const std::string& columns) {
     if (f != n_fields)
       throw Error(path + ":" + std::to_string(line_no) + ": expected " + std::to_string(n_fields) +
                   " fields (as in the header), found " + std::to_string(f));
+    bool incomplete = false;
+    const std::size_t row_start = ps.coords.size();
     for (std::size_t k = 0; k < cols.size(); ++k) {
       const int c = cols[k];
       const std::string field = trim(std::string(starts[c], lens[c]));
+      if (field.empty()) {
+        if (!options.skip_incomplete)
+          throw Error(path + ":" + std::to_string(line_no) + ": column " + std::to_string(c) + " (" + ps.names[k] +
+                      ") is empty; to drop such rows, pass --skip-incomplete (canopy-bench) or set "
+                      "ReadOptions::skip_incomplete");
+        // The rest of the row is still checked: only empty fields make a row skippable.
+        incomplete = true;
+        continue;
+      }
       char* end = nullptr;
       const float v = std::strtof(field.c_str(), &end);
-      if (field.empty() || *end != '\0')
+      if (*end != '\0')
         throw Error(path + ":" + std::to_string(line_no) + ": column " + std::to_string(c) + " (" +
                     ps.names[k] + "): '" + field + "' is not a number");
       if (!std::isfinite(v))
@@ -112,7 +137,14 @@ PointSet read_csv(const std::string& path, const std::string& columns) {
                     ps.names[k] + "): '" + field + "' is not finite");
       ps.coords.push_back(v);
     }
+    if (incomplete) {
+      ps.coords.resize(row_start);
+      ++ps.skipped_incomplete;
+    }
   }
+  if (ps.coords.empty() && ps.skipped_incomplete > 0)
+    throw Error(path + ": no complete data rows: every one of the " + std::to_string(ps.skipped_incomplete) +
+                " data rows has an empty field in the chosen columns");
   if (ps.coords.empty()) throw Error(path + ": no data rows after the header");
   return ps;
 }
@@ -149,7 +181,7 @@ PointSet generate_uniform(index_t n, int dims, std::uint64_t seed) {
   if (dims <= 0) throw Error("generate uniform: D = " + std::to_string(dims) + " must be at least 1");
   PointSet ps;
   ps.dims = dims;
-  ps.coords.resize(static_cast<std::size_t>(n) * dims);
+  ps.coords.resize(coordinate_count("generate uniform", n, dims));
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   for (float& x : ps.coords) x = u(rng);
@@ -161,7 +193,7 @@ PointSet generate_plummer(index_t n, std::uint64_t seed) {
   if (n <= 0) throw Error("generate plummer: N = " + std::to_string(n) + " must be at least 1");
   PointSet ps;
   ps.dims = 3;
-  ps.coords.resize(static_cast<std::size_t>(n) * 3);
+  ps.coords.resize(coordinate_count("generate plummer", n, 3));
   std::mt19937_64 rng(seed);
   // 53 random bits by hand rather than std::uniform_real_distribution, whose algorithm the
   // standard leaves open, so the draws do not depend on the standard library.
@@ -201,8 +233,12 @@ PointSet generate(const std::string& spec, std::uint64_t seed) {
       throw Error("--generate " + spec + ": " + what + " '" + s + "' is not a positive integer");
     return static_cast<index_t>(v);
   };
-  if (parts.size() == 3 && parts[0] == "uniform")
-    return generate_uniform(number(parts[1], "N"), static_cast<int>(number(parts[2], "D")), seed);
+  if (parts.size() == 3 && parts[0] == "uniform") {
+    const index_t n = number(parts[1], "N"), d = number(parts[2], "D");
+    // Checked before the narrowing: 4294967297 would otherwise become 1 dimension.
+    if (d > INT_MAX) throw Error("--generate " + spec + ": D '" + parts[2] + "' is too large (at most " + std::to_string(INT_MAX) + ")");
+    return generate_uniform(n, static_cast<int>(d), seed);
+  }
   if (parts.size() == 2 && parts[0] == "plummer") return generate_plummer(number(parts[1], "N"), seed);
   throw Error("--generate " + spec + ": expected uniform:N:D or plummer:N");
 }

@@ -15,6 +15,8 @@ struct PointSet {
   std::vector<float> coords;  // row-major [size][dims]
   int dims = 0;
   std::vector<std::string> names;  // column names (from the header) or generated ones
+  // Rows read_csv dropped for an empty field (ReadOptions::skip_incomplete); 0 otherwise.
+  index_t skipped_incomplete = 0;
   index_t size() const { return dims == 0 ? 0 : static_cast<index_t>(coords.size()) / dims; }
   const float* data() const { return coords.data(); }
 };
@@ -22,10 +24,20 @@ struct PointSet {
 // "0-6", "1,3,5-7" or "" (every column). Errors name the bad part of the spec.
 std::vector<int> parse_columns(const std::string& spec);
 
+struct ReadOptions {
+  // Drop rows with an empty (or blank, or "") field in a chosen column instead of failing, and
+  // count them in PointSet::skipped_incomplete. Empty fields in other columns never matter; a
+  // short or long row, text, NaN and infinity stay errors.
+  bool skip_incomplete = false;
+};
+
 // Reads FILE (plain, or gzip when compressed: detected from the content). The first line is
 // the header; every later non-blank line must have the header's number of fields. Errors
 // (canopy::Error) name the file and line: a missing or unreadable file, no data rows, a short
-// or long row, a field that is not a number, NaN or infinity, a column out of range.
+// or long row, an empty field in a chosen column (unless options.skip_incomplete; with it, a
+// file whose rows are all incomplete), a field that is not a number, NaN or infinity, a column
+// out of range.
+PointSet read_csv(const std::string& path, const std::string& columns, const ReadOptions& options);
 PointSet read_csv(const std::string& path, const std::string& columns = "");
 
 // Per-dimension minimum and maximum of a point set.

@@ -80,6 +80,78 @@ TEST(ReadCsv, ErrorsNameTheFileAndLine) {
   EXPECT_NE(error_of(badgz).find(badgz), std::string::npos);
 }
 
+PointSet read_skipping(const std::string& path, const std::string& cols = "") {
+  ReadOptions o;
+  o.skip_incomplete = true;
+  return read_csv(path, cols, o);
+}
+
+// Lines 3, 5 and 6 have an empty, blank or quoted-empty field in a chosen column; column d is
+// not chosen (but in one check) and is empty on lines 2 and 4, which must not count.
+const char* const kIncomplete =
+    "a,b,c,d\n1,2,3,\n4,,6,7\n8,9,10,\n11,12, ,13\n\"\",14,15,16\n17,18,19,20\n";
+const char* const kComplete = "a,b,c,d\n1,2,3,\n8,9,10,\n17,18,19,20\n";
+
+TEST(ReadCsv, SkipIncompleteDropsAndCountsRows) {
+  for (bool gz : {false, true}) {
+    const std::string suffix = gz ? ".csv.gz" : ".csv";
+    const PointSet ps = read_skipping(temp_file("incomplete" + suffix, kIncomplete, gz), "0-2");
+    const PointSet ref = read_csv(temp_file("complete" + suffix, kComplete, gz), "0-2");
+    EXPECT_EQ(ps.skipped_incomplete, 3) << (gz ? "gz" : "plain");
+    EXPECT_EQ(ref.skipped_incomplete, 0);
+    EXPECT_EQ(ps.size(), 3);
+    EXPECT_EQ(ps.dims, ref.dims);
+    EXPECT_EQ(ps.names, ref.names);
+    EXPECT_EQ(ps.coords, ref.coords);
+  }
+}
+
+TEST(ReadCsv, EmptyFieldIsAnErrorWithoutTheOption) {
+  const std::string path = temp_file("incomplete_err.csv", kIncomplete);
+  const std::string e = error_of(path, "0-2");
+  EXPECT_HAS(e, path + ":3: column 1 (b) is empty");
+  EXPECT_HAS(e, "--skip-incomplete");
+  EXPECT_HAS(e, "ReadOptions::skip_incomplete");
+  // Column d (3) is empty in rows 2 and 4: chosen, it is the first error.
+  EXPECT_HAS(error_of(path, "3"), path + ":2: column 3 (d) is empty");
+}
+
+TEST(ReadCsv, EmptyFieldsInOtherColumnsNeverMatter) {
+  const std::string path = temp_file("unchosen.csv", "a,b,c\n1,,3\n4,,6\n");
+  for (bool skip : {false, true}) {
+    ReadOptions o;
+    o.skip_incomplete = skip;
+    const PointSet ps = read_csv(path, "0,2", o);
+    EXPECT_EQ(ps.coords, (std::vector<float>{1, 3, 4, 6}));
+    EXPECT_EQ(ps.skipped_incomplete, 0);
+  }
+}
+
+TEST(ReadCsv, SkipIncompleteKeepsTheOtherErrors) {
+  // A short row is malformed, not incomplete; text, NaN and infinity stay errors even in a row
+  // that also has an empty field.
+  const std::string short_row = temp_file("inc_short.csv", "a,b,c\n1,2,3\n4,5\n");
+  EXPECT_HAS(test::error_of([&] { read_skipping(short_row); }), short_row + ":3: expected 3 fields");
+  const std::string text = temp_file("inc_text.csv", "a,b,c\n1,2,3\n,x,6\n");
+  EXPECT_HAS(test::error_of([&] { read_skipping(text); }), ":3: column 1 (b): 'x' is not a number");
+  const std::string nan = temp_file("inc_nan.csv", "a,b,c\n1,2,3\n,nan,6\n");
+  EXPECT_HAS(test::error_of([&] { read_skipping(nan); }), ":3: column 1 (b): 'nan' is not finite");
+  const std::string inf = temp_file("inc_inf.csv", "a,b,c\n1,2,3\ninf,,6\n");
+  EXPECT_HAS(test::error_of([&] { read_skipping(inf); }), ":3: column 0 (a): 'inf' is not finite");
+}
+
+TEST(ReadCsv, EveryRowIncompleteIsAnError) {
+  for (bool gz : {false, true}) {
+    const std::string path = temp_file(gz ? "all_inc.csv.gz" : "all_inc.csv", "a,b\n1,\n, 2\n\n3, \n", gz);
+    const std::string e = test::error_of([&] { read_skipping(path); });
+    EXPECT_HAS(e, path + ": no complete data rows");
+    EXPECT_HAS(e, "3 data rows");
+  }
+  // A file with no data rows at all keeps its own message.
+  const std::string header = temp_file("inc_header.csv", "a,b\n");
+  EXPECT_HAS(test::error_of([&] { read_skipping(header); }), "no data rows after the header");
+}
+
 TEST(ReadCsv, RealSubsets) {
   const PointSet cov = read_csv(test::data_path("covtype_4k.csv"), "0-6");
   EXPECT_EQ(cov.size(), 4000);
