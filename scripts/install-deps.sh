@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Canopy builds with, if any are missing (needs root); without
 # root it lists what is missing and how to install it. The CUDA toolkit must already be there.
+# Arguments name further packages to install the same way.
 set -euo pipefail
 
 packages=(cmake ninja-build g++ make libtbb-dev libboost-graph-dev libcli11-dev libgtest-dev zlib1g-dev nlohmann-json3-dev
           # the Python package and its tests (python/): built for Debian's /usr/bin/python3
           python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-scipy python3-sklearn
-          python3-xgboost)
+          python3-xgboost
+          "$@")  # extra packages a script needs (scripts/fuzz.sh: clang-14 libfuzzer-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
