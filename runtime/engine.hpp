@@ -373,24 +373,28 @@ TrialCall trial_call(const W& w, const CallData& call, const float* host_queries
   return t;
 }
 
-// The size of the engine's tree for Auto's key: its node count where the topology says it (the
-// built-in trees, graph trees), else its leaf count from top_leaves_by_depth. Never a walk over a
-// built-in tree: a one-shot call, or a simulation's new octree each step, would pay for it.
-template <class Topology>
-auto tree_size_for_key(const Topology& t, EngineState&, int) -> decltype(static_cast<index_t>(t.n_nodes)) {
-  return static_cast<index_t>(t.n_nodes);
-}
-template <class Topology>
-index_t tree_size_for_key(const Topology& t, EngineState& state, long) {
-  if (state.top_leaves.empty()) state.top_leaves = top_leaves_by_depth(t);
-  return state.top_leaves.back();
-}
-
 // The engine's tree's top_leaves_by_depth, counted once.
 template <class W>
 const std::vector<index_t>& engine_top_leaves(const typename W::View& view, EngineState& state) {
   if (state.top_leaves.empty()) state.top_leaves = top_leaves_by_depth(W::topology(view));
   return state.top_leaves;
+}
+
+template <class T, class = void>
+struct has_node_count : std::false_type {};
+template <class T>
+struct has_node_count<T, std::void_t<decltype(std::declval<const T&>().n_nodes)>> : std::true_type {};
+
+// The size of the engine's tree for Auto's key: its node count where the topology says it (the
+// built-in trees, graph trees), else its leaf count. Never a walk over a built-in tree: a
+// one-shot call, or a simulation's new octree each step, would pay for it.
+template <class W>
+index_t tree_size_for_key(const typename W::View& view, EngineState& state) {
+  using Topology = std::decay_t<decltype(W::topology(view))>;
+  if constexpr (has_node_count<Topology>::value)
+    return static_cast<index_t>(W::topology(view).n_nodes);
+  else
+    return engine_top_leaves<W>(view, state).back();
 }
 
 template <class W>
@@ -503,7 +507,7 @@ TraversalStats run_auto(const W& w, const typename W::View& view, Device held, G
     return run_call(w, view, held, gpu, state, call, o);
   }
   const AutoChoice::Key key = AutoChoice::key(typeid(W).hash_code(), W::topology(view).height,
-                                              tree_size_for_key(W::topology(view), state, 0), call.n, where, opt);
+                                              tree_size_for_key<W>(view, state), call.n, where, opt);
   AutoPick pick{};
   bool settled = false;
   const bool known = AutoChoice::find(key, &pick, &settled);
