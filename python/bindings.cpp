@@ -82,24 +82,10 @@ class PointIndex {
   PointIndex(const std::string& kind, std::uintptr_t points, index_t n, int dims, int leaf_size, const std::string& device)
       : device_(parse_device(device)) {
     py::gil_scoped_release free;
-    if (kind == "kd") {
-      KdTreeOptions o;
-      o.leaf_size = leaf_size;
-      kd_ = std::make_unique<KdTree>(KdTree::build(at<const float>(points), n, dims, o));
-      knn_ = std::make_unique<NearestNeighbors>(*kd_, device_);
-    } else if (kind == "ball") {
-      BallTreeOptions o;
-      o.leaf_size = leaf_size;
-      ball_ = std::make_unique<BallTree>(BallTree::build(at<const float>(points), n, dims, o));
-      knn_ = std::make_unique<NearestNeighbors>(*ball_, device_);
-    } else if (kind == "vp") {
-      VpTreeOptions o;
-      o.leaf_size = leaf_size;
-      vp_ = std::make_unique<VpTree>(VpTree::build(at<const float>(points), n, dims, o));
-      knn_ = std::make_unique<NearestNeighbors>(*vp_, device_);
-    } else {
-      throw Error("tree kind '" + kind + "' is unknown (kd, ball, vp)");
-    }
+    if (kind == "kd") build<KdTreeOptions>(kd_, at<const float>(points), n, dims, leaf_size);
+    else if (kind == "ball") build<BallTreeOptions>(ball_, at<const float>(points), n, dims, leaf_size);
+    else if (kind == "vp") build<VpTreeOptions>(vp_, at<const float>(points), n, dims, leaf_size);
+    else throw Error("tree kind '" + kind + "' is unknown (kd, ball, vp)");
   }
   int dims() const { return knn_->dims(); }
   index_t size() const { return knn_->size(); }
@@ -107,6 +93,16 @@ class PointIndex {
   std::string device() const { return to_string(knn_->device()); }
   std::string built_on() const {
     return to_string(kd_ ? kd_->built_on() : ball_ ? ball_->built_on() : vp_->built_on());
+  }
+
+  // The tree builds where the searches run (device "cpu" keeps the build off the GPU too).
+  template <class Options, class Tree>
+  void build(std::unique_ptr<Tree>& tree, const float* points, index_t n, int dims, int leaf_size) {
+    Options o;
+    o.leaf_size = leaf_size;
+    o.device = device_;
+    tree = std::make_unique<Tree>(Tree::build(points, n, dims, o));
+    knn_ = std::make_unique<NearestNeighbors>(*tree, device_);
   }
 
   py::dict knn(std::uintptr_t queries, index_t n, int k, std::uintptr_t indices, std::uintptr_t distances,
@@ -233,7 +229,6 @@ PYBIND11_MODULE(_canopy, m) {
   });
   m.def("gpu_available", &gpu_available);
   m.def("gpu_description", &gpu_description);
-  m.def("is_device_pointer", [](std::uintptr_t p) { return is_device_pointer(at<const void>(p)); });
 
   py::class_<PointIndex>(m, "PointIndex")
       .def(py::init<const std::string&, std::uintptr_t, index_t, int, int, const std::string&>())

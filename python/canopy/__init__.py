@@ -104,6 +104,11 @@ class _PointTree:
         """Where the searches run: "gpu" or "cpu"."""
         return self._index.device
 
+    @property
+    def built_on(self):
+        """Where the tree was built: "gpu" or "cpu" (the same tree either way)."""
+        return self._index.built_on
+
     def query(self, x, k=1, eps=0, p=2, distance_upper_bound=np.inf, workers=None, **options):
         """The k nearest points of each row of x, as scipy's cKDTree.query: (distances, indices),
         each of shape (n, k), or (n,) for k = 1, or scalars for one 1-d point. Ascending by

@@ -100,6 +100,8 @@ def test_options_and_stats(cloud):
     assert s.device == tree.device
     got = tree.query(queries, k=8, schedule="hybrid", depth=4)
     assert np.array_equal(got[1], want[1]) and tree.last_stats.depth == 4
+    # A CPU tree is built on the CPU too, even at a size Auto would build on a GPU.
+    assert canopy.KDTree(clustered(40000, 3, 9), device="cpu").built_on == "cpu"
     with pytest.raises(ValueError, match="unknown option"):
         tree.query(queries, k=2, warp_size=16)
     with pytest.raises(ValueError, match="schedule = 'fastest' is unknown"):
