@@ -183,25 +183,26 @@ Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& sw
     VariantRow row;
     row.name = var.name;
     const TraversalStats& ran = first.stats;
+    // Auto's trial call ran under the prior: the pick is what the next call runs.
+    Measured picked, counted;
     if (is_auto(var)) {
+      picked = run(opt);
       row.auto_pick = true;
-      row.pick_schedule = to_string(ran.schedule_kind);
-      row.pick_executor = to_string(ran.executor_kind);
+      row.pick_schedule = to_string(picked.stats.schedule_kind);
+      row.pick_executor = to_string(picked.stats.executor_kind);
       row.auto_trial = ran.auto_trial_ms;
+      if (is_lockstep(picked.stats.executor_kind)) {
+        opt.count_nodes = true;
+        counted = run(opt);
+        opt.count_nodes = false;
+      }
     }
-    Measured counted;
-    if (is_auto(var) && is_lockstep(ran.executor_kind)) {
-      opt.count_nodes = true;
-      counted = run(opt);
-      opt.count_nodes = false;
-      row.pick_schedule = to_string(counted.stats.schedule_kind);
-      row.pick_executor = to_string(counted.stats.executor_kind);
-    }
+    const TraversalStats& pick = is_auto(var) ? picked.stats : ran;
     const TraversalStats& nodes = counted.stats.warp_nodes.empty() ? ran : counted.stats;
     const auto& wn = nodes.warp_nodes;
     row.nodes_per_warp = nodes.nodes_per_warp();
     if (!wn.empty()) row.nodes_per_warp_max = *std::max_element(wn.begin(), wn.end());
-    row.depth = uses_depth(var) || (is_auto(var) && uses_top_tree(ran.schedule_kind)) ? ran.depth : 0;
+    row.depth = uses_depth(var) || (is_auto(var) && uses_top_tree(pick.schedule_kind)) ? pick.depth : 0;
     row.auto_depth = uses_depth(var) && d == kAutoDepth;
     row.depth_trial = ran.depth_trial_ms;
     row.checksum = first.checksum;
