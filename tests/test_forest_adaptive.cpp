@@ -488,5 +488,30 @@ TEST(ForestAdaptiveGpu, TunerAndModelCoverTheStrategies) {
   EXPECT_TRUE(same_bits(got, cpu_predict(f, d, opt.output), &where)) << where;
 }
 
+// Auto runs the model's pick, or the fastest on the batch itself of the strategies the model
+// puts within 2x of it; the check is made once per size class, and the bits never change.
+TEST(ForestAdaptiveGpu, AutoPicksAmongTheModelsCloseStrategiesAndKeepsItsPick) {
+  CANOPY_REQUIRE_GPU();
+  ForestConfig cfg = forest_config(ForestLayout::Adaptive, Device::Gpu);
+  const Forest& f = model("xgb_covtype");
+  ForestPredictor p(f, cfg);
+  ForestRunOptions opt;
+  opt.hardware_cache = ::testing::TempDir() + "canopy_forest_hw_test.json";
+  opt.kernel = ForestKernel::Auto;
+  const ForestData d = tiled(rows("covtype_rows"), 20000);
+  const auto est = p.model_estimates(d.values.data(), d.n_rows, opt);
+  std::vector<ForestKernel> close;
+  for (const ForestTrial& e : est)
+    if (close.size() < 3 && e.model_ns_per_row <= 2.0 * est.front().model_ns_per_row) close.push_back(e.kernel);
+  std::vector<float> got(static_cast<std::size_t>(d.n_rows * p.output_width(opt.output)));
+  const ForestTimes first = p.predict(d.values.data(), d.n_rows, got.data(), opt);
+  EXPECT_NE(std::find(close.begin(), close.end(), first.kernel), close.end()) << to_string(first.kernel);
+  std::string where;
+  EXPECT_TRUE(same_bits(got, cpu_predict(f, d, opt.output), &where)) << where;
+  // 20,000 and 17,000 rows share a size class (2^14 .. 2^15 - 1): the same pick.
+  for (int call = 0; call < 3; ++call)
+    EXPECT_EQ(p.predict(d.values.data(), 17000, got.data(), opt).kernel, first.kernel) << call;
+}
+
 }  // namespace
 }  // namespace canopy

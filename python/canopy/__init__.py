@@ -9,7 +9,8 @@ decision-forest inference, in the shape scipy, scikit-learn and XGBoost users kn
 
 Inputs are numpy arrays (float32 or float64, C or Fortran order; converted once to C-ordered
 float32) or CUDA arrays (__cuda_array_interface__ or DLPack: cupy, torch), which stay on the
-device: their results come back as cupy arrays. Options mirror canopy::TraversalOptions as
+device: their results come back as cupy arrays, or as torch tensors on the same device for torch
+inputs (CPU tensors give CPU tensors). Options mirror canopy::TraversalOptions as
 keyword arguments (device, schedule, executor, depth, pipeline, chunk, memory_budget); the
 last call's statistics are in `.last_stats`. Canopy's errors are ValueError (MemoryError when
 the GPU lacks memory), with Canopy's message.
@@ -57,6 +58,7 @@ class _Input:
 
     def __init__(self, x, name, width=None, rows_ok_1d=False):
         self.device = _on_device(x)
+        self.torch = type(x).__module__.split(".")[0] == "torch"
         xp = _cupy() if self.device else np
         if self.device and not hasattr(x, "__cuda_array_interface__"):
             x = xp.from_dlpack(x)
@@ -78,6 +80,13 @@ class _Input:
     def empty(self, shape, dtype):
         out = self.xp.empty(shape, dtype=dtype)
         return out, (out.data.ptr if self.device else out.ctypes.data)
+
+    def result(self, a):
+        """A result in the input's kind of array: torch in, torch out (no copy, DLPack)."""
+        if not self.torch:
+            return a
+        import torch
+        return torch.from_dlpack(a) if self.device else torch.from_numpy(np.ascontiguousarray(a))
 
 
 def _options(options):
@@ -123,7 +132,7 @@ class _PointTree:
         idx, ip = q.empty((q.n, int(k)), np.int64)
         dist, dp = q.empty((q.n, int(k)), np.float32)
         self.last_stats = _stats(self._index.knn(q.ptr, q.n, int(k), ip, dp, _options(options)))
-        dist = dist.astype(q.xp.float64)
+        dist, idx = q.result(dist.astype(q.xp.float64)), q.result(idx)
         if k == 1:
             dist, idx = dist[:, 0], idx[:, 0]
         if q.single:
@@ -143,6 +152,7 @@ class _PointTree:
         q = _Input(x, "x", self.m, rows_ok_1d=True)
         counts, cp = q.empty((q.n,), np.int64)
         self.last_stats = _stats(self._index.count(q.ptr, q.n, float(r), cp, _options(options)))
+        counts = q.result(counts)
         return counts[0] if q.single else counts
 
 
@@ -174,7 +184,7 @@ def barnes_hut(positions, masses, theta=0.5, eps=0.01, leafsize=8, **options):
     mp = m.data.ptr if pos.device else m.ctypes.data
     barnes_hut.last_stats = _stats(_canopy.barnes_hut(pos.ptr, mp, pos.n, fp, float(theta), float(eps), int(leafsize),
                                                       _options(options)))
-    return forces
+    return pos.result(forces)
 
 
 class Forest:
@@ -221,6 +231,7 @@ class Forest:
         width = self._core.width(output, where)
         out, op = rows.empty((rows.n, width), np.float32)
         self.last_stats = _stats(self._core.predict(rows.ptr, rows.n, op, output, where))
+        out = rows.result(out)
         if width == 1:
             out = out[:, 0]
         return out[0] if rows.single else out

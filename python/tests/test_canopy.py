@@ -176,3 +176,26 @@ def test_cuda_arrays_stay_on_the_device(cloud):
     counts = tree.query_ball_point(cp.asarray(queries, dtype=cp.float64), 0.05, return_length=True)
     assert isinstance(counts, cp.ndarray)
     assert np.array_equal(cp.asnumpy(counts), canopy.KDTree(points).query_ball_point(queries, 0.05, return_length=True))
+
+
+def test_torch_tensors_come_back_as_torch_tensors(cloud):
+    torch = pytest.importorskip("torch")
+    points, queries = cloud
+    hd, hi = canopy.KDTree(points).query(queries, k=8)
+    hc = canopy.KDTree(points).query_ball_point(queries, 0.05, return_length=True)
+    hf = canopy.barnes_hut(points, np.ones(len(points)), device="cpu")
+    devices = ["cpu"]
+    if canopy.gpu_available() and torch.cuda.is_available():
+        pytest.importorskip("cupy")  # device results are made by cupy, handed over by DLPack
+        devices.append("cuda")
+    for dev in devices:
+        tree = canopy.KDTree(torch.as_tensor(points, device=dev))
+        d, i = tree.query(torch.as_tensor(queries, dtype=torch.float64, device=dev), k=8)
+        assert isinstance(d, torch.Tensor) and isinstance(i, torch.Tensor)
+        assert d.device.type == dev and i.device.type == dev and i.dtype == torch.int64
+        assert np.array_equal(i.cpu().numpy(), hi) and np.array_equal(d.cpu().numpy(), hd)
+        c = tree.query_ball_point(torch.as_tensor(queries, device=dev), 0.05, return_length=True)
+        assert c.device.type == dev and np.array_equal(c.cpu().numpy(), hc)
+        f = canopy.barnes_hut(torch.as_tensor(points, device=dev), torch.ones(len(points), device=dev))
+        assert isinstance(f, torch.Tensor) and f.device.type == dev and tuple(f.shape) == (len(points), 3)
+        np.testing.assert_allclose(f.cpu().numpy(), hf, rtol=1e-4, atol=1e-6)  # GPU and CPU sums round apart

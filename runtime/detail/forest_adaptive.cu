@@ -250,7 +250,7 @@ class AdaptiveForestGpu final : public ForestGpu {
     if (opt.kernel == ForestKernel::Hybrid) throw Error("the hybrid kernel needs the hierarchical layout");
     // Feasible strategies come first, the smallest estimate first.
     const ForestKernel kernel =
-        opt.kernel == ForestKernel::Auto ? tuner_.estimates(rows, n_rows, opt).front().kernel : opt.kernel;
+        opt.kernel == ForestKernel::Auto ? tuner_.choose(rows, n_rows, width, opt) : opt.kernel;
     engine_.predict(rows, n_rows, out, width, kernel, opt, times);
   }
 

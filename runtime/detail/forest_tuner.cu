@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <utility>
 
 #include "runtime/detail/forest_engine.cuh"
@@ -31,21 +32,52 @@ ForestKernel kernel_of(ForestStrategy s) {
   }
 }
 
-// Kernel milliseconds of `runs` runs after a warm-up, fastest first (CUDA events).
-std::vector<float> time_runs(ForestEngine<AdaptiveForest>& e, const gpu::AdaptiveBatch& b, ForestKernel k,
-                             const ForestSchedule& s, int runs) {
-  Event start, stop;
-  std::vector<float> ms;
-  for (int r = 0; r <= runs; ++r) {
-    start.record(e.stream());
-    e.steps().run(b, k, s);
-    stop.record(e.stream());
-    const float t = stop.since(start);
-    if (r > 0) ms.push_back(t);  // the first run warms up
+// One schedule to time: its strategy and parameters (resolved).
+using Candidate = std::pair<ForestKernel, ForestSchedule>;
+
+// The median kernel milliseconds of each candidate over `rounds` runs on batch b (CUDA events),
+// after one warm-up run each. The runs are interleaved round by round, so a clock or a
+// neighbour that drifts during the measurement touches every candidate alike, and the median
+// drops the odd slow run: one noisy run no longer decides a choice. A candidate this forest
+// cannot take (an Error on its warm-up) gets +inf.
+std::vector<double> median_ms_interleaved(ForestEngine<AdaptiveForest>& e, const gpu::AdaptiveBatch& b,
+                                          const std::vector<Candidate>& candidates, int rounds) {
+  const std::size_t n = candidates.size();
+  std::vector<double> out(n, INFINITY);
+  std::vector<bool> runs(n, false);
+  for (std::size_t i = 0; i < n; ++i) {
+    try {
+      e.steps().run(b, candidates[i].first, candidates[i].second);
+      runs[i] = true;
+    } catch (const Error&) {
+      // a schedule this forest cannot take (shared memory, block size)
+    }
   }
-  std::sort(ms.begin(), ms.end());
-  return ms;
+  Event start, stop;
+  std::vector<std::vector<float>> ms(n);
+  for (int r = 0; r < rounds; ++r)
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!runs[i]) continue;
+      start.record(e.stream());
+      e.steps().run(b, candidates[i].first, candidates[i].second);
+      stop.record(e.stream());
+      ms[i].push_back(stop.since(start));
+    }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (ms[i].empty()) continue;
+    std::sort(ms[i].begin(), ms[i].end());
+    out[i] = ms[i][ms[i].size() / 2];
+  }
+  return out;
 }
+
+// Calibration runs per strategy and batch, and the rounds that check auto's pick on a batch.
+constexpr int kCalibrationRounds = 5;
+constexpr int kVerifyRounds = 5;
+// Auto checks on the batch itself every strategy the model puts within this factor of its
+// best (at most kVerifyMost of them): the model ranks well but not to a few percent.
+constexpr double kVerifyFactor = 2.0;
+constexpr std::size_t kVerifyMost = 3;
 
 // The tuner's grid: the schedules around the defaults of the model's two best strategies, and
 // every other feasible strategy at its defaults (so the tuned best is never worse than auto's
@@ -145,18 +177,31 @@ void ForestTuner::calibrate(const float* rows, index_t n_rows) {
   b.out = d_out.get();
   b.width = width;
   b.output = ForestOutput::Margin;
-  auto time_ms = [&](ForestKernel k, index_t n) {
+  // Both batch sizes, every strategy at its defaults, interleaved (median_ms_interleaved).
+  auto time_all = [&](index_t n) {
     b.n_rows = n;
-    return static_cast<double>(time_runs(engine_, b, k, steps.resolve(k, ForestSchedule{}, n), 2).front());
+    std::vector<Candidate> c;
+    std::vector<std::size_t> at;  // c[j] is strategy at[j]
+    for (std::size_t i = 0; i < std::size(kStrategies); ++i) {
+      try {
+        c.emplace_back(kStrategies[i], steps.resolve(kStrategies[i], ForestSchedule{}, n));
+        at.push_back(i);
+      } catch (const Error&) {
+        // a strategy this forest cannot take
+      }
+    }
+    const std::vector<double> ms = median_ms_interleaved(engine_, b, c, kCalibrationRounds);
+    std::vector<double> out(std::size(kStrategies), INFINITY);
+    for (std::size_t j = 0; j < c.size(); ++j) out[at[j]] = ms[j];
+    return out;
   };
+  const std::vector<double> full = time_all(kCalibrationRows), small = time_all(kCalibrationSmallRows);
   calibrated_.clear();
-  for (ForestKernel k : kStrategies) {
-    Calibration c{k, 0, 0};
-    try {
-      c.row_ns = time_ms(k, kCalibrationRows) * 1e6 / static_cast<double>(kCalibrationRows);
-      c.small_ns = time_ms(k, kCalibrationSmallRows) * 1e6;
-    } catch (const Error&) {
-      c = Calibration{k, 0, 0};  // a strategy this forest cannot take
+  for (std::size_t i = 0; i < std::size(kStrategies); ++i) {
+    Calibration c{kStrategies[i], 0, 0};
+    if (std::isfinite(full[i]) && std::isfinite(small[i])) {  // else a strategy this forest cannot take
+      c.row_ns = full[i] * 1e6 / static_cast<double>(kCalibrationRows);
+      c.small_ns = small[i] * 1e6;
     }
     calibrated_.push_back(c);
   }
@@ -288,6 +333,17 @@ std::vector<ForestTrial> ForestTuner::estimates(const float* rows, index_t n_row
   return out;
 }
 
+gpu::AdaptiveBatch ForestTuner::device_batch(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt) {
+  gpu::AdaptiveBatch b;
+  b.rows = engine_.device_rows(rows, n_rows);
+  b.n_rows = n_rows;
+  b.out = engine_.out_buffer(static_cast<std::size_t>(n_rows) * width);
+  b.width = width;
+  b.output = opt.output;
+  if (opt.row_schedule_depth > 0) engine_.steps().schedule_rows(opt.row_schedule_depth, &b);
+  return b;
+}
+
 std::vector<ForestTrial> ForestTuner::tune(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt,
                                            int repeat) {
   if (n_rows < 1) throw Error("tune: the batch has no rows");
@@ -295,14 +351,9 @@ std::vector<ForestTrial> ForestTuner::tune(const float* rows, index_t n_rows, in
   const std::vector<ForestTrial> model = estimates(rows, n_rows, opt);
   AdaptiveSteps& steps = engine_.steps();
   const CallerStream caller = engine_.on_caller_stream(opt.stream);
-  gpu::AdaptiveBatch b;
-  b.rows = engine_.device_rows(rows, n_rows);
-  b.n_rows = n_rows;
-  b.out = engine_.out_buffer(static_cast<std::size_t>(n_rows) * width);
-  b.width = width;
-  b.output = opt.output;
-  if (opt.row_schedule_depth > 0) steps.schedule_rows(opt.row_schedule_depth, &b);
+  const gpu::AdaptiveBatch b = device_batch(rows, n_rows, width, opt);
   std::vector<ForestTrial> out;
+  std::vector<Candidate> candidates;
   for (const auto& g : tuning_grid(model, wide_sums(steps.view().common), steps.gpu().smem_optin)) {
     ForestTrial trial;
     trial.kernel = g.first;
@@ -310,18 +361,55 @@ std::vector<ForestTrial> ForestTuner::tune(const float* rows, index_t n_rows, in
       if (t.kernel == g.first) trial.model_ns_per_row = t.model_ns_per_row;
     try {
       trial.schedule = steps.resolve(g.first, g.second, n_rows);
-      if (trial.kernel == ForestKernel::Direct && gpu::direct_tile_bytes(steps.view(), trial.schedule) > steps.gpu().smem_optin)
-        continue;
-      const std::vector<float> ms = time_runs(engine_, b, trial.kernel, trial.schedule, repeat);
-      trial.kernel_ms = ms[ms.size() / 2];
     } catch (const Error&) {
       continue;  // a schedule this forest cannot take (shared memory, block size)
     }
+    if (trial.kernel == ForestKernel::Direct && gpu::direct_tile_bytes(steps.view(), trial.schedule) > steps.gpu().smem_optin)
+      continue;
     out.push_back(trial);
+    candidates.emplace_back(trial.kernel, trial.schedule);
   }
+  const std::vector<double> ms = median_ms_interleaved(engine_, b, candidates, repeat);
   engine_.sync();
+  for (std::size_t i = 0; i < out.size(); ++i) out[i].kernel_ms = ms[i];
+  out.erase(std::remove_if(out.begin(), out.end(), [](const ForestTrial& t) { return !std::isfinite(t.kernel_ms); }),
+            out.end());
   std::stable_sort(out.begin(), out.end(), [](const ForestTrial& a, const ForestTrial& b) { return a.kernel_ms < b.kernel_ms; });
   return out;
+}
+
+ForestKernel ForestTuner::choose(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt) {
+  const std::vector<ForestTrial> est = estimates(rows, n_rows, opt);
+  const ForestKernel pick = est.front().kernel;
+  if (n_rows < 1 || !std::isfinite(est.front().model_ns_per_row)) return pick;
+  std::vector<ForestKernel> close;  // the strategies the model cannot tell apart from its pick
+  for (const ForestTrial& t : est)
+    if (close.size() < kVerifyMost && t.model_ns_per_row <= kVerifyFactor * est.front().model_ns_per_row)
+      close.push_back(t.kernel);
+  if (close.size() < 2) return pick;
+  // Checked once per batch size (its power of two) and row scheduling: a batch of the same
+  // size class ranks the strategies alike.
+  int size_class = 0;
+  while ((index_t{2} << size_class) <= n_rows) ++size_class;
+  const std::pair<int, int> key{size_class, opt.row_schedule_depth};
+  const auto known = verified_.find(key);
+  if (known != verified_.end()) return known->second;
+  AdaptiveSteps& steps = engine_.steps();
+  const CallerStream caller = engine_.on_caller_stream(opt.stream);
+  const gpu::AdaptiveBatch b = device_batch(rows, n_rows, width, opt);
+  std::vector<Candidate> candidates;
+  for (ForestKernel k : close) candidates.emplace_back(k, steps.resolve(k, ForestSchedule{}, n_rows));
+  const std::vector<double> ms = median_ms_interleaved(engine_, b, candidates, kVerifyRounds);
+  engine_.sync();
+  ForestKernel best = pick;
+  double best_ms = INFINITY;
+  for (std::size_t i = 0; i < close.size(); ++i)
+    if (ms[i] < best_ms) {
+      best_ms = ms[i];
+      best = close[i];
+    }
+  verified_[key] = best;
+  return best;
 }
 
 }  // namespace detail

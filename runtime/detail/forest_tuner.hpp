@@ -4,6 +4,7 @@
 // batch seen); the tuner times a grid of schedules around the model's choice. CUDA-free.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,9 @@
 #include "scheduler/forest_rows.hpp"
 
 namespace canopy {
+namespace gpu {
+struct AdaptiveBatch;
+}
 namespace detail {
 
 template <class Layout>
@@ -30,6 +34,11 @@ class ForestTuner {
   // Every schedule of the grid that runs, timed on these rows, the fastest first
   // (ForestPredictor::tune).
   std::vector<ForestTrial> tune(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt, int repeat);
+  // Auto's strategy for this batch. The model's pick, unless other strategies' estimates come
+  // within a factor of 2 of it: then those (at most three) run on the batch itself, medians of
+  // interleaved runs, and the fastest wins. One noisy calibration cannot mislead it, and the
+  // check runs once per batch size (its power of two) and row-scheduling depth.
+  ForestKernel choose(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt);
 
  private:
   // Each strategy's time per row on this forest with the GPU full, and its time for a small
@@ -45,12 +54,16 @@ class ForestTuner {
   void calibrate(const float* rows, index_t n_rows);
   // The model's view of one strategy's run of n_rows (default schedule).
   ForestShape shape(ForestKernel k, index_t n_rows) const;
+  // The caller's rows on the device as the kernels read them (row scheduling applied), with
+  // the engine's own output buffer: what tune() and choose() time.
+  gpu::AdaptiveBatch device_batch(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt);
 
   ForestEngine<AdaptiveForest>& engine_;
   std::unique_ptr<ForestHardware> hardware_;
   std::string hardware_path_;
   std::unique_ptr<ForestAccessProfile> profile_;
   std::vector<Calibration> calibrated_;
+  std::map<std::pair<int, int>, ForestKernel> verified_;  // choose(): (size class, row depth) -> strategy
 };
 
 }  // namespace detail
