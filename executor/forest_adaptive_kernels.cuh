@@ -71,7 +71,7 @@ __device__ __forceinline__ void adaptive_walk_trees(const AdaptiveForestView& v,
       for (int q = 0; q < K; ++q) {
         const ForestNode n = node[r][q];
         k[r][q] = ((n.info & kAdaptivePayloadMask) >> v.feature_bits) +
-                  adaptive_second(n, get(r, static_cast<int>(n.info & v.feature_mask)));
+                  adaptive_second(n, get(r, static_cast<int>(n.info & v.feature_mask)), v.common.categories);
       }
   }
 #pragma unroll
@@ -176,7 +176,7 @@ __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch 
           if (j < m) {
             const ForestNode n = base[static_cast<index_t>(k[j]) * T];
             k[j] = ((n.info & kAdaptivePayloadMask) >> v.feature_bits) +
-                   adaptive_second(n, tile[(r0 + j) * F + (n.info & v.feature_mask)]);
+                   adaptive_second(n, tile[(r0 + j) * F + (n.info & v.feature_mask)], v.common.categories);
           }
       const std::uint32_t* lw = v.leaf + v.tree_begin[t];
 #pragma unroll

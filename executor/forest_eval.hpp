@@ -56,7 +56,7 @@ CANOPY_HD inline ForestNode find_leaf(const View& v, index_t t, const float* row
     for (;;) {
       const ForestNode node{v.value[base + n], v.info[base + n]};
       if (forest_is_leaf(node.info)) return node;
-      n = children[v.child_index[base + n] + forest_go_right(node, row)];
+      n = children[v.child_index[base + n] + forest_go_right(node, row, v.common.categories)];
     }
   } else if constexpr (std::is_same<View, ReorgForestView>::value) {
     (void)root;
@@ -66,12 +66,12 @@ CANOPY_HD inline ForestNode find_leaf(const View& v, index_t t, const float* row
       const index_t at = v.level_begin[level] + slot * trees + t;
       const ForestNode node = v.nodes[at];
       if (forest_is_leaf(node.info)) return node;
-      slot = v.child_slot[at] + forest_go_right(node, row);
+      slot = v.child_slot[at] + forest_go_right(node, row, v.common.categories);
     }
   } else if constexpr (std::is_same<View, AdaptiveForestView>::value) {
     (void)root;
     const std::uint32_t k = adaptive_walk(v.nodes + v.tree_begin[t], 1, v.depth[t], v.feature_bits, v.feature_mask,
-                                          [row](int f) { return row[f]; });
+                                          [row](int f) { return row[f]; }, v.common.categories);
     return adaptive_leaf(v, t, k);
   } else {
     static_assert(std::is_same<View, HierarchicalForestView>::value, "find_leaf: unknown forest layout view");
@@ -82,7 +82,7 @@ CANOPY_HD inline ForestNode find_leaf(const View& v, index_t t, const float* row
     for (;;) {
       const ForestNode node = sub[p];
       if (forest_is_leaf(node.info)) return node;
-      const int right = forest_go_right(node, row);
+      const int right = forest_go_right(node, row, v.common.categories);
       if (p < bottom) {
         p = 2 * p + 1 + right;  // inside the subtree: arithmetic indexing
       } else {

@@ -22,7 +22,7 @@ CANOPY_HD inline std::uint64_t adaptive_row_key(const AdaptiveForestView& v, con
     std::uint64_t path = 0;
     for (int l = 0; l < depth; ++l) {
       const ForestNode n = base[k];
-      const std::uint32_t second = adaptive_second(n, row[n.info & v.feature_mask]);
+      const std::uint32_t second = adaptive_second(n, row[n.info & v.feature_mask], v.common.categories);
       k = ((n.info & kAdaptivePayloadMask) >> v.feature_bits) + second;
       path = (path << 1) | second;  // a leaf stays put and adds 0
     }

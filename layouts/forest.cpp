@@ -82,7 +82,15 @@ std::string Forest::describe() const {
   if (n_groups_ > 1) s << " in " << n_groups_ << " output groups";
   if (n_classes() > 0) s << ", " << n_classes() << " classes";
   s << ", " << n_features_ << " features, " << n_nodes() << " nodes, max depth " << max_depth();
+  if (const index_t c = n_categorical_nodes()) s << ", " << c << " categorical splits";
   return s.str();
+}
+
+index_t Forest::n_categorical_nodes() const {
+  index_t c = 0;
+  for (const ForestTree& t : trees_)
+    for (std::uint8_t k : t.categorical) c += k != 0;
+  return c;
 }
 
 namespace {
@@ -366,7 +374,14 @@ struct RawTree {
   std::vector<double> threshold;  // the source's number (XGBoost float32, scikit-learn float64)
   std::vector<std::int8_t> default_left;  // -1: not given
   std::vector<double> cover;              // training weight per node; empty: not given
+  // Categorical splits by source id (both empty: none): ForestTree::categorical / categories.
+  std::vector<std::uint8_t> categorical;
+  std::vector<std::vector<std::uint32_t>> categories;
 };
+
+// The words of all category sets in one model: a file cannot make the importer allocate more
+// than this (2^24 words, 64 MiB; a set of the largest category takes 2^19).
+constexpr std::size_t kMaxCategoryWords = std::size_t{1} << 24;
 
 }  // namespace
 
@@ -475,8 +490,8 @@ class ForestImporter {
     }
   }
 
-  // One XGBoost tree's node arrays; numerical splits and scalar leaves only.
-  RawTree xgboost_raw_tree(const At& t) const {
+  // One XGBoost tree's node arrays: numerical and categorical splits, scalar leaves.
+  RawTree xgboost_raw_tree(const At& t) {
     const At tp = t["tree_param"];
     const std::int64_t n64 = tp["num_nodes"].int_param();
     if (n64 < 1 || n64 > INT32_MAX) tp["num_nodes"].fail(std::to_string(n64) + " nodes");
@@ -491,22 +506,8 @@ class ForestImporter {
     const At si = node_array(t, "split_indices", n, count);
     const At sc = node_array(t, "split_conditions", n, count);
     const At dl = node_array(t, "default_left", n, count);
-    // Categorical splits (XGBoost's enable_categorical): refused, naming the first one.
-    const auto categorical = [&](const At& at, std::int64_t node) {
-      const std::string feature = node >= 0 && static_cast<std::size_t>(node) < n
-                                      ? " on feature " + std::to_string(si[static_cast<std::size_t>(node)].integer())
-                                      : "";
-      at.fail("tree " + std::to_string(tree_) + ", node " + std::to_string(node) + ": categorical split" + feature +
-              ": not supported yet");
-    };
-    if (t.has("split_type")) {
-      const At st = node_array(t, "split_type", n, count);
-      for (std::size_t k = 0; k < n; ++k)
-        if (st[k].integer() != 0) categorical(st[k], static_cast<std::int64_t>(k));
-    }
-    if (t.has("categories_nodes") && t["categories_nodes"].size() > 0)
-      categorical(t["categories_nodes"][std::size_t{0}], t["categories_nodes"][std::size_t{0}].integer());
     RawTree raw;
+    xgboost_categories(t, n, count, &raw);
     raw.left.resize(n);
     raw.right.resize(n);
     raw.feature.resize(n);
@@ -528,6 +529,68 @@ class ForestImporter {
       }
     }
     return raw;
+  }
+
+  // XGBoost's categorical splits (enable_categorical): split_type 1 marks them, and
+  // categories_nodes[i] lists node i's categories as categories[segments[i] ..][sizes[i]]. A
+  // categorical node the lists leave out has an empty set (every category goes left), as in
+  // XGBoost.
+  void xgboost_categories(const At& t, std::size_t n, const char* count, RawTree* raw) {
+    bool any = false;
+    std::vector<std::uint8_t> cat(n, 0);
+    if (t.has("split_type")) {
+      const At st = node_array(t, "split_type", n, count);
+      for (std::size_t k = 0; k < n; ++k) {
+        const std::int64_t v = st[k].integer();
+        if (v != 0 && v != 1)
+          st[k].fail("tree " + std::to_string(tree_) + ", node " + std::to_string(k) + ": split type " + std::to_string(v) +
+                     " is neither 0 (numerical) nor 1 (categorical)");
+        cat[k] = static_cast<std::uint8_t>(v);
+        any = any || v == 1;
+      }
+    }
+    const bool listed = t.has("categories_nodes") && t["categories_nodes"].size() > 0;
+    if (!any && !listed) return;
+    raw->categorical = std::move(cat);
+    raw->categories.assign(n, {});
+    if (!listed) return;
+    const At nodes = t["categories_nodes"], begins = t["categories_segments"], sizes = t["categories_sizes"];
+    const At cats = t["categories"];
+    if (begins.size() != nodes.size())
+      begins.fail("has " + std::to_string(begins.size()) + " entries for " + std::to_string(nodes.size()) + " categorical nodes");
+    if (sizes.size() != nodes.size())
+      sizes.fail("has " + std::to_string(sizes.size()) + " entries for " + std::to_string(nodes.size()) + " categorical nodes");
+    const std::int64_t n_cats = static_cast<std::int64_t>(cats.size());
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      const std::int64_t node = nodes[i].integer();
+      const std::string where = "tree " + std::to_string(tree_) + ", node " + std::to_string(node);
+      if (node < 0 || node >= static_cast<std::int64_t>(n))
+        nodes[i].fail(where + " is out of range (the tree has " + std::to_string(n) + " nodes)");
+      if (!raw->categorical[static_cast<std::size_t>(node)])
+        nodes[i].fail(where + " has categories but split type 0 (numerical)");
+      const std::int64_t b = begins[i].integer(), z = sizes[i].integer();
+      if (b < 0 || b > n_cats) begins[i].fail(where + ": segment start " + std::to_string(b) + " is outside the " +
+                                              std::to_string(n_cats) + " categories");
+      if (z < 0 || z > n_cats - b)
+        sizes[i].fail(where + ": " + std::to_string(z) + " categories from " + std::to_string(b) + " run past the " +
+                      std::to_string(n_cats) + " categories");
+      std::vector<std::uint32_t>& set = raw->categories[static_cast<std::size_t>(node)];
+      if (!set.empty()) nodes[i].fail(where + " is listed twice");
+      for (std::int64_t j = b; j < b + z; ++j) {
+        const At at = cats[static_cast<std::size_t>(j)];
+        const std::int64_t c = at.integer();
+        if (c < 0 || c >= kMaxForestCategory)
+          at.fail(where + ": category " + std::to_string(c) + " is outside 0.." + std::to_string(kMaxForestCategory - 1));
+        const std::size_t word = static_cast<std::size_t>(c) / 32;
+        if (word >= set.size()) {
+          category_words_ += word + 1 - set.size();
+          if (category_words_ > kMaxCategoryWords)
+            at.fail(where + ": the model's category sets exceed " + std::to_string(kMaxCategoryWords) + " words");
+          set.resize(word + 1, 0u);
+        }
+        set[word] |= 1u << (c % 32);
+      }
+    }
   }
 
   Forest canopy_format() {
@@ -704,6 +767,10 @@ class ForestImporter {
       tree.cover.resize(m);
       for (std::size_t k = 0; k < m; ++k) tree.cover[k] = raw.cover[static_cast<std::size_t>(orig_of_[k])];
     }
+    if (!raw.categorical.empty()) {
+      tree.categorical.assign(m, 0);
+      tree.categories.assign(m, {});
+    }
     std::int32_t leaves = 0;
     for (std::size_t k = 0; k < m; ++k) {
       const std::int64_t o = orig_of_[k];
@@ -725,6 +792,12 @@ class ForestImporter {
       tree.left[k] = new_id[raw.left[o]];
       tree.right[k] = new_id[raw.right[o]];
       tree.feature[k] = static_cast<std::int32_t>(raw.feature[o]);
+      if (!raw.categorical.empty() && raw.categorical[static_cast<std::size_t>(o)]) {
+        tree.categorical[k] = 1;
+        tree.categories[k] = raw.categories[static_cast<std::size_t>(o)];
+        tree.default_left[k] = static_cast<std::uint8_t>(raw.default_left[o] > 0);
+        continue;  // XGBoost writes NaN as its split condition
+      }
       // XGBoost: go left iff x < t with t a float32 (the JSON holds its shortest decimal form).
       // scikit-learn: go left iff x <= t with t a float64, i.e. iff x < above_float(t).
       tree.value[k] = sklearn ? above_float(raw.threshold[o]) : static_cast<float>(raw.threshold[o]);
@@ -743,6 +816,7 @@ class ForestImporter {
   std::string file_;
   std::vector<std::int64_t> orig_of_;
   std::size_t tree_ = 0;  // the tree normalise() works on, for messages
+  std::size_t category_words_ = 0;  // of every category set read so far
 };
 
 Forest Forest::parse(const std::string& text, const std::string& name) {

@@ -5,7 +5,8 @@
 // Every tree is normalised on import to one convention, whatever the source:
 //   * nodes are numbered breadth-first from the root (node 0), children left before right;
 //   * an inner node sends a row left iff  x[feature] < threshold  (float32), and a missing
-//     value (NaN) to its default side;
+//     value (NaN) to its default side; a categorical node (XGBoost's enable_categorical)
+//     sends it right iff its category is in the node's set (ForestTree::categories);
 //   * a leaf holds either one float32 value (XGBoost) or a vector of float64 values (the
 //     class distribution or the regression value of a scikit-learn tree).
 // scikit-learn's "x <= t" with a float64 t is turned into "x < t'" where t' is the smallest
@@ -46,8 +47,10 @@ const char* to_string(ForestOutput o);
 
 // Most classes (or XGBoost output groups) the executors accumulate per row.
 constexpr int kMaxForestOutputs = 64;
-// Feature indices must fit the 30 bits a node reserves for them.
-constexpr std::int64_t kMaxForestFeatures = std::int64_t{1} << 30;
+// Feature indices must fit the 29 bits a node reserves for them.
+constexpr std::int64_t kMaxForestFeatures = std::int64_t{1} << 29;
+// Categories are integers below 2^24 (every one exact in float32), as in XGBoost.
+constexpr std::int64_t kMaxForestCategory = std::int64_t{1} << 24;
 
 struct ForestTree {
   // Per node, breadth-first from the root. left/right are -1 at a leaf.
@@ -64,11 +67,19 @@ struct ForestTree {
   // Training weight that reached each node (XGBoost sum_hessian, scikit-learn weighted sample
   // count); empty when the model has none. Edge probabilities come from it.
   std::vector<double> cover;
+  // Categorical splits; both empty when the tree has none. categorical[n] = 1: inner node n
+  // sends a row right iff its value, truncated to an integer c, is in the node's set: bit
+  // c % 32 of categories[n][c / 32]. Negative values, values past the set's last word and
+  // +Infinity go left (XGBoost 1.7's predictor does the same); a missing value takes the
+  // default side. value[n] is unused at such a node.
+  std::vector<std::uint8_t> categorical;
+  std::vector<std::vector<std::uint32_t>> categories;
   int group = 0;                           // output group (XGBoost tree_info); 0 for forests
   int depth = 0;                           // edges on the longest root-to-leaf path
 
   index_t size() const { return static_cast<index_t>(left.size()); }
   bool is_leaf(index_t n) const { return left[static_cast<std::size_t>(n)] < 0; }
+  bool is_categorical(index_t n) const { return !categorical.empty() && categorical[static_cast<std::size_t>(n)] != 0; }
 };
 
 class Forest {
@@ -106,6 +117,7 @@ class Forest {
   index_t n_nodes() const;
   index_t n_leaves() const;
   int max_depth() const;
+  index_t n_categorical_nodes() const;
   // Values per row that `out` produces (a Class output of a regressor is an Error).
   int output_width(ForestOutput out) const;
   const std::string& source() const { return source_; }  // the file it came from

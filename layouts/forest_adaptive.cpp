@@ -105,10 +105,12 @@ AdaptiveForest AdaptiveForest::build(const Forest& f, const AdaptiveOptions& opt
         const std::size_t second = static_cast<std::size_t>(sw ? tree.left[k] : tree.right[k]);
         level[first] = level[second] = level[k] + 1;
         // The test's x < threshold side is the tree's left child: stored second when swapped.
-        node.value = tree.value[k];
+        const ForestNode plain = a.common.inner_node(src, tree, static_cast<index_t>(k));
+        node.value = plain.value;
         node.info = static_cast<std::uint32_t>(tree.feature[k]) |
                     (static_cast<std::uint32_t>(pos[first]) << a.feature_bits) | (sw ? kAdaptiveLtSecondBit : 0u) |
-                    (tree.default_left[k] ? kAdaptiveNanLtBit : 0u);
+                    (tree.default_left[k] ? kAdaptiveNanLtBit : 0u) |
+                    ((plain.info & kForestCategoricalBit) ? kAdaptiveCategoricalBit : 0u);
         a.swapped_nodes += sw;
       }
       a.nodes.push_back(node);

@@ -42,15 +42,18 @@ struct AdaptiveOptions {
 //   value  inner: the threshold; leaf: NaN
 //   info   bit 31 leaf; bit 30 "the x < threshold side is the stored second child" (the
 //          children were swapped); bit 29 "a missing value takes the x < threshold side";
-//          bits [0, feature_bits) the feature; bits [feature_bits, 29) the first child's index
-//          within the tree. A leaf points at itself, with a test no row passes (NaN threshold,
+//          bit 28 categorical (value: the bits of its set's offset in the common view's
+//          categories; the tree's left child, the "x < threshold" side, takes the categories
+//          outside the set); bits [0, feature_bits) the feature; bits [feature_bits, 28) the
+//          first child's index within the tree. A leaf points at itself, with a test no row passes (NaN threshold,
 //          bit 30 set, bit 29 clear: every row stays), so a walk of depth[t] steps ends on the
 //          leaf whatever level it sits at: the loop needs no leaf test and a warp walking one
 //          tree runs a uniform trip count. Leaf values live apart, in leaf[] (scalar leaves:
 //          the float's bits; vector leaves: the leaf's index within its tree).
 constexpr std::uint32_t kAdaptiveLtSecondBit = 1u << 30;
 constexpr std::uint32_t kAdaptiveNanLtBit = 1u << 29;
-constexpr int kAdaptivePayloadBits = 29;
+constexpr std::uint32_t kAdaptiveCategoricalBit = 1u << 28;
+constexpr int kAdaptivePayloadBits = 28;
 constexpr std::uint32_t kAdaptivePayloadMask = (1u << kAdaptivePayloadBits) - 1u;
 
 struct AdaptiveForestView {
@@ -68,25 +71,34 @@ struct AdaptiveForestView {
 
 // 1 if a row whose feature value is x goes to the stored second child (0 at a leaf).
 // Integer bit operations rather than branches or selects: this is every walk's inner step.
-CANOPY_HD inline std::uint32_t adaptive_second(ForestNode n, float x) {
+// `categories`: the common view's category sets (read at categorical nodes only).
+CANOPY_HD inline std::uint32_t adaptive_second(ForestNode n, float x, const std::uint32_t* categories) {
   static_assert(kAdaptiveNanLtBit == 1u << 29 && kAdaptiveLtSecondBit == 1u << 30, "adaptive_second reads bits 29, 30");
   // The x < threshold side: x below it, or a missing x that the node sends there.
-  const std::uint32_t lt = static_cast<std::uint32_t>(x < n.value) | (static_cast<std::uint32_t>(x != x) & (n.info >> 29));
+  std::uint32_t lt = static_cast<std::uint32_t>(x < n.value) | (static_cast<std::uint32_t>(x != x) & (n.info >> 29));
+  // Categorical: the left side is the categories outside the set. A branch every warp of a
+  // forest without such nodes takes the same way.
+  if (n.info & kAdaptiveCategoricalBit)
+    lt = x != x ? (n.info >> 29) & 1u
+                : static_cast<std::uint32_t>(!forest_category_right(categories + forest_float_bits(n.value), x));
   return (lt ^ (n.info >> 30) ^ 1u) & 1u;  // that side is the second child iff bit 30
 }
 
 // One step of a walk: the node's position after `n` for the row that get(f) reads.
 template <class Get>
-CANOPY_HD inline std::uint32_t adaptive_step(ForestNode n, int feature_bits, std::uint32_t feature_mask, const Get& get) {
-  return ((n.info & kAdaptivePayloadMask) >> feature_bits) + adaptive_second(n, get(static_cast<int>(n.info & feature_mask)));
+CANOPY_HD inline std::uint32_t adaptive_step(ForestNode n, int feature_bits, std::uint32_t feature_mask, const Get& get,
+                                             const std::uint32_t* categories) {
+  return ((n.info & kAdaptivePayloadMask) >> feature_bits) +
+         adaptive_second(n, get(static_cast<int>(n.info & feature_mask)), categories);
 }
 
 // The leaf position a row reaches in one tree whose node k is at base[k * stride].
 template <class Get>
 CANOPY_HD inline std::uint32_t adaptive_walk(const ForestNode* base, index_t stride, int depth, int feature_bits,
-                                             std::uint32_t feature_mask, const Get& get) {
+                                             std::uint32_t feature_mask, const Get& get, const std::uint32_t* categories) {
   std::uint32_t k = 0;
-  for (int l = 0; l < depth; ++l) k = adaptive_step(base[static_cast<index_t>(k) * stride], feature_bits, feature_mask, get);
+  for (int l = 0; l < depth; ++l)
+    k = adaptive_step(base[static_cast<index_t>(k) * stride], feature_bits, feature_mask, get, categories);
   return k;
 }
 

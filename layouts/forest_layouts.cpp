@@ -27,7 +27,7 @@ void check_tree_size(const ForestTree& t, index_t pos) {
                 " nodes; the forest layouts take at most 2^30 - 1 per tree");
 }
 
-ForestNode make_node(const ForestTree& t, index_t n, bool vector_leaves) {
+ForestNode make_node(const ForestCommon& c, index_t src, const ForestTree& t, index_t n, bool vector_leaves) {
   const std::size_t i = static_cast<std::size_t>(n);
   if (t.is_leaf(n)) {
     // The leaf's index within its tree (-1 in trees built by hand without one: 0).
@@ -35,7 +35,7 @@ ForestNode make_node(const ForestTree& t, index_t n, bool vector_leaves) {
     if (vector_leaves) return ForestNode{0.0f, kForestLeafBit | index};
     return ForestNode{t.value[i], kForestLeafBit | index};
   }
-  return ForestNode{t.value[i], static_cast<std::uint32_t>(t.feature[i]) | (t.default_left[i] ? kForestDefaultLeftBit : 0u)};
+  return c.inner_node(src, t, n);
 }
 
 // Level of each node and its slot within the level (breadth-first numbering makes both
@@ -86,6 +86,21 @@ ForestCommon::ForestCommon(const Forest& f)
             k < t.source_id.size() ? t.source_id[k] : static_cast<std::int32_t>(k);
   }
   leaf_id_begin.push_back(static_cast<index_t>(leaf_source_id.size()));
+  category_offset.resize(trees.size());
+  for (std::size_t src = 0; src < trees.size(); ++src) {
+    const ForestTree& t = trees[src];
+    if (t.categorical.empty()) continue;
+    category_offset[src].assign(t.categorical.size(), 0);
+    for (std::size_t k = 0; k < t.categorical.size(); ++k) {
+      if (!t.categorical[k] || t.left[k] < 0) continue;
+      const std::vector<std::uint32_t>& set = k < t.categories.size() ? t.categories[k] : std::vector<std::uint32_t>{};
+      if (categories.size() + set.size() + 1 > kForestIndexMask)
+        throw Error("the forest's category sets exceed 2^30 words");
+      category_offset[src][k] = static_cast<std::uint32_t>(categories.size());
+      categories.push_back(static_cast<std::uint32_t>(set.size()));
+      categories.insert(categories.end(), set.begin(), set.end());
+    }
+  }
   if (leaf_width > 0) {
     tree_leaf_begin.resize(trees.size());
     index_t rows = 0;
@@ -96,6 +111,14 @@ ForestCommon::ForestCommon(const Forest& f)
       leaf_values.insert(leaf_values.end(), t.leaf_values.begin(), t.leaf_values.end());
     }
   }
+}
+
+ForestNode ForestCommon::inner_node(index_t src, const ForestTree& t, index_t n) const {
+  const std::size_t i = static_cast<std::size_t>(n);
+  const std::uint32_t info = static_cast<std::uint32_t>(t.feature[i]) | (t.default_left[i] ? kForestDefaultLeftBit : 0u);
+  if (!t.is_categorical(n)) return ForestNode{t.value[i], info};
+  const std::uint32_t offset = category_offset[static_cast<std::size_t>(src)][i];
+  return ForestNode{forest_bits_float(offset), info | kForestCategoricalBit};
 }
 
 // ---- CSR --------------------------------------------------------------------------------------
@@ -115,7 +138,7 @@ CsrForest CsrForest::build(const Forest& f) {
     c.tree_child_begin.push_back(static_cast<index_t>(c.children.size()));
     std::int32_t next_child = 0;
     for (index_t i = 0; i < t.size(); ++i) {
-      const ForestNode node = make_node(t, i, vec);
+      const ForestNode node = make_node(c.common, c.common.order[p], t, i, vec);
       c.info.push_back(node.info);
       c.value.push_back(node.value);
       if (t.is_leaf(i)) {
@@ -167,7 +190,7 @@ ReorgForest ReorgForest::build(const Forest& f) {
     for (index_t i = 0; i < t.size(); ++i) {
       const std::size_t k = static_cast<std::size_t>(i);
       const index_t at = r.level_begin[static_cast<std::size_t>(level[k])] + slot[k] * T + static_cast<index_t>(p);
-      r.nodes[static_cast<std::size_t>(at)] = make_node(t, i, vec);
+      r.nodes[static_cast<std::size_t>(at)] = make_node(r.common, r.common.order[p], t, i, vec);
       if (!t.is_leaf(i)) {
         const std::int32_t l = slot[static_cast<std::size_t>(t.left[k])];
         // Breadth-first numbering puts the right child right after the left one.
@@ -263,7 +286,7 @@ HierarchicalForest HierarchicalForest::build(const Forest& f, const Hierarchical
         h.nodes.resize(h.nodes.size() + static_cast<std::size_t>(max_pos) + 1, kPaddingNode);
         dst = h.nodes.data() + h.subtree_node_begin.back();
       }
-      for (const Placed& pl : placed) dst[pl.pos] = make_node(t, pl.tree_node, vec);
+      for (const Placed& pl : placed) dst[pl.pos] = make_node(h.common, h.common.order[p], t, pl.tree_node, vec);
       h.padding_nodes += (root ? h.root_stride : static_cast<index_t>(max_pos) + 1) - static_cast<index_t>(placed.size());
       // Connections of its bottom-level inner nodes.
       h.connection_begin[static_cast<std::size_t>(sub.id)] = static_cast<index_t>(h.connections.size());

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -35,26 +36,62 @@ enum class ForestLayout { Csr, Reorg, Hierarchical, Adaptive };  // adaptive: la
 const char* to_string(ForestLayout l);
 
 // One node in 8 bytes (a single load on the GPU).
-//   value: inner: the threshold (left iff x < value); scalar leaf: the leaf value.
-//   info:  bit 31 leaf, bit 30 missing-goes-left, bits 0-29: the feature (inner node) or the
-//          leaf's index within its tree (ForestTree::leaf_index: the leaf output maps it back
-//          to the model's node id; vector leaves: also the row of its values).
+//   value: inner: the threshold (left iff x < value); categorical inner node: the bits of its
+//          set's offset in ForestCommonView::categories; scalar leaf: the leaf value.
+//   info:  bit 31 leaf, bit 30 missing-goes-left; inner node: bit 29 categorical, bits 0-28
+//          the feature; leaf: bits 0-29 the leaf's index within its tree
+//          (ForestTree::leaf_index: the leaf output maps it back to the model's node id;
+//          vector leaves: also the row of its values).
 struct alignas(8) ForestNode {
   float value;
   std::uint32_t info;
 };
 constexpr std::uint32_t kForestLeafBit = 1u << 31;
 constexpr std::uint32_t kForestDefaultLeftBit = 1u << 30;
+constexpr std::uint32_t kForestCategoricalBit = 1u << 29;
 constexpr std::uint32_t kForestIndexMask = (1u << 30) - 1u;
+constexpr std::uint32_t kForestFeatureMask = (1u << 29) - 1u;
 
 CANOPY_HD inline bool forest_is_leaf(std::uint32_t info) { return (info & kForestLeafBit) != 0; }
 CANOPY_HD inline std::uint32_t forest_index(std::uint32_t info) { return info & kForestIndexMask; }
+CANOPY_HD inline std::uint32_t forest_feature(std::uint32_t info) { return info & kForestFeatureMask; }
+
+CANOPY_HD inline std::uint32_t forest_float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+CANOPY_HD inline float forest_bits_float(std::uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+// A categorical split's test for a present value x: right iff its category, x truncated, is
+// in the set at `set` ([0]: the set's words W; then W words, bit c % 32 of word c / 32 for
+// category c). Negative values, categories past the words and +Infinity go left: XGBoost
+// 1.7's predictor (python3-xgboost checks it, tests/data/forest/make_leaf_data.py).
+CANOPY_HD inline bool forest_category_right(const std::uint32_t* set, float x) {
+  if (!(x >= 0.0f) || !(x < 32.0f * static_cast<float>(set[0]))) return false;  // past the words: left
+  const std::uint32_t c = static_cast<std::uint32_t>(x);
+  return ((set[1 + (c >> 5)] >> (c & 31u)) & 1u) != 0;
+}
 
 // The decision at an inner node: 0 = left, 1 = right. A NaN feature value is missing and
-// takes the default side; otherwise left iff x < threshold (false for NaN, hence the test).
-CANOPY_HD inline int forest_go_right(ForestNode n, const float* row) {
-  const float x = row[forest_index(n.info)];
+// takes the default side; otherwise left iff x < threshold (false for NaN, hence the test),
+// or, at a categorical node, right iff x's category is in the node's set.
+CANOPY_HD inline int forest_go_right(ForestNode n, const float* row, const std::uint32_t* categories) {
+  const float x = row[forest_feature(n.info)];
   if (x != x) return (n.info & kForestDefaultLeftBit) ? 0 : 1;
+  if (n.info & kForestCategoricalBit) return forest_category_right(categories + forest_float_bits(n.value), x) ? 1 : 0;
   return x < n.value ? 0 : 1;
 }
 
@@ -71,6 +108,9 @@ struct ForestCommonView {
   const double* class_values = nullptr;      // [n_classes]
   const index_t* tree_leaf_begin = nullptr;  // [n_trees] vector leaves: first leaf row of tree t
   const double* leaf_values = nullptr;       // vector leaves: [leaf rows][leaf_width]
+  // The categorical nodes' sets, each [W][W words] (forest_category_right); a node's value
+  // holds its set's offset. Empty when the forest has no categorical split.
+  const std::uint32_t* categories = nullptr;
 };
 
 // The owner of the arrays every layout shares.
@@ -90,9 +130,13 @@ struct ForestCommon {
     v.class_values = map(class_values, "the forest's class values");
     v.tree_leaf_begin = map(tree_leaf_begin, "the forest's leaf offsets");
     v.leaf_values = map(leaf_values, "the forest's leaf values");
+    v.categories = map(categories, "the forest's category sets");
     return v;
   }
   ForestCommonView view() const { return map_view(HostArrays{}); }
+  // The node word of inner node n of the forest's tree `src` (every layout stores these):
+  // the threshold, or the offset of its category set in `categories`.
+  ForestNode inner_node(index_t src, const ForestTree& t, index_t n) const;
 
   index_t n_trees = 0;
   int n_features = 0, n_groups = 1, leaf_width = 0;
@@ -108,6 +152,10 @@ struct ForestCommon {
   // ([n_trees + 1]; -1: a tree built by hand without ids).
   std::vector<index_t> leaf_id_begin;
   std::vector<std::int32_t> leaf_source_id;
+  std::vector<std::uint32_t> categories;
+  // Host only: per tree of the forest (its own order), per node, the offset of its category
+  // set in `categories`; empty for a tree without categorical splits.
+  std::vector<std::vector<std::uint32_t>> category_offset;
 };
 
 // ---- CSR ------------------------------------------------------------------------------------

@@ -91,7 +91,7 @@ void predict_leaves(const AnyForestLayout& forest, const float* rows, index_t n_
               l.common, rows, n_rows,
               [&](index_t t, const float* row) {
                 const std::uint32_t k = adaptive_walk(v.nodes + v.tree_begin[t], 1, v.depth[t], v.feature_bits,
-                                                      v.feature_mask, [row](int f) { return row[f]; });
+                                                      v.feature_mask, [row](int f) { return row[f]; }, v.common.categories);
                 return static_cast<index_t>(l.leaf_number[static_cast<std::size_t>(v.tree_begin[t] + k)]);
               },
               out);

@@ -57,7 +57,7 @@ ForestWarpVisits forest_nodes_per_warp(const AdaptiveForestView& v, const float*
                 seen.push_back(k);
                 const ForestNode n = base[k];
                 if (forest_is_leaf(n.info)) break;
-                k = adaptive_step(n, v.feature_bits, v.feature_mask, [row](int f) { return row[f]; });
+                k = adaptive_step(n, v.feature_bits, v.feature_mask, [row](int f) { return row[f]; }, v.common.categories);
               }
             }
             s.visits += static_cast<double>(seen.size());
@@ -116,7 +116,7 @@ ForestAccessProfile forest_access_profile(const AdaptiveForestView& v, const flo
         const float* r0 = get_row(first);
         for (int j = 0; j < lanes; ++j) {
           const float* row = r0 + static_cast<index_t>(j) * F;
-          k[j] = adaptive_step(base[k[j]], v.feature_bits, v.feature_mask, [row](int f) { return row[f]; });
+          k[j] = adaptive_step(base[k[j]], v.feature_bits, v.feature_mask, [row](int f) { return row[f]; }, v.common.categories);
         }
       }
     }
@@ -142,7 +142,7 @@ ForestAccessProfile forest_access_profile(const AdaptiveForestView& v, const flo
           ++active;
           sectors.push_back(static_cast<std::uint64_t>(k[j] * T + s0 + j) * sizeof(ForestNode) / 32);
           k[j] = adaptive_step(v.inter[static_cast<index_t>(k[j]) * T + s0 + j], v.feature_bits, v.feature_mask,
-                               [row](int f) { return row[f]; });
+                               [row](int f) { return row[f]; }, v.common.categories);
         }
         std::sort(sectors.begin(), sectors.end());
         asked += 8.0 * active;

@@ -6,7 +6,7 @@ bench-data/forest/ (ignored by git: the directory carries its own .gitignore).
         [--only NAME[,NAME...]] [--rounds 500] [--bin-rounds 500] [--higgs-rounds 1000]
         [--letter-rounds 20]
 
---only builds just the named models (default: all): covtype_multi, covtype_bin, covtype_rf,
+--only builds just the named models (default: all): covtype_multi, covtype_bin, covtype_cat, covtype_rf,
 higgs_rf, higgs_xgb, letter. Each data set is split 80/20 by one rng (seed 12345), its
 permutations drawn in the order covtype, higgs, letter whatever --only says, so a file always
 holds the same rows. Prints one line per model: trees, max depth reached, nodes, training
@@ -23,6 +23,10 @@ Writes (the GPU machine needs only the .json / .csv.gz files, no Python):
   covtype_xgb_bin_d8.json   XGBoost binary:logistic on Cover_Type == 2, --bin-rounds rounds (500 trees),
                             max_depth 8, eta 0.1, trained on the same 80%                  [covtype_bin]
   covtype_xgb_bin_d8.json.gz  the same, compressed
+  covtype_cat.csv.gz        covtype_bin.csv.gz with Soil_Type's codes numbered 0..39
+  covtype_xgb_cat_d8.json   as covtype_xgb_bin_d8 on those rows, Wilderness_Area and Soil_Type
+                            categorical (enable_categorical, partition splits: max_cat_to_onehot 1)
+                                                                                           [covtype_cat]
   covtype_rf_d12.json       scikit-learn RandomForestClassifier(n_estimators=100, max_depth=12) on
                             Cover_Type == 2 (rows: covtype_bin.csv.gz), exported with
                             scripts/export_sklearn.py                                      [covtype_rf]
@@ -63,7 +67,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "data", "forest"))
 from export_sklearn import export_forest  # noqa: E402
 from make_test_data import f32, load_covtype, load_higgs, load_letter  # noqa: E402
 
-MODELS = ("covtype_multi", "covtype_bin", "covtype_rf", "higgs_rf", "higgs_xgb", "letter")
+MODELS = ("covtype_multi", "covtype_bin", "covtype_cat", "covtype_rf", "higgs_rf", "higgs_xgb", "letter")
 DATA = (("covtype", "covtype_labeled_168k.csv.gz"), ("higgs", "higgs_11k.csv.gz"),
         ("letter", "letter_20k.csv.gz"))
 
@@ -121,15 +125,16 @@ def xgb_shape(path):
     return len(trees), depth, nodes
 
 
-def xgb_model(name, params, rounds, Xtr, ytr, Xte, yte, out):
+def xgb_model(name, params, rounds, Xtr, ytr, Xte, yte, out, types=None):
     params = dict(params, tree_method="hist", seed=1)
     t0 = time.time()
-    bst = xgb.train(params, xgb.DMatrix(Xtr, label=ytr), rounds)
+    cat = dict(feature_types=types, enable_categorical=True) if types else {}
+    bst = xgb.train(params, xgb.DMatrix(Xtr, label=ytr, **cat), rounds)
     secs = time.time() - t0
     path = os.path.join(out, name + ".json")
     bst.save_model(path)
     gzip_copy(path)
-    p = bst.predict(xgb.DMatrix(Xte))
+    p = bst.predict(xgb.DMatrix(Xte, **cat))
     cls = np.argmax(p, axis=1) if p.ndim == 2 else (p > 0.5).astype(int)
     report(name, *xgb_shape(path), secs, float(np.mean(cls == yte)), path)
 
@@ -171,7 +176,7 @@ def main():
     # Every split is drawn, in this order, whatever --only says: the rows never depend on it.
     splits = {s: split(count_rows(os.path.join(a.shared_data, f)), rng) for s, f in DATA}
 
-    if only & {"covtype_multi", "covtype_bin", "covtype_rf"}:
+    if only & {"covtype_multi", "covtype_bin", "covtype_cat", "covtype_rf"}:
         names, X, y = load_covtype(a.shared_data)
         te, tr = splits["covtype"]
         assert len(te) + len(tr) == X.shape[0]
@@ -180,11 +185,21 @@ def main():
             write_csv_gz(os.path.join(a.out, "covtype.csv.gz"), names, "Cover_Type", X[te], y[te] - 1)
             xgb_model("covtype_xgb_d8", dict(objective="multi:softprob", num_class=7, max_depth=8, eta=0.1),
                       a.rounds, X[tr], y[tr] - 1, X[te], y[te] - 1, a.out)
-        if only & {"covtype_bin", "covtype_rf"}:
+        if only & {"covtype_bin", "covtype_cat", "covtype_rf"}:
             write_csv_gz(os.path.join(a.out, "covtype_bin.csv.gz"), names, "Cover_Type_2", X[te], y2[te])
         if "covtype_bin" in only:
             xgb_model("covtype_xgb_bin_d8", dict(objective="binary:logistic", max_depth=8, eta=0.1),
                       a.bin_rounds, X[tr], y2[tr], X[te], y2[te], a.out)
+        if "covtype_cat" in only:
+            # Wilderness_Area and Soil_Type as categories, Soil_Type's ELU codes (2702..8776)
+            # numbered 0..39 as a category dtype would (XGBoost's sets run up to the largest code).
+            types = ["c" if n in ("Wilderness_Area", "Soil_Type") else "q" for n in names]
+            Xc = X.copy()
+            soil = names.index("Soil_Type")
+            Xc[:, soil] = np.searchsorted(np.unique(X[:, soil]), X[:, soil])
+            write_csv_gz(os.path.join(a.out, "covtype_cat.csv.gz"), names, "Cover_Type_2", Xc[te], y2[te])
+            xgb_model("covtype_xgb_cat_d8", dict(objective="binary:logistic", max_depth=8, eta=0.1, max_cat_to_onehot=1),
+                      a.bin_rounds, Xc[tr], y2[tr], Xc[te], y2[te], a.out, types)
         if "covtype_rf" in only:
             rf_model("covtype_rf_d12", 12, X[tr], y2[tr], X[te], y2[te], a.out)
 

@@ -105,7 +105,7 @@ TEST(ForestAdaptive, NodeRearrangementPutsTheLikelierChildFirst) {
         if (tree.is_leaf(n)) {
           // A leaf points at itself and keeps every row, NaN included.
           EXPECT_EQ(child, k);
-          for (float x : {-1e30f, 0.0f, 1e30f, NAN}) EXPECT_EQ(adaptive_second(node, x), 0u);
+          for (float x : {-1e30f, 0.0f, 1e30f, NAN}) EXPECT_EQ(adaptive_second(node, x, nullptr), 0u);
           const ForestNode leaf = adaptive_leaf(a.view(), t, static_cast<std::uint32_t>(k));
           if (a.common.leaf_width > 0) EXPECT_EQ(static_cast<std::int32_t>(forest_index(leaf.info)), tree.leaf_index[nn]);
           else EXPECT_EQ(leaf.value, tree.value[nn]);
@@ -120,9 +120,9 @@ TEST(ForestAdaptive, NodeRearrangementPutsTheLikelierChildFirst) {
         queue.emplace_back(child + 1, sw ? l : r);
         // The test is unchanged: below the threshold still reaches the tree's left child.
         const float below = std::nextafter(tree.value[nn], -INFINITY);
-        EXPECT_EQ(adaptive_second(node, below), sw ? 1u : 0u);
-        EXPECT_EQ(adaptive_second(node, tree.value[nn]), sw ? 0u : 1u);
-        EXPECT_EQ(adaptive_second(node, NAN), (tree.default_left[nn] != 0) == sw ? 1u : 0u);
+        EXPECT_EQ(adaptive_second(node, below, nullptr), sw ? 1u : 0u);
+        EXPECT_EQ(adaptive_second(node, tree.value[nn], nullptr), sw ? 0u : 1u);
+        EXPECT_EQ(adaptive_second(node, NAN, nullptr), (tree.default_left[nn] != 0) == sw ? 1u : 0u);
       }
       EXPECT_EQ(static_cast<index_t>(queue.size()), tree.size());
     }

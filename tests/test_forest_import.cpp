@@ -174,19 +174,63 @@ TEST(ForestImport, XgboostBadTopology) {
              kTree3 + "right_children/" + std::to_string(leaf) + ": node " + std::to_string(leaf) + " has no left child");
 }
 
-TEST(ForestImport, XgboostUnsupported) {
+// Categorical splits: read (python3-xgboost 1.7, enable_categorical=True), and every malformed
+// part of their lists named.
+TEST(ForestImport, XgboostCategorical) {
+  const Forest tiny = Forest::load(dir() + "xgb_categorical.json");
+  const ForestTree& t0 = tiny.trees()[0];
+  ASSERT_TRUE(t0.is_categorical(0));
+  EXPECT_EQ(t0.feature[0], 1);
+  // Categories 1, 3 and 5 go right (bits 1, 3, 5 of the one word), the rest left.
+  ASSERT_EQ(t0.categories[0].size(), 1u);
+  EXPECT_EQ(t0.categories[0][0], (1u << 1) | (1u << 3) | (1u << 5));
+  EXPECT_NE(tiny.describe().find("2 categorical splits"), std::string::npos) << tiny.describe();
+  const Forest cat = Forest::load(dir() + "xgb_cat.json");
+  EXPECT_GT(cat.n_categorical_nodes(), 100);
+  // Mutations of xgb_higgs's tree 3: a categorical node with and without a list.
   const int n = inner_node(xgb_higgs()["learner"]["gradient_booster"]["model"]["trees"][3]);
-  const std::string feature = std::to_string(xgb_higgs()["learner"]["gradient_booster"]["model"]["trees"][3]["split_indices"][n].get<int>());
-  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["split_type"][n] = 1; })),
-             kTree3 + "split_type/" + std::to_string(n) + ": tree 3, node " + std::to_string(n) +
-                 ": categorical split on feature " + feature + ": not supported yet");
-  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["categories_nodes"] = json::array({n}); })),
-             kTree3 + "categories_nodes/0: tree 3, node " + std::to_string(n) + ": categorical split on feature " +
-                 feature + ": not supported yet");
-  // A real one: python3-xgboost 1.7, enable_categorical=True, feature 1 categorical.
-  EXPECT_HAS(test::error_of([] { Forest::load(dir() + "xgb_categorical.json"); }),
-             "xgb_categorical.json: learner/gradient_booster/model/trees/0/split_type/0: tree 0, node 0: categorical "
-             "split on feature 1: not supported yet");
+  const std::string node = "tree 3, node " + std::to_string(n);
+  auto with_set = [&](json cats, json nodes, json segments, json sizes) {
+    return xgb_with([=](json& j) {
+      tree(j, 3)["split_type"][n] = 1;
+      tree(j, 3)["categories"] = cats;
+      tree(j, 3)["categories_nodes"] = nodes;
+      tree(j, 3)["categories_segments"] = segments;
+      tree(j, 3)["categories_sizes"] = sizes;
+    });
+  };
+  const Forest listed = Forest::parse(with_set({2, 40}, {n}, {0}, {2}), "m.json");
+  const ForestTree& t3 = listed.trees()[3];
+  index_t at = -1;  // the node's breadth-first id
+  for (index_t k = 0; k < t3.size(); ++k)
+    if (t3.source_id[static_cast<std::size_t>(k)] == n) at = k;
+  ASSERT_GE(at, 0);
+  ASSERT_TRUE(t3.is_categorical(at));
+  EXPECT_EQ(t3.categories[static_cast<std::size_t>(at)], (std::vector<std::uint32_t>{1u << 2, 1u << 8}));
+  // Left out of the lists: an empty set (every category goes left), as XGBoost reads it.
+  const Forest unlisted = Forest::parse(xgb_with([&](json& j) { tree(j, 3)["split_type"][n] = 1; }), "m.json");
+  EXPECT_EQ(unlisted.n_categorical_nodes(), 1);
+  EXPECT_HAS(error_of(xgb_with([&](json& j) { tree(j, 3)["split_type"][n] = 2; })),
+             kTree3 + "split_type/" + std::to_string(n) + ": " + node + ": split type 2 is neither 0 (numerical) nor 1");
+  EXPECT_HAS(error_of(xgb_with([&](json& j) {
+               tree(j, 3)["categories"] = json::array({1});
+               tree(j, 3)["categories_nodes"] = json::array({n});
+               tree(j, 3)["categories_segments"] = json::array({0});
+               tree(j, 3)["categories_sizes"] = json::array({1});
+             })),
+             kTree3 + "categories_nodes/0: " + node + " has categories but split type 0 (numerical)");
+  EXPECT_HAS(error_of(with_set({2}, {9999}, {0}, {1})), "categories_nodes/0: tree 3, node 9999 is out of range");
+  EXPECT_HAS(error_of(with_set({2}, {n}, {0, 0}, {1})), "categories_segments: has 2 entries for 1 categorical nodes");
+  EXPECT_HAS(error_of(with_set({2}, {n}, {0}, {1, 1})), "categories_sizes: has 2 entries for 1 categorical nodes");
+  EXPECT_HAS(error_of(with_set({2}, {n}, {3}, {1})), "categories_segments/0: " + node + ": segment start 3 is outside the 1 categories");
+  EXPECT_HAS(error_of(with_set({2}, {n}, {0}, {5})), "categories_sizes/0: " + node + ": 5 categories from 0 run past the 1 categories");
+  EXPECT_HAS(error_of(with_set({-1}, {n}, {0}, {1})), "categories/0: " + node + ": category -1 is outside 0..16777215");
+  EXPECT_HAS(error_of(with_set({16777216}, {n}, {0}, {1})), "categories/0: " + node + ": category 16777216 is outside");
+  EXPECT_HAS(error_of(with_set({1.5}, {n}, {0}, {1})), "categories/0: expected an integer, found number 1.5");
+  EXPECT_HAS(error_of(with_set({2, 3}, {n, n}, {0, 1}, {1, 1})), "categories_nodes/1: " + node + " is listed twice");
+}
+
+TEST(ForestImport, XgboostUnsupported) {
   EXPECT_HAS(error_of(xgb_with([&](json& j) { j["learner"]["objective"]["name"] = "rank:pairwise"; })),
              "learner/objective/name: objective 'rank:pairwise' is not supported");
   EXPECT_HAS(error_of(xgb_with([&](json& j) { j["learner"]["gradient_booster"]["name"] = "dart"; })),
@@ -266,6 +310,8 @@ void expect_same_forest(const Forest& a, const Forest& b) {
     EXPECT_EQ(0, std::memcmp(x.value.data(), y.value.data(), x.value.size() * sizeof(float)));  // NaN too
     EXPECT_EQ(x.default_left, y.default_left);
     EXPECT_EQ(x.cover, y.cover);
+    EXPECT_EQ(x.categorical, y.categorical);
+    EXPECT_EQ(x.categories, y.categories);
     EXPECT_EQ(x.group, y.group);
   }
 }
@@ -356,14 +402,15 @@ TEST(ForestImport, NonFiniteLiterals) {
 
 TEST(ForestImport, Ubjson) {
   // XGBoost 1.7's save_model("m.ubj"): the same forest and the same margins as its JSON.
-  for (const std::string name : {"xgb_lossguide", "xgb_lossguide_multi"}) {
+  for (const std::string name : {"xgb_lossguide", "xgb_lossguide_multi", "xgb_cat", "xgb_cat_multi"}) {
     SCOPED_TRACE(name);
     const std::string bytes = slurp(dir() + name + ".ubj");
     ASSERT_EQ(bytes.substr(0, 2), "{L");
     const Forest u = Forest::load(dir() + name + ".ubj");
     const Forest j = Forest::load(dir() + name + ".json");
     expect_same_forest(u, j);
-    expect_xgboost_margins(u, name, rows(name == "xgb_lossguide" ? "higgs_rows" : "covtype_rows"));
+    expect_xgboost_margins(u, name,
+                           rows(name == "xgb_lossguide" ? "higgs_rows" : name == "xgb_lossguide_multi" ? "covtype_rows" : "cat_rows"));
   }
   // nlohmann's UBJSON of a JSON model (the other encoder's choices: typed arrays, small ints),
   // gzip-compressed, under a name without the extension: recognised by content.

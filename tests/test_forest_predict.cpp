@@ -263,7 +263,9 @@ TEST(ForestPredict, LeafMatchesXgboost) {
                                    {"xgb_lossguide", "xgb_lossguide.json", "higgs_rows"},
                                    {"xgb_lossguide", "xgb_lossguide.ubj", "higgs_rows"},
                                    {"xgb_lossguide_multi", "xgb_lossguide_multi.ubj", "covtype_rows"},
-                                   {"xgb_nonfinite", "xgb_nonfinite.json", "higgs_rows"}};
+                                   {"xgb_nonfinite", "xgb_nonfinite.json", "higgs_rows"},
+                                   {"xgb_cat", "xgb_cat.json", "cat_rows"},
+                                   {"xgb_cat_multi", "xgb_cat_multi.ubj", "cat_rows"}};
   for (const Case& c : cases) {
     const Forest f = Forest::load(dir() + c.file);
     const ForestData& d = rows(c.rows);

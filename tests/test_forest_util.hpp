@@ -52,7 +52,10 @@ inline std::vector<ModelCase> all_cases() {
           {"xgb_higgs", "higgs_rows", true, true},              {"xgb_higgs_v2", "higgs_rows", true, true},
           {"xgb_higgs_reg", "higgs_rows", true, false},         {"rf_covtype", "covtype_rows_dense", false, true},
           {"rf_letter", "letter_rows_dense", false, true},      {"et_higgs", "higgs_rows_dense", false, true},
-          {"rf_higgs_reg", "higgs_rows_dense", false, false},   {"et_letter_reg", "letter_rows_dense", false, false}};
+          {"rf_higgs_reg", "higgs_rows_dense", false, false},   {"et_letter_reg", "letter_rows_dense", false, false},
+          // Categorical splits (tests/data/forest/make_categorical_data.py), rows with categories
+          // never seen in training, negative and fractional ones and missing values.
+          {"xgb_cat", "cat_rows", true, true},                  {"xgb_cat_multi", "cat_rows", true, true}};
 }
 inline std::vector<ModelCase> cases_where(bool margin) {
   std::vector<ModelCase> out;

@@ -1,6 +1,7 @@
 // Differential fuzz target for forest inference: the input is decoded into a small forest
-// (XGBoost or Canopy JSON, a few trees, depth <= 6, < 8 features) and a few rows with missing
-// values; every CPU executor and layout must give the bits of a naive walk of the source trees.
+// (XGBoost or Canopy JSON, a few trees, depth <= 6, < 8 features, XGBoost categorical splits
+// among them) and a few rows with missing values; every CPU executor and layout must give the
+// bits of a naive walk of the source trees.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -33,6 +34,8 @@ struct Node {
   int left = -1, right = -1, feature = 0;
   double threshold = 0;  // XGBoost: a float32 value; forests: a float64 ("x <= t")
   bool default_left = false;
+  bool categorical = false;  // XGBoost only: right iff trunc(x) is one of `cats`
+  std::vector<int> cats;
   double samples = 0, weight = 0;
   float leaf = 0;              // XGBoost leaf
   std::vector<double> values;  // forest leaf
@@ -85,6 +88,10 @@ int build_node(fuzz::Bytes& in, const Model& m, Tree& t, int depth, int max_dept
   if (depth < max_depth && (in.u8() & 3) != 0) {
     nd.feature = in.below(m.features);
     nd.threshold = m.xgb() ? static_cast<double>(pick_float(in)) : pick_double(in);
+    if (m.xgb() && in.below(4) == 0) {
+      nd.categorical = true;
+      for (int c = in.below(7); c > 0; --c) nd.cats.push_back(in.below(40));  // repeats and none too
+    }
     nd.default_left = in.bit();
     // Pre-order ids: the importer must renumber them breadth-first.
     nd.left = build_node(in, m, t, depth + 1, max_depth);
@@ -173,6 +180,21 @@ std::string to_json(const Model& m) {
            array(t, [](const Node& n) { return numf(n.left < 0 ? n.leaf : static_cast<float>(n.threshold)); });
       s += R"(,"default_left":)" + array(t, [](const Node& n) { return std::string(n.default_left ? "1" : "0"); });
       if (m.cover) s += R"(,"sum_hessian":)" + array(t, [](const Node& n) { return num(n.weight); });
+      // As XGBoost 1.7 writes them, empty lists included.
+      s += R"(,"split_type":)" + array(t, [](const Node& n) { return std::string(n.left >= 0 && n.categorical ? "1" : "0"); });
+      std::string nodes, begins, sizes, cats;
+      int at = 0;
+      for (std::size_t k = 0; k < t.nodes.size(); ++k) {
+        const Node& n = t.nodes[k];
+        if (n.left < 0 || !n.categorical) continue;
+        const char* sep = nodes.empty() ? "" : ",";
+        nodes += sep + std::to_string(k);
+        begins += sep + std::to_string(at);
+        sizes += sep + std::to_string(n.cats.size());
+        for (int c : n.cats) cats += (at++ ? "," : "") + std::to_string(c);
+      }
+      s += R"(,"categories_nodes":[)" + nodes + R"(],"categories_segments":[)" + begins + R"(],"categories_sizes":[)" +
+           sizes + R"(],"categories":[)" + cats + "]";
       s += "}";
       info += (i ? "," : "") + std::to_string(t.group);
     }
@@ -220,6 +242,10 @@ const Node& naive_leaf(const Model& m, const Tree& t, const float* row) {
       left = m.xgb() || m.missing_rule != 1 ? n->default_left
                                               : t.nodes[static_cast<std::size_t>(n->left)].samples >
                                                     t.nodes[static_cast<std::size_t>(n->right)].samples;
+    } else if (n->categorical) {
+      // XGBoost: right iff the category is in the set; negative and unseen ones go left.
+      left = !(x >= 0.0f && x < 1e9f &&
+               std::find(n->cats.begin(), n->cats.end(), static_cast<int>(x)) != n->cats.end());
     } else {
       left = m.xgb() ? x < static_cast<float>(n->threshold) : static_cast<double>(x) <= n->threshold;
     }
@@ -312,7 +338,7 @@ Run adaptive_emulated(const AdaptiveForestView& v, const std::vector<float>& row
             s.load(v.common, carry, t);
           }
           const std::uint32_t k = adaptive_walk(v.inter + storage_of[static_cast<std::size_t>(t)], T, v.depth[t],
-                                                v.feature_bits, v.feature_mask, [row](int f) { return row[f]; });
+                                                v.feature_bits, v.feature_mask, [row](int f) { return row[f]; }, v.common.categories);
           s.add(v.common, t, adaptive_leaf(v, t, k));
         }
         s.end(v.common);
