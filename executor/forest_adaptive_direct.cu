@@ -16,13 +16,16 @@ void launch_adaptive_direct(const AdaptiveForestView& v, const AdaptiveBatch& b,
     dispatch_rows_trees<Sums>(s.rows_per_thread, s.tree_interleave, "direct strategy", [&](auto r, auto k) {
       constexpr int R = decltype(r)::value, K = decltype(k)::value;
       const unsigned grid = adaptive_grid(b.n_rows, static_cast<index_t>(s.block_threads) * R);
-      if (s.cache_rows == 1) {
-        auto kernel = adaptive_direct_kernel<Sums, R, K, true>;
-        allow_dynamic_smem(kernel, smem, "cudaFuncSetAttribute(adaptive_direct_kernel)");
-        kernel<<<grid, s.block_threads, smem, d.stream>>>(v, b, s.tree_sync);
-      } else {
-        adaptive_direct_kernel<Sums, R, K, false><<<grid, s.block_threads, 0, d.stream>>>(v, b, s.tree_sync);
-      }
+      dispatch_categorical(v, [&](auto cat) {
+        constexpr bool kCat = decltype(cat)::value;
+        if (s.cache_rows == 1) {
+          auto kernel = adaptive_direct_kernel<Sums, R, K, true, kCat>;
+          allow_dynamic_smem(kernel, smem, "cudaFuncSetAttribute(adaptive_direct_kernel)");
+          kernel<<<grid, s.block_threads, smem, d.stream>>>(v, b, s.tree_sync);
+        } else {
+          adaptive_direct_kernel<Sums, R, K, false, kCat><<<grid, s.block_threads, 0, d.stream>>>(v, b, s.tree_sync);
+        }
+      });
       CANOPY_CUDA_CHECK_LAUNCH("adaptive_direct_kernel");
     });
   });

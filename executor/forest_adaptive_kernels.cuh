@@ -43,7 +43,7 @@ CANOPY_HD inline index_t adaptive_out_row(const AdaptiveBatch& b, index_t i) { r
 // below t_end) together, a trip count the whole warp shares (leaves point at themselves):
 // independent loads that overlap, and no leaf test. base(t): tree t's first node; get(r, f):
 // feature f of row r. The leaves go to s[r] in tree order.
-template <class Sums, int R, int K, class Base, class Get>
+template <class Sums, int R, int K, bool kCat, class Base, class Get>
 __device__ __forceinline__ void adaptive_walk_trees(const AdaptiveForestView& v, index_t t0, index_t t_end,
                                                     const Base& base_of, const Get& get, Sums (&s)[R]) {
   const ForestNode* base[K];
@@ -71,7 +71,7 @@ __device__ __forceinline__ void adaptive_walk_trees(const AdaptiveForestView& v,
       for (int q = 0; q < K; ++q) {
         const ForestNode n = node[r][q];
         k[r][q] = ((n.info & kAdaptivePayloadMask) >> v.feature_bits) +
-                  adaptive_second(n, get(r, static_cast<int>(n.info & v.feature_mask)), v.common.categories);
+                  adaptive_second<kCat>(n, get(r, static_cast<int>(n.info & v.feature_mask)), v.common.categories);
       }
   }
 #pragma unroll
@@ -83,7 +83,8 @@ __device__ __forceinline__ void adaptive_walk_trees(const AdaptiveForestView& v,
 
 // ---- direct ------------------------------------------------------------------------------------
 
-template <class Sums, int R, int K, bool kCache>
+// kCat: the forest has categorical splits (ForestCommonView::has_categorical).
+template <class Sums, int R, int K, bool kCache, bool kCat>
 __global__ void adaptive_direct_kernel(AdaptiveForestView v, AdaptiveBatch b, int tree_sync) {
   extern __shared__ __align__(16) unsigned char adaptive_direct_smem[];
   float* tile = reinterpret_cast<float*>(adaptive_direct_smem);  // [F][B * R]
@@ -116,7 +117,7 @@ __global__ void adaptive_direct_kernel(AdaptiveForestView v, AdaptiveBatch b, in
     // Keeping the block's warps within tree_sync trees of each other keeps the trees they
     // read in L1.
     if (tree_sync > 0 && t0 % tree_sync < K) __syncthreads();
-    adaptive_walk_trees<Sums, R, K>(
+    adaptive_walk_trees<Sums, R, K, kCat>(
         v, t0, T, [&](index_t t) { return v.nodes + v.tree_begin[t]; },
         [&](int r, int f) { return kCache ? tile[f * width + r * B + tid] : src[r][f]; }, s);
   }
@@ -139,7 +140,7 @@ struct AdaptiveSharedDataPlan {
   int outputs = 1;         // per row: XGBoost groups or class-vector entries, summed in parallel
 };
 
-template <class Sums>
+template <class Sums, bool kCat>
 __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch b, AdaptiveSharedDataPlan plan) {
   extern __shared__ __align__(16) unsigned char adaptive_shared_smem[];
   const ForestCommonView& c = v.common;
@@ -176,7 +177,7 @@ __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch 
           if (j < m) {
             const ForestNode n = base[static_cast<index_t>(k[j]) * T];
             k[j] = ((n.info & kAdaptivePayloadMask) >> v.feature_bits) +
-                   adaptive_second(n, tile[(r0 + j) * F + (n.info & v.feature_mask)], v.common.categories);
+                   adaptive_second<kCat>(n, tile[(r0 + j) * F + (n.info & v.feature_mask)], v.common.categories);
           }
       const std::uint32_t* lw = v.leaf + v.tree_begin[t];
 #pragma unroll
@@ -225,7 +226,7 @@ struct AdaptivePart {
   int outputs = 1;
 };
 
-template <class Sums, int R, int K>
+template <class Sums, int R, int K, bool kCat>
 __global__ void adaptive_shared_forest_kernel(AdaptiveForestView v, AdaptiveBatch b, AdaptivePart part) {
   extern __shared__ __align__(16) unsigned char adaptive_forest_smem[];
   ForestNode* nodes = reinterpret_cast<ForestNode*>(adaptive_forest_smem);
@@ -258,7 +259,7 @@ __global__ void adaptive_shared_forest_kernel(AdaptiveForestView v, AdaptiveBatc
       else s[r].begin(c);
     }
     for (index_t t0 = part.first_tree; t0 < part.end_tree; t0 += K) {
-      adaptive_walk_trees<Sums, R, K>(
+      adaptive_walk_trees<Sums, R, K, kCat>(
           v, t0, part.end_tree, [&](index_t t) { return nodes + (v.tree_begin[t] - node0); },
           [&](int r, int f) { return tile[f * width + r * B + tid]; }, s);
     }

@@ -44,6 +44,14 @@ void dispatch_rows_trees(int rows, int trees, const char* strategy, F&& f) {
   }
 }
 
+// f(std::integral_constant<bool, forest has categorical splits>): the kernels for forests
+// without them skip the categorical test (see adaptive_second).
+template <class F>
+void dispatch_categorical(const AdaptiveForestView& v, F&& f) {
+  if (v.common.has_categorical) return f(std::true_type{});
+  f(std::false_type{});
+}
+
 // Shared memory the direct strategy's row tile takes.
 inline std::size_t direct_tile_bytes(const AdaptiveForestView& v, const ForestSchedule& s) {
   return s.cache_rows == 1 ? static_cast<std::size_t>(v.common.n_features) * s.block_threads * s.rows_per_thread * sizeof(float) : 0;

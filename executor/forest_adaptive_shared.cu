@@ -19,9 +19,11 @@ void launch_adaptive_shared_data(const AdaptiveForestView& v, const AdaptiveBatc
                   std::to_string(v.common.n_trees) + " trees x " + std::to_string(s.tree_group) + " rows need " +
                   std::to_string(smem) + " bytes of shared memory, more than the " + std::to_string(d.smem_optin) +
                   " a block may use");
-    auto kernel = adaptive_shared_data_kernel<Sums>;
-    allow_dynamic_smem(kernel, smem, "cudaFuncSetAttribute(adaptive_shared_data_kernel)");
-    kernel<<<adaptive_grid(b.n_rows, s.rows_per_block), s.block_threads, smem, d.stream>>>(v, b, plan);
+    dispatch_categorical(v, [&](auto cat) {
+      auto kernel = adaptive_shared_data_kernel<Sums, decltype(cat)::value>;
+      allow_dynamic_smem(kernel, smem, "cudaFuncSetAttribute(adaptive_shared_data_kernel)");
+      kernel<<<adaptive_grid(b.n_rows, s.rows_per_block), s.block_threads, smem, d.stream>>>(v, b, plan);
+    });
     CANOPY_CUDA_CHECK_LAUNCH("adaptive_shared_data_kernel");
   });
 }
@@ -37,17 +39,19 @@ void launch_adaptive_shared_forest(const AdaptiveForestView& v, const AdaptiveBa
     using Sums = decltype(sums);
     dispatch_rows_trees<Sums>(s.rows_per_thread, s.tree_interleave, "shared-forest strategy", [&](auto r, auto k) {
       constexpr int R = decltype(r)::value, K = decltype(k)::value;
-      auto kernel = adaptive_shared_forest_kernel<Sums, R, K>;
-      allow_dynamic_smem(kernel, smem, "cudaFuncSetAttribute(adaptive_shared_forest_kernel)");
-      // Persistent blocks: each loads its part once and then takes row tiles in turn.
-      int per_sm = 0;
-      CANOPY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, s.block_threads, smem));
-      if (per_sm < 1)
-        throw Error("shared-forest strategy: a block of " + std::to_string(s.block_threads) + " threads with " +
-                    std::to_string(smem) + " bytes of shared memory cannot run on this GPU");
-      const index_t tiles = (b.n_rows + static_cast<index_t>(s.block_threads) * R - 1) / (static_cast<index_t>(s.block_threads) * R);
-      const index_t blocks = std::min<index_t>(tiles, static_cast<index_t>(per_sm) * d.sm_count);
-      kernel<<<static_cast<unsigned>(blocks), s.block_threads, smem, d.stream>>>(v, b, part);
+      dispatch_categorical(v, [&](auto cat) {
+        auto kernel = adaptive_shared_forest_kernel<Sums, R, K, decltype(cat)::value>;
+        allow_dynamic_smem(kernel, smem, "cudaFuncSetAttribute(adaptive_shared_forest_kernel)");
+        // Persistent blocks: each loads its part once and then takes row tiles in turn.
+        int per_sm = 0;
+        CANOPY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, s.block_threads, smem));
+        if (per_sm < 1)
+          throw Error("shared-forest strategy: a block of " + std::to_string(s.block_threads) + " threads with " +
+                      std::to_string(smem) + " bytes of shared memory cannot run on this GPU");
+        const index_t tiles = (b.n_rows + static_cast<index_t>(s.block_threads) * R - 1) / (static_cast<index_t>(s.block_threads) * R);
+        const index_t blocks = std::min<index_t>(tiles, static_cast<index_t>(per_sm) * d.sm_count);
+        kernel<<<static_cast<unsigned>(blocks), s.block_threads, smem, d.stream>>>(v, b, part);
+      });
       CANOPY_CUDA_CHECK_LAUNCH("adaptive_shared_forest_kernel");
     });
   });

@@ -111,6 +111,7 @@ struct ForestCommonView {
   // The categorical nodes' sets, each [W][W words] (forest_category_right); a node's value
   // holds its set's offset. Empty when the forest has no categorical split.
   const std::uint32_t* categories = nullptr;
+  bool has_categorical = false;
 };
 
 // The owner of the arrays every layout shares.
@@ -131,6 +132,7 @@ struct ForestCommon {
     v.tree_leaf_begin = map(tree_leaf_begin, "the forest's leaf offsets");
     v.leaf_values = map(leaf_values, "the forest's leaf values");
     v.categories = map(categories, "the forest's category sets");
+    v.has_categorical = !categories.empty();
     return v;
   }
   ForestCommonView view() const { return map_view(HostArrays{}); }
