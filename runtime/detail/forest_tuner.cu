@@ -379,23 +379,21 @@ std::vector<ForestTrial> ForestTuner::tune(const float* rows, index_t n_rows, in
 }
 
 ForestKernel ForestTuner::choose(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt) {
-  if (n_rows < 1) return estimates(rows, n_rows, opt).front().kernel;
-  // Chosen once per batch size (its power of two) and row scheduling: a batch of the same size
-  // class ranks the strategies alike, and a repeated call pays a lookup, not the model (a
-  // batch of 100 rows runs in 20 us).
-  int size_class = 0;
-  while ((index_t{2} << size_class) <= n_rows) ++size_class;
-  const std::pair<int, int> key{size_class, opt.row_schedule_depth};
-  const auto known = chosen_.find(key);
-  if (known != chosen_.end()) return known->second;
   const std::vector<ForestTrial> est = estimates(rows, n_rows, opt);
   const ForestKernel pick = est.front().kernel;
-  if (!std::isfinite(est.front().model_ns_per_row)) return pick;
+  if (n_rows < 1 || !std::isfinite(est.front().model_ns_per_row)) return pick;
   std::vector<ForestKernel> close;  // the strategies the model cannot tell apart from its pick
   for (const ForestTrial& t : est)
     if (close.size() < kVerifyMost && t.model_ns_per_row <= kVerifyFactor * est.front().model_ns_per_row)
       close.push_back(t.kernel);
-  if (close.size() < 2) return chosen_[key] = pick;
+  if (close.size() < 2) return pick;
+  // Checked once per batch size (its power of two) and row scheduling: a batch of the same
+  // size class ranks the strategies alike.
+  int size_class = 0;
+  while ((index_t{2} << size_class) <= n_rows) ++size_class;
+  const std::pair<int, int> key{size_class, opt.row_schedule_depth};
+  const auto known = verified_.find(key);
+  if (known != verified_.end()) return known->second;
   AdaptiveSteps& steps = engine_.steps();
   const CallerStream caller = engine_.on_caller_stream(opt.stream);
   const gpu::AdaptiveBatch b = device_batch(rows, n_rows, width, opt);
@@ -410,7 +408,8 @@ ForestKernel ForestTuner::choose(const float* rows, index_t n_rows, int width, c
       best_ms = ms[i];
       best = close[i];
     }
-  return chosen_[key] = best;
+  verified_[key] = best;
+  return best;
 }
 
 }  // namespace detail

@@ -36,8 +36,8 @@ class ForestTuner {
   std::vector<ForestTrial> tune(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt, int repeat);
   // Auto's strategy for this batch. The model's pick, unless other strategies' estimates come
   // within a factor of 2 of it: then those (at most three) run on the batch itself, medians of
-  // interleaved runs, and the fastest wins. One noisy calibration cannot mislead it. The choice
-  // is made once per batch size (its power of two) and row-scheduling depth, then looked up.
+  // interleaved runs, and the fastest wins. One noisy calibration cannot mislead it, and the
+  // check runs once per batch size (its power of two) and row-scheduling depth.
   ForestKernel choose(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt);
 
  private:
@@ -63,7 +63,7 @@ class ForestTuner {
   std::string hardware_path_;
   std::unique_ptr<ForestAccessProfile> profile_;
   std::vector<Calibration> calibrated_;
-  std::map<std::pair<int, int>, ForestKernel> chosen_;  // choose(): (size class, row depth) -> strategy
+  std::map<std::pair<int, int>, ForestKernel> verified_;  // choose(): (size class, row depth) -> strategy
 };
 
 }  // namespace detail
