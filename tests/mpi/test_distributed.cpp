@@ -1,0 +1,167 @@
+// canopy_mpi_tests: run under mpirun (ctest: -np 2, and -np 3 oversubscribed). Every rank builds
+// the same tree or forest, computes the one-process answer itself, and checks the distributed
+// call against it bit for bit.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "distributed/distributed.hpp"
+#include "io/forest_data.hpp"
+#include "layouts/ball_tree.hpp"
+#include "layouts/kdtree.hpp"
+
+namespace canopy {
+namespace {
+
+int rank_count() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// The same points on every rank: a fixed seed, clustered so that counts vary.
+std::vector<float> points(index_t n, int dims, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 0.05f);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> centre(static_cast<std::size_t>(dims));
+  std::vector<float> p;
+  for (index_t i = 0; i < n; ++i) {
+    if (i % 64 == 0)
+      for (float& c : centre) c = u(rng);
+    for (int d = 0; d < dims; ++d) p.push_back(centre[static_cast<std::size_t>(d)] + g(rng));
+  }
+  return p;
+}
+
+TEST(Distributed, SharesCoverEveryItemOnceInOrder) {
+  for (index_t n : {0, 1, 2, 5, 100, 101, 1000003})
+    for (int ranks : {1, 2, 3, 7, 64}) {
+      index_t next = 0, least = n, most = 0;
+      for (int r = 0; r < ranks; ++r) {
+        const distributed::Share s = distributed::share_of(n, r, ranks);
+        EXPECT_EQ(s.begin, next) << n << " items, rank " << r << " of " << ranks;
+        next += s.count;
+        least = std::min(least, s.count);
+        most = std::max(most, s.count);
+      }
+      EXPECT_EQ(next, n);
+      EXPECT_LE(most - least, 1);
+    }
+  EXPECT_THROW(distributed::share_of(10, 3, 3), Error);
+  EXPECT_THROW(distributed::share_of(-1, 0, 3), Error);
+}
+
+TEST(Distributed, RadiusCountsEqualOneProcess) {
+  const std::vector<float> p = points(6000, 3, 7);
+  const KdTree tree = KdTree::build(p.data(), 6000, 3);
+  PointCorrelation pc(tree, Device::Cpu);
+  PcOptions opt;
+  opt.radius = 0.04f;
+  // Queries: the points, and sizes that leave some ranks with nothing.
+  for (index_t n : {index_t{6000}, index_t{1}, index_t{0}, index_t{rank_count() + 1}}) {
+    const PcResult one = pc.run(p.data(), n, opt);
+    distributed::DistributedStats st;
+    const PcResult all = distributed::point_correlation(MPI_COMM_WORLD, pc, p.data(), n, opt, &st);
+    EXPECT_EQ(all.counts, one.counts) << n << " queries";
+    EXPECT_EQ(st.ranks, rank_count());
+    EXPECT_GE(st.imbalance, 1.0);
+    if (n == 6000) {
+      index_t positive = 0;
+      for (index_t c : one.counts) positive += c > 1;
+      EXPECT_GT(positive, 1000);  // the radius finds neighbours: a real test
+      if (rank_count() > 1) {
+        EXPECT_GT(st.bytes_moved, 0u);
+      }
+    }
+  }
+}
+
+TEST(Distributed, NeighboursEqualOneProcess) {
+  const std::vector<float> p = points(5000, 4, 11);
+  const std::vector<float> q = points(1537, 4, 12);
+  const KdTree kd = KdTree::build(p.data(), 5000, 4);
+  const BallTree ball = BallTree::build(p.data(), 5000, 4);
+  NearestNeighbors by_kd(kd, Device::Cpu), by_ball(ball, Device::Cpu);
+  for (NearestNeighbors* nn : {&by_kd, &by_ball}) {
+    KnnOptions opt;
+    opt.k = 7;
+    const KnnResult one = nn->run(q.data(), 1537, opt);
+    const KnnResult all = distributed::nearest_neighbors(MPI_COMM_WORLD, *nn, q.data(), 1537, opt);
+    EXPECT_EQ(all.k, 7);
+    EXPECT_EQ(all.indices, one.indices) << to_string(nn->tree_kind());
+    EXPECT_EQ(all.distances, one.distances) << to_string(nn->tree_kind());
+  }
+}
+
+TEST(Distributed, ForestPredictionsEqualOneProcess) {
+  const std::string dir = std::string(CANOPY_TEST_DATA) + "/forest/";
+  for (const char* name : {"xgb_higgs", "xgb_cat_multi"}) {
+    const Forest f = Forest::load(dir + name + ".json");
+    const ForestData d = read_forest_csv(dir + (std::string(name) == "xgb_higgs" ? "higgs_rows" : "cat_rows") + ".csv", "label");
+    ForestConfig cfg;
+    cfg.device = Device::Cpu;
+    ForestPredictor p(f, cfg);
+    for (ForestOutput o : {ForestOutput::Margin, ForestOutput::Prob, ForestOutput::Leaf}) {
+      ForestRunOptions run;
+      run.output = o;
+      const int w = p.output_width(o);
+      std::vector<float> one(static_cast<std::size_t>(d.n_rows) * w), all(one.size(), -1.0f);
+      p.predict(d.values.data(), d.n_rows, one.data(), run);
+      distributed::predict_forest(MPI_COMM_WORLD, p, d.values.data(), d.n_rows, all.data(), run);
+      EXPECT_EQ(std::memcmp(all.data(), one.data(), one.size() * sizeof(float)), 0) << name << " " << to_string(o);
+    }
+  }
+}
+
+// Bad input in one rank's share only (a NaN in the last query): every rank gets the error,
+// with that rank's message, and none hangs in the gather.
+TEST(Distributed, OneRanksErrorIsEveryRanksError) {
+  std::vector<float> p = points(500, 2, 3);
+  const KdTree tree = KdTree::build(p.data(), 500, 2);
+  PointCorrelation pc(tree, Device::Cpu);
+  p[499 * 2 + 1] = std::numeric_limits<float>::quiet_NaN();
+  PcOptions opt;
+  opt.radius = 0.1f;
+  const int last = rank_count() - 1;
+  try {
+    distributed::point_correlation(MPI_COMM_WORLD, pc, p.data(), 500, opt);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank " + std::to_string(last) + " of " + std::to_string(rank_count())), std::string::npos) << what;
+    EXPECT_NE(what.find("non-finite coordinate"), std::string::npos) << what;
+  }
+  // k larger than the tree: refused on every rank, also those without queries.
+  NearestNeighbors nn(tree, Device::Cpu);
+  KnnOptions k;
+  k.k = 501;
+  EXPECT_THROW(distributed::nearest_neighbors(MPI_COMM_WORLD, nn, p.data(), 1, k), Error);
+}
+
+}  // namespace
+}  // namespace canopy
+
+// Every rank runs every test; the exit code is nonzero on every rank if any rank failed.
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) {  // one rank's report is enough; failures still set the exit code below
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  int any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0) std::printf(any ? "distributed: FAILED on some rank\n" : "distributed: every rank passed\n");
+  MPI_Finalize();
+  return any;
+}
