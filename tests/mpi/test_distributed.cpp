@@ -120,6 +120,79 @@ TEST(Distributed, ForestPredictionsEqualOneProcess) {
   }
 }
 
+// The distributed tree: each rank holds part of the points; counts and neighbours equal one
+// process over the whole tree, ties included (a grid of integer points: many equal distances).
+TEST(Distributed, PartitionedTreeEqualsOneProcess) {
+  struct Case {
+    std::vector<float> p, q;
+    int dims, depth, k;
+    float radius;
+  };
+  std::vector<Case> cases;
+  cases.push_back({points(6000, 3, 21), points(1500, 3, 22), 3, 4, 7, 0.04f});
+  cases.push_back({points(6000, 3, 21), points(300, 3, 23), 3, 5, 40, 0.3f});  // balls over many ranks
+  {
+    Case g{{}, {}, 2, 3, 9, 1.0f};
+    for (int x = 0; x < 40; ++x)
+      for (int y = 0; y < 30; ++y) {
+        g.p.push_back(static_cast<float>(x));
+        g.p.push_back(static_cast<float>(y % 7));  // duplicates
+      }
+    g.q = g.p;
+    cases.push_back(g);
+  }
+  {
+    // Fewer points per rank than k: the first round finds no bound, every rank is asked.
+    Case tiny{points(10, 2, 5), points(25, 2, 6), 2, 2, 8, 0.1f};
+    cases.push_back(tiny);
+  }
+  for (const Case& c : cases) {
+    const index_t n = static_cast<index_t>(c.p.size()) / c.dims, m = static_cast<index_t>(c.q.size()) / c.dims;
+    SCOPED_TRACE(std::to_string(n) + " points, depth " + std::to_string(c.depth));
+    const KdTree whole = KdTree::build(c.p.data(), n, c.dims);
+    KdTreeOptions local_opt;
+    local_opt.device = Device::Cpu;
+    const distributed::PartitionedKdTree part(MPI_COMM_WORLD, c.p.data(), n, c.dims, c.depth, local_opt);
+    // Every point on exactly one rank.
+    index_t mine = part.local().size(), total = 0;
+    MPI_Allreduce(&mine, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(total, n);
+    if (rank_count() > 1) {
+      EXPECT_LT(part.local().size(), n);
+    }
+    for (std::size_t i = 1; i < part.local_ids().size(); ++i) EXPECT_LT(part.local_ids()[i - 1], part.local_ids()[i]);
+
+    PointCorrelation one_pc(whole, Device::Cpu), local_pc(part.local(), Device::Cpu);
+    PcOptions po;
+    po.radius = c.radius;
+    distributed::DistributedStats st;
+    EXPECT_EQ(distributed::point_correlation(MPI_COMM_WORLD, part, local_pc, c.q.data(), m, po, &st).counts,
+              one_pc.run(c.q.data(), m, po).counts);
+    if (rank_count() > 1) {
+      EXPECT_GT(st.bytes_moved, 0u);
+    }
+
+    NearestNeighbors one_nn(whole, Device::Cpu), local_nn(part.local(), Device::Cpu);
+    KnnOptions ko;
+    ko.k = c.k;
+    const KnnResult one = one_nn.run(c.q.data(), m, ko);
+    const KnnResult all = distributed::nearest_neighbors(MPI_COMM_WORLD, part, local_nn, c.q.data(), m, ko);
+    EXPECT_EQ(all.indices, one.indices);
+    EXPECT_EQ(all.distances, one.distances);
+  }
+  // Bad input, named, on every rank.
+  const std::vector<float> p = points(100, 2, 9);
+  EXPECT_THROW(distributed::PartitionedKdTree(MPI_COMM_WORLD, p.data(), 100, 2, 0), Error);
+  if (rank_count() > 2) {
+    EXPECT_THROW(distributed::PartitionedKdTree(MPI_COMM_WORLD, p.data(), 100, 2, 1), Error);  // 2 leaves, 3 ranks
+  }
+  const distributed::PartitionedKdTree part(MPI_COMM_WORLD, p.data(), 100, 2, 3);
+  NearestNeighbors nn(part.local(), Device::Cpu);
+  KnnOptions ko;
+  ko.k = 101;
+  EXPECT_THROW(distributed::nearest_neighbors(MPI_COMM_WORLD, part, nn, p.data(), 100, ko), Error);
+}
+
 // Bad input in one rank's share only (a NaN in the last query): every rank gets the error,
 // with that rank's message, and none hangs in the gather.
 TEST(Distributed, OneRanksErrorIsEveryRanksError) {
