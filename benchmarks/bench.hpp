@@ -174,6 +174,21 @@ struct QualityConfig {
   std::string json;
 };
 
+// canopy-bench dist (built with the MPI layer): pc, knn or forest under mpirun.
+struct DistConfig {
+  std::string workload = "pc";
+  std::string distribute = "replicate";
+  InputConfig input;  // default uniform:400000:3
+  std::string radius = "auto:32";
+  int k = 8;
+  int top_depth = 0;
+  std::string model, data, label;
+  std::string device = "auto";
+  int repeat = 3;
+  int check = 1;
+  std::string json;
+};
+
 void add_pc_options(CLI::App& app, PcConfig& c);
 void add_quality_options(CLI::App& app, QualityConfig& c);
 int run_quality(const QualityConfig& c);
@@ -186,6 +201,8 @@ int run_forest(const ForestBenchConfig& c);
 void add_forest_study_options(CLI::App& app, ForestStudyConfig& c);
 int run_forest_study(const ForestStudyConfig& c);
 int run_schedule(const ScheduleConfig& c);
+void add_dist_options(CLI::App& app, DistConfig& c);
+int run_dist(const DistConfig& c);  // between MPI_Init and MPI_Finalize
 
 }  // namespace bench
 }  // namespace canopy

@@ -11,7 +11,12 @@
 //   canopy-bench quality <workload> [...]  each schedule's Δ against the MST lower bound
 //   canopy-bench forest [...]    decision-forest inference, every layout x kernel x device
 //   canopy-bench forest-study [...]  the adaptive layout's strategies, model, tuner, techniques
+//   canopy-bench dist [...]      under mpirun: the MPI layer, replicated or partitioned (where
+//                                Canopy was built with MPI)
 #include <CLI/CLI.hpp>
+#if defined(CANOPY_WITH_MPI)
+#include <mpi.h>
+#endif
 
 #include <cstdio>
 #include <exception>
@@ -69,6 +74,12 @@ int main(int argc, char** argv) {
   CLI::App* fs_cmd = app.add_subcommand("forest-study", "forest strategies, performance model, tuner and techniques (GPU)");
   canopy::bench::add_forest_study_options(*fs_cmd, fs);
 
+#if defined(CANOPY_WITH_MPI)
+  canopy::bench::DistConfig dc;
+  dc.input.generate = "uniform:400000:3";
+  CLI::App* dc_cmd = app.add_subcommand("dist", "pc, knn or forest over MPI ranks (run under mpirun)");
+  canopy::bench::add_dist_options(*dc_cmd, dc);
+#endif
   CLI11_PARSE(app, argc, argv);
   pc.source_given = pc_cmd->count("--points") + pc_cmd->count("--generate") > 0;
   pc.repeat_given = pc_cmd->count("--repeat") > 0;
@@ -77,6 +88,21 @@ int main(int argc, char** argv) {
     tc[i].repeat_given = tc_cmd[i]->count("--repeat") > 0;
   }
   try {
+#if defined(CANOPY_WITH_MPI)
+    if (*dc_cmd) {
+      if (dc_cmd->count("--points") > 0) dc.input.generate.clear();
+      MPI_Init(&argc, &argv);
+      int rc = 1;
+      try {
+        rc = canopy::bench::run_dist(dc);
+      } catch (const std::exception& e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "canopy-bench: error: %s\n", e.what());
+      }
+      MPI_Finalize();
+      return rc;
+    }
+#endif
     for (int i = 0; i < 5; ++i)
       if (*tc_cmd[i]) return canopy::bench::run_traversal(tc[i]);
     if (*sc_cmd) return canopy::bench::run_schedule(sc);
