@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 
 #include "io/line_reader.hpp"
 
@@ -62,8 +64,13 @@ std::vector<int> parse_columns(const std::string& spec) {
     } else {
       const int a = number(trim(part.substr(0, dash))), b = number(trim(part.substr(dash + 1)));
       if (b < a) throw Error("--columns: range '" + part + "' runs backwards");
+      // A short spec must not ask for gigabytes ("0-1000000" a thousand times).
+      if (static_cast<std::size_t>(b - a) + cols.size() >= kMaxColumns)
+        throw Error("--columns: '" + spec.substr(0, 40) + (spec.size() > 40 ? "...'" : "'") + " names more than " +
+                    std::to_string(kMaxColumns) + " columns");
       for (int c = a; c <= b; ++c) cols.push_back(c);
     }
+    if (cols.size() > kMaxColumns) throw Error("--columns: more than " + std::to_string(kMaxColumns) + " columns");
   }
   return cols;
 }
@@ -233,13 +240,32 @@ PointSet generate(const std::string& spec, std::uint64_t seed) {
       throw Error("--generate " + spec + ": " + what + " '" + s + "' is not a positive integer");
     return static_cast<index_t>(v);
   };
+  // A size no memory holds is an Error naming the spec, not std::bad_alloc.
+  auto sized = [&](index_t n, index_t d, auto&& make) -> PointSet {
+    if (n > INT64_MAX / 4 / d)
+      throw Error("--generate " + spec + ": " + std::to_string(n) + " x " + std::to_string(d) + " coordinates overflow");
+    try {
+      return make();
+    } catch (const std::bad_alloc&) {  // also std::length_error below
+      throw Error("--generate " + spec + ": " + std::to_string(n) + " points x " + std::to_string(d) + " dimensions (" +
+                  std::to_string(static_cast<double>(n) * static_cast<double>(d) * 4 / (1u << 30)) +
+                  " GiB) do not fit in memory");
+    } catch (const std::length_error&) {
+      throw Error("--generate " + spec + ": " + std::to_string(n) + " points x " + std::to_string(d) + " dimensions (" +
+                  std::to_string(static_cast<double>(n) * static_cast<double>(d) * 4 / (1u << 30)) +
+                  " GiB) do not fit in memory");
+    }
+  };
   if (parts.size() == 3 && parts[0] == "uniform") {
     const index_t n = number(parts[1], "N"), d = number(parts[2], "D");
     // Checked before the narrowing: 4294967297 would otherwise become 1 dimension.
     if (d > INT_MAX) throw Error("--generate " + spec + ": D '" + parts[2] + "' is too large (at most " + std::to_string(INT_MAX) + ")");
-    return generate_uniform(n, static_cast<int>(d), seed);
+    return sized(n, d, [&] { return generate_uniform(n, static_cast<int>(d), seed); });
   }
-  if (parts.size() == 2 && parts[0] == "plummer") return generate_plummer(number(parts[1], "N"), seed);
+  if (parts.size() == 2 && parts[0] == "plummer") {
+    const index_t n = number(parts[1], "N");
+    return sized(n, 4, [&] { return generate_plummer(n, seed); });  // positions and a mass
+  }
   throw Error("--generate " + spec + ": expected uniform:N:D or plummer:N");
 }
 

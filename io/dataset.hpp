@@ -21,7 +21,9 @@ struct PointSet {
   const float* data() const { return coords.data(); }
 };
 
-// "0-6", "1,3,5-7" or "" (every column). Errors name the bad part of the spec.
+// "0-6", "1,3,5-7" or "" (every column). Errors name the bad part of the spec; column numbers
+// run to 10^6 and a spec names at most kMaxColumns columns.
+constexpr std::size_t kMaxColumns = 1000000;
 std::vector<int> parse_columns(const std::string& spec);
 
 struct ReadOptions {

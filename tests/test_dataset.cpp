@@ -48,6 +48,10 @@ TEST(ReadCsv, ColumnSelection) {
   EXPECT_EQ(parse_columns("0-2, 5"), (std::vector<int>{0, 1, 2, 5}));
   EXPECT_THROW(parse_columns("3-1"), Error);
   EXPECT_THROW(parse_columns("x"), Error);
+  // A short spec asking for millions of columns: refused before it allocates them.
+  std::string many;
+  for (int i = 0; i < 1000; ++i) many += (i ? "," : "") + std::string("0-1000000");
+  EXPECT_HAS(test::error_of([&] { parse_columns(many); }), "names more than");
   const std::string e = error_of(path, "0-6");
   EXPECT_NE(e.find("column 4 is out of range"), std::string::npos) << e;
   EXPECT_NE(e.find("0..3"), std::string::npos) << e;
@@ -183,6 +187,10 @@ TEST(Generate, UniformIsSeededAndChecked) {
   EXPECT_THROW(generate("uniform:0:7", 1), Error);
   EXPECT_THROW(generate("uniform:10", 1), Error);
   EXPECT_THROW(generate("gauss:10:2", 1), Error);
+  // Sizes no memory holds: an Error naming the spec, not std::bad_alloc.
+  EXPECT_HAS(test::error_of([] { generate("uniform:4000000000000000000:2", 1); }), "uniform:4000000000000000000:2");
+  EXPECT_HAS(test::error_of([] { generate("uniform:1000000000000:1000", 1); }), "do not fit in memory");
+  EXPECT_HAS(test::error_of([] { generate("plummer:1000000000000000", 1); }), "plummer:1000000000000000");
 }
 
 TEST(Shuffle, IsAPermutationOfRows) {
