@@ -271,24 +271,29 @@ void ranks_within(const PartitionedKdTree& t, const float* q, double reach2, std
 std::vector<std::vector<char>> exchange(MPI_Comm comm, const std::vector<std::vector<char>>& out, DistributedStats* st) {
   const int ranks = static_cast<int>(out.size());
   std::vector<int> send(static_cast<std::size_t>(ranks)), recv(send), sat(send), rat(send);
-  std::uint64_t total = 0;
+  std::uint64_t total = 0, in = 0;
   for (int r = 0; r < ranks; ++r) {
     total += out[static_cast<std::size_t>(r)].size();
-    if (total > static_cast<std::uint64_t>(INT_MAX))
-      throw Error("a rank's queries take more than one MPI message's " + std::to_string(INT_MAX) +
-                  " bytes (split the queries into several calls)");
-    send[static_cast<std::size_t>(r)] = static_cast<int>(out[static_cast<std::size_t>(r)].size());
+    send[static_cast<std::size_t>(r)] = static_cast<int>(std::min<std::size_t>(out[static_cast<std::size_t>(r)].size(), INT_MAX));
   }
   check_mpi(MPI_Alltoall(send.data(), 1, MPI_INT, recv.data(), 1, MPI_INT, comm), "MPI_Alltoall");
+  for (int r = 0; r < ranks; ++r) in += static_cast<std::uint64_t>(recv[static_cast<std::size_t>(r)]);
+  // MPI counts are ints: a rank over the limit stops every rank, not only itself (the others
+  // would wait in MPI_Alltoallv for ever).
+  const int over = total > static_cast<std::uint64_t>(INT_MAX) || in > static_cast<std::uint64_t>(INT_MAX);
+  int any = 0;
+  check_mpi(MPI_Allreduce(&over, &any, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
+  if (any)
+    throw Error("a rank's routed queries or results exceed one MPI message's " + std::to_string(INT_MAX) +
+                " bytes (split the queries into several calls)");
   std::vector<char> flat;
   flat.reserve(static_cast<std::size_t>(total));
-  std::uint64_t in = 0;
+  int at = 0;
   for (int r = 0; r < ranks; ++r) {
     sat[static_cast<std::size_t>(r)] = static_cast<int>(flat.size());
     flat.insert(flat.end(), out[static_cast<std::size_t>(r)].begin(), out[static_cast<std::size_t>(r)].end());
-    rat[static_cast<std::size_t>(r)] = static_cast<int>(in);
-    in += static_cast<std::uint64_t>(recv[static_cast<std::size_t>(r)]);
-    if (in > static_cast<std::uint64_t>(INT_MAX)) throw Error("a rank receives more than one MPI message's bytes");
+    rat[static_cast<std::size_t>(r)] = at;
+    at += recv[static_cast<std::size_t>(r)];
   }
   std::vector<char> got(static_cast<std::size_t>(in));
   check_mpi(MPI_Alltoallv(flat.data(), send.data(), sat.data(), MPI_BYTE, got.data(), recv.data(), rat.data(), MPI_BYTE, comm),
