@@ -11,6 +11,8 @@
 #include <random>
 #include <stdexcept>
 
+#include <unistd.h>
+
 #include "io/line_reader.hpp"
 
 namespace canopy {
@@ -244,6 +246,14 @@ PointSet generate(const std::string& spec, std::uint64_t seed) {
   auto sized = [&](index_t n, index_t d, auto&& make) -> PointSet {
     if (n > INT64_MAX / 4 / d)
       throw Error("--generate " + spec + ": " + std::to_string(n) + " x " + std::to_string(d) + " coordinates overflow");
+    // More than the machine's memory: refused before asking for it (an allocator may grant
+    // address space it cannot back, and a sanitizer's allocator aborts instead of throwing).
+    const double gib = static_cast<double>(n) * static_cast<double>(d) * 4 / (1u << 30);
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    const double ram_gib = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) / (1u << 30) : 0;
+    if (ram_gib > 0 && gib > ram_gib)
+      throw Error("--generate " + spec + ": " + std::to_string(n) + " points x " + std::to_string(d) + " dimensions (" +
+                  std::to_string(gib) + " GiB) do not fit in memory (" + std::to_string(ram_gib) + " GiB)");
     try {
       return make();
     } catch (const std::bad_alloc&) {  // also std::length_error below
