@@ -107,14 +107,7 @@ CANOPY_HD inline std::uint32_t adaptive_walk(const ForestNode* base, index_t str
 // The leaf at position k of canonical tree t, as the executors' Sums take it.
 CANOPY_HD inline ForestNode adaptive_leaf(const AdaptiveForestView& v, index_t t, std::uint32_t k) {
   const std::uint32_t w = v.leaf[v.tree_begin[t] + k];
-  ForestNode n;
-#if defined(__CUDA_ARCH__)
-  n.value = __uint_as_float(w);
-#else
-  std::memcpy(&n.value, &w, sizeof w);
-#endif
-  n.info = kForestLeafBit | (w & kForestIndexMask);
-  return n;
+  return ForestNode{forest_bits_float(w), kForestLeafBit | (w & kForestIndexMask)};
 }
 
 struct AdaptiveForest {
