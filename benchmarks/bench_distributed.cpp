@@ -95,7 +95,7 @@ int run_dist(const DistConfig& c) {
   if (c.repeat < 1) throw Error("--repeat " + std::to_string(c.repeat) + " must be >= 1");
 
   Timing t;
-  std::vector<char> same(1, 1);  // rank 0: the results equal one process's
+  bool same = true;  // rank 0: the results equal one process's
   index_t n_items = 0;
   std::string what;
   if (c.workload == "forest") {
@@ -117,7 +117,7 @@ int run_dist(const DistConfig& c) {
     if (rank == 0 && c.check) {
       std::vector<float> one(out.size());
       p.predict(d.values.data(), d.n_rows, one.data(), run);
-      same[0] = std::memcmp(one.data(), out.data(), one.size() * sizeof(float)) == 0;
+      same = std::memcmp(one.data(), out.data(), one.size() * sizeof(float)) == 0;
     }
     n_items = d.n_rows;
     what = "forest " + f.describe() + ", " + std::to_string(d.n_rows) + " rows";
@@ -153,7 +153,7 @@ int run_dist(const DistConfig& c) {
       });
       if (rank == 0 && c.check) {
         PointCorrelation one(*whole, device);
-        same[0] = one.run(in.queries.data(), m, o).counts == res.counts;
+        same = one.run(in.queries.data(), m, o).counts == res.counts;
       }
       what = "pc radius " + std::to_string(r);
     } else {
@@ -169,7 +169,7 @@ int run_dist(const DistConfig& c) {
       if (rank == 0 && c.check) {
         NearestNeighbors one(*whole, device);
         const KnnResult r1 = one.run(in.queries.data(), m, o);
-        same[0] = r1.indices == res.indices && r1.distances == res.distances;
+        same = r1.indices == res.indices && r1.distances == res.distances;
       }
       what = "knn k " + std::to_string(c.k);
     }
@@ -200,12 +200,12 @@ int run_dist(const DistConfig& c) {
   }
   std::printf("total: %.3f ms (slowest rank's call), %.0f bytes moved, queries and results (%.1f per query), load imbalance %.3f\n",
               slowest, bytes, n_items > 0 ? bytes / static_cast<double>(n_items) : 0.0, t.last.imbalance);
-  if (c.check) std::printf("results %s one process's\n", same[0] ? "identical to" : "DIFFER from");
+  if (c.check) std::printf("results %s one process's\n", same ? "identical to" : "DIFFER from");
   if (!c.json.empty())
     write_json(c.json, {{"workload", c.workload}, {"distribute", c.distribute}, {"ranks", ranks}, {"what", what},
                         {"total_ms", slowest}, {"bytes_moved", bytes}, {"imbalance", t.last.imbalance},
-                        {"identical", c.check ? nlohmann::json(same[0] != 0) : nlohmann::json()}, {"per_rank", per}});
-  return c.check && !same[0] ? 1 : 0;
+                        {"identical", c.check ? nlohmann::json(same) : nlohmann::json()}, {"per_rank", per}});
+  return c.check && !same ? 1 : 0;
 }
 
 }  // namespace bench

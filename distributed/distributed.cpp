@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/checks.hpp"
+
 namespace canopy {
 namespace distributed {
 
@@ -37,6 +39,17 @@ void check_mpi(int rc, const char* call) {
   throw Error(std::string(call) + " failed: " + std::string(text, static_cast<std::size_t>(len)));
 }
 
+// This process's rank in comm, and the number of ranks.
+struct Place {
+  int rank = 0, ranks = 1;
+};
+Place place_in(MPI_Comm comm) {
+  Place p;
+  check_mpi(MPI_Comm_rank(comm, &p.rank), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm, &p.ranks), "MPI_Comm_size");
+  return p;
+}
+
 // Runs this rank's share; then every rank learns whether any share failed, and if one did,
 // throws the lowest failing rank's message on all of them (so none waits in the gather). The
 // message names the share: the library's indices count from its first item.
@@ -49,9 +62,7 @@ void run_share(MPI_Comm comm, const char* items, Share s, F&& f) {
     error = std::string("(") + items + " " + std::to_string(s.begin) + ".." + std::to_string(s.begin + s.count - 1) +
             ", numbered from 0 below): " + e.what();
   }
-  int rank = 0, ranks = 1;
-  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  check_mpi(MPI_Comm_size(comm, &ranks), "MPI_Comm_size");
+  const auto [rank, ranks] = place_in(comm);
   const int mine = error.empty() ? ranks : rank;
   int failed = ranks;
   check_mpi(MPI_Allreduce(&mine, &failed, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
@@ -68,9 +79,7 @@ void run_share(MPI_Comm comm, const char* items, Share s, F&& f) {
 // in rank order: the original order.
 template <class T>
 void all_gather(MPI_Comm comm, const T* mine, index_t n, index_t width, T* out, DistributedStats* st) {
-  int rank = 0, ranks = 1;
-  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  check_mpi(MPI_Comm_size(comm, &ranks), "MPI_Comm_size");
+  const auto [rank, ranks] = place_in(comm);
   const std::uint64_t total = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(width) * sizeof(T);
   if (total > static_cast<std::uint64_t>(INT_MAX))
     throw Error("the gathered results take " + std::to_string(total) + " bytes, more than one MPI message's " +
@@ -94,8 +103,7 @@ void all_gather(MPI_Comm comm, const T* mine, index_t n, index_t width, T* out, 
 // The shares' times: the slowest and the imbalance.
 void finish_stats(MPI_Comm comm, DistributedStats* st, Clock::time_point start) {
   if (!st) return;
-  int ranks = 1;
-  check_mpi(MPI_Comm_size(comm, &ranks), "MPI_Comm_size");
+  const int ranks = place_in(comm).ranks;
   double sum = 0, most = 0;
   check_mpi(MPI_Allreduce(&st->local_ms, &sum, 1, MPI_DOUBLE, MPI_SUM, comm), "MPI_Allreduce");
   check_mpi(MPI_Allreduce(&st->local_ms, &most, 1, MPI_DOUBLE, MPI_MAX, comm), "MPI_Allreduce");
@@ -107,9 +115,7 @@ void finish_stats(MPI_Comm comm, DistributedStats* st, Clock::time_point start) 
 
 // This rank's share of n items, and the stats it starts.
 Share my_share(MPI_Comm comm, index_t n, DistributedStats* st) {
-  int rank = 0, ranks = 1;
-  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  check_mpi(MPI_Comm_size(comm, &ranks), "MPI_Comm_size");
+  const auto [rank, ranks] = place_in(comm);
   if (n < 0) throw Error(std::to_string(n) + " queries");
   const Share s = share_of(n, rank, ranks);
   if (st) {
@@ -188,9 +194,9 @@ void predict_forest(MPI_Comm comm, ForestPredictor& predictor, const float* rows
 PartitionedKdTree::PartitionedKdTree(MPI_Comm comm, const float* points, index_t n, int dims, int depth,
                                      const KdTreeOptions& options)
     : comm_(comm), n_(n), dims_(dims) {
-  int rank = 0;
-  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  check_mpi(MPI_Comm_size(comm, &ranks_), "MPI_Comm_size");
+  const Place place = place_in(comm);
+  const int rank = place.rank;
+  ranks_ = place.ranks;
   if (depth < 1 || depth > 30) throw Error("partitioned tree: depth " + std::to_string(depth) + " is outside 1..30");
   const index_t wanted = index_t{1} << depth;
   if (n < ranks_) throw Error("partitioned tree: " + std::to_string(n) + " points for " + std::to_string(ranks_) + " ranks");
@@ -338,13 +344,6 @@ Inbox unpack_queries(const std::vector<std::vector<char>>& from, int dims) {
   return in;
 }
 
-void check_queries(const float* q, const Share& s, int dims) {
-  for (index_t i = s.begin; i < s.begin + s.count; ++i)
-    for (int d = 0; d < dims; ++d)
-      if (!std::isfinite(q[i * dims + d]))
-        throw Error("query " + std::to_string(i) + " has a non-finite coordinate in dimension " + std::to_string(d));
-}
-
 }  // namespace
 
 PcResult point_correlation(MPI_Comm comm, const PartitionedKdTree& tree, PointCorrelation& local, const float* queries,
@@ -356,7 +355,7 @@ PcResult point_correlation(MPI_Comm comm, const PartitionedKdTree& tree, PointCo
   run_share(comm, "queries", s, [&] {
     if (!(std::isfinite(options.radius) && options.radius >= 0))
       throw Error("radius " + std::to_string(options.radius) + " must be finite and >= 0");
-    check_queries(queries, s, dims);
+    check_queries(queries + s.begin * dims, s.count, dims);  // numbered within the share, as run_share says
     std::vector<char> hit(static_cast<std::size_t>(ranks));
     const double r2 = static_cast<double>(options.radius) * options.radius;
     for (index_t i = s.begin; i < s.begin + s.count; ++i) {
@@ -475,7 +474,7 @@ KnnResult nearest_neighbors(MPI_Comm comm, const PartitionedKdTree& tree, Neares
   run_share(comm, "queries", s, [&] {
     if (k < 1 || k > tree.global_size())
       throw Error("k = " + std::to_string(k) + " is outside 1.." + std::to_string(tree.global_size()) + " (the tree's points)");
-    check_queries(queries, s, dims);
+    check_queries(queries + s.begin * dims, s.count, dims);  // numbered within the share, as run_share says
     for (index_t i = s.begin; i < s.begin + s.count; ++i) {
       const int r = tree.owner_of(queries + i * dims);
       first[static_cast<std::size_t>(i - s.begin)] = r;
