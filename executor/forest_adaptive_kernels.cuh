@@ -5,10 +5,10 @@
 //                 once for memory-level parallelism), every tree from global memory; rows
 //                 optionally staged in shared memory, transposed so a warp reading one feature
 //                 of 32 rows hits 32 banks; optionally a block barrier every tree_sync trees.
-//   shared data   a block caches rows; its threads split the trees (storage order of the
-//                 interleaved copy, so neighbouring threads read neighbouring nodes); each
-//                 leaf lands in shared memory at its tree's canonical slot, and then one thread
-//                 per (row, output) adds the slots in canonical order.
+//   shared data   a block caches rows; its threads split the pass's (row, tree) walks (tree in
+//                 the storage order of the interleaved copy, row fastest, so a warp walks few
+//                 trees); each leaf lands in shared memory at its tree's canonical slot, and
+//                 then one thread per (row, output) adds the slots in canonical order.
 //   shared forest / splitting shared forest
 //                 the forest (or one part of it: a canonical range of trees that fits) in
 //                 shared memory, a thread per row, the block's rows staged beside it. A part is one launch of persistent blocks;
@@ -132,26 +132,131 @@ __global__ void adaptive_direct_kernel(AdaptiveForestView v, AdaptiveBatch b, in
 // ---- shared data ---------------------------------------------------------------------------------
 
 // Rows a shared-data pass takes through the trees together (tree_group), at most.
-constexpr int kAdaptiveMaxGroup = 8;
+constexpr int kAdaptiveMaxGroup = 64;
 
 struct AdaptiveSharedDataPlan {
   int rows_per_block = 0;  // rows cached per block
-  int items = 1;           // rows evaluated together per pass
+  int items = 1;           // rows per pass: the pass's (row, tree) walks are dealt to the block's threads
   int outputs = 1;         // per row: XGBoost groups or class-vector entries, summed in parallel
+  int leaf_words = 1;      // 32-bit words kept per (row, tree): 1, the leaf word (scalar value bits or
+                           // vector leaf index), or 2 x leaf_width, the leaf's float64 vector itself
 };
 
-template <class Sums, bool kCat>
+// 32-bit words between one row's leaves and the next in the shared-data strategy's shared
+// memory: rows start 16-byte aligned, so that the in-order sums read four leaves at a time.
+CANOPY_HD inline int shared_data_row_words(index_t n_trees, int leaf_words) {
+  return static_cast<int>((n_trees * leaf_words + 3) / 4 * 4);
+}
+
+// G walks of the shared-data strategy, from their first loads (begin) to their leaves (finish).
+template <int G>
+struct SharedDataWalks {
+  int tree[G], row[G], steps[G];
+  const ForestNode* base[G];
+  ForestNode node[G];  // the node each walk reads next (the root after begin)
+  std::uint32_t k[G];
+
+  // Walks p0 + g * B (past `walks`: p0 again, kept nowhere) of a pass of m rows. Nothing here
+  // waits for memory: the slots' trees, depths and roots are loads that overlap each other and
+  // whatever the caller does before it calls finish (the row tile's staging).
+  __device__ __forceinline__ void begin(const AdaptiveForestView& v, int p0, int B, int m, int walks) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const int p = p0 + g * B < walks ? p0 + g * B : p0;
+      const int slot = p / m;
+      row[g] = p - slot * m;
+      base[g] = v.inter + slot;
+      tree[g] = static_cast<int>(v.inter_tree[slot]);
+      steps[g] = v.inter_depth[slot];
+      node[g] = base[g][0];
+      k[g] = 0;
+    }
+  }
+
+  // The walks through the tile's rows r0 + row[g]; each leaf lands at its row's canonical slot.
+  template <bool kCat>
+  __device__ __forceinline__ void finish(const AdaptiveForestView& v, const float* tile, int r0, int F, int p0, int B,
+                                         int walks, std::uint32_t* leaves, int row_words, int words) {
+    const ForestCommonView& c = v.common;
+    const index_t T = c.n_trees;
+    index_t leaf_begin[G];
+    int most = 0;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      leaf_begin[g] = v.tree_begin[tree[g]];  // needed at the end only: overlaps the walk
+      most = max(most, steps[g]);
+    }
+    // Leaves point at themselves, so walks shorter than the longest take extra steps in place.
+    for (int l = 0; l < most; ++l) {
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+        k[g] = ((node[g].info & kAdaptivePayloadMask) >> v.feature_bits) +
+               adaptive_second<kCat>(node[g], tile[(r0 + row[g]) * F + (node[g].info & v.feature_mask)], c.categories);
+      if (l + 1 < most) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) node[g] = base[g][static_cast<index_t>(k[g]) * T];
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      if (p0 + g * B >= walks) continue;
+      const std::uint32_t w = v.leaf[leaf_begin[g] + k[g]];
+      std::uint32_t* dst = leaves + static_cast<std::size_t>(row[g]) * row_words + static_cast<std::size_t>(tree[g]) * words;
+      if (words == 1) {
+        dst[0] = w;
+      } else {
+        // The vector itself, so that the in-order sums read shared memory only.
+        const double* lv = c.leaf_values + (c.tree_leaf_begin[tree[g]] + static_cast<index_t>(w & kForestIndexMask)) * c.leaf_width;
+        double* d = reinterpret_cast<double*>(dst);
+        for (int o = 0; o < c.leaf_width; ++o) d[o] = lv[o];
+      }
+    }
+  }
+};
+
+// acc + x[0] + x[1] + ... + x[n - 1], one float32 addition after another (the canonical order's
+// bits), x 16-byte aligned: four values per shared-memory load, loaded eight ahead of the
+// additions, so the chain of additions runs at their latency.
+__device__ __forceinline__ float add_in_order(float acc, const float* x, int n) {
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  const int quads = n / 4;
+  int q = 0;
+  if (quads >= 2) {
+    float4 a = x4[0], b = x4[1];
+    for (; q + 2 < quads; q += 2) {
+      const float4 na = x4[q + 2];
+      acc = add_rn(add_rn(add_rn(add_rn(acc, a.x), a.y), a.z), a.w);
+      const float4 nb = q + 3 < quads ? x4[q + 3] : na;
+      acc = add_rn(add_rn(add_rn(add_rn(acc, b.x), b.y), b.z), b.w);
+      a = na;
+      b = nb;
+    }
+    acc = add_rn(add_rn(add_rn(add_rn(acc, a.x), a.y), a.z), a.w);
+    if (q + 1 < quads) acc = add_rn(add_rn(add_rn(add_rn(acc, b.x), b.y), b.z), b.w);
+    q += 2;
+    if (q > quads) q = quads;
+  }
+  for (int i = q * 4; i < n; ++i) acc = add_rn(acc, x[i]);
+  return acc;
+}
+
+// A pass of m rows is m x T walks, walk p = (storage slot p / m, row p % m): a warp walks few
+// trees for many rows, so their upper nodes are one load. Each thread walks G of them at once
+// (independent loads that overlap) and leaves each leaf at its row's canonical tree slot; then
+// one thread per (row, output) adds the slots in canonical order, from shared memory only.
+template <class Sums, int G, bool kCat>
 __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch b, AdaptiveSharedDataPlan plan) {
   extern __shared__ __align__(16) unsigned char adaptive_shared_smem[];
   const ForestCommonView& c = v.common;
   const int B = blockDim.x, tid = threadIdx.x, F = c.n_features;
-  const index_t T = c.n_trees;
-  const int items = plan.items, outs = plan.outputs;
-  // [T][items] leaf words (scalar: the value; vector: the leaf index), then per row of the pass
-  // its partial sums [items][outs] (Sums::Carry), then the row tile.
+  const int T = static_cast<int>(c.n_trees);
+  const int items = plan.items, outs = plan.outputs, words = plan.leaf_words;
+  const int row_words = shared_data_row_words(T, words);
+  // [items][row_words] leaves, then per row of the pass its partial sums [items][outs]
+  // (Sums::Carry), then the row tile.
   std::uint32_t* leaves = reinterpret_cast<std::uint32_t*>(adaptive_shared_smem);
   using Carry = typename Sums::Carry;
-  std::size_t off = (static_cast<std::size_t>(T) * items * sizeof(std::uint32_t) + 15) / 16 * 16;
+  std::size_t off = static_cast<std::size_t>(items) * row_words * sizeof(std::uint32_t);
   Carry* partial = reinterpret_cast<Carry*>(adaptive_shared_smem + off);
   off += (static_cast<std::size_t>(items) * outs * sizeof(Carry) + 15) / 16 * 16;
   float* tile = reinterpret_cast<float*>(adaptive_shared_smem + off);
@@ -159,50 +264,44 @@ __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch 
   const index_t first = blockIdx.x * static_cast<index_t>(plan.rows_per_block);
   const index_t remaining = b.n_rows - first;
   const int n = remaining < plan.rows_per_block ? static_cast<int>(remaining) : plan.rows_per_block;
+  // The first walks' loads go out before the tile's: one memory latency for both.
+  SharedDataWalks<G> w;
+  const int m0 = items < n ? items : n;
+  if (tid < m0 * T) w.begin(v, tid, B, m0, m0 * T);
   for (index_t k = tid; k < static_cast<index_t>(n) * F; k += B) tile[k] = b.rows[first * F + k];
   __syncthreads();
   for (int r0 = 0; r0 < n; r0 += items) {
     const int m = items < n - r0 ? items : n - r0;
-    for (index_t s = tid; s < T; s += B) {
-      const index_t t = v.inter_tree[s];
-      const ForestNode* base = v.inter + s;
-      const int steps = v.depth[t];
-      // The pass's rows walk this tree together: independent loads that overlap.
-      std::uint32_t k[kAdaptiveMaxGroup];
-#pragma unroll
-      for (int j = 0; j < kAdaptiveMaxGroup; ++j) k[j] = 0;
-      for (int l = 0; l < steps; ++l)
-#pragma unroll
-        for (int j = 0; j < kAdaptiveMaxGroup; ++j)
-          if (j < m) {
-            const ForestNode n = base[static_cast<index_t>(k[j]) * T];
-            k[j] = ((n.info & kAdaptivePayloadMask) >> v.feature_bits) +
-                   adaptive_second<kCat>(n, tile[(r0 + j) * F + (n.info & v.feature_mask)], v.common.categories);
-          }
-      const std::uint32_t* lw = v.leaf + v.tree_begin[t];
-#pragma unroll
-      for (int j = 0; j < kAdaptiveMaxGroup; ++j)
-        if (j < m) leaves[t * items + j] = lw[k[j]];
+    const int walks = m * T;
+    for (int p0 = tid; p0 < walks; p0 += G * B) {
+      if (r0 > 0 || p0 != tid) w.begin(v, p0, B, m, walks);
+      w.template finish<kCat>(v, tile, r0, F, p0, B, walks, leaves, row_words, words);
     }
     __syncthreads();
     // One thread per (row, output): XGBoost group g adds its trees from base_margin[g]; a
     // forest's class k adds entry k of every tree's leaf vector from 0. The same additions, in
     // the same order, as Sums::add makes.
-    for (int w = tid; w < m * outs; w += B) {
-      const int j = w / outs, o = w - j * outs;
+    for (int q = tid; q < m * outs; q += B) {
+      const int j = q / outs, o = q - j * outs;
+      const std::uint32_t* mine = leaves + static_cast<std::size_t>(j) * row_words;
       Carry acc;
       if constexpr (Sums::kScalarLeaves) {
+        const int t0 = static_cast<int>(c.group_begin[o]), t1 = static_cast<int>(c.group_begin[o + 1]);
         acc = c.base_margin[o];
-        // Unrolled so that the shared-memory loads run ahead of the chain of additions.
-#pragma unroll 8
-        for (index_t t = c.group_begin[o]; t < c.group_begin[o + 1]; ++t) {
-          acc = add_rn(acc, __uint_as_float(leaves[t * items + j]));
-        }
-      } else {
+        int t = t0;
+        for (; t < t1 && (t & 3) != 0; ++t) acc = add_rn(acc, forest_bits_float(mine[t]));  // to a 16-byte boundary
+        acc = add_in_order(acc, reinterpret_cast<const float*>(mine) + t, t1 - t);
+      } else if (words == 1) {
         acc = 0.0;
 #pragma unroll 8
-        for (index_t t = 0; t < T; ++t)
-          acc = add_rn(acc, c.leaf_values[(c.tree_leaf_begin[t] + leaves[t * items + j]) * c.leaf_width + o]);
+        for (int t = 0; t < T; ++t)
+          acc = add_rn(acc, c.leaf_values[(c.tree_leaf_begin[t] + (mine[t] & kForestIndexMask)) * c.leaf_width + o]);
+      } else {
+        acc = 0.0;
+        const double* d = reinterpret_cast<const double*>(mine) + o;
+        const int W = c.leaf_width;
+#pragma unroll 8
+        for (int t = 0; t < T; ++t) acc = add_rn(acc, d[t * W]);
       }
       partial[j * outs + o] = acc;
     }

@@ -46,6 +46,15 @@ void dispatch_rows_trees(int rows, int trees, const char* strategy, F&& f) {
 
 // f(std::integral_constant<bool, forest has categorical splits>): the kernels for forests
 // without them skip the categorical test (see adaptive_second).
+// Walks one thread of the shared-data strategy takes at once (tree_interleave): 1, 2 or 4.
+template <class F>
+void dispatch_walks(int walks, F&& f) {
+  if (walks == 1) return f(std::integral_constant<int, 1>{});
+  if (walks == 2) return f(std::integral_constant<int, 2>{});
+  if (walks == 4) return f(std::integral_constant<int, 4>{});
+  throw Error("shared-data strategy: tree_interleave " + std::to_string(walks) + " is not built (1, 2, 4)");
+}
+
 template <class F>
 void dispatch_categorical(const AdaptiveForestView& v, F&& f) {
   if (v.common.has_categorical) return f(std::true_type{});
@@ -62,9 +71,20 @@ inline std::size_t forest_tile_bytes(const AdaptiveForestView& v, const ForestSc
   return static_cast<std::size_t>(v.common.n_features) * s.block_threads * s.rows_per_thread * sizeof(float);
 }
 
+// 32-bit words the shared-data strategy keeps per (row, tree): a vector forest of at most 8
+// outputs keeps the leaf's float64 vector when one row's take at most a quarter of what a block
+// may use (its in-order sums then read shared memory only), else the leaf word.
+inline int shared_data_leaf_words(const AdaptiveForestView& v, std::size_t smem_optin) {
+  const ForestCommonView& c = v.common;
+  if (c.leaf_width == 0 || c.leaf_width > 8) return 1;
+  const std::size_t row = static_cast<std::size_t>(c.n_trees) * c.leaf_width * sizeof(double);
+  return row <= smem_optin / 4 ? 2 * c.leaf_width : 1;
+}
+
 // Shared memory of the shared-data strategy for a schedule.
-inline std::size_t shared_data_bytes(const AdaptiveForestView& v, const ForestSchedule& s, int outputs, std::size_t carry_size) {
-  const std::size_t leaves = (static_cast<std::size_t>(v.common.n_trees) * s.tree_group * 4 + 15) / 16 * 16;
+inline std::size_t shared_data_bytes(const AdaptiveForestView& v, const ForestSchedule& s, int outputs, std::size_t carry_size,
+                                     int leaf_words) {
+  const std::size_t leaves = static_cast<std::size_t>(shared_data_row_words(v.common.n_trees, leaf_words)) * s.tree_group * 4;
   const std::size_t partial = (static_cast<std::size_t>(s.tree_group) * outputs * carry_size + 15) / 16 * 16;
   return leaves + partial + static_cast<std::size_t>(s.rows_per_block) * v.common.n_features * sizeof(float);
 }

@@ -13,16 +13,19 @@ void launch_adaptive_shared_data(const AdaptiveForestView& v, const AdaptiveBatc
     plan.rows_per_block = s.rows_per_block;
     plan.items = s.tree_group;
     plan.outputs = Sums::kScalarLeaves ? v.common.n_groups : v.common.leaf_width;
-    const std::size_t smem = shared_data_bytes(v, s, plan.outputs, sizeof(typename Sums::Carry));
+    plan.leaf_words = shared_data_leaf_words(v, d.smem_optin);
+    const std::size_t smem = shared_data_bytes(v, s, plan.outputs, sizeof(typename Sums::Carry), plan.leaf_words);
     if (smem > d.smem_optin)
       throw Error("shared-data strategy: " + std::to_string(s.rows_per_block) + " rows and the leaves of " +
                   std::to_string(v.common.n_trees) + " trees x " + std::to_string(s.tree_group) + " rows need " +
                   std::to_string(smem) + " bytes of shared memory, more than the " + std::to_string(d.smem_optin) +
                   " a block may use");
-    dispatch_categorical(v, [&](auto cat) {
-      auto kernel = adaptive_shared_data_kernel<Sums, decltype(cat)::value>;
-      allow_dynamic_smem(kernel, smem, "cudaFuncSetAttribute(adaptive_shared_data_kernel)");
-      kernel<<<adaptive_grid(b.n_rows, s.rows_per_block), s.block_threads, smem, d.stream>>>(v, b, plan);
+    dispatch_walks(s.tree_interleave, [&](auto walks) {
+      dispatch_categorical(v, [&](auto cat) {
+        auto kernel = adaptive_shared_data_kernel<Sums, decltype(walks)::value, decltype(cat)::value>;
+        allow_dynamic_smem(kernel, smem, "cudaFuncSetAttribute(adaptive_shared_data_kernel)");
+        kernel<<<adaptive_grid(b.n_rows, s.rows_per_block), s.block_threads, smem, d.stream>>>(v, b, plan);
+      });
     });
     CANOPY_CUDA_CHECK_LAUNCH("adaptive_shared_data_kernel");
   });

@@ -29,14 +29,15 @@ ForestKernel parse_forest_kernel(const std::string& name);
 struct ForestSchedule {
   int block_threads = 0;    // threads per block: 32 .. 1024, a multiple of 32
   int rows_per_thread = 0;  // direct, shared forest: rows one thread walks together (1, 2, 4)
-  int tree_interleave = 0;  // direct, shared forest: trees one thread walks at once (1, 2)
+  int tree_interleave = 0;  // direct, shared forest: trees one thread walks at once (1, 2);
+                            // shared data: (row, tree) walks one thread takes at once (1, 2, 4)
   int cache_rows = -1;      // direct: stage the block's rows in shared memory (1) or read them
                             // from global memory (0)
   int tree_sync = -1;       // direct: a block barrier every tree_sync trees (0: none), so the
                             // block's warps read the same trees while they are in L1
-  int rows_per_block = 0;   // shared data: rows a block caches
-  int tree_group = 0;       // shared data: rows a block's threads take through the trees
-                            // together (the threads split the trees; a row's trees are one group)
+  int rows_per_block = 0;   // shared data: rows a block caches (default: one pass)
+  int tree_group = 0;       // shared data: rows per pass, 1 .. 64; the threads split the pass's
+                            // (row, tree) walks, then add each row's leaves in canonical order
   int part_kib = 0;         // splitting shared forest: shared memory per part, KiB
   std::string describe() const;  // "block 128, rows/thread 2, ..." (defaults resolved by the engine)
 };

@@ -136,8 +136,10 @@ AdaptiveForest AdaptiveForest::build(const Forest& f, const AdaptiveOptions& opt
     for (index_t s = 0; s < T; ++s) a.tree_rearranged |= opt.tree_order[static_cast<std::size_t>(s)] != s;
   }
   a.inter.assign(static_cast<std::size_t>(a.max_nodes * T), ForestNode{0.0f, kForestLeafBit});
+  a.inter_depth.resize(static_cast<std::size_t>(T));
   for (index_t s = 0; s < T; ++s) {
     const index_t t = a.inter_tree[static_cast<std::size_t>(s)];
+    a.inter_depth[static_cast<std::size_t>(s)] = a.depth[static_cast<std::size_t>(t)];
     const index_t b = a.tree_begin[static_cast<std::size_t>(t)], e = a.tree_begin[static_cast<std::size_t>(t) + 1];
     for (index_t k = 0; k < e - b; ++k) a.inter[static_cast<std::size_t>(k * T + s)] = a.nodes[static_cast<std::size_t>(b + k)];
   }

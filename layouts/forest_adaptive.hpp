@@ -66,6 +66,7 @@ struct AdaptiveForestView {
   const std::int32_t* depth = nullptr;   // [n_trees] steps from the root to the deepest leaf
   const ForestNode* inter = nullptr;     // interleaved: [max_nodes][n_trees]
   const index_t* inter_tree = nullptr;   // [n_trees] storage position -> canonical tree
+  const std::int32_t* inter_depth = nullptr;  // [n_trees] by storage position: depth[inter_tree[s]]
   index_t max_nodes = 0;
 };
 
@@ -124,6 +125,7 @@ struct AdaptiveForest {
     v.depth = map(depth, "the adaptive tree depths");
     v.inter = map(inter, "the adaptive interleaved nodes");
     v.inter_tree = map(inter_tree, "the adaptive tree order");
+    v.inter_depth = map(inter_depth, "the adaptive tree depths in storage order");
     v.max_nodes = max_nodes;
     return v;
   }
@@ -142,6 +144,9 @@ struct AdaptiveForest {
   std::vector<index_t> tree_begin;     // [n_trees + 1]
   std::vector<ForestNode> inter;       // interleaved
   std::vector<index_t> inter_tree;     // [n_trees]
+  // depth[inter_tree[s]]: a walk over the interleaved copy reads its trip count beside its tree
+  // instead of after it.
+  std::vector<std::int32_t> inter_depth;
   index_t max_nodes = 0;
   index_t swapped_nodes = 0;           // inner nodes whose children were swapped
   // Per canonical tree: the expected number of nodes a row visits (training weights; 2^-depth

@@ -298,6 +298,19 @@ std::vector<Variant> variants(bool wide) {
   s.rows_per_block = 7;
   s.block_threads = 96;
   add(ForestKernel::SharedData, s, "shared-data 3/7/96");
+  // Passes of 40 rows (the last one 20) whose walks outnumber the threads, one walk at a time;
+  // and two at a time over a block of one warp.
+  s = {};
+  s.tree_group = 40;
+  s.rows_per_block = 100;
+  s.block_threads = 64;
+  s.tree_interleave = 1;
+  add(ForestKernel::SharedData, s, "shared-data 40/100/64 x1");
+  s = {};
+  s.tree_group = 5;
+  s.block_threads = 32;
+  s.tree_interleave = 2;
+  add(ForestKernel::SharedData, s, "shared-data 5/32 x2");
   add(ForestKernel::SplitSharedForest, {}, "split");
   add(ForestKernel::SplitSharedForest, {}, "split in three");  // the schedule is made per forest
   add(ForestKernel::Auto, {}, "auto");
@@ -377,6 +390,29 @@ ForestData uniform_rows(index_t n, int features, unsigned seed) {
   d.n_rows = n;
   for (index_t i = 0; i < n * features; ++i) d.values.push_back(u(rng));
   return d;
+}
+
+// Shared data keeps a forest's float64 leaf vectors in shared memory while one row's take at
+// most a quarter of it, and the leaf index past that (then it reads the vectors from global
+// memory): both give the CPU's bits, one row per pass or many.
+TEST(ForestAdaptiveGpu, SharedDataSumsLeafVectorsInOrderFromEitherCopy) {
+  CANOPY_REQUIRE_GPU();
+  const ForestData d = uniform_rows(700, 5, 7);
+  for (int trees : {300, 9000}) {  // 2,400 and 72,000 bytes of leaf vector per row
+    const Forest f = complete_forest(trees, 2, 5, 11 + trees);
+    ForestPredictor p(f, forest_config(ForestLayout::Adaptive, Device::Gpu));
+    const std::vector<float> want = cpu_predict(f, d, ForestOutput::Prob);
+    for (int group : {1, 3}) {
+      ForestRunOptions opt;
+      opt.kernel = ForestKernel::SharedData;
+      opt.schedule.tree_group = group;
+      std::vector<float> got(static_cast<std::size_t>(d.n_rows));
+      const ForestTimes t = p.predict(d.values.data(), d.n_rows, got.data(), opt);
+      EXPECT_EQ(t.schedule.tree_group, group);
+      std::string where;
+      EXPECT_TRUE(same_bits(got, want, &where)) << trees << " trees, " << group << " rows per pass: " << where;
+    }
+  }
 }
 
 TEST(ForestAdaptiveGpu, SharedForestRunsWhenTheForestFitsAndSaysWhyOtherwise) {

@@ -83,34 +83,33 @@ void resolve_shared_forest(ForestSchedule& s, ForestKernel k, const AdaptiveFore
 }
 
 void resolve_shared_data(ForestSchedule& s, const AdaptiveForestView& v, index_t n_rows, const GpuLimits& gpu) {
-  const ForestCommonView& c = v.common;
+  const index_t T = v.common.n_trees;
   const index_t sm_count = gpu.sm_count;
-  if (s.block_threads == 0) s.block_threads = 256;
-  check_block(s.block_threads, "shared-data strategy");
-  const std::size_t leaf_row = static_cast<std::size_t>(c.n_trees) * 4;
+  if (s.tree_interleave == 0) s.tree_interleave = 2;
+  if (s.tree_interleave != 1 && s.tree_interleave != 2 && s.tree_interleave != 4)
+    throw Error("shared-data strategy: tree_interleave = " + std::to_string(s.tree_interleave) + " must be 1, 2 or 4");
+  const std::size_t leaf_row = static_cast<std::size_t>(T) * gpu::shared_data_leaf_words(v, gpu.smem_optin) * 4;
   if (s.tree_group == 0) {
-    // Small batches: fewer rows per pass, so that every SM gets a block.
-    s.tree_group = 1;
-    while (s.tree_group < gpu::kAdaptiveMaxGroup && s.tree_group * 2 * sm_count < n_rows) s.tree_group *= 2;
-    // The pass's leaves in at most 16 KiB, so that several blocks share an SM.
-    while (s.tree_group > 1 && leaf_row * s.tree_group > 16 * 1024) s.tree_group /= 2;
+    // Rows per pass: enough blocks for four per SM before passes grow, and the pass's leaves
+    // in at most 32 KiB, so that several blocks share an SM.
+    index_t rows = (n_rows + 4 * sm_count - 1) / (4 * sm_count);
+    rows = std::min<index_t>(rows, gpu::kAdaptiveMaxGroup);
+    rows = std::min<index_t>(rows, static_cast<index_t>(32 * 1024 / leaf_row));
+    s.tree_group = static_cast<int>(std::max<index_t>(rows, 1));
   }
   if (s.tree_group < 1 || s.tree_group > gpu::kAdaptiveMaxGroup)
     throw Error("shared-data strategy: tree_group = " + std::to_string(s.tree_group) + " must be 1 to " +
                 std::to_string(gpu::kAdaptiveMaxGroup));
-  if (s.rows_per_block == 0) {
-    ForestSchedule probe = s;
-    probe.rows_per_block = 0;
-    const std::size_t fixed = gpu::shared_data_bytes(v, probe, sums_outputs(c), carry_size(c));
-    const std::size_t row_bytes = static_cast<std::size_t>(c.n_features) * sizeof(float);
-    const index_t max_rows = fixed < gpu.smem_optin ? static_cast<index_t>((gpu.smem_optin - fixed) / row_bytes) : 0;
-    // Enough blocks to fill the GPU (four per SM) before making tiles large.
-    index_t rows = (n_rows + 4 * sm_count - 1) / (4 * sm_count);
-    rows = (rows + s.tree_group - 1) / s.tree_group * s.tree_group;
-    rows = std::min<index_t>(rows, std::min<index_t>(max_rows, 4096));
-    s.rows_per_block = static_cast<int>(std::max<index_t>(rows, s.tree_group));
-  }
+  // One pass per block: more blocks, and one block's in-order sums overlap another's walks.
+  if (s.rows_per_block == 0) s.rows_per_block = s.tree_group;
   if (s.rows_per_block < 1) throw Error("shared-data strategy: rows_per_block must be >= 1");
+  if (s.block_threads == 0) {
+    // About one round of walks per thread, from two warps to sixteen.
+    const index_t walks = static_cast<index_t>(s.tree_group) * T;
+    const index_t threads = (walks + s.tree_interleave - 1) / s.tree_interleave;
+    s.block_threads = static_cast<int>(std::min<index_t>(512, std::max<index_t>(64, (threads + 31) / 32 * 32)));
+  }
+  check_block(s.block_threads, "shared-data strategy");
 }
 
 }  // namespace

@@ -97,16 +97,25 @@ std::vector<std::pair<ForestKernel, ForestSchedule>> tuning_grid(const std::vect
       grid.emplace_back(t.kernel, ForestSchedule{});
       continue;
     }
-    for (int block : {64, 128, 256}) {
-      ForestSchedule s;
-      s.block_threads = block;
-      if (t.kernel == ForestKernel::SharedData) {
-        for (int g : {1, 2, 4, 8}) {
+    if (t.kernel == ForestKernel::SharedData) {
+      // Rows per pass and threads per block (0: the defaults), then fewer walks at once.
+      for (int block : {0, 128, 512})
+        for (int g : {0, 1, 4, 16}) {
+          ForestSchedule s;
+          s.block_threads = block;
           s.tree_group = g;
           grid.emplace_back(t.kernel, s);
         }
-        continue;
+      for (int walk : {1, 2}) {
+        ForestSchedule s;
+        s.tree_interleave = walk;
+        grid.emplace_back(t.kernel, s);
       }
+      continue;
+    }
+    for (int block : {64, 128, 256}) {
+      ForestSchedule s;
+      s.block_threads = block;
       for (const auto& w : walks) {
         s.rows_per_thread = w.first;
         s.tree_interleave = w.second;
@@ -245,13 +254,16 @@ ForestShape ForestTuner::shape(ForestKernel k, index_t n_rows) const {
       sh.coalescing = profile_->coalescing_shared_data;
       sh.rows_in_smem = true;
       const double blocks = std::ceil(static_cast<double>(n_rows) / s.rows_per_block);
-      const std::size_t smem = gpu::shared_data_bytes(v, s, sums_outputs(c), carry_size(c));
+      const std::size_t smem = gpu::shared_data_bytes(v, s, sums_outputs(c), carry_size(c),
+                                                      gpu::shared_data_leaf_words(v, steps.gpu().smem_optin));
       const double per_sm = std::max(1.0, std::min(2048.0 / s.block_threads, std::floor(228.0 * 1024 / static_cast<double>(smem + 1024))));
       sh.waves = std::ceil(blocks / (sms * per_sm));
       const double passes = std::ceil(static_cast<double>(s.rows_per_block) / s.tree_group);
       int most = 0;
       for (int d : depth) most = std::max(most, d);
-      sh.chain_steps = passes * std::ceil(static_cast<double>(T) / s.block_threads) * most;
+      // A pass: rounds of tree_interleave walks per thread, each as long as the deepest tree.
+      const double rounds = std::ceil(static_cast<double>(s.tree_group) * T / (static_cast<double>(s.block_threads) * s.tree_interleave));
+      sh.chain_steps = passes * rounds * most;
       break;
     }
     default: {
