@@ -320,7 +320,7 @@ void add_forest_input_options(CLI::App& app, ForestInputs& c) {
   app.add_option("--repeat", c.repeat, "timed runs per variant and batch (the median is reported)")->capture_default_str();
   app.add_option("--row-depth", c.row_depth, "adaptive layout: row scheduling's top-tree depth (forest: 0 is off)")
       ->capture_default_str();
-  app.add_option("--output", c.output, "margin, prob, class or leaf (XGBoost's pred_leaf: one node id per tree; CPU only)")
+  app.add_option("--output", c.output, "margin, prob, class or leaf (XGBoost's pred_leaf: one node id per tree)")
       ->capture_default_str();
   app.add_option("--json", c.json, "write the results as JSON to this file");
 }
@@ -403,12 +403,6 @@ int run_forest(const ForestBenchConfig& c) {
   const std::vector<ForestKernel> kernels = parse_kernels(c.kernels);
   std::vector<Device> devices = parse_devices(c.device);
   const ForestWorkload w = load_forest_workload(c);
-  if (w.output == ForestOutput::Leaf &&
-      std::find(devices.begin(), devices.end(), Device::Gpu) != devices.end()) {
-    // The GPU kernels keep no per-tree result: the leaf output is the CPU executor's alone.
-    std::printf("--output leaf runs on the CPU only: the GPU is left out\n");
-    devices = {Device::Cpu};
-  }
   std::printf("canopy-bench forest: %s\n  %s (loaded in %.0f ms)\n", c.model.c_str(), w.forest.describe().c_str(), w.load_ms);
   std::printf("data: %s, %lld rows x %d features%s (read in %.0f ms); output %s, %d value%s per row\n", c.data.c_str(),
               static_cast<long long>(w.data.n_rows), w.data.n_features,

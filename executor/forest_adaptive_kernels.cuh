@@ -140,6 +140,8 @@ struct AdaptiveSharedDataPlan {
   int outputs = 1;         // per row: XGBoost groups or class-vector entries, summed in parallel
   int leaf_words = 1;      // 32-bit words kept per (row, tree): 1, the leaf word (scalar value bits or
                            // vector leaf index), or 2 x leaf_width, the leaf's float64 vector itself
+  int interleaved = 1;     // walk the slot-interleaved copy (1) or the tree-major nodes (0)
+  int top_rows = 0;        // interleaved: node rows staged in shared memory
 };
 
 // 32-bit words between one row's leaves and the next in the shared-data strategy's shared
@@ -149,43 +151,65 @@ CANOPY_HD inline int shared_data_row_words(index_t n_trees, int leaf_words) {
 }
 
 // G walks of the shared-data strategy, from their first loads (begin) to their leaves (finish).
+// Over the slot-interleaved copy, node k of storage slot s is inter[k * T + s], and its first
+// `top_rows` rows may wait in shared memory (`top`); over the tree-major nodes, the slot is the
+// canonical tree and its nodes are contiguous, so one sector holds a node's two children.
 template <int G>
 struct SharedDataWalks {
-  int tree[G], row[G], steps[G];
-  const ForestNode* base[G];
-  ForestNode node[G];  // the node each walk reads next (the root after begin)
+  int tree[G], row[G], slot[G], steps[G];
+  index_t leaf_begin[G];  // tree-major: also the tree's first node
+  ForestNode node[G];     // the node each walk reads next
   std::uint32_t k[G];
 
   // Walks p0 + g * B (past `walks`: p0 again, kept nowhere) of a pass of m rows. Nothing here
-  // waits for memory: the slots' trees, depths and roots are loads that overlap each other and
-  // whatever the caller does before it calls finish (the row tile's staging).
-  __device__ __forceinline__ void begin(const AdaptiveForestView& v, int p0, int B, int m, int walks) {
+  // waits for memory: the loads overlap each other and whatever the caller does before it
+  // calls finish (the row tile's staging). The interleaved copy's roots load here unless they
+  // are staged.
+  __device__ __forceinline__ void begin(const AdaptiveForestView& v, const AdaptiveSharedDataPlan& plan, int p0, int B,
+                                        int m, int walks) {
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       const int p = p0 + g * B < walks ? p0 + g * B : p0;
-      const int slot = p / m;
-      row[g] = p - slot * m;
-      base[g] = v.inter + slot;
-      tree[g] = static_cast<int>(v.inter_tree[slot]);
-      steps[g] = v.inter_depth[slot];
-      node[g] = base[g][0];
+      slot[g] = p / m;
+      row[g] = p - slot[g] * m;
       k[g] = 0;
+      if (plan.interleaved) {
+        tree[g] = static_cast<int>(v.inter_tree[slot[g]]);
+        steps[g] = v.inter_depth[slot[g]];
+        if (plan.top_rows == 0) node[g] = v.inter[slot[g]];
+      } else {
+        tree[g] = slot[g];
+        steps[g] = v.depth[slot[g]];
+        leaf_begin[g] = v.tree_begin[slot[g]];
+      }
     }
   }
 
   // The walks through the tile's rows r0 + row[g]; each leaf lands at its row's canonical slot.
   template <bool kCat>
-  __device__ __forceinline__ void finish(const AdaptiveForestView& v, const float* tile, int r0, int F, int p0, int B,
-                                         int walks, std::uint32_t* leaves, int row_words, int words) {
+  __device__ __forceinline__ void finish(const AdaptiveForestView& v, const AdaptiveSharedDataPlan& plan,
+                                         const ForestNode* top, const float* tile, int r0, int p0, int B, int walks,
+                                         std::uint32_t* leaves, int row_words) {
     const ForestCommonView& c = v.common;
     const index_t T = c.n_trees;
-    index_t leaf_begin[G];
+    const int F = c.n_features, words = plan.leaf_words;
+    const bool inter = plan.interleaved != 0;
+    const std::uint32_t R = static_cast<std::uint32_t>(plan.top_rows);
+    const ForestNode* base[G];
     int most = 0;
 #pragma unroll
     for (int g = 0; g < G; ++g) {
-      leaf_begin[g] = v.tree_begin[tree[g]];  // needed at the end only: overlaps the walk
+      if (inter) {
+        leaf_begin[g] = v.tree_begin[tree[g]];  // needed at the end only: overlaps the walk
+        base[g] = v.inter + slot[g];
+        if (R > 0) node[g] = top[slot[g]];
+      } else {
+        base[g] = v.nodes + leaf_begin[g];
+        node[g] = base[g][0];
+      }
       most = max(most, steps[g]);
     }
+    const index_t stride = inter ? T : 1;
     // Leaves point at themselves, so walks shorter than the longest take extra steps in place.
     for (int l = 0; l < most; ++l) {
 #pragma unroll
@@ -194,7 +218,8 @@ struct SharedDataWalks {
                adaptive_second<kCat>(node[g], tile[(r0 + row[g]) * F + (node[g].info & v.feature_mask)], c.categories);
       if (l + 1 < most) {
 #pragma unroll
-        for (int g = 0; g < G; ++g) node[g] = base[g][static_cast<index_t>(k[g]) * T];
+        for (int g = 0; g < G; ++g)
+          node[g] = k[g] < R ? top[static_cast<index_t>(k[g]) * T + slot[g]] : base[g][static_cast<index_t>(k[g]) * stride];
       }
     }
 #pragma unroll
@@ -253,29 +278,41 @@ __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch 
   const int items = plan.items, outs = plan.outputs, words = plan.leaf_words;
   const int row_words = shared_data_row_words(T, words);
   // [items][row_words] leaves, then per row of the pass its partial sums [items][outs]
-  // (Sums::Carry), then the row tile.
+  // (Sums::Carry), then the staged node rows [top_rows][T], then the row tile.
   std::uint32_t* leaves = reinterpret_cast<std::uint32_t*>(adaptive_shared_smem);
   using Carry = typename Sums::Carry;
   std::size_t off = static_cast<std::size_t>(items) * row_words * sizeof(std::uint32_t);
   Carry* partial = reinterpret_cast<Carry*>(adaptive_shared_smem + off);
   off += (static_cast<std::size_t>(items) * outs * sizeof(Carry) + 15) / 16 * 16;
+  ForestNode* top = reinterpret_cast<ForestNode*>(adaptive_shared_smem + off);
+  const int top_nodes = plan.top_rows * T;
+  off += static_cast<std::size_t>(top_nodes) * sizeof(ForestNode);
   float* tile = reinterpret_cast<float*>(adaptive_shared_smem + off);
 
   const index_t first = blockIdx.x * static_cast<index_t>(plan.rows_per_block);
   const index_t remaining = b.n_rows - first;
   const int n = remaining < plan.rows_per_block ? static_cast<int>(remaining) : plan.rows_per_block;
-  // The first walks' loads go out before the tile's: one memory latency for both.
+  // The first walks' loads go out before the staging's: one memory latency for all of them.
   SharedDataWalks<G> w;
   const int m0 = items < n ? items : n;
-  if (tid < m0 * T) w.begin(v, tid, B, m0, m0 * T);
+  if (tid < m0 * T) w.begin(v, plan, tid, B, m0, m0 * T);
+  {
+    // The interleaved copy's first rows are contiguous: two nodes per 16-byte load, eight loads
+    // in flight per thread.
+    const uint4* src = reinterpret_cast<const uint4*>(v.inter);
+    uint4* dst = reinterpret_cast<uint4*>(top);
+#pragma unroll 8
+    for (int k = tid; k < top_nodes / 2; k += B) dst[k] = src[k];
+    if ((top_nodes & 1) && tid == 0) top[top_nodes - 1] = v.inter[top_nodes - 1];
+  }
   for (index_t k = tid; k < static_cast<index_t>(n) * F; k += B) tile[k] = b.rows[first * F + k];
   __syncthreads();
   for (int r0 = 0; r0 < n; r0 += items) {
     const int m = items < n - r0 ? items : n - r0;
     const int walks = m * T;
     for (int p0 = tid; p0 < walks; p0 += G * B) {
-      if (r0 > 0 || p0 != tid) w.begin(v, p0, B, m, walks);
-      w.template finish<kCat>(v, tile, r0, F, p0, B, walks, leaves, row_words, words);
+      if (r0 > 0 || p0 != tid) w.begin(v, plan, p0, B, m, walks);
+      w.template finish<kCat>(v, plan, top, tile, r0, p0, B, walks, leaves, row_words);
     }
     __syncthreads();
     // One thread per (row, output): XGBoost group g adds its trees from base_margin[g]; a

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "executor/forest_adaptive_kernels.cuh"
@@ -86,7 +87,8 @@ inline std::size_t shared_data_bytes(const AdaptiveForestView& v, const ForestSc
                                      int leaf_words) {
   const std::size_t leaves = static_cast<std::size_t>(shared_data_row_words(v.common.n_trees, leaf_words)) * s.tree_group * 4;
   const std::size_t partial = (static_cast<std::size_t>(s.tree_group) * outputs * carry_size + 15) / 16 * 16;
-  return leaves + partial + static_cast<std::size_t>(s.rows_per_block) * v.common.n_features * sizeof(float);
+  const std::size_t top = static_cast<std::size_t>(std::max(s.top_rows, 0)) * v.common.n_trees * sizeof(ForestNode);
+  return leaves + partial + top + static_cast<std::size_t>(s.rows_per_block) * v.common.n_features * sizeof(float);
 }
 
 void launch_adaptive_direct(const AdaptiveForestView& v, const AdaptiveBatch& b, const ForestSchedule& s,

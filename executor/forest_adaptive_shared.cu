@@ -14,6 +14,8 @@ void launch_adaptive_shared_data(const AdaptiveForestView& v, const AdaptiveBatc
     plan.items = s.tree_group;
     plan.outputs = Sums::kScalarLeaves ? v.common.n_groups : v.common.leaf_width;
     plan.leaf_words = shared_data_leaf_words(v, d.smem_optin);
+    plan.interleaved = s.interleaved;
+    plan.top_rows = s.top_rows;
     const std::size_t smem = shared_data_bytes(v, s, plan.outputs, sizeof(typename Sums::Carry), plan.leaf_words);
     if (smem > d.smem_optin)
       throw Error("shared-data strategy: " + std::to_string(s.rows_per_block) + " rows and the leaves of " +

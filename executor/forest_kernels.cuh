@@ -19,6 +19,7 @@
 
 #include <climits>
 #include <cstddef>
+#include <type_traits>
 
 #include "executor/forest_eval.hpp"
 #include "core/cuda.cuh"
@@ -150,6 +151,46 @@ inline int block_for(index_t rows, int max_block, int sm_count) {
   int threads = max_block;
   while (threads > 32 && (rows + threads - 1) / threads < 2 * static_cast<index_t>(sm_count)) threads /= 2;
   return threads;
+}
+
+// ---- leaf output (XGBoost's pred_leaf) -------------------------------------------------------------
+
+// The leaf output's tables on the device (ForestCommon's host-only leaf ids, the layout order).
+struct ForestLeafTable {
+  const index_t* id_begin = nullptr;          // [n_trees + 1], layout order
+  const std::int32_t* source_id = nullptr;    // the model's node id of each layout leaf index
+  const index_t* order = nullptr;             // layout position -> the model's tree (the column)
+  const std::int32_t* leaf_number = nullptr;  // adaptive layout: per node, its leaf index (-1 inner)
+};
+
+// A thread per (row, tree), the row slowest: out[row][order[t]] = the model's node id of the
+// leaf the row reaches in layout tree t, as the CPU's predict_forest_leaves_cpu writes it.
+template <class View>
+__global__ void forest_leaf_kernel(View v, const float* rows, index_t n_rows, ForestLeafTable lt, float* out) {
+  const index_t T = v.common.n_trees;
+  const index_t p = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (p >= n_rows * T) return;
+  const index_t i = p / T, t = p - i * T;
+  const float* row = rows + i * v.common.n_features;
+  index_t leaf;
+  if constexpr (std::is_same<View, AdaptiveForestView>::value) {
+    const std::uint32_t k = adaptive_walk(v.nodes + v.tree_begin[t], 1, v.depth[t], v.feature_bits, v.feature_mask,
+                                          [row](int f) { return row[f]; }, v.common.categories);
+    leaf = lt.leaf_number[v.tree_begin[t] + k];
+  } else {
+    leaf = static_cast<index_t>(forest_index(find_leaf(v, t, row).info));
+  }
+  const index_t count = lt.id_begin[t + 1] - lt.id_begin[t];
+  out[i * T + lt.order[t]] = leaf >= 0 && leaf < count ? static_cast<float>(lt.source_id[lt.id_begin[t] + leaf]) : -1.0f;
+}
+
+template <class View>
+void launch_forest_leaves(const View& v, const float* rows, index_t n_rows, const ForestLeafTable& lt, float* out,
+                          cudaStream_t stream) {
+  const index_t pairs = n_rows * v.common.n_trees;
+  if (pairs == 0) return;
+  forest_leaf_kernel<View><<<grid_for(pairs, 256), 256, 0, stream>>>(v, rows, n_rows, lt, out);
+  CANOPY_CUDA_CHECK_LAUNCH("forest_leaf_kernel");
 }
 
 template <class Sums, class View>

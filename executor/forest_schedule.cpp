@@ -42,6 +42,8 @@ std::string ForestSchedule::describe() const {
   if (tree_sync >= 0) s << (s.tellp() > 0 ? ", " : "") << (tree_sync ? "sync every " + std::to_string(tree_sync) + " trees" : "no sync");
   item("rows/block", rows_per_block);
   item("rows/pass", tree_group);
+  if (interleaved >= 0) s << (s.tellp() > 0 ? ", " : "") << (interleaved ? "interleaved" : "tree-major");
+  item("top rows", top_rows);
   item("part KiB", part_kib);
   return s.str();
 }

@@ -38,6 +38,10 @@ struct ForestSchedule {
   int rows_per_block = 0;   // shared data: rows a block caches (default: one pass)
   int tree_group = 0;       // shared data: rows per pass, 1 .. 64; the threads split the pass's
                             // (row, tree) walks, then add each row's leaves in canonical order
+  int interleaved = -1;     // shared data: walk the slot-interleaved copy (1) or the tree-major
+                            // nodes (0), whose sectors hold a node's two children
+  int top_rows = -1;        // shared data, interleaved: the copy's first node rows (the trees'
+                            // top levels, breadth-first) staged in shared memory (0: none)
   int part_kib = 0;         // splitting shared forest: shared memory per part, KiB
   std::string describe() const;  // "block 128, rows/thread 2, ..." (defaults resolved by the engine)
 };

@@ -41,7 +41,8 @@ const char* to_string(ForestObjective o);
 //   Leaf    XGBoost's pred_leaf: per tree, in the model's tree order (multi-class: round by
 //           round, the classes within a round), the id the model file gives the leaf the row
 //           reaches (ForestTree::source_id), as a float (exact below 2^24); n_trees values.
-//           CPU only: a GPU predictor refuses it (its kernels keep no per-tree result).
+//           On the GPU a kernel of its own (a thread per row and tree) writes it, whatever
+//           ForestRunOptions::kernel says.
 enum class ForestOutput { Margin, Prob, Class, Leaf };
 const char* to_string(ForestOutput o);
 

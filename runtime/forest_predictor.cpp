@@ -188,15 +188,12 @@ ForestTimes ForestPredictor::predict(const float* rows, index_t n_rows, float* o
                 to_string(m.layout) + ")");
   if (opt.row_schedule_depth < 0)
     throw Error("row_schedule_depth = " + std::to_string(opt.row_schedule_depth) + " must be >= 0");
-  if (opt.output == ForestOutput::Leaf && m.device == Device::Gpu)
-    throw Error("the leaf output runs on the CPU only (the GPU kernels add up the trees' leaves and keep no per-tree "
-                "result): build the ForestPredictor with Device::Cpu");
   ForestTimes times;
   if (n_rows > 0) {
-    if (opt.output == ForestOutput::Leaf) {
-      predict_leaves(m.forest, rows, n_rows, out);
-    } else if (m.device == Device::Gpu) {
+    if (m.device == Device::Gpu) {
       m.gpu->predict(rows, n_rows, out, width, opt, &times);
+    } else if (opt.output == ForestOutput::Leaf) {
+      predict_leaves(m.forest, rows, n_rows, out);
     } else {
       m.with_view([&](const auto& v) { predict_forest_cpu(v, rows, n_rows, opt.output, width, out); });
     }
@@ -215,7 +212,7 @@ std::vector<ForestTrial> ForestPredictor::model_estimates(const float* rows, ind
 std::vector<ForestTrial> ForestPredictor::tune(const float* rows, index_t n_rows, const ForestRunOptions& opt, int repeat) {
   if (impl_->device != Device::Gpu) throw Error("the tuner times GPU schedules; this predictor runs on the CPU");
   if (rows == nullptr) throw Error("tune: rows is a null pointer");
-  if (opt.output == ForestOutput::Leaf) throw Error("tune: the leaf output runs on the CPU only");
+  if (opt.output == ForestOutput::Leaf) throw Error("tune: the leaf output has one kernel; there is nothing to tune");
   return impl_->gpu->tune(rows, n_rows, output_width(opt.output), opt, repeat);
 }
 

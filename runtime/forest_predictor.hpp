@@ -11,9 +11,8 @@
 //   canopy::ForestTimes t = predictor.predict(rows, n, out.data(), run);
 //
 // rows are row-major float32 [n][n_features], NaN = missing. On the GPU, rows and out may be
-// host or device memory. ForestOutput::Leaf (XGBoost's pred_leaf) runs on a CPU predictor
-// only: the GPU kernels add up the trees' leaves and keep no per-tree result, so a GPU
-// predictor refuses it with an Error.
+// host or device memory. ForestOutput::Leaf (XGBoost's pred_leaf) runs on either device; on
+// the GPU it has a kernel of its own (a thread per row and tree), whatever run.kernel says.
 #pragma once
 
 #include <cstddef>

@@ -311,6 +311,17 @@ std::vector<Variant> variants(bool wide) {
   s.block_threads = 32;
   s.tree_interleave = 2;
   add(ForestKernel::SharedData, s, "shared-data 5/32 x2");
+  // Both node orders whatever the rows per pass; 3 staged rows under passes of 5.
+  s = {};
+  s.tree_group = 1;
+  s.interleaved = 0;
+  add(ForestKernel::SharedData, s, "shared-data tree-major, 1 row");
+  s = {};
+  s.tree_group = 5;
+  s.interleaved = 1;
+  s.top_rows = 3;
+  s.tree_interleave = 4;
+  add(ForestKernel::SharedData, s, "shared-data interleaved, 3 rows staged, 5 rows");
   add(ForestKernel::SplitSharedForest, {}, "split");
   add(ForestKernel::SplitSharedForest, {}, "split in three");  // the schedule is made per forest
   add(ForestKernel::Auto, {}, "auto");
@@ -466,6 +477,20 @@ TEST(ForestAdaptiveGpu, BadSchedulesAreClearErrors) {
   opt = {};
   opt.kernel = ForestKernel::Hybrid;
   EXPECT_NE(message(opt).find("hierarchical"), std::string::npos);
+  opt = {};
+  opt.kernel = ForestKernel::SharedData;
+  opt.schedule.tree_group = 65;
+  EXPECT_NE(message(opt).find("tree_group"), std::string::npos);
+  opt.schedule.tree_group = 0;
+  opt.schedule.tree_interleave = 3;
+  EXPECT_NE(message(opt).find("tree_interleave"), std::string::npos);
+  opt.schedule.tree_interleave = 0;
+  opt.schedule.interleaved = 0;
+  opt.schedule.top_rows = 3;
+  EXPECT_NE(message(opt).find("top_rows"), std::string::npos);
+  opt.schedule.interleaved = 1;
+  opt.schedule.top_rows = 1 << 20;  // more rows than the copy has
+  EXPECT_NE(message(opt).find("top_rows"), std::string::npos);
   // A part smaller than one tree of 255 nodes (2,040 bytes): 4 KiB less a tile of 32 rows x 28
   // features (3,584 bytes).
   ForestPredictor deep(complete_forest(3, 7, 28, 4), cfg);

@@ -225,7 +225,7 @@ class Forest:
         """Predictions for rows X (n, n_features); NaN is a missing value. output: "margin"
         (XGBoost's output_margin), "prob" (predict_proba's probabilities; a binary XGBoost model
         gives one column, the positive class's), "class" or "leaf" (XGBoost's pred_leaf: each
-        tree's leaf id, as float; CPU only). One column comes back as (n,)."""
+        tree's leaf id, as float). One column comes back as (n,)."""
         rows = _Input(X, "X", self.n_features, rows_ok_1d=True)
         where = device or self._device
         width = self._core.width(output, where)

@@ -103,6 +103,12 @@ void resolve_shared_data(ForestSchedule& s, const AdaptiveForestView& v, index_t
   // One pass per block: more blocks, and one block's in-order sums overlap another's walks.
   if (s.rows_per_block == 0) s.rows_per_block = s.tree_group;
   if (s.rows_per_block < 1) throw Error("shared-data strategy: rows_per_block must be >= 1");
+  // One row per pass: a warp's threads walk neighbouring slots, whose roots are neighbours in
+  // the interleaved copy (and its top rows, staged, save the first levels' latency). More rows:
+  // a warp walks few trees for many rows, and the tree-major nodes put siblings in one sector.
+  if (s.interleaved < 0) s.interleaved = s.tree_group == 1 ? 1 : 0;
+  if (s.interleaved != 0 && s.interleaved != 1)
+    throw Error("shared-data strategy: interleaved = " + std::to_string(s.interleaved) + " must be 0 or 1");
   if (s.block_threads == 0) {
     // About one round of walks per thread, from two warps to sixteen.
     const index_t walks = static_cast<index_t>(s.tree_group) * T;
@@ -110,6 +116,20 @@ void resolve_shared_data(ForestSchedule& s, const AdaptiveForestView& v, index_t
     s.block_threads = static_cast<int>(std::min<index_t>(512, std::max<index_t>(64, (threads + 31) / 32 * 32)));
   }
   check_block(s.block_threads, "shared-data strategy");
+  if (s.top_rows < 0) {
+    s.top_rows = 0;
+    // The most complete top levels (2^L - 1 rows) in 32 KiB that the block stages with at most
+    // eight 16-byte loads per thread: more would cost more than the levels it saves.
+    const std::size_t budget = std::min<std::size_t>(32 * 1024, static_cast<std::size_t>(s.block_threads) * 8 * 16);
+    if (s.interleaved)
+      while ((2 * static_cast<index_t>(s.top_rows) + 1) <= v.max_nodes &&
+             (2 * static_cast<std::size_t>(s.top_rows) + 1) * T * sizeof(ForestNode) <= budget)
+        s.top_rows = 2 * s.top_rows + 1;
+  }
+  if (s.top_rows > 0 && !s.interleaved) throw Error("shared-data strategy: top_rows needs the interleaved copy (interleaved = 1)");
+  if (s.top_rows > v.max_nodes)
+    throw Error("shared-data strategy: top_rows = " + std::to_string(s.top_rows) + " exceeds the " +
+                std::to_string(v.max_nodes) + " node rows of the interleaved copy");
 }
 
 }  // namespace
@@ -248,8 +268,10 @@ class AdaptiveForestGpu final : public ForestGpu {
                ForestTimes* times) override {
     if (opt.kernel == ForestKernel::Hybrid) throw Error("the hybrid kernel needs the hierarchical layout");
     // Feasible strategies come first, the smallest estimate first.
-    const ForestKernel kernel =
-        opt.kernel == ForestKernel::Auto ? tuner_.choose(rows, n_rows, width, opt) : opt.kernel;
+    // The leaf output has one kernel: nothing to choose.
+    const ForestKernel kernel = opt.kernel == ForestKernel::Auto && opt.output != ForestOutput::Leaf
+                                    ? tuner_.choose(rows, n_rows, width, opt)
+                                    : opt.kernel;
     engine_.predict(rows, n_rows, out, width, kernel, opt, times);
   }
 

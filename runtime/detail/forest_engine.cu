@@ -1,6 +1,7 @@
 // ForestEngine<Layout>: what every layout's GPU call shares, and the seed layouts' kernels.
 #include "runtime/detail/forest_engine.cuh"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -64,7 +65,8 @@ void launch_seed_kernel(const View& v, const gpu::ForestBatch& b, ForestKernel k
 
 template <class Layout>
 ForestEngine<Layout>::ForestEngine(const Layout& layout)
-    : gpu_(current_gpu_limits()), forest_(layout, stream_.get()), steps_(layout, forest_.view(), gpu_, stream_.get()) {
+    : host_(&layout), gpu_(current_gpu_limits()), forest_(layout, stream_.get()),
+      steps_(layout, forest_.view(), gpu_, stream_.get()) {
   stream_.sync();
 }
 
@@ -87,7 +89,9 @@ template <class Layout>
 void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out, int width, ForestKernel kernel,
                                    const ForestRunOptions& opt, ForestTimes* times) {
   ForestSchedule schedule;
-  if constexpr (kAdaptive) {
+  if (opt.output == ForestOutput::Leaf) {
+    kernel = ForestKernel::Direct;  // a thread per (row, tree): the only kernel of this output
+  } else if constexpr (kAdaptive) {
     schedule = steps_.resolve(kernel, opt.schedule, n_rows);
   } else if (kernel == ForestKernel::Auto) {
     throw Error("the auto strategy needs the adaptive layout");
@@ -102,11 +106,14 @@ void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out
   b.width = width;
   b.output = opt.output;
   uploaded_.record(stream());
+  const bool leaves = opt.output == ForestOutput::Leaf;
   if constexpr (kAdaptive) {
-    if (opt.row_schedule_depth > 0) steps_.schedule_rows(opt.row_schedule_depth, &b);
+    if (opt.row_schedule_depth > 0 && !leaves) steps_.schedule_rows(opt.row_schedule_depth, &b);
   }
   scheduled_.record(stream());
-  if constexpr (kAdaptive) {
+  if (leaves) {
+    predict_leaves(b.rows, n_rows, b.out);
+  } else if constexpr (kAdaptive) {
     steps_.run(b, kernel, schedule);
   } else {
     launch_seed_kernel(view(), b, kernel, gpu_.sm_count, stream());
@@ -121,6 +128,30 @@ void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out
   times->download_ms = done_.since(computed_);
   times->kernel = kernel;
   times->schedule = schedule;
+}
+
+template <class Layout>
+void ForestEngine<Layout>::predict_leaves(const float* rows, index_t n_rows, float* out) {
+  const ForestCommon& c = host_->common;
+  if (!leaf_table_) {
+    leaf_id_begin_.reserve(c.leaf_id_begin.size(), "the leaf output's tree offsets", stream());
+    leaf_order_.reserve(c.order.size(), "the leaf output's tree order", stream());
+    leaf_source_id_.reserve(std::max<std::size_t>(c.leaf_source_id.size(), 1), "the leaf output's node ids", stream());
+    copy_async(leaf_id_begin_.get(), c.leaf_id_begin.data(), c.leaf_id_begin.size() * sizeof(index_t), stream());
+    copy_async(leaf_order_.get(), c.order.data(), c.order.size() * sizeof(index_t), stream());
+    copy_async(leaf_source_id_.get(), c.leaf_source_id.data(), c.leaf_source_id.size() * sizeof(std::int32_t), stream());
+    if constexpr (kAdaptive) {
+      leaf_number_.reserve(host_->leaf_number.size(), "the adaptive layout's leaf numbers", stream());
+      copy_async(leaf_number_.get(), host_->leaf_number.data(), host_->leaf_number.size() * sizeof(std::int32_t), stream());
+    }
+    leaf_table_ = true;
+  }
+  gpu::ForestLeafTable lt;
+  lt.id_begin = leaf_id_begin_.get();
+  lt.order = leaf_order_.get();
+  lt.source_id = leaf_source_id_.get();
+  lt.leaf_number = leaf_number_.get();
+  gpu::launch_forest_leaves(view(), rows, n_rows, lt, out, stream());
 }
 
 template class ForestEngine<CsrForest>;

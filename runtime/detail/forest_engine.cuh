@@ -102,7 +102,8 @@ class ForestEngine {
   // Uploads the layout's arrays (its map_view) and waits for them.
   explicit ForestEngine(const Layout& layout);
 
-  // `kernel` is the one to run: the adaptive layout's caller resolves Auto first.
+  // `kernel` is the one to run: the adaptive layout's caller resolves Auto first. The leaf
+  // output runs its own kernel, whatever `kernel` says.
   void predict(const float* rows, index_t n_rows, float* out, int width, ForestKernel kernel,
                const ForestRunOptions& opt, ForestTimes* times);
 
@@ -120,13 +121,20 @@ class ForestEngine {
   Steps& steps() { return steps_; }
 
  private:
+  // The leaf output: its tables uploaded on first use (most callers never ask for it).
+  void predict_leaves(const float* rows, index_t n_rows, float* out);
+
   Stream stream_;  // first: everything below is freed on it before it goes
+  const Layout* host_;  // the predictor's (it outlives the engine)
   GpuLimits gpu_;
   DeviceCopy<Layout> forest_;
   Steps steps_;
   Event caller_ready_, finished_;
   Event start_, uploaded_, scheduled_, computed_, done_;
   DeviceBuffer<float> rows_, out_;
+  bool leaf_table_ = false;
+  DeviceBuffer<index_t> leaf_id_begin_, leaf_order_;
+  DeviceBuffer<std::int32_t> leaf_source_id_, leaf_number_;
 };
 
 // Instantiated once each, in runtime/detail/forest_engine.cu.

@@ -106,10 +106,18 @@ std::vector<std::pair<ForestKernel, ForestSchedule>> tuning_grid(const std::vect
           s.tree_group = g;
           grid.emplace_back(t.kernel, s);
         }
-      for (int walk : {1, 2}) {
+      for (int walk : {1, 4}) {
         ForestSchedule s;
         s.tree_interleave = walk;
         grid.emplace_back(t.kernel, s);
+      }
+      // The other node order, and the interleaved copy with nothing staged.
+      for (int inter : {0, 1}) {
+        ForestSchedule s;
+        s.interleaved = inter;
+        grid.emplace_back(t.kernel, s);
+        s.top_rows = 0;
+        if (inter) grid.emplace_back(t.kernel, s);
       }
       continue;
     }
