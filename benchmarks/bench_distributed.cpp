@@ -18,12 +18,15 @@
 #include "benchmarks/bench_common.hpp"
 #include "distributed/distributed.hpp"
 #include "io/forest_data.hpp"
+#include "layouts/octree.hpp"
+#include "runtime/barnes_hut.hpp"
 
 namespace canopy {
 namespace bench {
 
 void add_dist_options(CLI::App& app, DistConfig& c) {
-  app.add_option("--workload", c.workload, "pc, knn or forest")->capture_default_str();
+  app.add_option("--workload", c.workload, "pc, knn, bh (the points are the bodies, unit masses) or forest")
+      ->capture_default_str();
   app.add_option("--distribute", c.distribute,
                  "replicate (every rank the whole tree, the queries sharded) or partition (the points split by "
                  "the top-tree, queries routed; pc and knn)")
@@ -91,7 +94,8 @@ int run_dist(const DistConfig& c) {
   const bool partition = c.distribute == "partition";
   if (!partition && c.distribute != "replicate")
     throw Error("--distribute " + c.distribute + ": replicate or partition");
-  if (partition && c.workload == "forest") throw Error("--distribute partition: pc and knn only (a forest is replicated)");
+  if (partition && (c.workload == "forest" || c.workload == "bh"))
+    throw Error("--distribute partition: pc and knn only (" + c.workload + " is replicated)");
   if (c.repeat < 1) throw Error("--repeat " + std::to_string(c.repeat) + " must be >= 1");
 
   Timing t;
@@ -178,8 +182,27 @@ int run_dist(const DistConfig& c) {
     if (partition)
       what += ", top-tree of " + std::to_string(part->leaf_owner().size()) + " leaves; this rank's tree " +
               std::to_string(part->local().size()) + " points";
+  } else if (c.workload == "bh") {
+    const Inputs in = load_inputs(c.input, /*normalise=*/true, /*split=*/false);
+    if (in.points.dims != 3) throw Error("bh: the bodies need 3 coordinates, not " + std::to_string(in.points.dims));
+    const index_t n = in.points.size();
+    const std::vector<float> mass(static_cast<std::size_t>(n), 1.0f / static_cast<float>(n));
+    OctreeOptions oo;
+    oo.device = build_device(device);
+    const Octree tree = Octree::build(in.points.data(), mass.data(), n, oo);
+    BarnesHut bh(tree, device);
+    BhOptions o;
+    o.device = device;
+    BhResult res;
+    t = time_calls(c.repeat, [&](distributed::DistributedStats* st) { res = distributed::barnes_hut(MPI_COMM_WORLD, bh, o, st); });
+    if (rank == 0 && c.check) {
+      const BhResult one = bh.run(o);
+      same = std::memcmp(one.forces.data(), res.forces.data(), one.forces.size() * sizeof(float)) == 0;
+    }
+    n_items = n;
+    what = "bh theta " + std::to_string(o.theta) + ", " + std::to_string(n) + " bodies (" + in.source + ")";
   } else {
-    throw Error("--workload " + c.workload + ": pc, knn or forest");
+    throw Error("--workload " + c.workload + ": pc, knn, bh or forest");
   }
 
   RankRow mine{t.last.local_ms, median(t.total), static_cast<double>(t.last.bytes_moved), static_cast<double>(t.last.local_items)};

@@ -189,6 +189,25 @@ void predict_forest(MPI_Comm comm, ForestPredictor& predictor, const float* rows
   finish_stats(comm, stats, start);
 }
 
+BhResult barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, DistributedStats* stats) {
+  const Clock::time_point start = Clock::now();
+  const index_t n = bh.tree().size();
+  const Share s = my_share(comm, n, stats);
+  std::vector<float> local(static_cast<std::size_t>(s.count) * 3);
+  TraversalStats ts;
+  run_share(comm, "bodies", s, [&] {
+    const Clock::time_point t = Clock::now();
+    ts = bh.run(options, s.begin, s.count, local.data());
+    if (stats) stats->local_ms = ms_since(t);
+  });
+  BhResult out;
+  static_cast<TraversalStats&>(out) = ts;
+  out.forces.resize(static_cast<std::size_t>(n) * 3);
+  all_gather(comm, local.data(), n, 3, out.forces.data(), stats);
+  finish_stats(comm, stats, start);
+  return out;
+}
+
 // ---- the distributed tree ------------------------------------------------------------------------
 
 PartitionedKdTree::PartitionedKdTree(MPI_Comm comm, const float* points, index_t n, int dims, int depth,

@@ -17,8 +17,10 @@
 // and combine: counts add, and kNN candidates merge by (distance, index) after the rank that
 // owns the query's leaf has answered first and its k-th distance bounds the other ranks.
 //
-// Not yet here (issue 21): Barnes-Hut (its API takes no body range), and the routing done by
-// the GPU inspector (the boxes are tested on the host).
+// Barnes-Hut is replicated only: every rank holds the whole octree and computes the forces on
+// its share of the bodies (BarnesHut::run over a body range), gathered in body order, bit for
+// bit the one-process forces. Not yet here (issue 21): Barnes-Hut over a partitioned octree,
+// and the routing done by the GPU inspector (the boxes are tested on the host).
 #pragma once
 
 #include <mpi.h>
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "core/types.hpp"
+#include "runtime/barnes_hut.hpp"
 #include "runtime/forest_predictor.hpp"
 #include "runtime/knn.hpp"
 #include "runtime/point_correlation.hpp"
@@ -61,6 +64,10 @@ PcResult point_correlation(MPI_Comm comm, PointCorrelation& pc, const float* que
 // The k nearest neighbours of every query, as nn.run(queries, n, options).
 KnnResult nearest_neighbors(MPI_Comm comm, NearestNeighbors& nn, const float* queries, index_t n,
                             const KnnOptions& options, DistributedStats* stats = nullptr);
+
+// The forces on every body of bh's octree, [bodies][3] in body order on every rank, as
+// bh.run(options): each rank computes a contiguous share of the bodies.
+BhResult barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, DistributedStats* stats = nullptr);
 
 // The predictions of every row (row-major [n][predictor.n_features()]) into
 // out[n][predictor.output_width(options.output)] on every rank, as predictor.predict().

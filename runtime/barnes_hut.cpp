@@ -53,11 +53,17 @@ BhResult BarnesHut::run(const BhOptions& opt) {
   return r;
 }
 
-TraversalStats BarnesHut::run(const BhOptions& opt, float* forces) {
-  const detail::BhWorkload w = workload(opt);
-  if (!forces) throw Error("BarnesHut::run: the forces buffer is null");
+TraversalStats BarnesHut::run(const BhOptions& opt, float* forces) { return run(opt, 0, tree_.size(), forces); }
+
+TraversalStats BarnesHut::run(const BhOptions& opt, index_t first, index_t count, float* forces) {
+  detail::BhWorkload w = workload(opt);
+  if (first < 0 || count < 0 || first > tree_.size() - count)
+    throw Error("BarnesHut::run: bodies " + std::to_string(first) + " .. " + std::to_string(first + count - 1) +
+                " are outside the tree's " + std::to_string(tree_.size()) + " bodies");
+  if (!forces && count > 0) throw Error("BarnesHut::run: the forces buffer is null");
+  w.first = first;
   CallData call;
-  call.n = tree_.size();
+  call.n = count;
   call.outputs[0] = forces;
   return engine_->run(w, call, opt);
 }

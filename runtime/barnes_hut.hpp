@@ -49,6 +49,11 @@ class BarnesHut {
   // The same into the caller's buffer forces[bodies][3] (original body order), host or device
   // memory (the GPU writes device memory in place, after the work queued on options.stream).
   TraversalStats run(const BhOptions& options, float* forces);
+  // The forces on bodies first .. first + count - 1 (original order) into forces[count][3]: the
+  // same bits as those bodies' rows of a whole run (each body's walk is its own), so callers
+  // can split the bodies among threads, streams or MPI ranks. A range outside 0..size() is an
+  // Error.
+  TraversalStats run(const BhOptions& options, index_t first, index_t count, float* forces);
 
   const Octree& tree() const { return tree_; }
   Device device() const;  // where runs go unless options.device says cpu

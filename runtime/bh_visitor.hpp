@@ -76,6 +76,7 @@ struct BarnesHutVisitor {
   const float* masses = nullptr;      // original order
   float theta2 = 0.25f;               // opening angle squared
   float eps2 = 0.0f;                  // softening length squared
+  index_t first = 0;                  // query q is body first + q; forces[q] is its force
 
   struct State {
     float x, y, z, ax, ay, az;
@@ -83,8 +84,8 @@ struct BarnesHutVisitor {
   };
 
   CANOPY_HD State init(index_t q) const {
-    const float* p = bodies_xyz + q * 3;
-    return State{p[0], p[1], p[2], 0.0f, 0.0f, 0.0f, q};
+    const float* p = bodies_xyz + (first + q) * 3;
+    return State{p[0], p[1], p[2], 0.0f, 0.0f, 0.0f, first + q};
   }
 
   // Adds m (dx, dy, dz) / (d2 + eps2)^(3/2). A zero denominator (coincident bodies without
@@ -142,7 +143,7 @@ struct BarnesHutVisitor {
   }
 
   CANOPY_HD void finish(State& s, index_t q) const {
-    const float m = masses[q];
+    const float m = masses[s.body];
     forces[q * 3] = mul_rn(m, s.ax);
     forces[q * 3 + 1] = mul_rn(m, s.ay);
     forces[q * 3 + 2] = mul_rn(m, s.az);

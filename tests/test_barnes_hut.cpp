@@ -21,6 +21,7 @@
 #include "runtime/barnes_hut.hpp"
 #include "runtime/bh_visitor.hpp"
 #include "tests/gpu_trace.hpp"
+#include "tests/test_errors.hpp"
 #include "tests/test_util.hpp"
 
 namespace canopy {
@@ -668,6 +669,36 @@ TEST(BhApi, EveryVariantIsBitwiseIdenticalGpuAndEqualsTheCpu) {
     opt.executor = ExecutorKind::FsmLockstep;
     EXPECT_TRUE(bitwise_equal(gpu.run(opt).forces, c)) << to_string(s);
   }
+}
+
+// A range of bodies gets exactly those bodies' rows of a whole run, under every schedule
+// (the key schedules sort the range's own Morton codes), on either device; bad ranges are
+// errors naming the bodies.
+void ranges_equal_the_whole_run(Device device) {
+  const Bodies b = uniform_bodies(3001, 9);
+  const Octree tree = Octree::build(b.xyz.data(), b.mass.data(), b.n);
+  BarnesHut bh(tree, device);
+  BhOptions opt;
+  opt.device = device;
+  const std::vector<float> whole = bh.run(opt).forces;
+  for (ScheduleKind s : kSchedules) {
+    opt.schedule = s;
+    std::vector<float> pieced(whole.size(), -1.0f);
+    const index_t cuts[] = {0, 1, 700, 700, 2950, 3001};  // one body, an empty range, uneven ones
+    for (std::size_t c = 0; c + 1 < std::size(cuts); ++c)
+      bh.run(opt, cuts[c], cuts[c + 1] - cuts[c], pieced.data() + cuts[c] * 3);
+    EXPECT_TRUE(bitwise_equal(pieced, whole)) << to_string(s);
+  }
+  std::vector<float> out(30);
+  EXPECT_HAS(test::error_of([&] { bh.run(opt, 2995, 10, out.data()); }, "a range past the last body"), "2995 .. 3004");
+  EXPECT_HAS(test::error_of([&] { bh.run(opt, -1, 2, out.data()); }, "a negative first body"), "outside");
+  EXPECT_HAS(test::error_of([&] { bh.run(opt, 0, 5, nullptr); }, "no buffer"), "null");
+}
+
+TEST(BhApi, BodyRangesEqualTheWholeRunCpu) { ranges_equal_the_whole_run(Device::Cpu); }
+TEST(BhApi, BodyRangesEqualTheWholeRunGpu) {
+  CANOPY_REQUIRE_GPU();
+  ranges_equal_the_whole_run(Device::Gpu);
 }
 
 // The warp emulator's node counts equal the instrumented GPU kernels'.

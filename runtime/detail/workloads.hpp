@@ -170,10 +170,12 @@ struct BhWorkload {
   int query_dims = 0;  // the bodies are in the view
   std::size_t output_bytes[2] = {3 * sizeof(float), 0};
   float theta2 = 0, eps2 = 0;
+  index_t first = 0;  // the call's bodies are first .. first + n - 1
 
   template <class F>
   void with_visitor(const View& view, const float* /*queries*/, void* const* out, F&& f) const {
     BarnesHutVisitor v;
+    v.first = first;
     v.tree = view.tree;
     v.bodies_xyz = view.xyz;
     v.masses = view.mass;
@@ -190,7 +192,7 @@ struct BhWorkload {
   };
   template <class F>
   void with_sort_key(const View& view, const float* /*queries*/, F&& f) const {
-    f(MortonKey{view.xyz, view.tree.cube(0)}, ~std::uint64_t{0} >> 1);
+    f(MortonKey{view.xyz + first * 3, view.tree.cube(0)}, ~std::uint64_t{0} >> 1);
   }
 };
 

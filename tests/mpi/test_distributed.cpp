@@ -15,6 +15,7 @@
 #include "io/forest_data.hpp"
 #include "layouts/ball_tree.hpp"
 #include "layouts/kdtree.hpp"
+#include "layouts/octree.hpp"
 
 namespace canopy {
 namespace {
@@ -118,6 +119,33 @@ TEST(Distributed, ForestPredictionsEqualOneProcess) {
       EXPECT_EQ(std::memcmp(all.data(), one.data(), one.size() * sizeof(float)), 0) << name << " " << to_string(o);
     }
   }
+}
+
+// Barnes-Hut, replicated octree: every rank computes its share of the bodies; the gathered
+// forces are the one-process forces bit for bit, whatever the schedule. Bad options fail on
+// every rank.
+TEST(Distributed, BarnesHutForcesEqualOneProcess) {
+  const index_t n = 3001;
+  const std::vector<float> xyz = points(n, 3, 21);
+  std::vector<float> mass(static_cast<std::size_t>(n));
+  for (index_t i = 0; i < n; ++i) mass[static_cast<std::size_t>(i)] = 1.0f + static_cast<float>(i % 7) / 7.0f;
+  const Octree tree = Octree::build(xyz.data(), mass.data(), n);
+  BarnesHut bh(tree, Device::Cpu);
+  for (ScheduleKind s : {ScheduleKind::InputOrder, ScheduleKind::LeafSort, ScheduleKind::HybridKey}) {
+    BhOptions opt;
+    opt.schedule = s;
+    const BhResult one = bh.run(opt);
+    distributed::DistributedStats st;
+    const BhResult all = distributed::barnes_hut(MPI_COMM_WORLD, bh, opt, &st);
+    ASSERT_EQ(all.forces.size(), one.forces.size());
+    EXPECT_EQ(std::memcmp(all.forces.data(), one.forces.data(), one.forces.size() * sizeof(float)), 0) << to_string(s);
+    EXPECT_EQ(st.ranks, rank_count());
+    EXPECT_EQ(st.local_items, distributed::share_of(n, [] { int r = 0; MPI_Comm_rank(MPI_COMM_WORLD, &r); return r; }(),
+                                                    rank_count()).count);
+  }
+  BhOptions bad;
+  bad.theta = -1.0f;
+  EXPECT_THROW(distributed::barnes_hut(MPI_COMM_WORLD, bh, bad), Error);
 }
 
 // The distributed tree: each rank holds part of the points; counts and neighbours equal one
