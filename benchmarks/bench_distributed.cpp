@@ -7,6 +7,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
+#include <sstream>
+#include <thread>
+#include <memory>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +21,7 @@
 
 #include "benchmarks/bench.hpp"
 #include "benchmarks/bench_common.hpp"
+#include "benchmarks/bench_forest.hpp"
 #include "distributed/distributed.hpp"
 #include "io/forest_data.hpp"
 #include "layouts/octree.hpp"
@@ -44,8 +50,23 @@ void add_dist_options(CLI::App& app, DistConfig& c) {
   app.add_option("--data", c.data, "forest: CSV(.gz) rows");
   app.add_option("--label", c.label, "forest: the label column, left out of the features");
   app.add_option("--device", c.device, "auto, cpu or gpu (each rank takes GPU local-rank mod count)")->capture_default_str();
+  app.add_option("--gather", c.gather,
+                 "where the results go, comma-separated modes each timed in turn: all (every rank), root (rank 0), "
+                 "local (each rank its share)")
+      ->capture_default_str();
   app.add_option("--repeat", c.repeat, "timed calls (the median is reported)")->capture_default_str();
+  app.add_option("--warmup", c.warmup, "untimed calls first (auto's prior, then its trial)")->capture_default_str();
   app.add_option("--check", c.check, "1: rank 0 compares the results with one process's")->capture_default_str();
+  app.add_option("--baseline", c.baseline,
+                 "1: rank 0 also times the one-process call (the whole tree or forest, every query, one device) "
+                 "and reports the speedup")
+      ->capture_default_str();
+  app.add_option("--rows", c.rows, "forest: rows (0: the file's; more: copies moved by --jitter)")->capture_default_str();
+  app.add_option("--jitter", c.jitter, "forest: standard deviations the copies past the file's rows move by")
+      ->capture_default_str();
+  app.add_option("--memory-budget-mb", c.memory_budget_mb,
+                 "partition: the most MiB a rank's tree may take (0: no limit); over it the build fails on every rank")
+      ->capture_default_str();
   app.add_option("--json", c.json, "write the results as JSON to this file (rank 0)");
 }
 
@@ -59,7 +80,19 @@ int env_int(const char* name, int fallback) {
 // One call's numbers on every rank, gathered on rank 0.
 struct RankRow {
   double local_ms, total_ms;
-  double bytes, items;
+  double bytes, items, tree_bytes;
+};
+
+// A workload as the driver times it: the distributed call (keeping its result), the
+// one-process call on rank 0 (keeping its result), and whether rank 0's distributed result
+// equals the one-process one (its own share of it under Gather::Local).
+struct DistWorkload {
+  std::function<void(distributed::Gather, distributed::DistributedStats*)> call;
+  std::function<void()> one;
+  std::function<bool(distributed::Gather, index_t share)> same;
+  index_t items = 0;
+  double tree_bytes = 0;  // this rank's tree (partition) or the whole tree
+  std::string what;
 };
 
 struct Timing {
@@ -67,16 +100,70 @@ struct Timing {
   distributed::DistributedStats last;
 };
 
-template <class F>
-Timing time_calls(int repeat, F&& call) {
+Timing time_calls(int warmup, int repeat, distributed::Gather g, const DistWorkload& w) {
   Timing t;
-  call(&t.last);  // warm-up (the GPU engines' first call)
+  for (int i = 0; i < warmup; ++i) w.call(g, &t.last);
   for (int r = 0; r < repeat; ++r) {
     MPI_Barrier(MPI_COMM_WORLD);
-    call(&t.last);
+    w.call(g, &t.last);
     t.total.push_back(t.last.total_ms);
   }
   return t;
+}
+
+// MPI_Barrier, but a waiting rank sleeps between polls instead of spinning on a core.
+void idle_barrier() {
+  MPI_Request r;
+  MPI_Ibarrier(MPI_COMM_WORLD, &r);
+  for (int done = 0;;) {
+    MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+double ms_of(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+template <class T>
+bool equal_prefix(const std::vector<T>& one, const std::vector<T>& part, std::size_t items) {
+  return part.size() >= items && one.size() >= items && std::equal(part.begin(), part.begin() + items, one.begin());
+}
+
+DistWorkload forest_workload(const DistConfig& c, Device device, std::vector<std::shared_ptr<void>>& keep) {
+  if (c.model.empty() || c.data.empty()) throw Error("forest: --model and --data are needed");
+  auto f = std::make_shared<Forest>(Forest::load(c.model));
+  const ForestData d = read_forest_csv(c.data, c.label);
+  const index_t n = c.rows > 0 ? c.rows : d.n_rows;
+  auto rows = std::make_shared<std::vector<float>>(forest_batch(d, n, c.jitter));
+  ForestConfig cfg;
+  cfg.device = device;
+  cfg.layout = ForestLayout::Adaptive;
+  auto p = std::make_shared<ForestPredictor>(*f, cfg);
+  auto run = std::make_shared<ForestRunOptions>();
+  run->output = ForestOutput::Margin;
+  if (p->device() == Device::Gpu) run->kernel = ForestKernel::Auto;
+  const std::size_t w = static_cast<std::size_t>(p->output_width(run->output));
+  auto out = std::make_shared<std::vector<float>>(static_cast<std::size_t>(n) * w);
+  auto one = std::make_shared<std::vector<float>>();
+  keep.insert(keep.end(), {f, rows, p, run, out, one});
+  DistWorkload wl;
+  wl.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
+    distributed::predict_forest(MPI_COMM_WORLD, *p, rows->data(), n, out->data(), *run, st, g);
+  };
+  wl.one = [=] {
+    one->resize(out->size());
+    p->predict(rows->data(), n, one->data(), *run);
+  };
+  wl.same = [=](distributed::Gather, index_t share) {
+    return std::memcmp(one->data(), out->data(), static_cast<std::size_t>(share) * w * sizeof(float)) == 0;
+  };
+  wl.items = n;
+  wl.what = "forest " + f->describe() + ", " + std::to_string(n) + " rows (" + c.data + ")";
+  return wl;
 }
 
 }  // namespace
@@ -97,137 +184,179 @@ int run_dist(const DistConfig& c) {
   if (partition && (c.workload == "forest" || c.workload == "bh"))
     throw Error("--distribute partition: pc and knn only (" + c.workload + " is replicated)");
   if (c.repeat < 1) throw Error("--repeat " + std::to_string(c.repeat) + " must be >= 1");
+  if (c.warmup < 0) throw Error("--warmup " + std::to_string(c.warmup) + " must be >= 0");
+  if (!(c.memory_budget_mb >= 0)) throw Error("--memory-budget-mb must be >= 0");
+  std::vector<distributed::Gather> modes;
+  {
+    std::stringstream list(c.gather);
+    for (std::string g; std::getline(list, g, ',');) modes.push_back(distributed::parse_gather(g));
+  }
+  if (modes.empty()) throw Error("--gather: no mode given");
+  const bool one_needed = rank == 0 && (c.check || c.baseline);
 
-  Timing t;
-  bool same = true;  // rank 0: the results equal one process's
-  index_t n_items = 0;
-  std::string what;
+  std::vector<std::shared_ptr<void>> keep;  // what the workload's closures use
+  DistWorkload w;
   if (c.workload == "forest") {
-    if (c.model.empty() || c.data.empty()) throw Error("forest: --model and --data are needed");
-    const Forest f = Forest::load(c.model);
-    const ForestData d = read_forest_csv(c.data, c.label);
-    ForestConfig cfg;
-    cfg.device = device;
-    cfg.layout = ForestLayout::Adaptive;
-    ForestPredictor p(f, cfg);
-    ForestRunOptions run;
-    run.output = ForestOutput::Margin;
-    if (p.device() == Device::Gpu) run.kernel = ForestKernel::Auto;
-    const int w = p.output_width(run.output);
-    std::vector<float> out(static_cast<std::size_t>(d.n_rows) * w);
-    t = time_calls(c.repeat, [&](distributed::DistributedStats* st) {
-      distributed::predict_forest(MPI_COMM_WORLD, p, d.values.data(), d.n_rows, out.data(), run, st);
-    });
-    if (rank == 0 && c.check) {
-      std::vector<float> one(out.size());
-      p.predict(d.values.data(), d.n_rows, one.data(), run);
-      same = std::memcmp(one.data(), out.data(), one.size() * sizeof(float)) == 0;
-    }
-    n_items = d.n_rows;
-    what = "forest " + f.describe() + ", " + std::to_string(d.n_rows) + " rows";
+    w = forest_workload(c, device, keep);
   } else if (c.workload == "pc" || c.workload == "knn") {
-    const Inputs in = load_inputs(c.input, /*normalise=*/true, /*split=*/false);
-    const index_t n = in.points.size(), m = in.queries.size();
-    const int dims = in.points.dims;
+    auto in = std::make_shared<Inputs>(load_inputs(c.input, /*normalise=*/true, /*split=*/false));
+    const index_t n = in->points.size(), m = in->queries.size();
+    const int dims = in->points.dims;
     KdTreeOptions to;
     to.device = build_device(device);
-    std::unique_ptr<KdTree> whole;  // replicate: every rank; partition: rank 0 with --check only
-    std::unique_ptr<distributed::PartitionedKdTree> part;
+    std::shared_ptr<KdTree> whole;  // replicate: every rank; partition: rank 0 for the check or baseline only
+    std::shared_ptr<distributed::PartitionedKdTree> part;
     if (partition) {
       int depth = c.top_depth;
       if (depth == 0)
         while ((index_t{1} << depth) < 4 * ranks) ++depth;
-      part = std::make_unique<distributed::PartitionedKdTree>(MPI_COMM_WORLD, in.points.data(), n, dims, depth, to);
+      const auto budget = static_cast<std::uint64_t>(c.memory_budget_mb * 1024 * 1024);
+      part = std::make_shared<distributed::PartitionedKdTree>(MPI_COMM_WORLD, in->points.data(), n, dims, depth, to, budget);
     }
-    if (!partition || (rank == 0 && c.check)) whole = std::make_unique<KdTree>(KdTree::build(in.points.data(), n, dims, to));
+    if (!partition || one_needed) whole = std::make_shared<KdTree>(KdTree::build(in->points.data(), n, dims, to));
     const KdTree& searched = partition ? part->local() : *whole;
+    w.tree_bytes = static_cast<double>(searched.bytes());
+    keep.insert(keep.end(), {in, whole, part});
+    const float* q = in->queries.data();
     if (c.workload == "pc") {
-      PcOptions o;
-      o.device = device;
+      auto o = std::make_shared<PcOptions>();
+      o->device = device;
       // The radius from one process's tree on rank 0, the same on every rank.
       float r = 0;
-      if (rank == 0) r = parse_radius(c.radius, whole ? *whole : searched, in.queries, c.input.seed);
+      if (rank == 0) r = parse_radius(c.radius, whole ? *whole : searched, in->queries, c.input.seed);
       MPI_Bcast(&r, 1, MPI_FLOAT, 0, MPI_COMM_WORLD);
-      o.radius = r;
-      PointCorrelation pc(searched, device);
-      PcResult res;
-      t = time_calls(c.repeat, [&](distributed::DistributedStats* st) {
-        res = partition ? distributed::point_correlation(MPI_COMM_WORLD, *part, pc, in.queries.data(), m, o, st)
-                        : distributed::point_correlation(MPI_COMM_WORLD, pc, in.queries.data(), m, o, st);
-      });
-      if (rank == 0 && c.check) {
-        PointCorrelation one(*whole, device);
-        same = one.run(in.queries.data(), m, o).counts == res.counts;
-      }
-      what = "pc radius " + std::to_string(r);
+      o->radius = r;
+      auto pc = std::make_shared<PointCorrelation>(searched, device);
+      auto one_pc = one_needed ? std::make_shared<PointCorrelation>(*whole, device) : nullptr;
+      auto res = std::make_shared<PcResult>(), one = std::make_shared<PcResult>();
+      keep.insert(keep.end(), {o, pc, one_pc, res, one});
+      w.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
+        *res = partition ? distributed::point_correlation(MPI_COMM_WORLD, *part, *pc, q, m, *o, st, g)
+                         : distributed::point_correlation(MPI_COMM_WORLD, *pc, q, m, *o, st, g);
+      };
+      w.one = [=] { *one = one_pc->run(q, m, *o); };
+      w.same = [=](distributed::Gather, index_t share) {
+        return res->counts.size() == static_cast<std::size_t>(share) &&
+               equal_prefix(one->counts, res->counts, static_cast<std::size_t>(share));
+      };
+      w.what = "pc radius " + std::to_string(r);
     } else {
-      KnnOptions o;
-      o.device = device;
-      o.k = c.k;
-      NearestNeighbors nn(searched, device);
-      KnnResult res;
-      t = time_calls(c.repeat, [&](distributed::DistributedStats* st) {
-        res = partition ? distributed::nearest_neighbors(MPI_COMM_WORLD, *part, nn, in.queries.data(), m, o, st)
-                        : distributed::nearest_neighbors(MPI_COMM_WORLD, nn, in.queries.data(), m, o, st);
-      });
-      if (rank == 0 && c.check) {
-        NearestNeighbors one(*whole, device);
-        const KnnResult r1 = one.run(in.queries.data(), m, o);
-        same = r1.indices == res.indices && r1.distances == res.distances;
-      }
-      what = "knn k " + std::to_string(c.k);
+      auto o = std::make_shared<KnnOptions>();
+      o->device = device;
+      o->k = c.k;
+      auto nn = std::make_shared<NearestNeighbors>(searched, device);
+      auto one_nn = one_needed ? std::make_shared<NearestNeighbors>(*whole, device) : nullptr;
+      auto res = std::make_shared<KnnResult>(), one = std::make_shared<KnnResult>();
+      keep.insert(keep.end(), {o, nn, one_nn, res, one});
+      const int k = c.k;
+      w.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
+        *res = partition ? distributed::nearest_neighbors(MPI_COMM_WORLD, *part, *nn, q, m, *o, st, g)
+                         : distributed::nearest_neighbors(MPI_COMM_WORLD, *nn, q, m, *o, st, g);
+      };
+      w.one = [=] { *one = one_nn->run(q, m, *o); };
+      w.same = [=](distributed::Gather, index_t share) {
+        const std::size_t items = static_cast<std::size_t>(share) * static_cast<std::size_t>(k);
+        return res->indices.size() == items && equal_prefix(one->indices, res->indices, items) &&
+               equal_prefix(one->distances, res->distances, items);
+      };
+      w.what = "knn k " + std::to_string(c.k);
     }
-    n_items = m;
-    what += ", " + std::to_string(n) + " points (" + in.source + "), " + std::to_string(m) + " queries";
+    w.items = m;
+    w.what += ", " + std::to_string(n) + " points (" + in->source + "), " + std::to_string(m) + " queries";
     if (partition)
-      what += ", top-tree of " + std::to_string(part->leaf_owner().size()) + " leaves; this rank's tree " +
-              std::to_string(part->local().size()) + " points";
+      w.what += ", top-tree of " + std::to_string(part->leaf_owner().size()) + " leaves; the whole tree " +
+                (whole ? std::to_string(whole->bytes()) + " bytes" : std::string("not built"));
   } else if (c.workload == "bh") {
-    const Inputs in = load_inputs(c.input, /*normalise=*/true, /*split=*/false);
-    if (in.points.dims != 3) throw Error("bh: the bodies need 3 coordinates, not " + std::to_string(in.points.dims));
-    const index_t n = in.points.size();
+    auto in = std::make_shared<Inputs>(load_inputs(c.input, /*normalise=*/true, /*split=*/false));
+    if (in->points.dims != 3) throw Error("bh: the bodies need 3 coordinates, not " + std::to_string(in->points.dims));
+    const index_t n = in->points.size();
     const std::vector<float> mass(static_cast<std::size_t>(n), 1.0f / static_cast<float>(n));
     OctreeOptions oo;
     oo.device = build_device(device);
-    const Octree tree = Octree::build(in.points.data(), mass.data(), n, oo);
-    BarnesHut bh(tree, device);
-    BhOptions o;
-    o.device = device;
-    BhResult res;
-    t = time_calls(c.repeat, [&](distributed::DistributedStats* st) { res = distributed::barnes_hut(MPI_COMM_WORLD, bh, o, st); });
-    if (rank == 0 && c.check) {
-      const BhResult one = bh.run(o);
-      same = std::memcmp(one.forces.data(), res.forces.data(), one.forces.size() * sizeof(float)) == 0;
-    }
-    n_items = n;
-    what = "bh theta " + std::to_string(o.theta) + ", " + std::to_string(n) + " bodies (" + in.source + ")";
+    auto tree = std::make_shared<Octree>(Octree::build(in->points.data(), mass.data(), n, oo));
+    auto bh = std::make_shared<BarnesHut>(*tree, device);
+    auto o = std::make_shared<BhOptions>();
+    o->device = device;
+    auto res = std::make_shared<BhResult>(), one = std::make_shared<BhResult>();
+    keep.insert(keep.end(), {in, tree, bh, o, res, one});
+    w.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
+      *res = distributed::barnes_hut(MPI_COMM_WORLD, *bh, *o, st, g);
+    };
+    w.one = [=] { *one = bh->run(*o); };
+    w.same = [=](distributed::Gather, index_t share) {
+      const std::size_t items = static_cast<std::size_t>(share) * 3;
+      return res->forces.size() == items && one->forces.size() >= items &&
+             std::memcmp(one->forces.data(), res->forces.data(), items * sizeof(float)) == 0;
+    };
+    w.items = n;
+    w.what = "bh theta " + std::to_string(o->theta) + ", " + std::to_string(n) + " bodies (" + in->source + ")";
   } else {
     throw Error("--workload " + c.workload + ": pc, knn, bh or forest");
   }
 
-  RankRow mine{t.last.local_ms, median(t.total), static_cast<double>(t.last.bytes_moved), static_cast<double>(t.last.local_items)};
-  std::vector<RankRow> rows(static_cast<std::size_t>(ranks));
-  MPI_Gather(&mine, sizeof mine, MPI_BYTE, rows.data(), sizeof mine, MPI_BYTE, 0, MPI_COMM_WORLD);
-  if (rank != 0) return 0;
-  std::printf("dist: %s, %s over %d ranks, device %s; median of %d calls\n", what.c_str(), c.distribute.c_str(), ranks,
-              c.device.c_str(), c.repeat);
-  std::printf("%6s %12s %12s %14s %12s\n", "rank", "items", "local ms", "bytes moved", "call ms");
-  double bytes = 0, slowest = 0;
-  nlohmann::json per = nlohmann::json::array();
-  for (int r = 0; r < ranks; ++r) {
-    const RankRow& x = rows[static_cast<std::size_t>(r)];
-    std::printf("%6d %12.0f %12.3f %14.0f %12.3f\n", r, x.items, x.local_ms, x.bytes, x.total_ms);
-    bytes += x.bytes;
-    slowest = std::max(slowest, x.total_ms);
-    per.push_back({{"rank", r}, {"items", x.items}, {"local_ms", x.local_ms}, {"bytes_moved", x.bytes}, {"call_ms", x.total_ms}});
+  // Each gather mode in turn; then, on rank 0, the one-process call (the baseline) and the check.
+  std::vector<Timing> timings;
+  for (distributed::Gather g : modes) timings.push_back(time_calls(c.warmup, c.repeat, g, w));
+  double one_ms = 0;
+  bool same = true;
+  if (one_needed) {
+    std::vector<double> ms;
+    for (int i = 0; i < (c.baseline ? c.warmup + c.repeat : 1); ++i) ms.push_back(ms_of(w.one));
+    if (c.baseline) one_ms = median(std::vector<double>(ms.begin() + c.warmup, ms.end()));
   }
-  std::printf("total: %.3f ms (slowest rank's call), %.0f bytes moved, queries and results (%.1f per query), load imbalance %.3f\n",
-              slowest, bytes, n_items > 0 ? bytes / static_cast<double>(n_items) : 0.0, t.last.imbalance);
-  if (c.check) std::printf("results %s one process's\n", same ? "identical to" : "DIFFER from");
+  idle_barrier();  // the other ranks wait without spinning: the baseline keeps every core
+  std::vector<int> same_per_mode;
+  for (std::size_t i = 0; i < modes.size(); ++i) {
+    // The last timed call's results are the last mode's: with several modes, each runs again.
+    if (c.check && modes.size() > 1) w.call(modes[i], nullptr);
+    const bool all_here = modes[i] == distributed::Gather::All || modes[i] == distributed::Gather::Root;
+    const index_t share = all_here ? w.items : distributed::share_of(w.items, 0, ranks).count;
+    const bool ok = rank != 0 || !c.check || w.same(modes[i], share);
+    same_per_mode.push_back(ok);
+    same = same && ok;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::vector<std::vector<RankRow>> rows_per_mode;
+  for (const Timing& t : timings) {
+    RankRow mine{t.last.local_ms, median(t.total), static_cast<double>(t.last.bytes_moved),
+                 static_cast<double>(t.last.local_items), w.tree_bytes};
+    std::vector<RankRow> rows(static_cast<std::size_t>(ranks));
+    MPI_Gather(&mine, sizeof mine, MPI_BYTE, rows.data(), sizeof mine, MPI_BYTE, 0, MPI_COMM_WORLD);
+    rows_per_mode.push_back(rows);
+  }
+  if (rank != 0) return 0;
+  std::printf("dist: %s, %s over %d ranks, device %s; median of %d calls after %d untimed\n", w.what.c_str(),
+              c.distribute.c_str(), ranks, c.device.c_str(), c.repeat, c.warmup);
+  if (c.baseline) std::printf("one process, one device: %.3f ms (rank 0, the whole tree, every query)\n", one_ms);
+  nlohmann::json per_mode = nlohmann::json::array();
+  for (std::size_t i = 0; i < modes.size(); ++i) {
+    std::printf("gather %s:\n%6s %12s %12s %14s %12s %14s\n", distributed::to_string(modes[i]), "rank", "items",
+                "local ms", "bytes moved", "call ms", "tree bytes");
+    double bytes = 0, slowest = 0;
+    nlohmann::json per = nlohmann::json::array();
+    for (int r = 0; r < ranks; ++r) {
+      const RankRow& x = rows_per_mode[i][static_cast<std::size_t>(r)];
+      std::printf("%6d %12.0f %12.3f %14.0f %12.3f %14.0f\n", r, x.items, x.local_ms, x.bytes, x.total_ms, x.tree_bytes);
+      bytes += x.bytes;
+      slowest = std::max(slowest, x.total_ms);
+      per.push_back({{"rank", r}, {"items", x.items}, {"local_ms", x.local_ms}, {"bytes_moved", x.bytes},
+                     {"call_ms", x.total_ms}, {"tree_bytes", x.tree_bytes}});
+    }
+    const double imbalance = timings[i].last.imbalance;
+    std::printf("total: %.3f ms (slowest rank's call), %.0f bytes moved, queries and results (%.1f per item), load "
+                "imbalance %.3f",
+                slowest, bytes, w.items > 0 ? bytes / static_cast<double>(w.items) : 0.0, imbalance);
+    if (c.baseline && slowest > 0) std::printf(", %.2fx one process", one_ms / slowest);
+    std::printf("\n");
+    if (c.check) std::printf("results %s one process's\n", same_per_mode[i] ? "identical to" : "DIFFER from");
+    per_mode.push_back({{"gather", distributed::to_string(modes[i])}, {"total_ms", slowest}, {"bytes_moved", bytes},
+                        {"imbalance", imbalance}, {"speedup", c.baseline && slowest > 0 ? nlohmann::json(one_ms / slowest) : nlohmann::json()},
+                        {"identical", c.check ? nlohmann::json(bool(same_per_mode[i])) : nlohmann::json()},
+                        {"per_rank", per}});
+  }
   if (!c.json.empty())
-    write_json(c.json, {{"workload", c.workload}, {"distribute", c.distribute}, {"ranks", ranks}, {"what", what},
-                        {"total_ms", slowest}, {"bytes_moved", bytes}, {"imbalance", t.last.imbalance},
-                        {"identical", c.check ? nlohmann::json(same) : nlohmann::json()}, {"per_rank", per}});
+    write_json(c.json, {{"workload", c.workload}, {"distribute", c.distribute}, {"ranks", ranks}, {"what", w.what},
+                        {"one_process_ms", c.baseline ? nlohmann::json(one_ms) : nlohmann::json()}, {"modes", per_mode}});
   return c.check && !same ? 1 : 0;
 }
 

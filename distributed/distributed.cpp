@@ -14,6 +14,21 @@
 namespace canopy {
 namespace distributed {
 
+const char* to_string(Gather g) {
+  switch (g) {
+    case Gather::All: return "all";
+    case Gather::Root: return "root";
+    case Gather::Local: return "local";
+  }
+  return "?";
+}
+
+Gather parse_gather(const std::string& name) {
+  for (Gather g : {Gather::All, Gather::Root, Gather::Local})
+    if (name == to_string(g)) return g;
+  throw Error("gather '" + name + "': all, root or local");
+}
+
 Share share_of(index_t n, int rank, int ranks) {
   if (ranks < 1 || rank < 0 || rank >= ranks)
     throw Error("share_of: rank " + std::to_string(rank) + " of " + std::to_string(ranks) + " ranks");
@@ -75,29 +90,57 @@ void run_share(MPI_Comm comm, const char* items, Share s, F&& f) {
   throw Error("rank " + std::to_string(failed) + " of " + std::to_string(ranks) + " " + text);
 }
 
-// out[n * width] on every rank from each rank's share of `mine` (its share's items x width),
-// in rank order: the original order.
+// True where this rank holds every item's result after a gather.
+bool holds_all(Gather mode, int rank) { return mode == Gather::All || (mode == Gather::Root && rank == 0); }
+
+// Moves each rank's share of the results (`mine`: its share's items x width values) by `mode`,
+// into out[n * width] at the items' original places where this rank holds all of them
+// (holds_all; out is not touched elsewhere). Items travel as one MPI datatype of width values,
+// so the counts stay within MPI's int for up to INT_MAX items whatever their width.
 template <class T>
-void all_gather(MPI_Comm comm, const T* mine, index_t n, index_t width, T* out, DistributedStats* st) {
+void gather_into(MPI_Comm comm, Gather mode, const T* mine, index_t n, index_t width, T* out, DistributedStats* st) {
+  if (mode == Gather::Local) return;
   const auto [rank, ranks] = place_in(comm);
-  const std::uint64_t total = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(width) * sizeof(T);
-  if (total > static_cast<std::uint64_t>(INT_MAX))
-    throw Error("the gathered results take " + std::to_string(total) + " bytes, more than one MPI message's " +
-                std::to_string(INT_MAX) + " (split the queries into several calls)");
-  std::vector<int> bytes(static_cast<std::size_t>(ranks)), at(static_cast<std::size_t>(ranks));
+  if (n > static_cast<index_t>(INT_MAX))
+    throw Error(std::to_string(n) + " results are more than one MPI message's " + std::to_string(INT_MAX) +
+                " items (split the queries into several calls)");
+  std::vector<int> count(static_cast<std::size_t>(ranks)), at(static_cast<std::size_t>(ranks));
   for (int r = 0; r < ranks; ++r) {
     const Share s = share_of(n, r, ranks);
-    bytes[static_cast<std::size_t>(r)] = static_cast<int>(s.count * width * static_cast<index_t>(sizeof(T)));
-    at[static_cast<std::size_t>(r)] = static_cast<int>(s.begin * width * static_cast<index_t>(sizeof(T)));
+    count[static_cast<std::size_t>(r)] = static_cast<int>(s.count);
+    at[static_cast<std::size_t>(r)] = static_cast<int>(s.begin);
   }
-  check_mpi(MPI_Allgatherv(mine, bytes[static_cast<std::size_t>(rank)], MPI_BYTE, out, bytes.data(), at.data(), MPI_BYTE,
-                           comm),
-            "MPI_Allgatherv");
+  MPI_Datatype item;
+  check_mpi(MPI_Type_contiguous(static_cast<int>(width * static_cast<index_t>(sizeof(T))), MPI_BYTE, &item),
+            "MPI_Type_contiguous");
+  check_mpi(MPI_Type_commit(&item), "MPI_Type_commit");
+  const int own = count[static_cast<std::size_t>(rank)];
+  const int rc = mode == Gather::All
+                     ? MPI_Allgatherv(mine, own, item, out, count.data(), at.data(), item, comm)
+                     : MPI_Gatherv(mine, own, item, out, count.data(), at.data(), item, 0, comm);
+  MPI_Type_free(&item);
+  check_mpi(rc, mode == Gather::All ? "MPI_Allgatherv" : "MPI_Gatherv");
   if (st) {
-    // Sent to every other rank, received from every other rank.
-    const std::uint64_t sent = static_cast<std::uint64_t>(bytes[static_cast<std::size_t>(rank)]) * static_cast<std::uint64_t>(ranks - 1);
-    st->bytes_moved += sent + (total - static_cast<std::uint64_t>(bytes[static_cast<std::size_t>(rank)]));
+    const std::uint64_t item_bytes = static_cast<std::uint64_t>(width) * sizeof(T);
+    const std::uint64_t own_bytes = static_cast<std::uint64_t>(own) * item_bytes;
+    const std::uint64_t others = (static_cast<std::uint64_t>(n) - static_cast<std::uint64_t>(own)) * item_bytes;
+    if (mode == Gather::All)
+      st->bytes_moved += own_bytes * static_cast<std::uint64_t>(ranks - 1) + others;  // sent to each, received from each
+    else
+      st->bytes_moved += rank == 0 ? others : own_bytes;
   }
+}
+
+// The results a rank returns: every item's (holds_all) or its own share's.
+template <class T>
+std::vector<T> gathered(MPI_Comm comm, Gather mode, std::vector<T> mine, index_t n, index_t width, DistributedStats* st) {
+  if (!holds_all(mode, place_in(comm).rank)) {
+    gather_into<T>(comm, mode, mine.data(), n, width, nullptr, st);
+    return mine;
+  }
+  std::vector<T> out(static_cast<std::size_t>(n * width));
+  gather_into(comm, mode, mine.data(), n, width, out.data(), st);
+  return out;
 }
 
 // The shares' times: the slowest and the imbalance.
@@ -128,7 +171,7 @@ Share my_share(MPI_Comm comm, index_t n, DistributedStats* st) {
 }  // namespace
 
 PcResult point_correlation(MPI_Comm comm, PointCorrelation& pc, const float* queries, index_t n,
-                           const PcOptions& options, DistributedStats* stats) {
+                           const PcOptions& options, DistributedStats* stats, Gather gather) {
   const Clock::time_point start = Clock::now();
   const Share s = my_share(comm, n, stats);
   const int dims = pc.tree().dims();
@@ -140,14 +183,13 @@ PcResult point_correlation(MPI_Comm comm, PointCorrelation& pc, const float* que
   });
   PcResult out;
   static_cast<TraversalStats&>(out) = static_cast<const TraversalStats&>(local);
-  out.counts.resize(static_cast<std::size_t>(n));
-  all_gather(comm, local.counts.data(), n, 1, out.counts.data(), stats);
+  out.counts = gathered(comm, gather, std::move(local.counts), n, 1, stats);
   finish_stats(comm, stats, start);
   return out;
 }
 
 KnnResult nearest_neighbors(MPI_Comm comm, NearestNeighbors& nn, const float* queries, index_t n,
-                            const KnnOptions& options, DistributedStats* stats) {
+                            const KnnOptions& options, DistributedStats* stats, Gather gather) {
   const Clock::time_point start = Clock::now();
   const Share s = my_share(comm, n, stats);
   KnnResult local;
@@ -163,16 +205,14 @@ KnnResult nearest_neighbors(MPI_Comm comm, NearestNeighbors& nn, const float* qu
   KnnResult out;
   static_cast<TraversalStats&>(out) = static_cast<const TraversalStats&>(local);
   out.k = options.k;
-  out.indices.resize(static_cast<std::size_t>(n) * options.k);
-  out.distances.resize(static_cast<std::size_t>(n) * options.k);
-  all_gather(comm, local.indices.data(), n, options.k, out.indices.data(), stats);
-  all_gather(comm, local.distances.data(), n, options.k, out.distances.data(), stats);
+  out.indices = gathered(comm, gather, std::move(local.indices), n, options.k, stats);
+  out.distances = gathered(comm, gather, std::move(local.distances), n, options.k, stats);
   finish_stats(comm, stats, start);
   return out;
 }
 
 void predict_forest(MPI_Comm comm, ForestPredictor& predictor, const float* rows, index_t n, float* out,
-                    const ForestRunOptions& options, DistributedStats* stats) {
+                    const ForestRunOptions& options, DistributedStats* stats, Gather gather) {
   const Clock::time_point start = Clock::now();
   const Share s = my_share(comm, n, stats);
   int width = 0;
@@ -185,11 +225,16 @@ void predict_forest(MPI_Comm comm, ForestPredictor& predictor, const float* rows
       predictor.predict(rows + s.begin * predictor.n_features(), s.count, local.data(), options);
     if (stats) stats->local_ms = ms_since(t);
   });
-  all_gather(comm, local.data(), n, width, out, stats);
+  if (holds_all(gather, place_in(comm).rank)) {
+    gather_into(comm, gather, local.data(), n, width, out, stats);
+  } else {
+    gather_into(comm, gather, local.data(), n, width, static_cast<float*>(nullptr), stats);
+    std::copy(local.begin(), local.end(), out + s.begin * width);
+  }
   finish_stats(comm, stats, start);
 }
 
-BhResult barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, DistributedStats* stats) {
+BhResult barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, DistributedStats* stats, Gather gather) {
   const Clock::time_point start = Clock::now();
   const index_t n = bh.tree().size();
   const Share s = my_share(comm, n, stats);
@@ -202,8 +247,7 @@ BhResult barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, Dist
   });
   BhResult out;
   static_cast<TraversalStats&>(out) = ts;
-  out.forces.resize(static_cast<std::size_t>(n) * 3);
-  all_gather(comm, local.data(), n, 3, out.forces.data(), stats);
+  out.forces = gathered(comm, gather, std::move(local), n, 3, stats);
   finish_stats(comm, stats, start);
   return out;
 }
@@ -211,7 +255,7 @@ BhResult barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, Dist
 // ---- the distributed tree ------------------------------------------------------------------------
 
 PartitionedKdTree::PartitionedKdTree(MPI_Comm comm, const float* points, index_t n, int dims, int depth,
-                                     const KdTreeOptions& options)
+                                     const KdTreeOptions& options, std::uint64_t memory_budget)
     : comm_(comm), n_(n), dims_(dims) {
   const Place place = place_in(comm);
   const int rank = place.rank;
@@ -252,10 +296,23 @@ PartitionedKdTree::PartitionedKdTree(MPI_Comm comm, const float* points, index_t
       for (index_t p = node.first; p < node.first + node.count; ++p) ids_.push_back(v.point_ids[p]);
   }
   std::sort(ids_.begin(), ids_.end());  // original order: ties in kNN break as in one process
-  std::vector<float> mine(ids_.size() * static_cast<std::size_t>(dims));
-  for (std::size_t i = 0; i < ids_.size(); ++i)
-    std::copy(points + ids_[i] * dims, points + (ids_[i] + 1) * dims, mine.begin() + static_cast<index_t>(i) * dims);
-  local_ = std::make_unique<KdTree>(KdTree::build(mine.data(), static_cast<index_t>(ids_.size()), dims, options));
+  // Built under run_share: a rank over its budget or out of memory fails every rank.
+  const index_t count = static_cast<index_t>(ids_.size());
+  run_share(comm, "local points", Share{0, count}, [&] {
+    const auto over = [&](std::uint64_t need, const char* what) {
+      if (memory_budget > 0 && need > memory_budget)
+        throw Error("partitioned tree: this rank's " + std::to_string(count) + " of " + std::to_string(n) + " points " +
+                    what + " " + std::to_string(need) + " bytes, over the memory budget of " +
+                    std::to_string(memory_budget) + " bytes per rank (more ranks spread the points thinner)");
+    };
+    // Before the build, the points and their ids alone (what the tree holds at the least).
+    over(static_cast<std::uint64_t>(count) * (sizeof(float) * padded_dims(dims) + sizeof(index_t)), "need at least");
+    std::vector<float> mine(static_cast<std::size_t>(count) * static_cast<std::size_t>(dims));
+    for (std::size_t i = 0; i < ids_.size(); ++i)
+      std::copy(points + ids_[i] * dims, points + (ids_[i] + 1) * dims, mine.begin() + static_cast<index_t>(i) * dims);
+    local_ = std::make_unique<KdTree>(KdTree::build(mine.data(), count, dims, options));
+    over(local_->bytes(), "take a tree of");
+  });
 }
 
 int PartitionedKdTree::owner_of(const float* q) const {
@@ -366,7 +423,7 @@ Inbox unpack_queries(const std::vector<std::vector<char>>& from, int dims) {
 }  // namespace
 
 PcResult point_correlation(MPI_Comm comm, const PartitionedKdTree& tree, PointCorrelation& local, const float* queries,
-                           index_t n, const PcOptions& options, DistributedStats* stats) {
+                           index_t n, const PcOptions& options, DistributedStats* stats, Gather gather) {
   const Clock::time_point start = Clock::now();
   const Share s = my_share(comm, n, stats);
   const int dims = tree.dims(), ranks = tree.ranks();
@@ -410,8 +467,7 @@ PcResult point_correlation(MPI_Comm comm, const PartitionedKdTree& tree, PointCo
     }
   PcResult result;
   static_cast<TraversalStats&>(result) = static_cast<const TraversalStats&>(part);
-  result.counts.resize(static_cast<std::size_t>(n));
-  all_gather(comm, mine.data(), n, 1, result.counts.data(), stats);
+  result.counts = gathered(comm, gather, std::move(mine), n, 1, stats);
   finish_stats(comm, stats, start);
   return result;
 }
@@ -483,7 +539,7 @@ void merge_knn(const std::vector<std::vector<char>>& from, const Share& s, int k
 }  // namespace
 
 KnnResult nearest_neighbors(MPI_Comm comm, const PartitionedKdTree& tree, NearestNeighbors& local, const float* queries,
-                            index_t n, const KnnOptions& options, DistributedStats* stats) {
+                            index_t n, const KnnOptions& options, DistributedStats* stats, Gather gather) {
   const Clock::time_point start = Clock::now();
   const Share s = my_share(comm, n, stats);
   const int dims = tree.dims(), ranks = tree.ranks(), k = options.k;
@@ -530,10 +586,8 @@ KnnResult nearest_neighbors(MPI_Comm comm, const PartitionedKdTree& tree, Neares
     }
   KnnResult result;
   result.k = k;
-  result.indices.resize(static_cast<std::size_t>(n) * k);
-  result.distances.resize(result.indices.size());
-  all_gather(comm, idx.data(), n, k, result.indices.data(), stats);
-  all_gather(comm, dist.data(), n, k, result.distances.data(), stats);
+  result.indices = gathered(comm, gather, std::move(idx), n, k, stats);
+  result.distances = gathered(comm, gather, std::move(dist), n, k, stats);
   finish_stats(comm, stats, start);
   return result;
 }

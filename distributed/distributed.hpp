@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/types.hpp"
@@ -37,6 +38,16 @@
 
 namespace canopy {
 namespace distributed {
+
+// Where a call's results go. Every rank computes the results of its share (share_of below);
+// moving them is what limits the speedup of a replicated call (RESULTS.md, "Beyond one GPU").
+enum class Gather {
+  All,    // every rank gets every result, in the original order (MPI_Allgatherv)
+  Root,   // rank 0 gets every result; the others keep their own share, as Local
+  Local,  // every rank keeps its own share's results only: nothing travels
+};
+const char* to_string(Gather g);
+Gather parse_gather(const std::string& name);  // "all", "root" or "local"
 
 // Rank `rank`'s share of n items among `ranks`: contiguous, in rank order, sizes differing by
 // at most one (the first n % ranks ranks take one more). Every item belongs to one rank.
@@ -53,26 +64,35 @@ struct DistributedStats {
   double local_ms = 0;            // its share, wall clock
   double slowest_local_ms = 0;    // the slowest rank's share
   double total_ms = 0;            // the whole call on this rank, gathering included
-  std::uint64_t bytes_moved = 0;  // result bytes this rank sent and received
+  std::uint64_t bytes_moved = 0;  // query and result bytes this rank sent and received
   double imbalance = 1;           // slowest share / mean share (1: perfectly balanced)
 };
 
+// The replicated calls' results, by `gather`: with All every rank holds the results of all n
+// items in the original order; with Local (and Root on ranks other than 0) the results hold
+// this rank's share only, items share_of(n, rank, ranks).begin onwards.
+
 // The radius counts of every query (row-major [n][tree dims]), as pc.run(queries, n, options).
 PcResult point_correlation(MPI_Comm comm, PointCorrelation& pc, const float* queries, index_t n,
-                           const PcOptions& options, DistributedStats* stats = nullptr);
+                           const PcOptions& options, DistributedStats* stats = nullptr,
+                           Gather gather = Gather::All);
 
 // The k nearest neighbours of every query, as nn.run(queries, n, options).
 KnnResult nearest_neighbors(MPI_Comm comm, NearestNeighbors& nn, const float* queries, index_t n,
-                            const KnnOptions& options, DistributedStats* stats = nullptr);
+                            const KnnOptions& options, DistributedStats* stats = nullptr,
+                            Gather gather = Gather::All);
 
-// The forces on every body of bh's octree, [bodies][3] in body order on every rank, as
-// bh.run(options): each rank computes a contiguous share of the bodies.
-BhResult barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, DistributedStats* stats = nullptr);
+// The forces on every body of bh's octree, [bodies][3] in body order, as bh.run(options): each
+// rank computes a contiguous share of the bodies.
+BhResult barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, DistributedStats* stats = nullptr,
+                    Gather gather = Gather::All);
 
 // The predictions of every row (row-major [n][predictor.n_features()]) into
-// out[n][predictor.output_width(options.output)] on every rank, as predictor.predict().
+// out[n][predictor.output_width(options.output)], as predictor.predict(). out always has room
+// for every row; with Local (and Root on ranks other than 0) only this rank's rows are written.
 void predict_forest(MPI_Comm comm, ForestPredictor& predictor, const float* rows, index_t n, float* out,
-                    const ForestRunOptions& options, DistributedStats* stats = nullptr);
+                    const ForestRunOptions& options, DistributedStats* stats = nullptr,
+                    Gather gather = Gather::All);
 
 // A kd-tree whose points are split among the ranks of `comm` by its top-tree.
 class PartitionedKdTree {
@@ -81,10 +101,16 @@ class PartitionedKdTree {
   // top-tree of `depth` levels (median splits, as KdTree's, 2^depth leaves, at least one per
   // rank) is cut on the host the same way on every rank, and each rank builds its local tree
   // (options.device) over the points of its top leaves, in their original order.
+  // memory_budget (bytes, 0: none) bounds each rank's local tree: a rank whose share needs more
+  // fails the construction on every rank, naming the budget and what it needed (more ranks or
+  // a deeper top-tree spread the points thinner).
   PartitionedKdTree(MPI_Comm comm, const float* points, index_t n, int dims, int depth,
-                    const KdTreeOptions& options = {});
+                    const KdTreeOptions& options = {}, std::uint64_t memory_budget = 0);
 
   const KdTree& local() const { return *local_; }
+  // Bytes of this rank's tree (KdTree::bytes) and of the top-tree every rank holds.
+  std::uint64_t local_bytes() const { return local_->bytes(); }
+  std::uint64_t top_bytes() const { return top_->bytes(); }
   // The original index of each local point (ascending).
   const std::vector<index_t>& local_ids() const { return ids_; }
   index_t global_size() const { return n_; }
@@ -112,12 +138,12 @@ class PartitionedKdTree {
 // routing them to the ranks whose top leaves the query ball reaches.
 PcResult point_correlation(MPI_Comm comm, const PartitionedKdTree& tree, PointCorrelation& local,
                            const float* queries, index_t n, const PcOptions& options,
-                           DistributedStats* stats = nullptr);
+                           DistributedStats* stats = nullptr, Gather gather = Gather::All);
 
 // k nearest neighbours against a partitioned tree (`local` searches tree.local()).
 KnnResult nearest_neighbors(MPI_Comm comm, const PartitionedKdTree& tree, NearestNeighbors& local,
                             const float* queries, index_t n, const KnnOptions& options,
-                            DistributedStats* stats = nullptr);
+                            DistributedStats* stats = nullptr, Gather gather = Gather::All);
 
 }  // namespace distributed
 }  // namespace canopy

@@ -7,12 +7,36 @@
 # carry limit is 64 MiB): the two binaries, libtbb and the forest-study models;
 # `scripts/gpu-stage.sh traversal` everything but the forest models (tests, bench, pipeline,
 # guided, guided-rows, depth-auto, graph).
+# `scripts/gpu-stage.sh dist` stages the MPI layer's run (scripts/gpu-dist.sh, a machine of two
+# or more GPUs): canopy-bench and canopy_mpi_tests built with MPI, canopy_tests, libtbb, Debian's
+# Open MPI as files to unpack there (the GPU machines have none), and the covtype forest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-all}
 build_dir=${CANOPY_BUILD_DIR:-build}
 rm -rf stage && mkdir -p stage/bin stage/lib stage/data
 cp "$build_dir"/tests/canopy_tests "$build_dir"/benchmarks/canopy-bench stage/bin/
+if [ "$mode" = dist ]; then
+  cp "$build_dir"/tests/canopy_mpi_tests stage/bin/
+  cp -L "$(ldconfig -p | awk '/libtbb.so.12 /{print $NF; exit}')" stage/lib/
+  # Open MPI and the libraries it loads, as installed here (scripts/install-deps.sh), at their
+  # own paths: gpu-dist.sh unpacks them into / without replacing files the machine has.
+  packages="openmpi-bin libopenmpi3 openmpi-common libpmix2 libevent-core-2.1-7 libevent-pthreads-2.1-7 libhwloc15
+            libfabric1 libucx0 libibverbs1 librdmacm1 libpsm2-2 libpsm-infinipath1 libnl-3-200 libnl-route-3-200
+            libnuma1 libmunge2 libxnvctrl0"
+  for p in $packages; do dpkg -L "$p"; done | while read -r f; do
+    if [ -f "$f" ] || [ -L "$f" ]; then echo "$f"; fi
+  done | grep -v '/share/doc\|/share/man\|/share/lintian\|java' | grep -Ev '^/(lib|lib64|bin|sbin)$' | sort -u > stage/mpi-files.txt
+  # (/lib is /usr/lib on Debian 12 and Ubuntu 24.04 alike: one path, so no symlink need exist first)
+  tar -czf stage/mpiroot.tgz --transform 's,^/*lib/,usr/lib/,' -T stage/mpi-files.txt 2>/dev/null
+  mkdir -p stage/forest
+  cp bench-data/forest/covtype_xgb_bin_d8.json.gz bench-data/forest/covtype_bin.csv.gz stage/forest/
+  # Three binaries with the library's GPU code in each: stripped and packed, they fit the carry.
+  strip stage/bin/*
+  tar -czf stage/bins.tgz -C stage bin && rm -r stage/bin
+  du -sh stage
+  exit 0
+fi
 [ "$mode" = forest ] || for e in pc_example knn_example bh_example custom_example forest_example quadtree_cities; do
   cp "$build_dir"/examples/$e stage/bin/
 done

@@ -221,6 +221,116 @@ TEST(Distributed, PartitionedTreeEqualsOneProcess) {
   EXPECT_THROW(distributed::nearest_neighbors(MPI_COMM_WORLD, part, nn, p.data(), 100, ko), Error);
 }
 
+int this_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+// The slice of a one-process result that `rank` holds after a gather: every item where it
+// holds all of them (All; Root on rank 0), else its own share.
+template <class T>
+std::vector<T> expected_after(distributed::Gather g, const std::vector<T>& one, index_t n, index_t width) {
+  const int rank = this_rank();
+  if (g == distributed::Gather::All || (g == distributed::Gather::Root && rank == 0)) return one;
+  const distributed::Share s = distributed::share_of(n, rank, rank_count());
+  return std::vector<T>(one.begin() + s.begin * width, one.begin() + (s.begin + s.count) * width);
+}
+
+// Every gather mode of every call: rank 0 or every rank holds everything, or each its share,
+// equal to the one-process slice; the bytes moved follow (nothing for Local).
+TEST(Distributed, GatherModesLeaveEachRankItsResults) {
+  using distributed::Gather;
+  const std::vector<float> p = points(4000, 3, 31);
+  const std::vector<float> q = points(1001, 3, 32);
+  const KdTree tree = KdTree::build(p.data(), 4000, 3);
+  PointCorrelation pc(tree, Device::Cpu);
+  NearestNeighbors nn(tree, Device::Cpu);
+  PcOptions po;
+  po.radius = 0.05f;
+  KnnOptions ko;
+  ko.k = 5;
+  const PcResult one_pc = pc.run(q.data(), 1001, po);
+  const KnnResult one_nn = nn.run(q.data(), 1001, ko);
+  std::vector<float> mass(4000, 1.0f);
+  const Octree oct = Octree::build(p.data(), mass.data(), 4000);
+  BarnesHut bh(oct, Device::Cpu);
+  const BhResult one_bh = bh.run(BhOptions{});
+  const std::string dir = std::string(CANOPY_TEST_DATA) + "/forest/";
+  const Forest f = Forest::load(dir + "xgb_higgs.json");
+  const ForestData d = read_forest_csv(dir + "higgs_rows.csv", "label");
+  ForestConfig cfg;
+  cfg.device = Device::Cpu;
+  ForestPredictor fp(f, cfg);
+  ASSERT_EQ(fp.output_width(ForestRunOptions{}.output), 1);
+  std::vector<float> one_f(static_cast<std::size_t>(d.n_rows));
+  fp.predict(d.values.data(), d.n_rows, one_f.data(), ForestRunOptions{});
+  const distributed::Share mine = distributed::share_of(d.n_rows, this_rank(), rank_count());
+
+  for (Gather g : {Gather::All, Gather::Root, Gather::Local}) {
+    SCOPED_TRACE(distributed::to_string(g));
+    distributed::DistributedStats st;
+    EXPECT_EQ(distributed::point_correlation(MPI_COMM_WORLD, pc, q.data(), 1001, po, &st, g).counts,
+              expected_after(g, one_pc.counts, 1001, 1));
+    if (g == Gather::Local) {
+      EXPECT_EQ(st.bytes_moved, 0u);
+    } else if (rank_count() > 1) {
+      EXPECT_GT(st.bytes_moved, 0u);
+    }
+    const KnnResult nn_all = distributed::nearest_neighbors(MPI_COMM_WORLD, nn, q.data(), 1001, ko, nullptr, g);
+    EXPECT_EQ(nn_all.indices, expected_after(g, one_nn.indices, 1001, 5));
+    EXPECT_EQ(nn_all.distances, expected_after(g, one_nn.distances, 1001, 5));
+    const BhResult bh_all = distributed::barnes_hut(MPI_COMM_WORLD, bh, BhOptions{}, nullptr, g);
+    EXPECT_EQ(bh_all.forces, expected_after(g, one_bh.forces, 4000, 3));
+    // The forest writes into the caller's buffer at the rows' places: rows outside what this
+    // rank holds stay as they were.
+    std::vector<float> out(one_f.size(), -7.0f);
+    distributed::predict_forest(MPI_COMM_WORLD, fp, d.values.data(), d.n_rows, out.data(), ForestRunOptions{}, nullptr, g);
+    for (index_t i = 0; i < d.n_rows; ++i) {
+      const bool held = g == Gather::All || (g == Gather::Root && this_rank() == 0) ||
+                        (i >= mine.begin && i < mine.begin + mine.count);
+      const float want = held ? one_f[static_cast<std::size_t>(i)] : -7.0f;
+      ASSERT_EQ(std::memcmp(&out[static_cast<std::size_t>(i)], &want, sizeof(float)), 0) << "row " << i;
+    }
+  }
+  EXPECT_EQ(distributed::parse_gather("root"), Gather::Root);
+  EXPECT_THROW(distributed::parse_gather("everyone"), Error);
+}
+
+// A per-rank memory budget: the points split among the ranks fit a budget the whole tree does
+// not; a budget below a rank's share fails on every rank, naming the budget.
+TEST(Distributed, PartitionedTreeKeepsToItsMemoryBudget) {
+  const index_t n = 20000;
+  const std::vector<float> p = points(n, 3, 41);
+  KdTreeOptions o;
+  o.device = Device::Cpu;
+  const KdTree whole = KdTree::build(p.data(), n, 3, o);
+  const distributed::PartitionedKdTree free_part(MPI_COMM_WORLD, p.data(), n, 3, 4, o);
+  std::uint64_t most = free_part.local_bytes(), biggest = 0;
+  MPI_Allreduce(&most, &biggest, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  if (rank_count() > 1) {
+    EXPECT_LT(biggest, whole.bytes());
+    // A budget between the largest rank's tree and the whole tree: the partition fits it.
+    const std::uint64_t budget = (biggest + whole.bytes()) / 2;
+    const distributed::PartitionedKdTree fits(MPI_COMM_WORLD, p.data(), n, 3, 4, o, budget);
+    EXPECT_LE(fits.local_bytes(), budget);
+    PointCorrelation one(whole, Device::Cpu), local(fits.local(), Device::Cpu);
+    PcOptions po;
+    po.radius = 0.05f;
+    EXPECT_EQ(distributed::point_correlation(MPI_COMM_WORLD, fits, local, p.data(), n, po).counts,
+              one.run(p.data(), n, po).counts);
+  }
+  // Too small a budget: every rank throws, with the message of a rank over it.
+  try {
+    distributed::PartitionedKdTree(MPI_COMM_WORLD, p.data(), n, 3, 4, o, biggest / 4);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("over the memory budget of " + std::to_string(biggest / 4) + " bytes"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Bad input in one rank's share only (a NaN in the last query): every rank gets the error,
 // with that rank's message, and none hangs in the gather.
 TEST(Distributed, OneRanksErrorIsEveryRanksError) {

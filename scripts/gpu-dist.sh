@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The MPI layer on a machine of two or more GPUs (issue 21), over what `scripts/gpu-stage.sh dist`
+# staged; one rank per GPU. Logs and JSON go to one archive, $OUT/results-dist.tgz.
+#   1. Open MPI: the machine's own if it has Open MPI 4, else the staged Debian files, unpacked
+#      into / without replacing any file the machine has; a small run checks the transport.
+#   2. Replicate mode against one process on one GPU (rank 0 times the single-process call in
+#      the same run): pc and knn on uniform:20000000:3, forest predict on 10^7 rows, each with
+#      the results gathered on every rank, on rank 0, or left on the rank that computed them.
+#   3. Partition mode: pc and knn over 20M points with a per-rank memory budget below the whole
+#      tree, checked against one process.
+#   4. The GPU tests, split over the GPUs, and the MPI tests under mpirun.
+# NP (default: the GPU count), STEPS (default "smoke pc knn forest part-pc part-knn tests").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+final=${OUT:-out}
+mkdir -p "$final"
+out=$(mktemp -d)
+trap 'tar -czf "$final/results-dist.tgz" -C "$out" . ; echo "results in $final/results-dist.tgz"' EXIT
+trap "exit 143" TERM INT
+export LD_LIBRARY_PATH=$PWD/stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+bin=stage/bin
+[ -f stage/bins.tgz ] && tar -xzf stage/bins.tgz -C stage
+start=$(date +%s)
+elapsed() { echo $(($(date +%s) - start)); }
+
+{
+  nvidia-smi -L
+  nvidia-smi topo -m
+  nproc
+} 2>&1 | tee "$out/machine.txt"
+gpus=$(nvidia-smi -L | grep -c '^GPU')
+np=${NP:-$gpus}
+
+if ! { orterun --version || mpirun --version; } 2>/dev/null | grep -Eq '(Open MPI|OpenRTE)\) 4\.'; then
+  echo "Open MPI 4 not found here ($(command -v mpirun || echo no mpirun)): unpacking the staged one"
+  tar --skip-old-files -xzf stage/mpiroot.tgz -C / && ldconfig
+fi
+launcher=$(command -v orterun || command -v mpirun)
+$launcher --version 2>&1 | head -1 | tee -a "$out/machine.txt"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# One host: shared memory between the ranks (no UCX or network transports to probe).
+export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_base_warn_component_unused=0
+export NCCL_NVLS_ENABLE=0
+# No binding: each rank's TBB and the one-process baseline on rank 0 may use every core.
+mpirun=("$launcher" --bind-to none -np "$np")
+
+dist() {  # dist NAME TIMEOUT ARGS...: canopy-bench dist under mpirun, its table and JSON kept
+  local name=$1 limit=$2
+  shift 2
+  echo "== [$(elapsed) s] mpirun -np $np canopy-bench dist $*"
+  timeout "$limit" "${mpirun[@]}" $bin/canopy-bench dist "$@" --json "$out/$name.json"
+  echo "exit $?"
+}
+
+steps=${STEPS:-smoke pc knn forest part-pc part-knn tests}
+for step in $steps; do
+  case $step in
+    smoke)
+      # Messages past the eager limit take the single-copy path (CMA), which some kernels forbid.
+      if ! dist smoke 60 --workload pc --generate uniform:200000:3 --repeat 1 --warmup 0 --baseline 0 \
+             --gather all > "$out/smoke.txt" 2>&1 || ! grep -q "identical to" "$out/smoke.txt"; then
+        cat "$out/smoke.txt"
+        echo "the smoke run failed: again without the single-copy mechanism"
+        export OMPI_MCA_btl_vader_single_copy_mechanism=none
+        dist smoke 60 --workload pc --generate uniform:200000:3 --repeat 1 --warmup 0 --baseline 0 --gather all \
+          > "$out/smoke.txt" 2>&1
+      fi
+      cat "$out/smoke.txt"
+      ;;
+    pc)
+      dist pc_replicate 120 --workload pc --generate uniform:20000000:3 --gather all,root,local --repeat 5 ;;
+    knn)
+      dist knn_replicate 150 --workload knn --k 8 --generate uniform:20000000:3 --gather all,root,local --repeat 5 ;;
+    forest)
+      dist forest_replicate 150 --workload forest --model stage/forest/covtype_xgb_bin_d8.json.gz \
+        --data stage/forest/covtype_bin.csv.gz --label Cover_Type_2 --rows 10000000 --gather all,root,local \
+        --repeat 5 ;;
+    part-pc)
+      # The whole tree of 20M 3-d points takes about 0.8 GB; each rank's budget is 0.6 of it.
+      dist pc_partition 150 --workload pc --distribute partition --generate uniform:20000000:3 \
+        --memory-budget-mb 480 --gather root,local --repeat 2 --warmup 1 ;;
+    part-knn)
+      dist knn_partition 200 --workload knn --k 8 --distribute partition --generate uniform:20000000:3 \
+        --memory-budget-mb 480 --gather root --repeat 1 --warmup 1 ;;
+    tests)
+      left=$((${BUDGET_S:-480} - $(elapsed)))
+      ((left > 60)) || { echo "no time left for the tests"; continue; }
+      echo "== [$(elapsed) s] canopy_tests over $gpus GPUs in shards, $left s"
+      for ((i = 0; i < gpus; ++i)); do
+        CUDA_VISIBLE_DEVICES=$i GTEST_TOTAL_SHARDS=$gpus GTEST_SHARD_INDEX=$i timeout $((left - 30)) \
+          $bin/canopy_tests --gtest_brief=1 > "$out/tests_$i.txt" 2>&1 &
+      done
+      timeout 25 "${mpirun[@]}" $bin/canopy_mpi_tests --gtest_brief=1 > "$out/mpi_tests.txt" 2>&1
+      echo "canopy_mpi_tests exit $?: $(tail -1 "$out/mpi_tests.txt")"
+      wait
+      for ((i = 0; i < gpus; ++i)); do echo "shard $i: $(grep -E '^\[  (PASSED|FAILED)|tests? ran|SKIPPED \]' "$out/tests_$i.txt" | tr '\n' ' ')"; done
+      grep -h "FAILED \]" "$out"/tests_*.txt | head -20
+      ;;
+  esac
+done 2>&1 | tee "$out/dist.txt" "$final/dist-live.txt"
