@@ -61,6 +61,11 @@ void add_dist_options(CLI::App& app, DistConfig& c) {
                  "1: rank 0 also times the one-process call (the whole tree or forest, every query, one device) "
                  "and reports the speedup")
       ->capture_default_str();
+  app.add_option("--on-device", c.on_device,
+                 "replicate: 1 puts the queries or rows and the results in each rank's device memory (gather "
+                 "local only), as a simulation holding its data on the GPU; 0 host memory. Buffers are reused "
+                 "from call to call either way")
+      ->capture_default_str();
   app.add_option("--rows", c.rows, "forest: rows (0: the file's; more: copies moved by --jitter)")->capture_default_str();
   app.add_option("--jitter", c.jitter, "forest: standard deviations the copies past the file's rows move by")
       ->capture_default_str();
@@ -128,6 +133,44 @@ double ms_of(const std::function<void()>& f) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The caller's buffer of a replicated call: host memory, or device memory (--on-device), made
+// once and reused by every call, as a program holds its arrays.
+template <class T>
+class Buffer {
+ public:
+  Buffer(std::size_t n, bool device) : n_(n), device_(device) {
+    if (device_) {
+      const cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&d_), std::max<std::size_t>(n, 1) * sizeof(T));
+      if (e != cudaSuccess) throw Error(std::string("cudaMalloc of a benchmark buffer: ") + cudaGetErrorString(e));
+    } else {
+      h_.resize(n);
+    }
+  }
+  Buffer(const std::vector<T>& from, bool device) : Buffer(from.size(), device) {
+    if (device_) copy_memory(d_, from.data(), from.size() * sizeof(T));
+    else h_ = from;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() {
+    if (d_) cudaFree(d_);
+  }
+  T* data() { return device_ ? d_ : h_.data(); }
+  const T* data() const { return device_ ? d_ : h_.data(); }
+  // The first `count` values, on the host.
+  std::vector<T> head(std::size_t count) const {
+    std::vector<T> v(std::min(count, n_));
+    copy_memory(v.data(), data(), v.size() * sizeof(T));
+    return v;
+  }
+
+ private:
+  std::size_t n_;
+  bool device_;
+  std::vector<T> h_;
+  T* d_ = nullptr;
+};
+
 template <class T>
 bool equal_prefix(const std::vector<T>& one, const std::vector<T>& part, std::size_t items) {
   return part.size() >= items && one.size() >= items && std::equal(part.begin(), part.begin() + items, one.begin());
@@ -138,7 +181,8 @@ DistWorkload forest_workload(const DistConfig& c, Device device, std::vector<std
   auto f = std::make_shared<Forest>(Forest::load(c.model));
   const ForestData d = read_forest_csv(c.data, c.label);
   const index_t n = c.rows > 0 ? c.rows : d.n_rows;
-  auto rows = std::make_shared<std::vector<float>>(forest_batch(d, n, c.jitter));
+  const bool dev = c.on_device != 0;
+  auto rows = std::make_shared<Buffer<float>>(forest_batch(d, n, c.jitter), dev);
   ForestConfig cfg;
   cfg.device = device;
   cfg.layout = ForestLayout::Adaptive;
@@ -147,19 +191,18 @@ DistWorkload forest_workload(const DistConfig& c, Device device, std::vector<std
   run->output = ForestOutput::Margin;
   if (p->device() == Device::Gpu) run->kernel = ForestKernel::Auto;
   const std::size_t w = static_cast<std::size_t>(p->output_width(run->output));
-  auto out = std::make_shared<std::vector<float>>(static_cast<std::size_t>(n) * w);
-  auto one = std::make_shared<std::vector<float>>();
+  auto out = std::make_shared<Buffer<float>>(static_cast<std::size_t>(n) * w, dev);
+  auto one = std::make_shared<Buffer<float>>(static_cast<std::size_t>(n) * w, dev);
   keep.insert(keep.end(), {f, rows, p, run, out, one});
   DistWorkload wl;
   wl.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
     distributed::predict_forest(MPI_COMM_WORLD, *p, rows->data(), n, out->data(), *run, st, g);
   };
-  wl.one = [=] {
-    one->resize(out->size());
-    p->predict(rows->data(), n, one->data(), *run);
-  };
+  wl.one = [=] { p->predict(rows->data(), n, one->data(), *run); };
   wl.same = [=](distributed::Gather, index_t share) {
-    return std::memcmp(one->data(), out->data(), static_cast<std::size_t>(share) * w * sizeof(float)) == 0;
+    const std::size_t values = static_cast<std::size_t>(share) * w;
+    const std::vector<float> a = one->head(values), b = out->head(values);
+    return std::memcmp(a.data(), b.data(), values * sizeof(float)) == 0;
   };
   wl.items = n;
   wl.what = "forest " + f->describe() + ", " + std::to_string(n) + " rows (" + c.data + ")";
@@ -193,6 +236,11 @@ int run_dist(const DistConfig& c) {
   }
   if (modes.empty()) throw Error("--gather: no mode given");
   const bool one_needed = rank == 0 && (c.check || c.baseline);
+  const bool dev = c.on_device != 0;
+  if (dev && (partition || c.workload == "bh"))
+    throw Error("--on-device 1: replicate mode, pc, knn and forest (partition routes queries through the host)");
+  if (dev && (modes.size() != 1 || modes[0] != distributed::Gather::Local))
+    throw Error("--on-device 1 takes --gather local (MPI here moves host memory)");
 
   std::vector<std::shared_ptr<void>> keep;  // what the workload's closures use
   DistWorkload w;
@@ -216,8 +264,10 @@ int run_dist(const DistConfig& c) {
     if (!partition || one_needed) whole = std::make_shared<KdTree>(KdTree::build(in->points.data(), n, dims, to));
     const KdTree& searched = partition ? part->local() : *whole;
     w.tree_bytes = static_cast<double>(searched.bytes());
-    keep.insert(keep.end(), {in, whole, part});
-    const float* q = in->queries.data();
+    // --on-device: every rank holds the queries in its device memory (the calls read their share).
+    auto dq = std::make_shared<Buffer<float>>(dev ? in->queries.coords : std::vector<float>{}, dev);
+    keep.insert(keep.end(), {in, whole, part, dq});
+    const float* q = dev ? dq->data() : in->queries.data();
     if (c.workload == "pc") {
       auto o = std::make_shared<PcOptions>();
       o->device = device;
@@ -228,16 +278,22 @@ int run_dist(const DistConfig& c) {
       o->radius = r;
       auto pc = std::make_shared<PointCorrelation>(searched, device);
       auto one_pc = one_needed ? std::make_shared<PointCorrelation>(*whole, device) : nullptr;
-      auto res = std::make_shared<PcResult>(), one = std::make_shared<PcResult>();
-      keep.insert(keep.end(), {o, pc, one_pc, res, one});
+      auto res = std::make_shared<PcResult>();
+      // Replicate: the calls into buffers made once (partition returns its counts).
+      auto counts = std::make_shared<Buffer<index_t>>(partition ? 0 : static_cast<std::size_t>(m), dev);
+      auto one = std::make_shared<Buffer<index_t>>(one_needed ? static_cast<std::size_t>(m) : 0, dev);
+      keep.insert(keep.end(), {o, pc, one_pc, res, counts, one});
       w.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
-        *res = partition ? distributed::point_correlation(MPI_COMM_WORLD, *part, *pc, q, m, *o, st, g)
-                         : distributed::point_correlation(MPI_COMM_WORLD, *pc, q, m, *o, st, g);
+        if (partition)
+          *res = distributed::point_correlation(MPI_COMM_WORLD, *part, *pc, q, m, *o, st, g);
+        else
+          distributed::point_correlation(MPI_COMM_WORLD, *pc, q, m, *o, counts->data(), st, g);
       };
-      w.one = [=] { *one = one_pc->run(q, m, *o); };
+      w.one = [=] { one_pc->run(q, m, *o, one->data()); };
       w.same = [=](distributed::Gather, index_t share) {
-        return res->counts.size() == static_cast<std::size_t>(share) &&
-               equal_prefix(one->counts, res->counts, static_cast<std::size_t>(share));
+        const std::size_t items = static_cast<std::size_t>(share);
+        const std::vector<index_t> got = partition ? res->counts : counts->head(items);
+        return (!partition || got.size() == items) && equal_prefix(one->head(items), got, items);
       };
       w.what = "pc radius " + std::to_string(r);
     } else {
@@ -246,18 +302,27 @@ int run_dist(const DistConfig& c) {
       o->k = c.k;
       auto nn = std::make_shared<NearestNeighbors>(searched, device);
       auto one_nn = one_needed ? std::make_shared<NearestNeighbors>(*whole, device) : nullptr;
-      auto res = std::make_shared<KnnResult>(), one = std::make_shared<KnnResult>();
-      keep.insert(keep.end(), {o, nn, one_nn, res, one});
+      auto res = std::make_shared<KnnResult>();
+      const std::size_t values = static_cast<std::size_t>(m) * static_cast<std::size_t>(std::max(c.k, 0));
+      auto idx = std::make_shared<Buffer<index_t>>(partition ? 0 : values, dev);
+      auto dist = std::make_shared<Buffer<float>>(partition ? 0 : values, dev);
+      auto one_idx = std::make_shared<Buffer<index_t>>(one_needed ? values : 0, dev);
+      auto one_dist = std::make_shared<Buffer<float>>(one_needed ? values : 0, dev);
+      keep.insert(keep.end(), {o, nn, one_nn, res, idx, dist, one_idx, one_dist});
       const int k = c.k;
       w.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
-        *res = partition ? distributed::nearest_neighbors(MPI_COMM_WORLD, *part, *nn, q, m, *o, st, g)
-                         : distributed::nearest_neighbors(MPI_COMM_WORLD, *nn, q, m, *o, st, g);
+        if (partition)
+          *res = distributed::nearest_neighbors(MPI_COMM_WORLD, *part, *nn, q, m, *o, st, g);
+        else
+          distributed::nearest_neighbors(MPI_COMM_WORLD, *nn, q, m, *o, idx->data(), dist->data(), st, g);
       };
-      w.one = [=] { *one = one_nn->run(q, m, *o); };
+      w.one = [=] { one_nn->run(q, m, *o, one_idx->data(), one_dist->data()); };
       w.same = [=](distributed::Gather, index_t share) {
         const std::size_t items = static_cast<std::size_t>(share) * static_cast<std::size_t>(k);
-        return res->indices.size() == items && equal_prefix(one->indices, res->indices, items) &&
-               equal_prefix(one->distances, res->distances, items);
+        const std::vector<index_t> gi = partition ? res->indices : idx->head(items);
+        const std::vector<float> gd = partition ? res->distances : dist->head(items);
+        return gi.size() == items && equal_prefix(one_idx->head(items), gi, items) &&
+               equal_prefix(one_dist->head(items), gd, items);
       };
       w.what = "knn k " + std::to_string(c.k);
     }
@@ -325,8 +390,9 @@ int run_dist(const DistConfig& c) {
     rows_per_mode.push_back(rows);
   }
   if (rank != 0) return 0;
-  std::printf("dist: %s, %s over %d ranks, device %s; median of %d calls after %d untimed\n", w.what.c_str(),
-              c.distribute.c_str(), ranks, c.device.c_str(), c.repeat, c.warmup);
+  std::printf("dist: %s, %s over %d ranks, device %s%s; median of %d calls after %d untimed\n", w.what.c_str(),
+              c.distribute.c_str(), ranks, c.device.c_str(), dev ? ", queries and results in device memory" : "",
+              c.repeat, c.warmup);
   if (c.baseline) std::printf("one process, one device: %.3f ms (rank 0, the whole tree, every query)\n", one_ms);
   nlohmann::json per_mode = nlohmann::json::array();
   for (std::size_t i = 0; i < modes.size(); ++i) {
@@ -356,6 +422,7 @@ int run_dist(const DistConfig& c) {
   }
   if (!c.json.empty())
     write_json(c.json, {{"workload", c.workload}, {"distribute", c.distribute}, {"ranks", ranks}, {"what", w.what},
+                        {"on_device", dev},
                         {"one_process_ms", c.baseline ? nlohmann::json(one_ms) : nlohmann::json()}, {"modes", per_mode}});
   return c.check && !same ? 1 : 0;
 }

@@ -10,6 +10,11 @@
 #include <vector>
 
 #include "core/checks.hpp"
+#include "core/device.hpp"
+#include "core/rounding.hpp"
+#include "layouts/geometry.hpp"
+
+#include <tbb/parallel_for.h>
 
 namespace canopy {
 namespace distributed {
@@ -93,12 +98,14 @@ void run_share(MPI_Comm comm, const char* items, Share s, F&& f) {
 // True where this rank holds every item's result after a gather.
 bool holds_all(Gather mode, int rank) { return mode == Gather::All || (mode == Gather::Root && rank == 0); }
 
-// Moves each rank's share of the results (`mine`: its share's items x width values) by `mode`,
-// into out[n * width] at the items' original places where this rank holds all of them
-// (holds_all; out is not touched elsewhere). Items travel as one MPI datatype of width values,
-// so the counts stay within MPI's int for up to INT_MAX items whatever their width.
+// Moves the results by `mode`, in place: `full` (room for n items of `width` values, or null
+// where this rank does not hold them all) already holds this rank's share at its items' places,
+// or `share` holds it (ranks sending to the root). MPI reads host memory only, which run_share
+// has checked (check_gather_buffer). Items travel as one MPI datatype of width values, so the
+// counts stay within MPI's int for up to INT_MAX items whatever their width.
 template <class T>
-void gather_into(MPI_Comm comm, Gather mode, const T* mine, index_t n, index_t width, T* out, DistributedStats* st) {
+void gather_in_place(MPI_Comm comm, Gather mode, T* full, const T* share, index_t n, index_t width,
+                     DistributedStats* st) {
   if (mode == Gather::Local) return;
   const auto [rank, ranks] = place_in(comm);
   if (n > static_cast<index_t>(INT_MAX))
@@ -115,9 +122,9 @@ void gather_into(MPI_Comm comm, Gather mode, const T* mine, index_t n, index_t w
             "MPI_Type_contiguous");
   check_mpi(MPI_Type_commit(&item), "MPI_Type_commit");
   const int own = count[static_cast<std::size_t>(rank)];
-  const int rc = mode == Gather::All
-                     ? MPI_Allgatherv(mine, own, item, out, count.data(), at.data(), item, comm)
-                     : MPI_Gatherv(mine, own, item, out, count.data(), at.data(), item, 0, comm);
+  const int rc = mode == Gather::All ? MPI_Allgatherv(MPI_IN_PLACE, 0, item, full, count.data(), at.data(), item, comm)
+                 : rank == 0        ? MPI_Gatherv(MPI_IN_PLACE, 0, item, full, count.data(), at.data(), item, 0, comm)
+                                    : MPI_Gatherv(share, own, item, nullptr, nullptr, nullptr, item, 0, comm);
   MPI_Type_free(&item);
   check_mpi(rc, mode == Gather::All ? "MPI_Allgatherv" : "MPI_Gatherv");
   if (st) {
@@ -131,17 +138,43 @@ void gather_into(MPI_Comm comm, Gather mode, const T* mine, index_t n, index_t w
   }
 }
 
-// The results a rank returns: every item's (holds_all) or its own share's.
+// A gather that moves results refuses device memory (this MPI layer passes host buffers only),
+// on every rank together: called inside run_share.
+void check_gather_buffer(Gather mode, const void* p, const char* what) {
+  if (mode != Gather::Local && p && is_device_pointer(p))
+    throw Error(std::string(what) + " is device memory: gather " + to_string(mode) +
+                " moves results through host memory (device buffers take Gather::Local)");
+}
+
+// A share computed apart (the partitioned calls), gathered by `mode`: every item's results
+// where this rank holds them all, else the share itself.
 template <class T>
 std::vector<T> gathered(MPI_Comm comm, Gather mode, std::vector<T> mine, index_t n, index_t width, DistributedStats* st) {
-  if (!holds_all(mode, place_in(comm).rank)) {
-    gather_into<T>(comm, mode, mine.data(), n, width, nullptr, st);
+  const auto [rank, ranks] = place_in(comm);
+  if (!holds_all(mode, rank)) {
+    gather_in_place<T>(comm, mode, nullptr, mine.data(), n, width, st);
     return mine;
   }
   std::vector<T> out(static_cast<std::size_t>(n * width));
-  gather_into(comm, mode, mine.data(), n, width, out.data(), st);
+  std::copy(mine.begin(), mine.end(), out.begin() + share_of(n, rank, ranks).begin * width);
+  gather_in_place(comm, mode, out.data(), static_cast<const T*>(nullptr), n, width, st);
   return out;
 }
+
+// A vector-returning call's buffer: every item's (holds_all) or its share's, and where this
+// rank's share goes in it.
+template <class T>
+struct ResultBuffer {
+  std::vector<T> values;
+  T* share = nullptr;
+  T* full = nullptr;
+  ResultBuffer(Gather mode, int rank, index_t n, Share s, index_t width) {
+    const bool all = holds_all(mode, rank);
+    values.resize(static_cast<std::size_t>((all ? n : s.count) * width));
+    full = all ? values.data() : nullptr;
+    share = values.data() + (all ? s.begin * width : 0);
+  }
+};
 
 // The shares' times: the slowest and the imbalance.
 void finish_stats(MPI_Comm comm, DistributedStats* st, Clock::time_point start) {
@@ -170,43 +203,95 @@ Share my_share(MPI_Comm comm, index_t n, DistributedStats* st) {
 
 }  // namespace
 
+TraversalStats point_correlation(MPI_Comm comm, PointCorrelation& pc, const float* queries, index_t n,
+                                 const PcOptions& options, index_t* counts, DistributedStats* stats, Gather gather) {
+  const Clock::time_point start = Clock::now();
+  const Share s = my_share(comm, n, stats);
+  const int dims = pc.tree().dims();
+  TraversalStats ts;
+  run_share(comm, "queries", s, [&] {
+    check_gather_buffer(gather, counts, "the counts buffer");
+    const Clock::time_point t = Clock::now();
+    ts = pc.run(queries + s.begin * dims, s.count, options, counts + s.begin);
+    if (stats) stats->local_ms = ms_since(t);
+  });
+  gather_in_place(comm, gather, counts, counts + s.begin, n, 1, stats);
+  finish_stats(comm, stats, start);
+  return ts;
+}
+
 PcResult point_correlation(MPI_Comm comm, PointCorrelation& pc, const float* queries, index_t n,
                            const PcOptions& options, DistributedStats* stats, Gather gather) {
   const Clock::time_point start = Clock::now();
   const Share s = my_share(comm, n, stats);
-  const int dims = pc.tree().dims();
-  PcResult local;
+  ResultBuffer<index_t> buf(gather, place_in(comm).rank, n, s, 1);
+  TraversalStats ts;
   run_share(comm, "queries", s, [&] {
     const Clock::time_point t = Clock::now();
-    local = pc.run(queries + s.begin * dims, s.count, options);
+    ts = pc.run(queries + s.begin * pc.tree().dims(), s.count, options, buf.share);
     if (stats) stats->local_ms = ms_since(t);
   });
+  gather_in_place(comm, gather, buf.full, buf.share, n, 1, stats);
   PcResult out;
-  static_cast<TraversalStats&>(out) = static_cast<const TraversalStats&>(local);
-  out.counts = gathered(comm, gather, std::move(local.counts), n, 1, stats);
+  static_cast<TraversalStats&>(out) = ts;
+  out.counts = std::move(buf.values);
   finish_stats(comm, stats, start);
   return out;
+}
+
+namespace {
+
+// k is checked on every rank, also on those whose share is empty.
+void check_k(const NearestNeighbors& nn, int k) {
+  if (k < 1 || k > nn.size())
+    throw Error("k = " + std::to_string(k) + " is outside 1.." + std::to_string(nn.size()) + " (the tree's points)");
+}
+
+}  // namespace
+
+TraversalStats nearest_neighbors(MPI_Comm comm, NearestNeighbors& nn, const float* queries, index_t n,
+                                 const KnnOptions& options, index_t* indices, float* distances,
+                                 DistributedStats* stats, Gather gather) {
+  const Clock::time_point start = Clock::now();
+  const Share s = my_share(comm, n, stats);
+  const index_t k = options.k;
+  TraversalStats ts;
+  run_share(comm, "queries", s, [&] {
+    check_k(nn, options.k);
+    check_gather_buffer(gather, indices, "the indices buffer");
+    check_gather_buffer(gather, distances, "the distances buffer");
+    const Clock::time_point t = Clock::now();
+    ts = nn.run(queries + s.begin * nn.dims(), s.count, options, indices + s.begin * k, distances + s.begin * k);
+    if (stats) stats->local_ms = ms_since(t);
+  });
+  gather_in_place(comm, gather, indices, indices + s.begin * k, n, k, stats);
+  gather_in_place(comm, gather, distances, distances + s.begin * k, n, k, stats);
+  finish_stats(comm, stats, start);
+  return ts;
 }
 
 KnnResult nearest_neighbors(MPI_Comm comm, NearestNeighbors& nn, const float* queries, index_t n,
                             const KnnOptions& options, DistributedStats* stats, Gather gather) {
   const Clock::time_point start = Clock::now();
   const Share s = my_share(comm, n, stats);
-  KnnResult local;
+  const int rank = place_in(comm).rank;
+  const index_t k = std::max(options.k, 0);
+  ResultBuffer<index_t> idx(gather, rank, n, s, k);
+  ResultBuffer<float> dist(gather, rank, n, s, k);
+  TraversalStats ts;
   run_share(comm, "queries", s, [&] {
-    // k is checked here on every rank, also on those whose share is empty.
-    if (options.k < 1 || options.k > nn.size())
-      throw Error("k = " + std::to_string(options.k) + " is outside 1.." + std::to_string(nn.size()) +
-                  " (the tree's points)");
+    check_k(nn, options.k);
     const Clock::time_point t = Clock::now();
-    local = nn.run(queries + s.begin * nn.dims(), s.count, options);
+    ts = nn.run(queries + s.begin * nn.dims(), s.count, options, idx.share, dist.share);
     if (stats) stats->local_ms = ms_since(t);
   });
+  gather_in_place(comm, gather, idx.full, idx.share, n, k, stats);
+  gather_in_place(comm, gather, dist.full, dist.share, n, k, stats);
   KnnResult out;
-  static_cast<TraversalStats&>(out) = static_cast<const TraversalStats&>(local);
+  static_cast<TraversalStats&>(out) = ts;
   out.k = options.k;
-  out.indices = gathered(comm, gather, std::move(local.indices), n, options.k, stats);
-  out.distances = gathered(comm, gather, std::move(local.distances), n, options.k, stats);
+  out.indices = std::move(idx.values);
+  out.distances = std::move(dist.values);
   finish_stats(comm, stats, start);
   return out;
 }
@@ -215,39 +300,51 @@ void predict_forest(MPI_Comm comm, ForestPredictor& predictor, const float* rows
                     const ForestRunOptions& options, DistributedStats* stats, Gather gather) {
   const Clock::time_point start = Clock::now();
   const Share s = my_share(comm, n, stats);
-  int width = 0;
-  std::vector<float> local;
+  index_t width = 0;
   run_share(comm, "rows", s, [&] {
     width = predictor.output_width(options.output);
-    local.resize(static_cast<std::size_t>(s.count) * width);
+    check_gather_buffer(gather, out, "the output buffer");
     const Clock::time_point t = Clock::now();
     if (s.count > 0)
-      predictor.predict(rows + s.begin * predictor.n_features(), s.count, local.data(), options);
+      predictor.predict(rows + s.begin * predictor.n_features(), s.count, out + s.begin * width, options);
     if (stats) stats->local_ms = ms_since(t);
   });
-  if (holds_all(gather, place_in(comm).rank)) {
-    gather_into(comm, gather, local.data(), n, width, out, stats);
-  } else {
-    gather_into(comm, gather, local.data(), n, width, static_cast<float*>(nullptr), stats);
-    std::copy(local.begin(), local.end(), out + s.begin * width);
-  }
+  gather_in_place(comm, gather, out, out + s.begin * width, n, width, stats);
   finish_stats(comm, stats, start);
+}
+
+TraversalStats barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, float* forces,
+                          DistributedStats* stats, Gather gather) {
+  const Clock::time_point start = Clock::now();
+  const index_t n = bh.tree().size();
+  const Share s = my_share(comm, n, stats);
+  TraversalStats ts;
+  run_share(comm, "bodies", s, [&] {
+    check_gather_buffer(gather, forces, "the forces buffer");
+    const Clock::time_point t = Clock::now();
+    ts = bh.run(options, s.begin, s.count, forces + s.begin * 3);
+    if (stats) stats->local_ms = ms_since(t);
+  });
+  gather_in_place(comm, gather, forces, forces + s.begin * 3, n, 3, stats);
+  finish_stats(comm, stats, start);
+  return ts;
 }
 
 BhResult barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, DistributedStats* stats, Gather gather) {
   const Clock::time_point start = Clock::now();
   const index_t n = bh.tree().size();
   const Share s = my_share(comm, n, stats);
-  std::vector<float> local(static_cast<std::size_t>(s.count) * 3);
+  ResultBuffer<float> buf(gather, place_in(comm).rank, n, s, 3);
   TraversalStats ts;
   run_share(comm, "bodies", s, [&] {
     const Clock::time_point t = Clock::now();
-    ts = bh.run(options, s.begin, s.count, local.data());
+    ts = bh.run(options, s.begin, s.count, buf.share);
     if (stats) stats->local_ms = ms_since(t);
   });
+  gather_in_place(comm, gather, buf.full, buf.share, n, 3, stats);
   BhResult out;
   static_cast<TraversalStats&>(out) = ts;
-  out.forces = gathered(comm, gather, std::move(local), n, 3, stats);
+  out.forces = std::move(buf.values);
   finish_stats(comm, stats, start);
   return out;
 }
@@ -307,10 +404,12 @@ PartitionedKdTree::PartitionedKdTree(MPI_Comm comm, const float* points, index_t
     };
     // Before the build, the points and their ids alone (what the tree holds at the least).
     over(static_cast<std::uint64_t>(count) * (sizeof(float) * padded_dims(dims) + sizeof(index_t)), "need at least");
-    std::vector<float> mine(static_cast<std::size_t>(count) * static_cast<std::size_t>(dims));
-    for (std::size_t i = 0; i < ids_.size(); ++i)
-      std::copy(points + ids_[i] * dims, points + (ids_[i] + 1) * dims, mine.begin() + static_cast<index_t>(i) * dims);
-    local_ = std::make_unique<KdTree>(KdTree::build(mine.data(), count, dims, options));
+    points_.resize(static_cast<std::size_t>(count) * static_cast<std::size_t>(dims));
+    tbb::parallel_for(index_t{0}, count, [&](index_t i) {
+      const index_t id = ids_[static_cast<std::size_t>(i)];
+      std::copy(points + id * dims, points + (id + 1) * dims, points_.begin() + i * dims);
+    });
+    local_ = std::make_unique<KdTree>(KdTree::build(points_.data(), count, dims, options));
     over(local_->bytes(), "take a tree of");
   });
 }
@@ -335,16 +434,15 @@ double box_distance2(const float* q, const float* lo, const float* hi, int dims)
   return d2;
 }
 
-// The ranks whose boxes come within sqrt(reach2) of q (the float distances the traversals
-// compute may round below the exact one: a relative margin keeps every such point).
-void ranks_within(const PartitionedKdTree& t, const float* q, double reach2, std::vector<char>& hit) {
+// hit[r] = 1 for the ranks whose boxes come within sqrt(reach2) of q (the float distances the
+// traversals compute may round below the exact one: a relative margin keeps every such point).
+void ranks_within(const PartitionedKdTree& t, const float* q, double reach2, std::uint8_t* hit) {
   const int dims = t.dims();
   const double limit = reach2 * (1 + 1e-5) + 1e-30;
-  std::fill(hit.begin(), hit.end(), 0);
+  std::fill(hit, hit + t.ranks(), std::uint8_t{0});
   for (std::size_t i = 0; i < t.leaf_owner().size(); ++i) {
     const float* lo = t.leaf_boxes().data() + i * 2 * dims;
-    if (!hit[static_cast<std::size_t>(t.leaf_owner()[i])] && box_distance2(q, lo, lo + dims, dims) <= limit)
-      hit[static_cast<std::size_t>(t.leaf_owner()[i])] = 1;
+    if (!hit[t.leaf_owner()[i]] && box_distance2(q, lo, lo + dims, dims) <= limit) hit[t.leaf_owner()[i]] = 1;
   }
 }
 
@@ -368,12 +466,15 @@ std::vector<std::vector<char>> exchange(MPI_Comm comm, const std::vector<std::ve
   if (any)
     throw Error("a rank's routed queries or results exceed one MPI message's " + std::to_string(INT_MAX) +
                 " bytes (split the queries into several calls)");
-  std::vector<char> flat;
-  flat.reserve(static_cast<std::size_t>(total));
+  std::vector<char> flat(static_cast<std::size_t>(total));
   int at = 0;
   for (int r = 0; r < ranks; ++r) {
-    sat[static_cast<std::size_t>(r)] = static_cast<int>(flat.size());
-    flat.insert(flat.end(), out[static_cast<std::size_t>(r)].begin(), out[static_cast<std::size_t>(r)].end());
+    sat[static_cast<std::size_t>(r)] = at;
+    std::copy(out[static_cast<std::size_t>(r)].begin(), out[static_cast<std::size_t>(r)].end(), flat.begin() + at);
+    at += send[static_cast<std::size_t>(r)];
+  }
+  at = 0;
+  for (int r = 0; r < ranks; ++r) {
     rat[static_cast<std::size_t>(r)] = at;
     at += recv[static_cast<std::size_t>(r)];
   }
@@ -389,9 +490,9 @@ std::vector<std::vector<char>> exchange(MPI_Comm comm, const std::vector<std::ve
 }
 
 template <class T>
-void put(std::vector<char>& b, const T* v, std::size_t count) {
-  const char* p = reinterpret_cast<const char*>(v);
-  b.insert(b.end(), p, p + count * sizeof(T));
+char* put(char* b, const T* v, std::size_t count) {
+  std::memcpy(b, v, count * sizeof(T));
+  return b + count * sizeof(T);
 }
 template <class T>
 const char* get(const char* p, T* v, std::size_t count) {
@@ -399,25 +500,91 @@ const char* get(const char* p, T* v, std::size_t count) {
   return p + count * sizeof(T);
 }
 
-// Received queries: their ids and coordinates, in arrival order.
+// Fixed-size records for each rank, built in parallel: item i (0..items-1) goes to the ranks r
+// with to[i * ranks + r], in item order within each rank's message; write(i, at) writes its
+// `record` bytes at `at`.
+template <class Write>
+std::vector<std::vector<char>> pack(const std::vector<std::uint8_t>& to, int ranks, index_t items, std::size_t record,
+                                    Write&& write) {
+  const index_t block = 4096, blocks = (items + block - 1) / block;
+  // Per block and rank: how many records, then where they start.
+  std::vector<index_t> at(static_cast<std::size_t>(blocks * ranks));
+  tbb::parallel_for(index_t{0}, blocks, [&](index_t b) {
+    for (index_t i = b * block; i < std::min(items, (b + 1) * block); ++i)
+      for (int r = 0; r < ranks; ++r) at[static_cast<std::size_t>(b * ranks + r)] += to[static_cast<std::size_t>(i * ranks + r)];
+  });
+  std::vector<std::vector<char>> out(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    index_t sum = 0;
+    for (index_t b = 0; b < blocks; ++b) {
+      const index_t c = at[static_cast<std::size_t>(b * ranks + r)];
+      at[static_cast<std::size_t>(b * ranks + r)] = sum;
+      sum += c;
+    }
+    out[static_cast<std::size_t>(r)].resize(static_cast<std::size_t>(sum) * record);
+  }
+  tbb::parallel_for(index_t{0}, blocks, [&](index_t b) {
+    std::vector<index_t> next(at.begin() + b * ranks, at.begin() + (b + 1) * ranks);
+    for (index_t i = b * block; i < std::min(items, (b + 1) * block); ++i)
+      for (int r = 0; r < ranks; ++r)
+        if (to[static_cast<std::size_t>(i * ranks + r)])
+          write(i, out[static_cast<std::size_t>(r)].data() + static_cast<std::size_t>(next[static_cast<std::size_t>(r)]++) * record);
+  });
+  return out;
+}
+
+// Queries of this rank's share sent where `to` says: (id, coordinates) records.
+std::vector<std::vector<char>> pack_queries(const std::vector<std::uint8_t>& to, int ranks, Share s,
+                                            const float* queries, int dims) {
+  return pack(to, ranks, s.count, sizeof(index_t) + sizeof(float) * static_cast<std::size_t>(dims),
+              [&](index_t i, char* at) {
+                const index_t id = s.begin + i;
+                put(put(at, &id, 1), queries + id * dims, static_cast<std::size_t>(dims));
+              });
+}
+
+// Received queries: their ids and coordinates, in arrival order (sender by sender); first[r] is
+// the first of those sender r sent.
 struct Inbox {
   std::vector<index_t> id;
-  std::vector<int> from;
   std::vector<float> coords;
+  std::vector<index_t> first;  // [ranks + 1]
 };
 Inbox unpack_queries(const std::vector<std::vector<char>>& from, int dims) {
   Inbox in;
   const std::size_t rec = sizeof(index_t) + sizeof(float) * static_cast<std::size_t>(dims);
+  in.first.push_back(0);
+  for (const std::vector<char>& b : from) in.first.push_back(in.first.back() + static_cast<index_t>(b.size() / rec));
+  in.id.resize(static_cast<std::size_t>(in.first.back()));
+  in.coords.resize(in.id.size() * static_cast<std::size_t>(dims));
   for (std::size_t r = 0; r < from.size(); ++r)
-    for (std::size_t at = 0; at + rec <= from[r].size(); at += rec) {
-      index_t id;
-      const char* p = get(from[r].data() + at, &id, 1);
-      in.id.push_back(id);
-      in.from.push_back(static_cast<int>(r));
-      in.coords.resize(in.coords.size() + static_cast<std::size_t>(dims));
-      get(p, in.coords.data() + in.coords.size() - static_cast<std::size_t>(dims), static_cast<std::size_t>(dims));
-    }
+    tbb::parallel_for(in.first[r], in.first[r + 1], [&](index_t j) {
+      const char* p = from[r].data() + static_cast<std::size_t>(j - in.first[r]) * rec;
+      get(get(p, &in.id[static_cast<std::size_t>(j)], 1), in.coords.data() + j * dims, static_cast<std::size_t>(dims));
+    });
   return in;
+}
+
+// Replies to the senders of an inbox, one `record`-byte record per received query, in the order
+// each sender sent them: write(j, at) writes received query j's.
+template <class Write>
+std::vector<std::vector<char>> pack_replies(const Inbox& in, std::size_t record, Write&& write) {
+  std::vector<std::vector<char>> reply(in.first.size() - 1);
+  for (std::size_t r = 0; r + 1 < in.first.size(); ++r) {
+    reply[r].resize(static_cast<std::size_t>(in.first[r + 1] - in.first[r]) * record);
+    tbb::parallel_for(in.first[r], in.first[r + 1], [&](index_t j) {
+      write(j, reply[r].data() + static_cast<std::size_t>(j - in.first[r]) * record);
+    });
+  }
+  return reply;
+}
+
+// Runs each record of each sender's message through f(record), in parallel within a message
+// (a message names each query once) and message after message.
+template <class F>
+void for_each_record(const std::vector<std::vector<char>>& from, std::size_t record, F&& f) {
+  for (const std::vector<char>& b : from)
+    tbb::parallel_for(std::size_t{0}, b.size() / record, [&](std::size_t j) { f(b.data() + j * record); });
 }
 
 }  // namespace
@@ -432,19 +599,14 @@ PcResult point_correlation(MPI_Comm comm, const PartitionedKdTree& tree, PointCo
     if (!(std::isfinite(options.radius) && options.radius >= 0))
       throw Error("radius " + std::to_string(options.radius) + " must be finite and >= 0");
     check_queries(queries + s.begin * dims, s.count, dims);  // numbered within the share, as run_share says
-    std::vector<char> hit(static_cast<std::size_t>(ranks));
+    std::vector<std::uint8_t> to(static_cast<std::size_t>(s.count * ranks));
     const double r2 = static_cast<double>(options.radius) * options.radius;
-    for (index_t i = s.begin; i < s.begin + s.count; ++i) {
-      ranks_within(tree, queries + i * dims, r2, hit);
-      for (int r = 0; r < ranks; ++r)
-        if (hit[static_cast<std::size_t>(r)]) {
-          put(out[static_cast<std::size_t>(r)], &i, 1);
-          put(out[static_cast<std::size_t>(r)], queries + i * dims, static_cast<std::size_t>(dims));
-        }
-    }
+    tbb::parallel_for(index_t{0}, s.count, [&](index_t i) {
+      ranks_within(tree, queries + (s.begin + i) * dims, r2, to.data() + i * ranks);
+    });
+    out = pack_queries(to, ranks, s, queries, dims);
   });
   const Inbox in = unpack_queries(exchange(comm, out, stats), dims);
-  std::vector<std::vector<char>> reply(static_cast<std::size_t>(ranks));
   PcResult part;
   run_share(comm, "routed queries", Share{0, static_cast<index_t>(in.id.size())}, [&] {
     const Clock::time_point t = Clock::now();
@@ -454,17 +616,16 @@ PcResult point_correlation(MPI_Comm comm, const PartitionedKdTree& tree, PointCo
       stats->local_items = static_cast<index_t>(in.id.size());
     }
   });
-  for (std::size_t j = 0; j < in.id.size(); ++j) {
-    put(reply[static_cast<std::size_t>(in.from[j])], &in.id[j], 1);
-    put(reply[static_cast<std::size_t>(in.from[j])], &part.counts[j], 1);
-  }
+  const std::size_t rec = 2 * sizeof(index_t);
+  const auto reply = pack_replies(in, rec, [&](index_t j, char* at) {
+    put(put(at, &in.id[static_cast<std::size_t>(j)], 1), &part.counts[static_cast<std::size_t>(j)], 1);
+  });
   std::vector<index_t> mine(static_cast<std::size_t>(s.count), 0);
-  for (const std::vector<char>& b : exchange(comm, reply, stats))
-    for (std::size_t at = 0; at + 2 * sizeof(index_t) <= b.size(); at += 2 * sizeof(index_t)) {
-      index_t id, c;
-      get(get(b.data() + at, &id, 1), &c, 1);
-      mine[static_cast<std::size_t>(id - s.begin)] += c;  // each point is counted by its owner only
-    }
+  for_each_record(exchange(comm, reply, stats), rec, [&](const char* p) {
+    index_t id, c;
+    get(get(p, &id, 1), &c, 1);
+    mine[static_cast<std::size_t>(id - s.begin)] += c;  // each point is counted by its owner only
+  });
   PcResult result;
   static_cast<TraversalStats&>(result) = static_cast<const TraversalStats&>(part);
   result.counts = gathered(comm, gather, std::move(mine), n, 1, stats);
@@ -474,21 +635,55 @@ PcResult point_correlation(MPI_Comm comm, const PartitionedKdTree& tree, PointCo
 
 namespace {
 
-// Candidates of one query: (distance, original index), the k best kept.
+// The k best candidates of each query of a share so far, ascending by (squared distance,
+// original index): the single-process kNN's order. Distances travel squared because two
+// different squared distances can round to one distance, and the order must not change.
 struct Candidates {
-  std::vector<std::pair<float, index_t>> best;
-  void add(float d, index_t id) { best.emplace_back(d, id); }
-  void keep(int k) {
-    std::sort(best.begin(), best.end());
-    if (best.size() > static_cast<std::size_t>(k)) best.resize(static_cast<std::size_t>(k));
+  int k;
+  std::vector<float> d2;        // [queries][k]
+  std::vector<index_t> id;      // [queries][k]
+  std::vector<int> found;       // [queries]
+  Candidates(index_t queries, int k_)
+      : k(k_), d2(static_cast<std::size_t>(queries * k_)), id(d2.size()), found(static_cast<std::size_t>(queries)) {}
+  // Merges a sorted list of (d2, id) pairs (id < 0: none) into query i's.
+  void merge(index_t i, const char* p) {
+    float* d = d2.data() + i * k;
+    index_t* x = id.data() + i * k;
+    thread_local std::vector<std::pair<float, index_t>> both;
+    both.clear();
+    for (int j = 0; j < found[static_cast<std::size_t>(i)]; ++j) both.emplace_back(d[j], x[j]);
+    for (int j = 0; j < k; ++j) {
+      float dj;
+      index_t xj;
+      p = get(get(p, &dj, 1), &xj, 1);
+      if (xj >= 0) both.emplace_back(dj, xj);
+    }
+    std::sort(both.begin(), both.end());
+    const int keep = static_cast<int>(std::min<std::size_t>(both.size(), static_cast<std::size_t>(k)));
+    for (int j = 0; j < keep; ++j) {
+      d[j] = both[static_cast<std::size_t>(j)].first;
+      x[j] = both[static_cast<std::size_t>(j)].second;
+    }
+    found[static_cast<std::size_t>(i)] = keep;
   }
 };
 
-// Runs the local search on received queries and packs each answer for its sender: id, then
-// k (distance, original index) pairs, padded with (inf, -1).
+// The squared distance the kNN visitor computes between a query and a point (both `dims` floats).
+float distance2(const float* q, const float* p, int dims) {
+  return dispatch_dims(dims, [&](auto width) {
+    constexpr int W = decltype(width)::value;
+    float a[W], b[W];
+    load_query(q, dims, a);
+    load_query(p, dims, b);
+    return point_distance2<W>(a, b);
+  });
+}
+
+// Runs the local search on received queries and packs each answer for its sender: id, then k
+// (squared distance, original index) pairs, padded with (inf, -1).
 std::vector<std::vector<char>> answer_knn(MPI_Comm comm, const PartitionedKdTree& tree, NearestNeighbors& local,
                                           const Inbox& in, const KnnOptions& options, DistributedStats* stats) {
-  const int k = options.k;
+  const int k = options.k, dims = tree.dims();
   const int k_local = static_cast<int>(std::min<index_t>(k, local.size()));
   KnnResult part;
   run_share(comm, "routed queries", Share{0, static_cast<index_t>(in.id.size())}, [&] {
@@ -498,42 +693,31 @@ std::vector<std::vector<char>> answer_knn(MPI_Comm comm, const PartitionedKdTree
     part = local.run(in.coords.data(), static_cast<index_t>(in.id.size()), o);
     if (stats) stats->local_ms += ms_since(t);
   });
-  std::vector<std::vector<char>> reply(static_cast<std::size_t>(tree.ranks()));
   const float inf = std::numeric_limits<float>::infinity();
   const index_t none = -1;
-  for (std::size_t j = 0; j < in.id.size(); ++j) {
-    std::vector<char>& b = reply[static_cast<std::size_t>(in.from[j])];
-    put(b, &in.id[j], 1);
-    for (int c = 0; c < k; ++c) {
-      if (c < k_local) {
-        const std::size_t at = j * static_cast<std::size_t>(k_local) + static_cast<std::size_t>(c);
-        const index_t id = tree.local_ids()[static_cast<std::size_t>(part.indices[at])];
-        put(b, &part.distances[at], 1);
-        put(b, &id, 1);
-      } else {
-        put(b, &inf, 1);
-        put(b, &none, 1);
-      }
-    }
-  }
-  return reply;
+  return pack_replies(in, sizeof(index_t) + static_cast<std::size_t>(k) * (sizeof(float) + sizeof(index_t)),
+                      [&](index_t j, char* at) {
+                        at = put(at, &in.id[static_cast<std::size_t>(j)], 1);
+                        for (int c = 0; c < k; ++c) {
+                          if (c < k_local) {
+                            const index_t li = part.indices[static_cast<std::size_t>(j * k_local + c)];
+                            const float d2 = distance2(in.coords.data() + j * dims, tree.local_points().data() + li * dims, dims);
+                            const index_t id = tree.local_ids()[static_cast<std::size_t>(li)];
+                            at = put(put(at, &d2, 1), &id, 1);
+                          } else {
+                            at = put(put(at, &inf, 1), &none, 1);
+                          }
+                        }
+                      });
 }
 
-void merge_knn(const std::vector<std::vector<char>>& from, const Share& s, int k, std::vector<Candidates>& cand) {
-  const std::size_t rec = sizeof(index_t) + static_cast<std::size_t>(k) * (sizeof(float) + sizeof(index_t));
-  for (const std::vector<char>& b : from)
-    for (std::size_t at = 0; at + rec <= b.size(); at += rec) {
-      index_t id;
-      const char* p = get(b.data() + at, &id, 1);
-      Candidates& c = cand[static_cast<std::size_t>(id - s.begin)];
-      for (int j = 0; j < k; ++j) {
-        float d;
-        index_t gid;
-        p = get(get(p, &d, 1), &gid, 1);
-        if (gid >= 0) c.add(d, gid);
-      }
-      c.keep(k);
-    }
+void merge_knn(const std::vector<std::vector<char>>& from, const Share& s, int k, Candidates& cand) {
+  for_each_record(from, sizeof(index_t) + static_cast<std::size_t>(k) * (sizeof(float) + sizeof(index_t)),
+                  [&](const char* p) {
+                    index_t id;
+                    p = get(p, &id, 1);
+                    cand.merge(id - s.begin, p);
+                  });
 }
 
 }  // namespace
@@ -544,49 +728,42 @@ KnnResult nearest_neighbors(MPI_Comm comm, const PartitionedKdTree& tree, Neares
   const Share s = my_share(comm, n, stats);
   const int dims = tree.dims(), ranks = tree.ranks(), k = options.k;
   // Round 1: each query to the rank that owns its top leaf.
-  std::vector<std::vector<char>> out(static_cast<std::size_t>(ranks));
+  std::vector<std::vector<char>> out;
   std::vector<int> first(static_cast<std::size_t>(s.count));
   run_share(comm, "queries", s, [&] {
     if (k < 1 || k > tree.global_size())
       throw Error("k = " + std::to_string(k) + " is outside 1.." + std::to_string(tree.global_size()) + " (the tree's points)");
     check_queries(queries + s.begin * dims, s.count, dims);  // numbered within the share, as run_share says
-    for (index_t i = s.begin; i < s.begin + s.count; ++i) {
-      const int r = tree.owner_of(queries + i * dims);
-      first[static_cast<std::size_t>(i - s.begin)] = r;
-      put(out[static_cast<std::size_t>(r)], &i, 1);
-      put(out[static_cast<std::size_t>(r)], queries + i * dims, static_cast<std::size_t>(dims));
-    }
+    std::vector<std::uint8_t> to(static_cast<std::size_t>(s.count * ranks));
+    tbb::parallel_for(index_t{0}, s.count, [&](index_t i) {
+      const int r = tree.owner_of(queries + (s.begin + i) * dims);
+      first[static_cast<std::size_t>(i)] = r;
+      to[static_cast<std::size_t>(i * ranks + r)] = 1;
+    });
+    out = pack_queries(to, ranks, s, queries, dims);
   });
-  std::vector<Candidates> cand(static_cast<std::size_t>(s.count));
+  Candidates cand(s.count, k);
   merge_knn(exchange(comm, answer_knn(comm, tree, local, unpack_queries(exchange(comm, out, stats), dims), options, stats), stats),
             s, k, cand);
-  // Round 2: the k-th distance found bounds the other ranks (all of them while fewer than k).
-  for (auto& b : out) b.clear();
-  std::vector<char> hit(static_cast<std::size_t>(ranks));
-  for (index_t i = s.begin; i < s.begin + s.count; ++i) {
-    const Candidates& c = cand[static_cast<std::size_t>(i - s.begin)];
-    const double bound = c.best.size() == static_cast<std::size_t>(k) ? static_cast<double>(c.best.back().first)
-                                                                      : std::numeric_limits<double>::infinity();
-    ranks_within(tree, queries + i * dims, bound * bound, hit);
-    for (int r = 0; r < ranks; ++r)
-      if (hit[static_cast<std::size_t>(r)] && r != first[static_cast<std::size_t>(i - s.begin)]) {
-        put(out[static_cast<std::size_t>(r)], &i, 1);
-        put(out[static_cast<std::size_t>(r)], queries + i * dims, static_cast<std::size_t>(dims));
-      }
-  }
-  merge_knn(exchange(comm, answer_knn(comm, tree, local, unpack_queries(exchange(comm, out, stats), dims), options, stats), stats),
+  // Round 2: the k-th squared distance found bounds the other ranks (all of them while fewer
+  // than k are known).
+  std::vector<std::uint8_t> to(static_cast<std::size_t>(s.count * ranks));
+  tbb::parallel_for(index_t{0}, s.count, [&](index_t i) {
+    const double bound2 = cand.found[static_cast<std::size_t>(i)] == k ? static_cast<double>(cand.d2[static_cast<std::size_t>(i * k + k - 1)])
+                                                                        : std::numeric_limits<double>::infinity();
+    std::uint8_t* hit = to.data() + i * ranks;
+    ranks_within(tree, queries + (s.begin + i) * dims, bound2, hit);
+    hit[first[static_cast<std::size_t>(i)]] = 0;
+  });
+  merge_knn(exchange(comm, answer_knn(comm, tree, local, unpack_queries(exchange(comm, pack_queries(to, ranks, s, queries, dims), stats), dims),
+                                      options, stats),
+                     stats),
             s, k, cand);
-  std::vector<index_t> idx(static_cast<std::size_t>(s.count) * k);
-  std::vector<float> dist(idx.size());
-  for (index_t i = 0; i < s.count; ++i)
-    for (int j = 0; j < k; ++j) {
-      const auto& b = cand[static_cast<std::size_t>(i)].best[static_cast<std::size_t>(j)];
-      dist[static_cast<std::size_t>(i * k + j)] = b.first;
-      idx[static_cast<std::size_t>(i * k + j)] = b.second;
-    }
+  std::vector<float> dist(cand.d2.size());
+  tbb::parallel_for(std::size_t{0}, dist.size(), [&](std::size_t j) { dist[j] = sqrt_rn(cand.d2[j]); });
   KnnResult result;
   result.k = k;
-  result.indices = gathered(comm, gather, std::move(idx), n, k, stats);
+  result.indices = gathered(comm, gather, std::move(cand.id), n, k, stats);
   result.distances = gathered(comm, gather, std::move(dist), n, k, stats);
   finish_stats(comm, stats, start);
   return result;

@@ -87,9 +87,24 @@ KnnResult nearest_neighbors(MPI_Comm comm, NearestNeighbors& nn, const float* qu
 BhResult barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, DistributedStats* stats = nullptr,
                     Gather gather = Gather::All);
 
+// The same calls into the caller's buffers, as the single-process runs' (host or device memory):
+// counts[n], indices[n][k] and distances[n][k], forces[bodies][3]. Each rank writes its share at
+// its items' places; All and Root then fill the rest of the buffers that hold every result, in
+// place (host memory only: device buffers take Gather::Local). Buffers reused from call to call
+// cost nothing to allocate or fault in, which is most of what gathering into new vectors costs.
+TraversalStats point_correlation(MPI_Comm comm, PointCorrelation& pc, const float* queries, index_t n,
+                                 const PcOptions& options, index_t* counts, DistributedStats* stats = nullptr,
+                                 Gather gather = Gather::All);
+TraversalStats nearest_neighbors(MPI_Comm comm, NearestNeighbors& nn, const float* queries, index_t n,
+                                 const KnnOptions& options, index_t* indices, float* distances,
+                                 DistributedStats* stats = nullptr, Gather gather = Gather::All);
+TraversalStats barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, float* forces,
+                          DistributedStats* stats = nullptr, Gather gather = Gather::All);
+
 // The predictions of every row (row-major [n][predictor.n_features()]) into
-// out[n][predictor.output_width(options.output)], as predictor.predict(). out always has room
-// for every row; with Local (and Root on ranks other than 0) only this rank's rows are written.
+// out[n][predictor.output_width(options.output)], as predictor.predict() (host or device
+// memory). out always has room for every row; with Local (and Root on ranks other than 0) only
+// this rank's rows are written.
 void predict_forest(MPI_Comm comm, ForestPredictor& predictor, const float* rows, index_t n, float* out,
                     const ForestRunOptions& options, DistributedStats* stats = nullptr,
                     Gather gather = Gather::All);
@@ -111,8 +126,10 @@ class PartitionedKdTree {
   // Bytes of this rank's tree (KdTree::bytes) and of the top-tree every rank holds.
   std::uint64_t local_bytes() const { return local_->bytes(); }
   std::uint64_t top_bytes() const { return top_->bytes(); }
-  // The original index of each local point (ascending).
+  // The original index of each local point (ascending), and the points in that order (host
+  // memory: the kNN merge recomputes squared distances from them).
   const std::vector<index_t>& local_ids() const { return ids_; }
+  const std::vector<float>& local_points() const { return points_; }
   index_t global_size() const { return n_; }
   int dims() const { return dims_; }
   int ranks() const { return ranks_; }
@@ -129,6 +146,7 @@ class PartitionedKdTree {
   std::unique_ptr<KdTree> top_;  // the top-tree: leaves of about n / 2^depth points
   std::unique_ptr<KdTree> local_;
   std::vector<index_t> ids_;
+  std::vector<float> points_;
   std::vector<int> owner_;         // per top-tree leaf node, in left-to-right order
   std::vector<node_id> leaf_node_; // the top-tree's leaf node ids, left to right
   std::vector<float> boxes_;

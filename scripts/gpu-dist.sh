@@ -9,7 +9,10 @@
 #   3. Partition mode: pc and knn over 20M points with a per-rank memory budget below the whole
 #      tree, checked against one process.
 #   4. The GPU tests, split over the GPUs, and the MPI tests under mpirun.
-# NP (default: the GPU count), STEPS (default "smoke pc knn forest part-pc part-knn tests").
+#   (The replicate runs call into buffers made once; the -dev steps keep queries, rows and results
+#   in each rank's device memory.)
+# NP (default: the GPU count), STEPS (default: every step), BUDGET_S (the tests run only if the
+# steps before them left time).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 final=${OUT:-out}
@@ -52,7 +55,7 @@ dist() {  # dist NAME TIMEOUT ARGS...: canopy-bench dist under mpirun, its table
   echo "exit $?"
 }
 
-steps=${STEPS:-smoke pc knn forest part-pc part-knn tests}
+steps=${STEPS:-smoke pc pc-dev knn knn-dev forest forest-dev part-pc part-knn tests}
 for step in $steps; do
   case $step in
     smoke)
@@ -69,11 +72,20 @@ for step in $steps; do
       ;;
     pc)
       dist pc_replicate 120 --workload pc --generate uniform:20000000:3 --gather all,root,local --repeat 5 ;;
+    pc-dev)
+      dist pc_replicate_dev 120 --workload pc --generate uniform:20000000:3 --on-device 1 --gather local --repeat 5 ;;
     knn)
       dist knn_replicate 150 --workload knn --k 8 --generate uniform:20000000:3 --gather all,root,local --repeat 5 ;;
+    knn-dev)
+      dist knn_replicate_dev 120 --workload knn --k 8 --generate uniform:20000000:3 --on-device 1 --gather local \
+        --repeat 5 ;;
     forest)
       dist forest_replicate 150 --workload forest --model stage/forest/covtype_xgb_bin_d8.json.gz \
         --data stage/forest/covtype_bin.csv.gz --label Cover_Type_2 --rows 10000000 --gather all,root,local \
+        --repeat 5 ;;
+    forest-dev)
+      dist forest_replicate_dev 120 --workload forest --model stage/forest/covtype_xgb_bin_d8.json.gz \
+        --data stage/forest/covtype_bin.csv.gz --label Cover_Type_2 --rows 10000000 --on-device 1 --gather local \
         --repeat 5 ;;
     part-pc)
       # The whole tree of 20M 3-d points takes about 0.8 GB; each rank's budget is 0.6 of it.

@@ -297,6 +297,74 @@ TEST(Distributed, GatherModesLeaveEachRankItsResults) {
   EXPECT_THROW(distributed::parse_gather("everyone"), Error);
 }
 
+// The calls into the caller's buffers: this rank's share at its items' places, every item after
+// All (Root: on rank 0); what the rank does not hold stays as it was.
+TEST(Distributed, CallsIntoBuffersFillWhatEachRankHolds) {
+  using distributed::Gather;
+  const std::vector<float> p = points(3000, 3, 51);
+  const KdTree tree = KdTree::build(p.data(), 3000, 3);
+  PointCorrelation pc(tree, Device::Cpu);
+  NearestNeighbors nn(tree, Device::Cpu);
+  PcOptions po;
+  po.radius = 0.05f;
+  KnnOptions ko;
+  ko.k = 4;
+  const index_t m = 777;
+  const PcResult one_pc = pc.run(p.data(), m, po);
+  const KnnResult one_nn = nn.run(p.data(), m, ko);
+  const distributed::Share mine = distributed::share_of(m, this_rank(), rank_count());
+  for (Gather g : {Gather::All, Gather::Root, Gather::Local}) {
+    SCOPED_TRACE(distributed::to_string(g));
+    const bool all = g == Gather::All || (g == Gather::Root && this_rank() == 0);
+    std::vector<index_t> counts(static_cast<std::size_t>(m), -5), idx(static_cast<std::size_t>(m * 4), -5);
+    std::vector<float> dist(idx.size(), -5.0f);
+    for (int call = 0; call < 2; ++call) {  // the same buffers twice, as a caller reuses them
+      distributed::point_correlation(MPI_COMM_WORLD, pc, p.data(), m, po, counts.data(), nullptr, g);
+      distributed::nearest_neighbors(MPI_COMM_WORLD, nn, p.data(), m, ko, idx.data(), dist.data(), nullptr, g);
+    }
+    for (index_t i = 0; i < m; ++i) {
+      const bool held = all || (i >= mine.begin && i < mine.begin + mine.count);
+      ASSERT_EQ(counts[static_cast<std::size_t>(i)], held ? one_pc.counts[static_cast<std::size_t>(i)] : -5) << i;
+      for (index_t j = i * 4; j < i * 4 + 4; ++j) {
+        ASSERT_EQ(idx[static_cast<std::size_t>(j)], held ? one_nn.indices[static_cast<std::size_t>(j)] : -5) << i;
+        ASSERT_EQ(dist[static_cast<std::size_t>(j)], held ? one_nn.distances[static_cast<std::size_t>(j)] : -5.0f) << i;
+      }
+    }
+  }
+}
+
+// kNN over a partitioned tree orders candidates as one process does, by squared distance then
+// index, also where two squared distances round to one distance: (1, y) lies farther than
+// (1, 0) from the origin (1 + 2^-23 against 1) at the same float distance 1, and comes second
+// although its index is lower.
+TEST(Distributed, PartitionedNeighboursOrderBySquaredDistance) {
+  const float y = 1.5f * std::ldexp(1.0f, -12);
+  std::vector<float> p = {1.0f, y, 1.0f, 0.0f};
+  for (int i = 0; i < 60; ++i) {
+    p.push_back(3.0f + static_cast<float>(i));
+    p.push_back(static_cast<float>(i % 5));
+  }
+  const index_t n = static_cast<index_t>(p.size()) / 2;
+  const std::vector<float> q = {0.0f, 0.0f, 0.5f, 0.25f, 2.0f, 0.0f};
+  KdTreeOptions o;
+  o.device = Device::Cpu;
+  const KdTree whole = KdTree::build(p.data(), n, 2, o);
+  NearestNeighbors one_nn(whole, Device::Cpu);
+  KnnOptions ko;
+  ko.k = 2;
+  const KnnResult one = one_nn.run(q.data(), 3, ko);
+  ASSERT_EQ(one.indices[0], 1);  // the case is what it says
+  ASSERT_EQ(one.indices[1], 0);
+  ASSERT_EQ(one.distances[0], one.distances[1]);
+  for (int depth : {2, 3}) {
+    const distributed::PartitionedKdTree part(MPI_COMM_WORLD, p.data(), n, 2, depth, o);
+    NearestNeighbors local(part.local(), Device::Cpu);
+    const KnnResult all = distributed::nearest_neighbors(MPI_COMM_WORLD, part, local, q.data(), 3, ko);
+    EXPECT_EQ(all.indices, one.indices) << "depth " << depth;
+    EXPECT_EQ(all.distances, one.distances) << "depth " << depth;
+  }
+}
+
 // A per-rank memory budget: the points split among the ranks fit a budget the whole tree does
 // not; a budget below a rank's share fails on every rank, naming the budget.
 TEST(Distributed, PartitionedTreeKeepsToItsMemoryBudget) {
