@@ -66,6 +66,9 @@ void add_dist_options(CLI::App& app, DistConfig& c) {
                  "local only), as a simulation holding its data on the GPU; 0 host memory. Buffers are reused "
                  "from call to call either way")
       ->capture_default_str();
+  app.add_option("--variant", c.variant,
+                 "pc, knn: the schedule x executor of every call, the baseline's too (auto: the API's default)")
+      ->capture_default_str();
   app.add_option("--rows", c.rows, "forest: rows (0: the file's; more: copies moved by --jitter)")->capture_default_str();
   app.add_option("--jitter", c.jitter, "forest: standard deviations the copies past the file's rows move by")
       ->capture_default_str();
@@ -271,6 +274,9 @@ int run_dist(const DistConfig& c) {
     if (c.workload == "pc") {
       auto o = std::make_shared<PcOptions>();
       o->device = device;
+      const Variant v = parse_variants(c.variant, /*guided=*/false).at(0);
+      o->schedule = v.schedule;
+      o->executor = v.executor;
       // The radius from one process's tree on rank 0, the same on every rank.
       float r = 0;
       if (rank == 0) r = parse_radius(c.radius, whole ? *whole : searched, in->queries, c.input.seed);
@@ -295,10 +301,13 @@ int run_dist(const DistConfig& c) {
         const std::vector<index_t> got = partition ? res->counts : counts->head(items);
         return (!partition || got.size() == items) && equal_prefix(one->head(items), got, items);
       };
-      w.what = "pc radius " + std::to_string(r);
+      w.what = "pc radius " + std::to_string(r) + ", " + c.variant;
     } else {
       auto o = std::make_shared<KnnOptions>();
       o->device = device;
+      const Variant v = parse_variants(c.variant, /*guided=*/true).at(0);
+      o->schedule = v.schedule;
+      o->executor = v.executor;
       o->k = c.k;
       auto nn = std::make_shared<NearestNeighbors>(searched, device);
       auto one_nn = one_needed ? std::make_shared<NearestNeighbors>(*whole, device) : nullptr;
@@ -324,7 +333,7 @@ int run_dist(const DistConfig& c) {
         return gi.size() == items && equal_prefix(one_idx->head(items), gi, items) &&
                equal_prefix(one_dist->head(items), gd, items);
       };
-      w.what = "knn k " + std::to_string(c.k);
+      w.what = "knn k " + std::to_string(c.k) + ", " + c.variant;
     }
     w.items = m;
     w.what += ", " + std::to_string(n) + " points (" + in->source + "), " + std::to_string(m) + " queries";

@@ -74,6 +74,12 @@ for step in $steps; do
       dist pc_replicate 120 --workload pc --generate uniform:20000000:3 --gather all,root,local --repeat 5 ;;
     pc-dev)
       dist pc_replicate_dev 120 --workload pc --generate uniform:20000000:3 --on-device 1 --gather local --repeat 5 ;;
+    pc-variants)
+      # The on-device pc under each schedule x executor (VARIANTS), the baseline under the same.
+      for v in ${VARIANTS:-auto fsm-lockstep-sorted sorted-independent hybrid-key independent}; do
+        dist "pc_dev_$v" 60 --workload pc --generate uniform:20000000:3 --on-device 1 --gather local --repeat 5 \
+          --variant "$v"
+      done ;;
     knn)
       dist knn_replicate 150 --workload knn --k 8 --generate uniform:20000000:3 --gather all,root,local --repeat 5 ;;
     knn-dev)
