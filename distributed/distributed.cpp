@@ -351,48 +351,73 @@ BhResult barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, Dist
 
 // ---- the distributed tree ------------------------------------------------------------------------
 
+namespace {
+
+// The cut both partitioned kinds share: KdTree's own median splits of the points, stopped at
+// leaves of about n / 2^depth points (its top-tree), and contiguous runs of those leaves
+// balanced by points, one run per rank; every rank computes the same cut.
+struct TopCut {
+  std::unique_ptr<KdTree> top;
+  std::vector<node_id> leaf_node;           // the top-tree's leaves, left to right
+  std::vector<int> owner;                   // per leaf
+  std::vector<float> boxes;                 // per leaf: lo[dims], hi[dims]
+  std::vector<std::vector<index_t>> ids;    // per rank: its points' original indices, ascending
+};
+
+TopCut cut_top_tree(const float* points, index_t n, int dims, int depth, int ranks, const char* what) {
+  if (depth < 1 || depth > 30) throw Error(std::string(what) + ": depth " + std::to_string(depth) + " is outside 1..30");
+  const index_t wanted = index_t{1} << depth;
+  if (n < ranks) throw Error(std::string(what) + ": " + std::to_string(n) + " points for " + std::to_string(ranks) + " ranks");
+  TopCut cut;
+  KdTreeOptions top;
+  top.leaf_size = static_cast<int>(std::max<index_t>(1, (n + wanted - 1) / wanted));
+  top.device = Device::Cpu;
+  cut.top = std::make_unique<KdTree>(KdTree::build(points, n, dims, top));
+  const KdTreeView v = cut.top->view();
+  for (node_id k = 0; k < v.n_nodes; ++k)
+    if (v.is_leaf(k)) cut.leaf_node.push_back(k);  // depth-first ids: left to right
+  const index_t L = static_cast<index_t>(cut.leaf_node.size());
+  if (L < ranks)
+    throw Error(std::string(what) + ": the top-tree of depth " + std::to_string(depth) + " has " + std::to_string(L) +
+                " leaves for " + std::to_string(ranks) + " ranks (each rank owns at least one: a deeper top-tree)");
+  // A leaf goes to the rank its middle point falls in, with no rank left out.
+  cut.owner.resize(static_cast<std::size_t>(L));
+  cut.boxes.resize(static_cast<std::size_t>(L) * 2 * dims);
+  cut.ids.resize(static_cast<std::size_t>(ranks));
+  index_t before = 0;
+  int prev = -1;
+  for (index_t i = 0; i < L; ++i) {
+    const node_id k = cut.leaf_node[static_cast<std::size_t>(i)];
+    const KdNode& node = v.nodes[k];
+    const double middle = static_cast<double>(before) + node.count / 2.0;
+    int r = static_cast<int>(middle * ranks / static_cast<double>(n));
+    r = std::min(std::max(r, prev), prev + 1);
+    r = std::min(std::max(r, ranks - static_cast<int>(L - i)), ranks - 1);
+    cut.owner[static_cast<std::size_t>(i)] = prev = r;
+    before += node.count;
+    std::copy(v.lo(k), v.lo(k) + dims, cut.boxes.begin() + i * 2 * dims);
+    std::copy(v.hi(k), v.hi(k) + dims, cut.boxes.begin() + i * 2 * dims + dims);
+    std::vector<index_t>& mine = cut.ids[static_cast<std::size_t>(r)];
+    mine.insert(mine.end(), v.point_ids + node.first, v.point_ids + node.first + node.count);
+  }
+  // Original order: kNN ties break as in one process; Barnes-Hut's own bodies come first.
+  tbb::parallel_for(std::size_t{0}, cut.ids.size(), [&](std::size_t r) { std::sort(cut.ids[r].begin(), cut.ids[r].end()); });
+  return cut;
+}
+
+}  // namespace
+
 PartitionedKdTree::PartitionedKdTree(MPI_Comm comm, const float* points, index_t n, int dims, int depth,
                                      const KdTreeOptions& options, std::uint64_t memory_budget)
     : comm_(comm), n_(n), dims_(dims) {
   const Place place = place_in(comm);
-  const int rank = place.rank;
   ranks_ = place.ranks;
-  if (depth < 1 || depth > 30) throw Error("partitioned tree: depth " + std::to_string(depth) + " is outside 1..30");
-  const index_t wanted = index_t{1} << depth;
-  if (n < ranks_) throw Error("partitioned tree: " + std::to_string(n) + " points for " + std::to_string(ranks_) + " ranks");
-  // The top-tree: KdTree's own median splits, stopped at leaves of about n / 2^depth points.
-  KdTreeOptions top;
-  top.leaf_size = static_cast<int>(std::max<index_t>(1, (n + wanted - 1) / wanted));
-  top.device = Device::Cpu;
-  top_ = std::make_unique<KdTree>(KdTree::build(points, n, dims, top));
-  const KdTreeView v = top_->view();
-  for (node_id k = 0; k < v.n_nodes; ++k)
-    if (v.is_leaf(k)) leaf_node_.push_back(k);  // depth-first ids: left to right
-  const index_t L = static_cast<index_t>(leaf_node_.size());
-  if (L < ranks_)
-    throw Error("partitioned tree: the top-tree of depth " + std::to_string(depth) + " has " + std::to_string(L) +
-                " leaves for " + std::to_string(ranks_) + " ranks (each rank owns at least one: a deeper top-tree)");
-  // Contiguous runs of leaves balanced by points: a leaf goes to the rank its middle point
-  // falls in, with no rank left out.
-  owner_.resize(static_cast<std::size_t>(L));
-  boxes_.resize(static_cast<std::size_t>(L) * 2 * dims);
-  index_t before = 0;
-  int prev = -1;
-  for (index_t i = 0; i < L; ++i) {
-    const KdNode& node = v.nodes[leaf_node_[static_cast<std::size_t>(i)]];
-    const double middle = static_cast<double>(before) + node.count / 2.0;
-    int r = static_cast<int>(middle * ranks_ / static_cast<double>(n));
-    r = std::min(std::max(r, prev), prev + 1);
-    r = std::min(std::max(r, ranks_ - static_cast<int>(L - i)), ranks_ - 1);
-    owner_[static_cast<std::size_t>(i)] = prev = r;
-    before += node.count;
-    const node_id k = leaf_node_[static_cast<std::size_t>(i)];
-    std::copy(v.lo(k), v.lo(k) + dims, boxes_.begin() + i * 2 * dims);
-    std::copy(v.hi(k), v.hi(k) + dims, boxes_.begin() + i * 2 * dims + dims);
-    if (r == rank)
-      for (index_t p = node.first; p < node.first + node.count; ++p) ids_.push_back(v.point_ids[p]);
-  }
-  std::sort(ids_.begin(), ids_.end());  // original order: ties in kNN break as in one process
+  TopCut cut = cut_top_tree(points, n, dims, depth, ranks_, "partitioned tree");
+  top_ = std::move(cut.top);
+  leaf_node_ = std::move(cut.leaf_node);
+  owner_ = std::move(cut.owner);
+  boxes_ = std::move(cut.boxes);
+  ids_ = std::move(cut.ids[static_cast<std::size_t>(place.rank)]);
   // Built under run_share: a rank over its budget or out of memory fails every rank.
   const index_t count = static_cast<index_t>(ids_.size());
   run_share(comm, "local points", Share{0, count}, [&] {
@@ -766,6 +791,183 @@ KnnResult nearest_neighbors(MPI_Comm comm, const PartitionedKdTree& tree, Neares
   result.indices = gathered(comm, gather, std::move(cand.id), n, k, stats);
   result.distances = gathered(comm, gather, std::move(dist), n, k, stats);
   finish_stats(comm, stats, start);
+  return result;
+}
+
+// ---- Barnes-Hut over partitioned bodies -----------------------------------------------------------
+
+PartitionedBarnesHut::PartitionedBarnesHut(MPI_Comm comm, const float* xyz, const float* mass, index_t n, int depth,
+                                           const OctreeOptions& options)
+    : comm_(comm), n_(n), options_(options) {
+  const Place place = place_in(comm);
+  rank_ = place.rank;
+  ranks_ = place.ranks;
+  TopCut cut = cut_top_tree(xyz, n, 3, depth, ranks_, "partitioned Barnes-Hut");
+  ids_ = std::move(cut.ids);
+  // Every rank's bounding box (the same on every rank: the cut is).
+  boxes_.assign(static_cast<std::size_t>(ranks_) * 6, 0.0f);
+  for (int r = 0; r < ranks_; ++r) {
+    float* b = boxes_.data() + r * 6;
+    for (int d = 0; d < 3; ++d) {
+      b[d] = std::numeric_limits<float>::infinity();
+      b[3 + d] = -std::numeric_limits<float>::infinity();
+    }
+    for (index_t id : ids_[static_cast<std::size_t>(r)])
+      for (int d = 0; d < 3; ++d) {
+        b[d] = std::min(b[d], xyz[id * 3 + d]);
+        b[3 + d] = std::max(b[3 + d], xyz[id * 3 + d]);
+      }
+  }
+  const std::vector<index_t>& mine = local_ids();
+  const index_t count = static_cast<index_t>(mine.size());
+  xyz_.resize(static_cast<std::size_t>(count) * 3);
+  mass_.resize(static_cast<std::size_t>(count));
+  run_share(comm, "local bodies", Share{0, count}, [&] {
+    tbb::parallel_for(index_t{0}, count, [&](index_t i) {
+      const index_t id = mine[static_cast<std::size_t>(i)];
+      std::copy(xyz + id * 3, xyz + id * 3 + 3, xyz_.begin() + i * 3);
+      mass_[static_cast<std::size_t>(i)] = mass[id];
+    });
+    OctreeOptions own = options;
+    own.device = Device::Cpu;  // walked on the host when the others import from it
+    own_ = std::make_unique<Octree>(Octree::build(xyz_.data(), mass_.data(), count, own));
+  });
+}
+
+PartitionedBarnesHut::~PartitionedBarnesHut() = default;
+
+namespace {
+
+// Squared distance, in double, from the box lo[3], hi[3] to the point p.
+double box_point_distance2(const float* lo, const float* hi, const float* p) {
+  double d2 = 0;
+  for (int d = 0; d < 3; ++d) {
+    const double gap = std::max(0.0, std::max(static_cast<double>(lo[d]) - p[d], static_cast<double>(p[d]) - hi[d]));
+    d2 += gap * gap;
+  }
+  return d2;
+}
+
+// What a rank whose bodies lie in `box` (lo[3], hi[3]) needs of `tree`: (x, y, z, mass)
+// records, in the tree's depth-first order. A cell is sent whole when no body in the box would
+// open it: the box misses its cube and side^2 < theta^2 d^2 for the box's nearest point (with a
+// margin over the walk's float rounding); else its children, and at a leaf its bodies.
+std::vector<float> essential_part(const OctreeView& tree, const float* box, float theta) {
+  std::vector<float> out;
+  if (tree.n_nodes == 0) return out;
+  const double theta2 = static_cast<double>(theta) * theta;
+  std::vector<node_id> stack{0};
+  while (!stack.empty()) {
+    const node_id n = stack.back();
+    stack.pop_back();
+    const float* c = tree.cube(n);
+    const float* com = tree.node_com(n);
+    if (!(com[3] > 0.0f)) continue;  // no mass: no force
+    bool touches = true;
+    for (int d = 0; d < 3; ++d)
+      if (box[3 + d] < c[d] - c[3] || box[d] > c[d] + c[3]) touches = false;
+    const double side = 2.0 * c[3];
+    if (!touches && side * side < theta2 * box_point_distance2(box, box + 3, com) * (1 - 1e-4)) {
+      out.insert(out.end(), com, com + 4);
+      continue;
+    }
+    if (tree.is_leaf(n)) {
+      const OctNode node = tree.nodes[n];
+      out.insert(out.end(), tree.body(node.first), tree.body(node.first + node.count));
+      continue;
+    }
+    for (int i = tree.child_count(n) - 1; i >= 0; --i) stack.push_back(tree.child(n, i));
+  }
+  return out;
+}
+
+}  // namespace
+
+BhResult PartitionedBarnesHut::run(const BhOptions& options, DistributedStats* stats, Gather gather) {
+  const Clock::time_point start = Clock::now();
+  const index_t count = static_cast<index_t>(local_ids().size());
+  if (stats) {
+    *stats = DistributedStats{};
+    stats->local_items = count;
+  }
+  // What each other rank needs of this one's bodies.
+  std::vector<std::vector<char>> out(static_cast<std::size_t>(ranks_));
+  run_share(comm_, "bodies", Share{0, count}, [&] {
+    if (!(std::isfinite(options.theta) && options.theta >= 0))
+      throw Error("theta " + std::to_string(options.theta) + " must be finite and >= 0");
+    const OctreeView v = own_->view();
+    tbb::parallel_for(0, ranks_, [&](int r) {
+      if (r == rank_ || ids_[static_cast<std::size_t>(r)].empty()) return;
+      const std::vector<float> part = essential_part(v, boxes_.data() + r * 6, options.theta);
+      out[static_cast<std::size_t>(r)].resize(part.size() * sizeof(float));
+      std::memcpy(out[static_cast<std::size_t>(r)].data(), part.data(), part.size() * sizeof(float));
+    });
+  });
+  const std::vector<std::vector<char>> in = exchange(comm_, out, stats);
+  // This rank's bodies first (their forces are the run's), then what arrived, rank by rank.
+  std::vector<float> xyz = xyz_, mass = mass_;
+  for (const std::vector<char>& b : in)
+    for (std::size_t at = 0; at + 4 * sizeof(float) <= b.size(); at += 4 * sizeof(float)) {
+      float r[4];
+      std::memcpy(r, b.data() + at, sizeof r);
+      xyz.insert(xyz.end(), r, r + 3);
+      mass.push_back(r[3]);
+    }
+  imported_ = static_cast<index_t>(mass.size()) - count;
+  std::vector<float> forces(static_cast<std::size_t>(count) * 3);
+  TraversalStats ts;
+  run_share(comm_, "bodies", Share{0, count}, [&] {
+    const Clock::time_point t = Clock::now();
+    OctreeOptions oo = options_;
+    if (options.device == Device::Cpu) oo.device = Device::Cpu;
+    const Octree tree = Octree::build(xyz.data(), mass.data(), static_cast<index_t>(mass.size()), oo);
+    BarnesHut bh(tree, options.device);
+    if (count > 0) ts = bh.run(options, 0, count, forces.data());
+    if (stats) stats->local_ms = ms_since(t);
+  });
+  BhResult result;
+  static_cast<TraversalStats&>(result) = ts;
+  if (!holds_all(gather, rank_) && gather != Gather::Root) {
+    result.forces = std::move(forces);
+  } else {
+    // Gathered in rank order, then put at each body's place.
+    std::vector<int> cnt(static_cast<std::size_t>(ranks_)), at(cnt);
+    index_t total = 0;
+    for (int r = 0; r < ranks_; ++r) {
+      cnt[static_cast<std::size_t>(r)] = static_cast<int>(ids_[static_cast<std::size_t>(r)].size());
+      at[static_cast<std::size_t>(r)] = static_cast<int>(total);
+      total += cnt[static_cast<std::size_t>(r)];
+    }
+    MPI_Datatype item;
+    check_mpi(MPI_Type_contiguous(3, MPI_FLOAT, &item), "MPI_Type_contiguous");
+    check_mpi(MPI_Type_commit(&item), "MPI_Type_commit");
+    const bool all = holds_all(gather, rank_);
+    std::vector<float> by_rank(all ? static_cast<std::size_t>(total) * 3 : 0);
+    const int rc = gather == Gather::All
+                       ? MPI_Allgatherv(forces.data(), static_cast<int>(count), item, by_rank.data(), cnt.data(), at.data(),
+                                        item, comm_)
+                       : MPI_Gatherv(forces.data(), static_cast<int>(count), item, by_rank.data(), cnt.data(), at.data(),
+                                     item, 0, comm_);
+    MPI_Type_free(&item);
+    check_mpi(rc, gather == Gather::All ? "MPI_Allgatherv" : "MPI_Gatherv");
+    if (stats) {
+      const std::uint64_t own = static_cast<std::uint64_t>(count) * 12, others = static_cast<std::uint64_t>(n_ - count) * 12;
+      stats->bytes_moved += gather == Gather::All ? own * static_cast<std::uint64_t>(ranks_ - 1) + others
+                                                  : (rank_ == 0 ? others : own);
+    }
+    if (all) {
+      result.forces.resize(static_cast<std::size_t>(n_) * 3);
+      for (int r = 0; r < ranks_; ++r)
+        tbb::parallel_for(std::size_t{0}, ids_[static_cast<std::size_t>(r)].size(), [&](std::size_t i) {
+          const index_t id = ids_[static_cast<std::size_t>(r)][i];
+          std::copy_n(by_rank.begin() + (at[static_cast<std::size_t>(r)] + static_cast<index_t>(i)) * 3, 3,
+                      result.forces.begin() + id * 3);
+        });
+    } else {
+      result.forces = std::move(forces);
+    }
+  }
+  finish_stats(comm_, stats, start);
   return result;
 }
 

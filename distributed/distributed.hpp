@@ -17,10 +17,11 @@
 // and combine: counts add, and kNN candidates merge by (distance, index) after the rank that
 // owns the query's leaf has answered first and its k-th distance bounds the other ranks.
 //
-// Barnes-Hut is replicated only: every rank holds the whole octree and computes the forces on
-// its share of the bodies (BarnesHut::run over a body range), gathered in body order, bit for
-// bit the one-process forces. Not yet here (issue 21): Barnes-Hut over a partitioned octree,
-// and the routing done by the GPU inspector (the boxes are tested on the host).
+// Barnes-Hut, replicated: every rank holds the whole octree and computes the forces on its share
+// of the bodies (BarnesHut::run over a body range), bit for bit the one-process forces.
+// Partitioned (PartitionedBarnesHut): each rank holds its own bodies and imports the locally
+// essential part of the others'. Not yet here (issue 21): the routing done by the GPU
+// inspector (the boxes are tested on the host).
 #pragma once
 
 #include <mpi.h>
@@ -33,6 +34,7 @@
 #include "core/types.hpp"
 #include "runtime/barnes_hut.hpp"
 #include "runtime/forest_predictor.hpp"
+#include "layouts/octree.hpp"
 #include "runtime/knn.hpp"
 #include "runtime/point_correlation.hpp"
 
@@ -150,6 +152,44 @@ class PartitionedKdTree {
   std::vector<int> owner_;         // per top-tree leaf node, in left-to-right order
   std::vector<node_id> leaf_node_; // the top-tree's leaf node ids, left to right
   std::vector<float> boxes_;
+};
+
+// Barnes-Hut over bodies split among the ranks by the same cut (each rank owns the bodies of a
+// contiguous run of top leaves, balanced by count). Each run builds, on every rank, an octree
+// over its own bodies and the locally essential part of the others' (the classic parallel
+// Barnes-Hut): a remote cell that no body of this rank would open (this rank's bounding box
+// lies outside its cube, and the cell's side is below theta times the box's distance from its
+// centre of mass) arrives as one body of the cell's mass at that centre; a remote leaf some body
+// might open arrives as its bodies. The forces are a Barnes-Hut walk's over that tree:
+// deterministic (the same bits on every run with the same ranks), not the one-process bits
+// (its cells differ), and as close to the direct sum as one process's (tests/mpi).
+class PartitionedBarnesHut {
+ public:
+  // Collective. Every rank passes the same bodies (xyz [n][3], mass [n]); `depth` as
+  // PartitionedKdTree's. options: the octrees of each run (leaf size, depth, device).
+  PartitionedBarnesHut(MPI_Comm comm, const float* xyz, const float* mass, index_t n, int depth,
+                       const OctreeOptions& options = {});
+  ~PartitionedBarnesHut();
+
+  // Collective. Forces [n][3] in body order where this rank holds them all (Gather::All, Root
+  // on rank 0); else this rank's own bodies' forces, in local_ids() order.
+  BhResult run(const BhOptions& options, DistributedStats* stats = nullptr, Gather gather = Gather::All);
+
+  const std::vector<index_t>& local_ids() const { return ids_[static_cast<std::size_t>(rank_)]; }
+  index_t global_size() const { return n_; }
+  // Remote cells and bodies the last run brought to this rank.
+  index_t last_imported() const { return imported_; }
+
+ private:
+  MPI_Comm comm_;
+  index_t n_ = 0;
+  int rank_ = 0, ranks_ = 1;
+  OctreeOptions options_;
+  std::vector<std::vector<index_t>> ids_;  // per rank, ascending
+  std::vector<float> xyz_, mass_;          // this rank's bodies, in local_ids() order
+  std::vector<float> boxes_;               // per rank: the bounding box of its bodies, lo[3], hi[3]
+  std::unique_ptr<Octree> own_;            // this rank's bodies alone: what the others import from
+  index_t imported_ = 0;
 };
 
 // Radius counts against a partitioned tree: every rank answers its share of the queries by
