@@ -14,7 +14,11 @@
 #include "core/rounding.hpp"
 #include "layouts/geometry.hpp"
 
+#include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+
+#include "inspector/inspector.hpp"
+#include "runtime/pc_visitor.hpp"
 
 namespace canopy {
 namespace distributed {
@@ -471,6 +475,41 @@ void ranks_within(const PartitionedKdTree& t, const float* q, double reach2, std
   }
 }
 
+// The inspector as the router: each query's traversal through the top-tree with the
+// point-correlation visitor (the descend test its traversals make, radius2 computed as
+// PointCorrelation computes it) reaches the top leaves that may hold points within the radius;
+// to[i * ranks + r] = 1 for the owners of those leaves. A point within the radius lies in a top
+// leaf whose box passes the same float test, so no rank that holds one is missed.
+void route_radius(const PartitionedKdTree& t, const float* queries, index_t count, float radius2, std::uint8_t* to) {
+  const KdTreeView top = t.top().view();
+  const std::vector<node_id>& leaves = t.top_leaf_nodes();
+  TopTreeView columns;
+  columns.leaves = leaves.data();
+  columns.n_leaves = static_cast<index_t>(leaves.size());
+  columns.depth = top.height;  // every leaf of the top-tree is a column
+  columns.first_leaf = leaves.front();
+  columns.last_leaf = leaves.back();
+  const index_t words = (columns.n_leaves + 63) / 64;
+  const int ranks = t.ranks();
+  dispatch_dims(t.dims(), [&](auto width) {
+    PointCorrelationVisitor<decltype(width)::value> v;
+    v.tree = top;
+    v.queries = queries;
+    v.radius2 = radius2;
+    tbb::parallel_for(tbb::blocked_range<index_t>(0, count), [&](const tbb::blocked_range<index_t>& range) {
+      std::vector<std::uint64_t> row(static_cast<std::size_t>(words));
+      for (index_t i = range.begin(); i < range.end(); ++i) {
+        inspect_row(top, columns, v, i, row.data(), words);
+        for (index_t w = 0; w < words; ++w)
+          for (std::uint64_t bits = row[static_cast<std::size_t>(w)]; bits; bits &= bits - 1) {
+            const index_t c = w * 64 + __builtin_ctzll(bits);
+            to[i * ranks + t.leaf_owner()[static_cast<std::size_t>(c)]] = 1;
+          }
+      }
+    });
+  });
+}
+
 // MPI_Alltoallv of byte messages: out[d] goes to rank d; returns what every rank sent here, in
 // rank order.
 std::vector<std::vector<char>> exchange(MPI_Comm comm, const std::vector<std::vector<char>>& out, DistributedStats* st) {
@@ -625,10 +664,7 @@ PcResult point_correlation(MPI_Comm comm, const PartitionedKdTree& tree, PointCo
       throw Error("radius " + std::to_string(options.radius) + " must be finite and >= 0");
     check_queries(queries + s.begin * dims, s.count, dims);  // numbered within the share, as run_share says
     std::vector<std::uint8_t> to(static_cast<std::size_t>(s.count * ranks));
-    const double r2 = static_cast<double>(options.radius) * options.radius;
-    tbb::parallel_for(index_t{0}, s.count, [&](index_t i) {
-      ranks_within(tree, queries + (s.begin + i) * dims, r2, to.data() + i * ranks);
-    });
+    route_radius(tree, queries + s.begin * dims, s.count, options.radius * options.radius, to.data());
     out = pack_queries(to, ranks, s, queries, dims);
   });
   const Inbox in = unpack_queries(exchange(comm, out, stats), dims);

@@ -13,15 +13,19 @@
 // Distributed tree (PartitionedKdTree): the points are cut by a top-tree into 2^depth leaves;
 // each rank owns a contiguous run of them, balanced by point count, and builds its own tree
 // (on its device) over its points only. A query goes to the ranks whose top leaves it can
-// reach, which the top-tree's boxes decide; partial results travel back with MPI_Alltoallv
-// and combine: counts add, and kNN candidates merge by (distance, index) after the rank that
-// owns the query's leaf has answered first and its k-th distance bounds the other ranks.
+// reach; partial results travel back with MPI_Alltoallv and combine: counts add, and kNN
+// candidates merge by (squared distance, index) after the rank that owns the query's leaf has
+// answered first and its k-th distance bounds the other ranks. The inspector is the router for
+// radius queries: each query's walk through the top-tree with the point-correlation visitor
+// (the same box test its traversals make; inspect_row, on the host's threads) reaches the top
+// leaves whose owners get the query.
 //
 // Barnes-Hut, replicated: every rank holds the whole octree and computes the forces on its share
 // of the bodies (BarnesHut::run over a body range), bit for bit the one-process forces.
 // Partitioned (PartitionedBarnesHut): each rank holds its own bodies and imports the locally
-// essential part of the others'. Not yet here (issue 21): the routing done by the GPU
-// inspector (the boxes are tested on the host).
+// essential part of the others'. Not yet here (issue 21): the routing on the GPU (the inspector
+// routes on the host's threads), and kNN's second round by the inspector (it tests the top
+// leaves' boxes against the k-th distance on the host).
 #pragma once
 
 #include <mpi.h>
@@ -140,6 +144,10 @@ class PartitionedKdTree {
   const std::vector<float>& leaf_boxes() const { return boxes_; }
   // The rank whose top leaf a point descends into (the split planes of the top-tree).
   int owner_of(const float* q) const;
+  // The top-tree every rank holds (its leaves are the top leaves) and its leaves' node ids,
+  // left to right: what the inspector routes queries over.
+  const KdTree& top() const { return *top_; }
+  const std::vector<node_id>& top_leaf_nodes() const { return leaf_node_; }
 
  private:
   MPI_Comm comm_;
