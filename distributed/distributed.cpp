@@ -99,6 +99,16 @@ void run_share(MPI_Comm comm, const char* items, Share s, F&& f) {
   throw Error("rank " + std::to_string(failed) + " of " + std::to_string(ranks) + " " + text);
 }
 
+// run_share for a rank's own share of the work, its wall time into stats->local_ms.
+template <class F>
+void run_timed_share(MPI_Comm comm, const char* items, Share s, DistributedStats* stats, F&& f) {
+  run_share(comm, items, s, [&] {
+    const Clock::time_point t = Clock::now();
+    f();
+    if (stats) stats->local_ms = ms_since(t);
+  });
+}
+
 // True where this rank holds every item's result after a gather.
 bool holds_all(Gather mode, int rank) { return mode == Gather::All || (mode == Gather::Root && rank == 0); }
 
@@ -213,11 +223,9 @@ TraversalStats point_correlation(MPI_Comm comm, PointCorrelation& pc, const floa
   const Share s = my_share(comm, n, stats);
   const int dims = pc.tree().dims();
   TraversalStats ts;
-  run_share(comm, "queries", s, [&] {
+  run_timed_share(comm, "queries", s, stats, [&] {
     check_gather_buffer(gather, counts, "the counts buffer");
-    const Clock::time_point t = Clock::now();
     ts = pc.run(queries + s.begin * dims, s.count, options, counts + s.begin);
-    if (stats) stats->local_ms = ms_since(t);
   });
   gather_in_place(comm, gather, counts, counts + s.begin, n, 1, stats);
   finish_stats(comm, stats, start);
@@ -230,10 +238,8 @@ PcResult point_correlation(MPI_Comm comm, PointCorrelation& pc, const float* que
   const Share s = my_share(comm, n, stats);
   ResultBuffer<index_t> buf(gather, place_in(comm).rank, n, s, 1);
   TraversalStats ts;
-  run_share(comm, "queries", s, [&] {
-    const Clock::time_point t = Clock::now();
+  run_timed_share(comm, "queries", s, stats, [&] {
     ts = pc.run(queries + s.begin * pc.tree().dims(), s.count, options, buf.share);
-    if (stats) stats->local_ms = ms_since(t);
   });
   gather_in_place(comm, gather, buf.full, buf.share, n, 1, stats);
   PcResult out;
@@ -260,13 +266,11 @@ TraversalStats nearest_neighbors(MPI_Comm comm, NearestNeighbors& nn, const floa
   const Share s = my_share(comm, n, stats);
   const index_t k = options.k;
   TraversalStats ts;
-  run_share(comm, "queries", s, [&] {
+  run_timed_share(comm, "queries", s, stats, [&] {
     check_k(nn, options.k);
     check_gather_buffer(gather, indices, "the indices buffer");
     check_gather_buffer(gather, distances, "the distances buffer");
-    const Clock::time_point t = Clock::now();
     ts = nn.run(queries + s.begin * nn.dims(), s.count, options, indices + s.begin * k, distances + s.begin * k);
-    if (stats) stats->local_ms = ms_since(t);
   });
   gather_in_place(comm, gather, indices, indices + s.begin * k, n, k, stats);
   gather_in_place(comm, gather, distances, distances + s.begin * k, n, k, stats);
@@ -283,11 +287,9 @@ KnnResult nearest_neighbors(MPI_Comm comm, NearestNeighbors& nn, const float* qu
   ResultBuffer<index_t> idx(gather, rank, n, s, k);
   ResultBuffer<float> dist(gather, rank, n, s, k);
   TraversalStats ts;
-  run_share(comm, "queries", s, [&] {
+  run_timed_share(comm, "queries", s, stats, [&] {
     check_k(nn, options.k);
-    const Clock::time_point t = Clock::now();
     ts = nn.run(queries + s.begin * nn.dims(), s.count, options, idx.share, dist.share);
-    if (stats) stats->local_ms = ms_since(t);
   });
   gather_in_place(comm, gather, idx.full, idx.share, n, k, stats);
   gather_in_place(comm, gather, dist.full, dist.share, n, k, stats);
@@ -305,13 +307,11 @@ void predict_forest(MPI_Comm comm, ForestPredictor& predictor, const float* rows
   const Clock::time_point start = Clock::now();
   const Share s = my_share(comm, n, stats);
   index_t width = 0;
-  run_share(comm, "rows", s, [&] {
+  run_timed_share(comm, "rows", s, stats, [&] {
     width = predictor.output_width(options.output);
     check_gather_buffer(gather, out, "the output buffer");
-    const Clock::time_point t = Clock::now();
     if (s.count > 0)
       predictor.predict(rows + s.begin * predictor.n_features(), s.count, out + s.begin * width, options);
-    if (stats) stats->local_ms = ms_since(t);
   });
   gather_in_place(comm, gather, out, out + s.begin * width, n, width, stats);
   finish_stats(comm, stats, start);
@@ -323,11 +323,9 @@ TraversalStats barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options
   const index_t n = bh.tree().size();
   const Share s = my_share(comm, n, stats);
   TraversalStats ts;
-  run_share(comm, "bodies", s, [&] {
+  run_timed_share(comm, "bodies", s, stats, [&] {
     check_gather_buffer(gather, forces, "the forces buffer");
-    const Clock::time_point t = Clock::now();
     ts = bh.run(options, s.begin, s.count, forces + s.begin * 3);
-    if (stats) stats->local_ms = ms_since(t);
   });
   gather_in_place(comm, gather, forces, forces + s.begin * 3, n, 3, stats);
   finish_stats(comm, stats, start);
@@ -340,10 +338,8 @@ BhResult barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, Dist
   const Share s = my_share(comm, n, stats);
   ResultBuffer<float> buf(gather, place_in(comm).rank, n, s, 3);
   TraversalStats ts;
-  run_share(comm, "bodies", s, [&] {
-    const Clock::time_point t = Clock::now();
+  run_timed_share(comm, "bodies", s, stats, [&] {
     ts = bh.run(options, s.begin, s.count, buf.share);
-    if (stats) stats->local_ms = ms_since(t);
   });
   gather_in_place(comm, gather, buf.full, buf.share, n, 3, stats);
   BhResult out;
@@ -952,14 +948,12 @@ BhResult PartitionedBarnesHut::run(const BhOptions& options, DistributedStats* s
   imported_ = static_cast<index_t>(mass.size()) - count;
   std::vector<float> forces(static_cast<std::size_t>(count) * 3);
   TraversalStats ts;
-  run_share(comm_, "bodies", Share{0, count}, [&] {
-    const Clock::time_point t = Clock::now();
+  run_timed_share(comm_, "bodies", Share{0, count}, stats, [&] {
     OctreeOptions oo = options_;
     if (options.device == Device::Cpu) oo.device = Device::Cpu;
     const Octree tree = Octree::build(xyz.data(), mass.data(), static_cast<index_t>(mass.size()), oo);
     BarnesHut bh(tree, options.device);
     if (count > 0) ts = bh.run(options, 0, count, forces.data());
-    if (stats) stats->local_ms = ms_since(t);
   });
   BhResult result;
   static_cast<TraversalStats&>(result) = ts;
