@@ -30,28 +30,34 @@ inline index_t forest_cpu_block_rows(index_t n_rows) {
   return std::min(kForestCpuMaxBlock, std::max(kForestCpuMinBlock, (per_block + 15) / 16 * 16));
 }
 
+// Runs f(first, n) on each block of the batch's rows (forest_cpu_block_rows), blocks in
+// parallel: rows first .. first + n - 1.
+template <class F>
+void for_each_row_block(index_t n_rows, F&& f) {
+  const index_t block = forest_cpu_block_rows(n_rows);
+  const index_t blocks = (n_rows + block - 1) / block;
+  tbb::parallel_for(tbb::blocked_range<index_t>(0, blocks, 1), [&](const tbb::blocked_range<index_t>& r) {
+    for (index_t b = r.begin(); b < r.end(); ++b) f(b * block, std::min(block, n_rows - b * block));
+  });
+}
+
 // rows: row-major [n_rows][n_features]; dst: [n_rows][width], width = the output's values
 // per row (Forest::output_width).
 template <class View>
 void predict_forest_cpu(const View& v, const float* rows, index_t n_rows, ForestOutput out, int width, float* dst) {
   const index_t features = v.common.n_features;
-  const index_t block = forest_cpu_block_rows(n_rows);
-  const index_t blocks = (n_rows + block - 1) / block;
   dispatch_forest_sums(v.common, [&](auto sums) {
     using Sums = decltype(sums);
-    tbb::parallel_for(tbb::blocked_range<index_t>(0, blocks, 1), [&](const tbb::blocked_range<index_t>& r) {
-      std::vector<Sums> s(static_cast<std::size_t>(block));
-      for (index_t b = r.begin(); b < r.end(); ++b) {
-        const index_t first = b * block;
-        const index_t n = std::min(block, n_rows - first);
-        const float* x = rows + first * features;
-        for (index_t j = 0; j < n; ++j) s[j].begin(v.common);
-        for (index_t t = 0; t < v.common.n_trees; ++t)
-          for (index_t j = 0; j < n; ++j) s[j].add(v.common, t, find_leaf(v, t, x + j * features));
-        for (index_t j = 0; j < n; ++j) {
-          s[j].end(v.common);
-          s[j].write(v.common, out, dst + (first + j) * width);
-        }
+    for_each_row_block(n_rows, [&](index_t first, index_t n) {
+      thread_local std::vector<Sums> s;  // a block's running sums, kept by the thread
+      s.resize(static_cast<std::size_t>(n));
+      const float* x = rows + first * features;
+      for (index_t j = 0; j < n; ++j) s[j].begin(v.common);
+      for (index_t t = 0; t < v.common.n_trees; ++t)
+        for (index_t j = 0; j < n; ++j) s[j].add(v.common, t, find_leaf(v, t, x + j * features));
+      for (index_t j = 0; j < n; ++j) {
+        s[j].end(v.common);
+        s[j].write(v.common, out, dst + (first + j) * width);
       }
     });
   });
@@ -65,20 +71,14 @@ template <class LeafNumber>
 void predict_forest_leaves_cpu(const ForestCommon& c, const float* rows, index_t n_rows, const LeafNumber& leaf_number,
                                float* dst) {
   const index_t features = c.n_features, trees = c.n_trees;
-  const index_t block = forest_cpu_block_rows(n_rows);
-  const index_t blocks = (n_rows + block - 1) / block;
-  tbb::parallel_for(tbb::blocked_range<index_t>(0, blocks, 1), [&](const tbb::blocked_range<index_t>& r) {
-    for (index_t b = r.begin(); b < r.end(); ++b) {
-      const index_t first = b * block;
-      const index_t n = std::min(block, n_rows - first);
-      for (index_t t = 0; t < trees; ++t) {  // tree-major, as predict_forest_cpu
-        const std::int32_t* ids = c.leaf_source_id.data() + c.leaf_id_begin[static_cast<std::size_t>(t)];
-        const index_t count = c.leaf_id_begin[static_cast<std::size_t>(t) + 1] - c.leaf_id_begin[static_cast<std::size_t>(t)];
-        const index_t col = c.order[static_cast<std::size_t>(t)];
-        for (index_t j = 0; j < n; ++j) {
-          const index_t leaf = leaf_number(t, rows + (first + j) * features);
-          dst[(first + j) * trees + col] = leaf >= 0 && leaf < count ? static_cast<float>(ids[leaf]) : -1.0f;
-        }
+  for_each_row_block(n_rows, [&](index_t first, index_t n) {
+    for (index_t t = 0; t < trees; ++t) {  // tree-major, as predict_forest_cpu
+      const std::int32_t* ids = c.leaf_source_id.data() + c.leaf_id_begin[static_cast<std::size_t>(t)];
+      const index_t count = c.leaf_id_begin[static_cast<std::size_t>(t) + 1] - c.leaf_id_begin[static_cast<std::size_t>(t)];
+      const index_t col = c.order[static_cast<std::size_t>(t)];
+      for (index_t j = 0; j < n; ++j) {
+        const index_t leaf = leaf_number(t, rows + (first + j) * features);
+        dst[(first + j) * trees + col] = leaf >= 0 && leaf < count ? static_cast<float>(ids[leaf]) : -1.0f;
       }
     }
   });
