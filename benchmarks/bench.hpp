@@ -191,6 +191,7 @@ struct DistConfig {
   int baseline = 1;          // rank 0 also times the one-process call (the whole tree, every query)
   int on_device = 0;         // replicate: queries or rows and results in each rank's device memory
   std::string variant = "auto";  // pc, knn: schedule x executor (canopy-bench's variant names)
+  int presort = 0;               // pc, knn: queries in a spatial order first (a kd-tree's over them)
   index_t rows = 0;          // forest: rows (0: the file's; more: forest_batch's smoothed bootstrap)
   double jitter = 0.05;      // forest: forest_batch's jitter
   double memory_budget_mb = 0;  // partition: each rank's tree at most this (0: no limit)

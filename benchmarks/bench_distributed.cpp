@@ -69,6 +69,10 @@ void add_dist_options(CLI::App& app, DistConfig& c) {
   app.add_option("--variant", c.variant,
                  "pc, knn: the schedule x executor of every call, the baseline's too (auto: the API's default)")
       ->capture_default_str();
+  app.add_option("--presort", c.presort,
+                 "pc, knn: 1 puts the queries in a spatial order first (the tree order of a kd-tree built over "
+                 "them), as a program that keeps its particles sorted; the baseline gets the same order")
+      ->capture_default_str();
   app.add_option("--rows", c.rows, "forest: rows (0: the file's; more: copies moved by --jitter)")->capture_default_str();
   app.add_option("--jitter", c.jitter, "forest: standard deviations the copies past the file's rows move by")
       ->capture_default_str();
@@ -256,6 +260,15 @@ int run_dist(const DistConfig& c) {
     const int dims = in->points.dims;
     KdTreeOptions to;
     to.device = build_device(device);
+    if (c.presort && m > 0) {
+      // The same order on every rank: the tree is built from the same queries.
+      const KdTree sorter = KdTree::build(in->queries.data(), m, dims, to);
+      const std::vector<index_t>& order = sorter.point_ids();
+      std::vector<float> sorted(in->queries.coords.size());
+      for (index_t i = 0; i < m; ++i)
+        std::copy_n(in->queries.coords.begin() + order[static_cast<std::size_t>(i)] * dims, dims, sorted.begin() + i * dims);
+      in->queries.coords.swap(sorted);
+    }
     std::shared_ptr<KdTree> whole;  // replicate: every rank; partition: rank 0 for the check or baseline only
     std::shared_ptr<distributed::PartitionedKdTree> part;
     if (partition) {
@@ -337,7 +350,8 @@ int run_dist(const DistConfig& c) {
       w.what = "knn k " + std::to_string(c.k) + ", " + c.variant;
     }
     w.items = m;
-    w.what += ", " + std::to_string(n) + " points (" + in->source + "), " + std::to_string(m) + " queries";
+    w.what += ", " + std::to_string(n) + " points (" + in->source + "), " + std::to_string(m) + " queries" +
+              (c.presort ? " in a spatial order" : "");
     if (partition)
       w.what += ", top-tree of " + std::to_string(part->leaf_owner().size()) + " leaves; the whole tree " +
                 (whole ? std::to_string(whole->bytes()) + " bytes" : std::string("not built"));

@@ -80,6 +80,11 @@ for step in $steps; do
         dist "pc_dev_$v" 60 --workload pc --generate uniform:20000000:3 --on-device 1 --gather local --repeat 5 \
           --variant "$v"
       done ;;
+    pc-presort)
+      # The same with the queries in a spatial order (a program that keeps its particles sorted):
+      # each rank's half is then a region of space at the whole set's density.
+      dist pc_dev_presort 90 --workload pc --generate uniform:20000000:3 --presort 1 --on-device 1 --gather local \
+        --repeat 5 ;;
     knn)
       dist knn_replicate 150 --workload knn --k 8 --generate uniform:20000000:3 --gather all,root,local --repeat 5 ;;
     knn-dev)
