@@ -35,7 +35,8 @@ void add_dist_options(CLI::App& app, DistConfig& c) {
       ->capture_default_str();
   app.add_option("--distribute", c.distribute,
                  "replicate (every rank the whole tree, the queries sharded) or partition (the points split by "
-                 "the top-tree, queries routed; pc, knn, and bh with the others' essential cells imported)")
+                 "the top-tree, queries routed; pc, knn, and bh with the others' essential cells imported; forest: "
+                 "the trees split, each row's sums passed from rank to rank)")
       ->capture_default_str();
   add_input_options(app, c.input,
                     {"CSV or CSV.gz with a header row (normalised to [0,1])", "generated points instead: uniform:N:D",
@@ -77,7 +78,8 @@ void add_dist_options(CLI::App& app, DistConfig& c) {
   app.add_option("--jitter", c.jitter, "forest: standard deviations the copies past the file's rows move by")
       ->capture_default_str();
   app.add_option("--memory-budget-mb", c.memory_budget_mb,
-                 "partition: the most MiB a rank's tree may take (0: no limit); over it the build fails on every rank")
+                 "partition: the most MiB a rank's tree or forest layout may take (0: no limit); over it the build "
+                 "fails on every rank")
       ->capture_default_str();
   app.add_option("--json", c.json, "write the results as JSON to this file (rank 0)");
 }
@@ -184,7 +186,8 @@ bool equal_prefix(const std::vector<T>& one, const std::vector<T>& part, std::si
   return part.size() >= items && one.size() >= items && std::equal(part.begin(), part.begin() + items, one.begin());
 }
 
-DistWorkload forest_workload(const DistConfig& c, Device device, std::vector<std::shared_ptr<void>>& keep) {
+DistWorkload forest_workload(const DistConfig& c, Device device, bool partition, bool one_needed,
+                             std::vector<std::shared_ptr<void>>& keep) {
   if (c.model.empty() || c.data.empty()) throw Error("forest: --model and --data are needed");
   auto f = std::make_shared<Forest>(Forest::load(c.model));
   const ForestData d = read_forest_csv(c.data, c.label);
@@ -194,17 +197,29 @@ DistWorkload forest_workload(const DistConfig& c, Device device, std::vector<std
   ForestConfig cfg;
   cfg.device = device;
   cfg.layout = ForestLayout::Adaptive;
-  auto p = std::make_shared<ForestPredictor>(*f, cfg);
+  // Replicate: every rank the whole forest. Partition: each rank its run of the trees in the
+  // same layout (the leaf kernel finds their leaves), rank 0 the whole forest too for the check
+  // or the baseline.
+  std::shared_ptr<ForestPredictor> p;
+  std::shared_ptr<distributed::PartitionedForest> part;
+  if (partition)
+    part = std::make_shared<distributed::PartitionedForest>(
+        MPI_COMM_WORLD, *f, cfg, static_cast<std::uint64_t>(c.memory_budget_mb * 1024 * 1024));
+  if (!partition || one_needed) p = std::make_shared<ForestPredictor>(*f, cfg);
   auto run = std::make_shared<ForestRunOptions>();
   run->output = ForestOutput::Margin;
-  if (p->device() == Device::Gpu) run->kernel = ForestKernel::Auto;
-  const std::size_t w = static_cast<std::size_t>(p->output_width(run->output));
+  const Device used = p ? p->device() : part->local().device();
+  if (used == Device::Gpu) run->kernel = ForestKernel::Auto;
+  const std::size_t w = static_cast<std::size_t>(p ? p->output_width(run->output) : part->output_width(run->output));
   auto out = std::make_shared<Buffer<float>>(static_cast<std::size_t>(n) * w, dev);
-  auto one = std::make_shared<Buffer<float>>(static_cast<std::size_t>(n) * w, dev);
-  keep.insert(keep.end(), {f, rows, p, run, out, one});
+  auto one = std::make_shared<Buffer<float>>(one_needed ? static_cast<std::size_t>(n) * w : 0, dev);
+  keep.insert(keep.end(), {f, rows, p, part, run, out, one});
   DistWorkload wl;
   wl.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
-    distributed::predict_forest(MPI_COMM_WORLD, *p, rows->data(), n, out->data(), *run, st, g);
+    if (partition)
+      part->predict(rows->data(), n, out->data(), *run, st, g);
+    else
+      distributed::predict_forest(MPI_COMM_WORLD, *p, rows->data(), n, out->data(), *run, st, g);
   };
   wl.one = [=] { p->predict(rows->data(), n, one->data(), *run); };
   wl.same = [=](distributed::Gather, index_t share) {
@@ -213,7 +228,12 @@ DistWorkload forest_workload(const DistConfig& c, Device device, std::vector<std
     return std::memcmp(a.data(), b.data(), values * sizeof(float)) == 0;
   };
   wl.items = n;
+  wl.tree_bytes = static_cast<double>(partition ? part->local_bytes() : p->footprint_bytes());
   wl.what = "forest " + f->describe() + ", " + std::to_string(n) + " rows (" + c.data + ")";
+  if (partition)
+    wl.what += "; rank 0 holds trees " + std::to_string(part->first_tree()) + ".." +
+               std::to_string(part->first_tree() + part->local_trees() - 1) + " of " + std::to_string(f->n_trees()) +
+               (p ? ", the whole forest's layout " + std::to_string(p->footprint_bytes()) + " bytes" : std::string());
   return wl;
 }
 
@@ -232,8 +252,6 @@ int run_dist(const DistConfig& c) {
   const bool partition = c.distribute == "partition";
   if (!partition && c.distribute != "replicate")
     throw Error("--distribute " + c.distribute + ": replicate or partition");
-  if (partition && c.workload == "forest")
-    throw Error("--distribute partition: pc, knn and bh (the forest is replicated)");
   if (c.repeat < 1) throw Error("--repeat " + std::to_string(c.repeat) + " must be >= 1");
   if (c.warmup < 0) throw Error("--warmup " + std::to_string(c.warmup) + " must be >= 0");
   if (!(c.memory_budget_mb >= 0)) throw Error("--memory-budget-mb must be >= 0");
@@ -253,7 +271,7 @@ int run_dist(const DistConfig& c) {
   std::vector<std::shared_ptr<void>> keep;  // what the workload's closures use
   DistWorkload w;
   if (c.workload == "forest") {
-    w = forest_workload(c, device, keep);
+    w = forest_workload(c, device, partition, one_needed, keep);
   } else if (c.workload == "pc" || c.workload == "knn") {
     auto in = std::make_shared<Inputs>(load_inputs(c.input, /*normalise=*/true, /*split=*/false));
     const index_t n = in->points.size(), m = in->queries.size();

@@ -20,6 +20,8 @@
 // (the same box test its traversals make; inspect_row, on the host's threads) reaches the top
 // leaves whose owners get the query.
 //
+// Forests: replicated (predict_forest), or split by trees (PartitionedForest).
+//
 // Barnes-Hut, replicated: every rank holds the whole octree and computes the forces on its share
 // of the bodies (BarnesHut::run over a body range), bit for bit the one-process forces.
 // Partitioned (PartitionedBarnesHut): each rank holds its own bodies and imports the locally
@@ -198,6 +200,57 @@ class PartitionedBarnesHut {
   std::vector<float> boxes_;               // per rank: the bounding box of its bodies, lo[3], hi[3]
   std::unique_ptr<Octree> own_;            // this rank's bodies alone: what the others import from
   index_t imported_ = 0;
+};
+
+// A forest whose trees are split among the ranks (a model larger than one device holds): each
+// rank holds a contiguous run of the trees in the executors' order (output group by group, the
+// model's order within a group), balanced by node count, and a ForestPredictor of its own over
+// them. A prediction runs every rank's trees over every row at once (each rank's predictor finds
+// its trees' leaves: ForestOutput::Leaf, on its device); then the leaves' values are added on
+// the host in rank order, each rank continuing every row's sums where the rank before it left
+// them (the running sums travel: n_groups floats or leaf_width doubles per row). The additions
+// are the one-process additions in the one-process order, so the predictions are the same bits.
+// Rows go in chunks, so one chunk's chain overlaps the next chunk's leaf searches.
+class PartitionedForest {
+ public:
+  // Collective. Every rank passes the same forest. memory_budget (bytes, 0: none) bounds each
+  // rank's layout (ForestPredictor::footprint_bytes): a rank over it fails the construction on
+  // every rank, naming what it needed. Needs at least one tree per rank.
+  PartitionedForest(MPI_Comm comm, const Forest& forest, const ForestConfig& config = {},
+                    std::uint64_t memory_budget = 0);
+  ~PartitionedForest();
+  PartitionedForest(const PartitionedForest&) = delete;
+  PartitionedForest& operator=(const PartitionedForest&) = delete;
+
+  // Collective. Every rank passes the same rows [n][n_features()] (host memory) and a host
+  // buffer out with room for every row's output_width(options.output) values; the chain ends on
+  // the last rank, which sends the results by `gather`, as the replicated calls leave them (All:
+  // every row in every rank's out; Local: each rank its share's rows, share_of, at their places;
+  // Root: as Local, and every row in rank 0's). options.output may not be
+  // Leaf (the replicated predict_forest gives leaves); the rest goes to every rank's predictor.
+  void predict(const float* rows, index_t n, float* out, const ForestRunOptions& options = {},
+               DistributedStats* stats = nullptr, Gather gather = Gather::All);
+
+  int n_features() const { return n_features_; }
+  int output_width(ForestOutput out) const;
+  index_t global_trees() const { return n_trees_; }
+  // This rank's trees: positions first_tree() .. first_tree() + local_trees() - 1 of the order above.
+  index_t first_tree() const { return first_; }
+  index_t local_trees() const { return local_trees_; }
+  std::uint64_t local_bytes() const;  // this rank's layout (ForestPredictor::footprint_bytes)
+  // Rows per chunk of the chain (the same on every rank; 0, the default: as many as make 64 MiB
+  // of one rank's leaves, at least 256). Smaller chunks start the later ranks sooner.
+  void set_chunk_rows(index_t rows);
+  ForestPredictor& local() { return *predictor_; }
+
+ private:
+  struct Tables;
+  MPI_Comm comm_;
+  int rank_ = 0, ranks_ = 1;
+  int n_features_ = 0;
+  index_t n_trees_ = 0, first_ = 0, local_trees_ = 0, most_local_trees_ = 0, chunk_rows_ = 0;
+  std::unique_ptr<ForestPredictor> predictor_;
+  std::unique_ptr<Tables> tables_;  // leaf id -> leaf, the sums' common arrays
 };
 
 // Radius counts against a partitioned tree: every rank answers its share of the queries by

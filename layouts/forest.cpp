@@ -57,6 +57,24 @@ float above_float(double t) {
   return std::nextafter(f, std::numeric_limits<float>::infinity());
 }
 
+Forest Forest::subset(const std::vector<index_t>& ids) const {
+  Forest f;
+  f.objective_ = objective_;
+  f.n_features_ = n_features_;
+  f.n_groups_ = n_groups_;
+  f.leaf_width_ = leaf_width_;
+  f.class_values_ = class_values_;
+  f.base_margin_ = base_margin_;
+  f.source_ = source_;
+  f.trees_.reserve(ids.size());
+  for (index_t id : ids) {
+    if (id < 0 || id >= n_trees())
+      throw Error(source_ + ": subset: tree " + std::to_string(id) + " is outside 0.." + std::to_string(n_trees() - 1));
+    f.trees_.push_back(trees_[static_cast<std::size_t>(id)]);
+  }
+  return f;
+}
+
 index_t Forest::n_nodes() const {
   index_t n = 0;
   for (const ForestTree& t : trees_) n += t.size();

@@ -115,6 +115,9 @@ class Forest {
   const std::vector<float>& base_margin() const { return base_margin_; }
   const std::vector<ForestTree>& trees() const { return trees_; }
   index_t n_trees() const { return static_cast<index_t>(trees_.size()); }
+  // The same model with only trees[ids[0]], trees[ids[1]], ..., in that order (the MPI layer's
+  // partitioned forest gives each rank a run of them): its sums are those trees' alone.
+  Forest subset(const std::vector<index_t>& ids) const;
   index_t n_nodes() const;
   index_t n_leaves() const;
   int max_depth() const;

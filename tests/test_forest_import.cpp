@@ -113,6 +113,47 @@ TEST(ForestImport, GzipAndV2Fields) {
   EXPECT_EQ(v2.n_nodes(), model("xgb_higgs").n_nodes());
 }
 
+// A subset keeps the model's metadata and the listed trees in the listed order: its leaves are
+// those columns of the whole model's pred_leaf, and its margins sum only those trees.
+TEST(ForestImport, SubsetKeepsTheListedTreesInOrder) {
+  const Forest& f = model("xgb_higgs");
+  const ForestData& d = rows("higgs_rows");
+  const std::vector<index_t> ids = {7, 0, f.n_trees() - 1, 3};
+  const Forest sub = f.subset(ids);
+  ASSERT_EQ(sub.n_trees(), 4);
+  EXPECT_EQ(sub.objective(), f.objective());
+  EXPECT_EQ(sub.n_features(), f.n_features());
+  EXPECT_EQ(sub.base_margin(), f.base_margin());
+  ForestConfig cfg;
+  cfg.device = Device::Cpu;
+  ForestPredictor whole(f, cfg), part(sub, cfg);
+  ForestRunOptions leaf;
+  leaf.output = ForestOutput::Leaf;
+  std::vector<float> all(static_cast<std::size_t>(d.n_rows * f.n_trees())), some(static_cast<std::size_t>(d.n_rows) * 4);
+  whole.predict(d.values.data(), d.n_rows, all.data(), leaf);
+  part.predict(d.values.data(), d.n_rows, some.data(), leaf);
+  for (index_t r = 0; r < d.n_rows; ++r)
+    for (std::size_t j = 0; j < ids.size(); ++j)
+      ASSERT_EQ(some[static_cast<std::size_t>(r) * 4 + j], all[static_cast<std::size_t>(r * f.n_trees() + ids[j])])
+          << "row " << r << ", tree " << ids[j];
+  // The margin of row 0: the base margin plus the four trees' leaves, in the listed order.
+  ForestRunOptions margin;
+  margin.output = ForestOutput::Margin;
+  float m = 0;
+  part.predict(d.values.data(), 1, &m, margin);
+  float want = f.base_margin()[0];
+  for (std::size_t j = 0; j < ids.size(); ++j) {
+    const ForestTree& t = f.trees()[static_cast<std::size_t>(ids[j])];
+    const float id = some[j];
+    for (index_t k = 0; k < t.size(); ++k)
+      if (t.is_leaf(k) && static_cast<float>(t.source_id.empty() ? k : t.source_id[static_cast<std::size_t>(k)]) == id)
+        want += t.value[static_cast<std::size_t>(k)];
+  }
+  EXPECT_EQ(m, want);
+  EXPECT_THROW(f.subset({f.n_trees()}), Error);
+  EXPECT_THROW(f.subset({-1}), Error);
+}
+
 TEST(ForestImport, NotJson) {
   const std::string text = slurp(dir() + "xgb_higgs.json");
   const std::string truncated = error_of(text.substr(0, text.size() / 2), "cut.json");

@@ -23,6 +23,12 @@
 namespace canopy {
 namespace {
 
+int this_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
 int rank_count() {
   int n = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
@@ -124,6 +130,104 @@ TEST(Distributed, ForestPredictionsEqualOneProcess) {
   }
 }
 
+// A forest split by trees: each rank adds its trees' leaves to the sums the rank before it
+// left, so the predictions are one process's bit for bit, for scalar-leaf models with one and
+// several output groups (categorical splits and missing values among them) and for random
+// forests' vector leaves; every gather mode; a chunked chain (more rows than one chunk).
+TEST(Distributed, PartitionedForestPredictionsEqualOneProcess) {
+  const std::string dir = std::string(CANOPY_TEST_DATA) + "/forest/";
+  const struct {
+    const char* model;
+    const char* rows;
+  } cases[] = {{"xgb_higgs", "higgs_rows"}, {"xgb_cat_multi", "cat_rows"}, {"rf_letter", "letter_rows"},
+               {"rf_higgs_reg", "higgs_rows"}};
+  for (const auto& k : cases) {
+    const Forest f = Forest::load(dir + k.model + ".json");
+    ForestData d = read_forest_csv(dir + k.rows + ".csv", "label");
+    ForestConfig cfg;
+    cfg.device = Device::Cpu;
+    ForestPredictor whole(f, cfg);
+    distributed::PartitionedForest part(MPI_COMM_WORLD, f, cfg);
+    // Every tree on exactly one rank, in one run each.
+    index_t trees = part.local_trees(), first = 0;
+    MPI_Allreduce(MPI_IN_PLACE, &trees, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(trees, f.n_trees()) << k.model;
+    EXPECT_GE(part.local_trees(), 1);
+    const index_t mine = part.local_trees();
+    MPI_Exscan(&mine, &first, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    if (this_rank() > 0) {
+      EXPECT_EQ(part.first_tree(), first) << k.model;
+    }
+    std::vector<ForestOutput> outs = {ForestOutput::Margin, ForestOutput::Prob};
+    if (f.is_classifier()) outs.push_back(ForestOutput::Class);
+    for (ForestOutput o : outs)
+      for (distributed::Gather g : {distributed::Gather::All, distributed::Gather::Root, distributed::Gather::Local}) {
+        ForestRunOptions run;
+        run.output = o;
+        const int w = whole.output_width(o);
+        ASSERT_EQ(part.output_width(o), w);
+        std::vector<float> one(static_cast<std::size_t>(d.n_rows) * w), got(one.size(), -7.0f);
+        whole.predict(d.values.data(), d.n_rows, one.data(), run);
+        distributed::DistributedStats st;
+        part.predict(d.values.data(), d.n_rows, got.data(), run, &st, g);
+        const distributed::Share s = distributed::share_of(d.n_rows, this_rank(), rank_count());
+        const bool all = g == distributed::Gather::All || (g == distributed::Gather::Root && this_rank() == 0);
+        const std::size_t from = all ? 0 : static_cast<std::size_t>(s.begin) * w;
+        const std::size_t values = all ? one.size() : static_cast<std::size_t>(s.count) * w;
+        EXPECT_EQ(std::memcmp(got.data() + from, one.data() + from, values * sizeof(float)), 0)
+            << k.model << " " << to_string(o) << " gather " << distributed::to_string(g);
+        if (rank_count() > 1) {
+          EXPECT_GT(st.bytes_moved, 0u);
+        }
+      }
+  }
+  // The chain in chunks: of one row, of 97 rows (the last one shorter), and the default.
+  const Forest rf = Forest::load(dir + "rf_letter.json");
+  const ForestData d = read_forest_csv(dir + "letter_rows.csv", "label");
+  ForestConfig cfg;
+  cfg.device = Device::Cpu;
+  ForestPredictor whole(rf, cfg);
+  std::vector<float> one(static_cast<std::size_t>(d.n_rows) * whole.output_width(ForestOutput::Prob));
+  whole.predict(d.values.data(), d.n_rows, one.data());
+  distributed::PartitionedForest part(MPI_COMM_WORLD, rf, cfg);
+  for (index_t chunk : {1, 97, 0}) {
+    part.set_chunk_rows(chunk);
+    std::vector<float> got(one.size());
+    part.predict(d.values.data(), d.n_rows, got.data());
+    EXPECT_EQ(std::memcmp(got.data(), one.data(), one.size() * sizeof(float)), 0) << "chunks of " << chunk << " rows";
+  }
+  EXPECT_THROW(part.set_chunk_rows(-1), Error);
+}
+
+// Bad calls fail on every rank with one message: a budget below a rank's layout, leaves asked
+// of a partitioned forest, more ranks than trees.
+TEST(Distributed, PartitionedForestRefusesBadCalls) {
+  const std::string dir = std::string(CANOPY_TEST_DATA) + "/forest/";
+  const Forest f = Forest::load(dir + "xgb_higgs.json");
+  const ForestData d = read_forest_csv(dir + "higgs_rows.csv", "label");
+  ForestConfig cfg;
+  cfg.device = Device::Cpu;
+  try {
+    distributed::PartitionedForest tight(MPI_COMM_WORLD, f, cfg, 1024);
+    ADD_FAILURE() << "a 1 KiB budget was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("memory budget"), std::string::npos) << e.what();
+  }
+  distributed::PartitionedForest part(MPI_COMM_WORLD, f, cfg);
+  std::vector<float> out(static_cast<std::size_t>(d.n_rows) * f.n_trees());
+  ForestRunOptions run;
+  run.output = ForestOutput::Leaf;
+  try {
+    part.predict(d.values.data(), d.n_rows, out.data(), run);
+    ADD_FAILURE() << "leaves of a partitioned forest";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Leaf"), std::string::npos) << e.what();
+  }
+  if (rank_count() > 1) {
+    EXPECT_THROW(distributed::PartitionedForest(MPI_COMM_WORLD, f.subset({0}), cfg), Error);
+  }
+}
+
 // Barnes-Hut, replicated octree: every rank computes its share of the bodies; the gathered
 // forces are the one-process forces bit for bit, whatever the schedule. Bad options fail on
 // every rank.
@@ -222,12 +326,6 @@ TEST(Distributed, PartitionedTreeEqualsOneProcess) {
   KnnOptions ko;
   ko.k = 101;
   EXPECT_THROW(distributed::nearest_neighbors(MPI_COMM_WORLD, part, nn, p.data(), 100, ko), Error);
-}
-
-int this_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
 }
 
 // The slice of a one-process result that `rank` holds after a gather: every item where it
@@ -503,6 +601,27 @@ TEST(Distributed, OneRanksErrorIsEveryRanksError) {
 }  // namespace
 }  // namespace canopy
 
+namespace {
+// The other ranks print their failures only, each line naming the rank and the test.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  // (gtest holds its lock while it reports a result: the test's name is kept when it starts.)
+  void OnTestStart(const ::testing::TestInfo& t) override {
+    test_ = std::string(t.test_suite_name()) + "." + t.name();
+  }
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::fprintf(stderr, "rank %d: %s: %s:%d: %s\n", rank_, test_.c_str(), r.file_name() ? r.file_name() : "?",
+                 r.line_number(), r.message());
+  }
+
+ private:
+  int rank_;
+  std::string test_;
+};
+}  // namespace
+
 // Every rank runs every test; the exit code is nonzero on every rank if any rank failed.
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -512,6 +631,7 @@ int main(int argc, char** argv) {
   if (rank != 0) {  // one rank's report is enough; failures still set the exit code below
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter(rank));
   }
   const int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
   int any = 0;
