@@ -7,7 +7,8 @@
 #      the same run): pc and knn on uniform:20000000:3, forest predict on 10^7 rows, each with
 #      the results gathered on every rank, on rank 0, or left on the rank that computed them.
 #   3. Partition mode: pc and knn over 20M points with a per-rank memory budget below the whole
-#      tree, checked against one process.
+#      tree, and forest predict on 10^7 rows with the trees split under a budget below the whole
+#      forest, checked against one process.
 #   4. The GPU tests, split over the GPUs, and the MPI tests under mpirun.
 #   (The replicate runs call into buffers made once; the -dev steps keep queries, rows and results
 #   in each rank's device memory.)
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 final=${OUT:-out}
 mkdir -p "$final"
 out=$(mktemp -d)
-trap 'tar -czf "$final/results-dist.tgz" -C "$out" . ; echo "results in $final/results-dist.tgz"' EXIT
+trap 'wait; tar -czf "$final/results-dist.tgz" --exclude=./fuzz/fuzz_forest_diff --exclude=./fuzz/seeds -C "$out" . ; echo "results in $final/results-dist.tgz"' EXIT
 trap "exit 143" TERM INT
 export LD_LIBRARY_PATH=$PWD/stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 bin=stage/bin
@@ -55,7 +56,18 @@ dist() {  # dist NAME TIMEOUT ARGS...: canopy-bench dist under mpirun, its table
   echo "exit $?"
 }
 
-steps=${STEPS:-smoke pc pc-dev knn knn-dev forest forest-dev part-pc part-knn tests}
+# FUZZ_S > 0: while the steps run, the cores they leave fuzz forest_diff (issue 18) in fork mode,
+# FUZZ_JOBS processes, from stage/fuzz.tgz (the ASan + UBSan target built here and its corpus):
+# its log comes back with the results.
+if [[ ${FUZZ_S:-0} -gt 0 && -f stage/fuzz.tgz ]]; then
+  mkdir -p "$out/fuzz" && tar -xzf stage/fuzz.tgz -C "$out/fuzz"
+  (cd "$out/fuzz" && mkdir -p corpus artifacts && ASAN_OPTIONS=protect_shadow_gap=0 UBSAN_OPTIONS=print_stacktrace=1 \
+     TMPDIR=/dev/shm nice -n 10 ./fuzz_forest_diff -fork="${FUZZ_JOBS:-16}" -max_total_time="$FUZZ_S" -entropic=0 \
+     -max_len=512 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=artifacts/ corpus seeds \
+     > fuzz_forest_diff.log 2>&1; rm -rf corpus) &
+fi
+
+steps=${STEPS:-smoke pc pc-dev knn knn-dev forest forest-dev part-pc part-knn part-forest tests}
 for step in $steps; do
   case $step in
     smoke)
@@ -102,6 +114,13 @@ for step in $steps; do
       # The whole tree of 20M 3-d points takes about 0.8 GB; each rank's budget is 0.6 of it.
       dist pc_partition 150 --workload pc --distribute partition --generate uniform:20000000:3 \
         --memory-budget-mb 480 --gather root,local --repeat 2 --warmup 1 ;;
+    part-forest)
+      # The trees split between the ranks, each with a budget (2.5 MiB) below the whole forest's
+      # adaptive layout (3.4 MB): each rank's leaves come from the leaf kernel, and the running
+      # sums pass from rank to rank on the host.
+      dist forest_partition 200 --workload forest --distribute partition \
+        --model stage/forest/covtype_xgb_bin_d8.json.gz --data stage/forest/covtype_bin.csv.gz --label Cover_Type_2 \
+        --rows 10000000 --memory-budget-mb 2.5 --gather root,local --repeat 2 --warmup 1 ;;
     part-knn)
       dist knn_partition 200 --workload knn --k 8 --distribute partition --generate uniform:20000000:3 \
         --memory-budget-mb 480 --gather root --repeat 1 --warmup 1 ;;

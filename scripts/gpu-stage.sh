@@ -31,6 +31,15 @@ if [ "$mode" = dist ]; then
   tar -czf stage/mpiroot.tgz --transform 's,^/*lib/,usr/lib/,' -T stage/mpi-files.txt 2>/dev/null
   mkdir -p stage/forest
   cp bench-data/forest/covtype_xgb_bin_d8.json.gz bench-data/forest/covtype_bin.csv.gz stage/forest/
+  # The forest_diff fuzz target (scripts/fuzz.sh builds it) and its corpus, for gpu-dist.sh's FUZZ_S.
+  fuzz_dir=${CANOPY_FUZZ_DIR:-build-fuzz}
+  if [ -x "$fuzz_dir/fuzz_forest_diff" ]; then
+    rm -rf stage/fuzz && mkdir -p stage/fuzz/seeds
+    cp "$fuzz_dir/fuzz_forest_diff" stage/fuzz/
+    cp tests/data/fuzz/forest_diff/* stage/fuzz/seeds/ 2>/dev/null || true
+    cp "$fuzz_dir"/corpus/forest_diff/* stage/fuzz/seeds/ 2>/dev/null || true
+    tar -czf stage/fuzz.tgz -C stage/fuzz . && rm -r stage/fuzz
+  fi
   # Three binaries with the library's GPU code in each: stripped and packed, they fit the carry.
   strip stage/bin/*
   tar -czf stage/bins.tgz -C stage bin && rm -r stage/bin
