@@ -59,17 +59,23 @@ __global__ void __launch_bounds__(kSmemThreads) smem_read_kernel(unsigned seed, 
   if (acc == sentinel) out[0] = acc;
 }
 
+// The stores keep to the thread's own words (offsets in whole multiples of kSmemThreads, the same
+// conflict-free banks as the reads): no two threads write one word, which compute-sanitizer's
+// racecheck reported as write-after-write hazards while the offsets moved by 32.
+constexpr int kSmemWriteOffsetMask = kSmemWords / 2 - kSmemThreads;
+static_assert(kSmemWriteOffsetMask + kSmemThreads * kSmemUnroll <= kSmemWords, "shared stores out of range");
+
 __global__ void __launch_bounds__(kSmemThreads) smem_write_kernel(unsigned seed, unsigned sentinel, unsigned* out) {
   __shared__ unsigned s[kSmemWords];
   volatile unsigned* vs = s;  // every store is issued, none merged or found dead
   for (int r = 0; r < kSmemReps; ++r) {
-    volatile unsigned* p = vs + threadIdx.x + ((r * 32) & kSmemOffsetMask);
+    volatile unsigned* p = vs + threadIdx.x + ((r * kSmemThreads) & kSmemWriteOffsetMask);
     const unsigned v = seed + static_cast<unsigned>(r);
 #pragma unroll
     for (int k = 0; k < kSmemUnroll; ++k) p[k * kSmemThreads] = v;
   }
   __syncthreads();
-  const unsigned x = vs[threadIdx.x];  // written in round 0 (and every 64th)
+  const unsigned x = vs[threadIdx.x];  // this thread's own word (round 0, and every 8th)
   if (x == sentinel) out[0] = x;
 }
 

@@ -22,7 +22,9 @@
 #   profile  Nsight Compute sections of the executor kernels (mask, FSM, independent)
 #   sanitize  compute-sanitizer memcheck (leak check on), initcheck, synccheck and racecheck, each
 #          over the whole test binary (every GPU test; the CPU tests ride along), one tool after
-#          another in SHARDS gtest shards side by side (default 8; TOOLS narrows the tools); the
+#          another in SHARDS gtest shards side by side (default 8, spread over the GPUs there are;
+#          TOOLS narrows the tools; SANITIZE_LIST=file runs the tests it names, one process
+#          each); the
 #          tests excluded are listed below with their reasons; racecheck leaves CUB's kernels
 #          out (RACECHECK_EXCLUDE)
 #   soak   canopy_soak: 10,000 calls of pc, knn, bh, custom and forest from 4 threads, every
@@ -303,6 +305,9 @@ if [[ $what == sanitize ]]; then
   # initcheck 317 s, synccheck 55 s; racecheck far longer: the GPU tree builds take minutes
   # each under it).
   shards=${SHARDS:-8}
+  # On a machine of several GPUs the shards take them in turn.
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  ((gpus > 0)) || gpus=1
   for tool in ${TOOLS:-memcheck initcheck synccheck racecheck}; do
     extra=()
     [[ $tool == memcheck ]] && extra=(--leak-check full)
@@ -310,8 +315,23 @@ if [[ $what == sanitize ]]; then
     # which take minutes each under the tool) run uninstrumented; every Canopy kernel is checked.
     # RACECHECK_EXCLUDE='' instruments them too.
     [[ $tool == racecheck && -n ${RACECHECK_EXCLUDE-kns=cub} ]] && extra=(--kernel-name-exclude "${RACECHECK_EXCLUDE-kns=cub}")
+    if [[ -n ${SANITIZE_LIST:-} ]]; then
+      # The tests named in that file (one Suite.Name a line), each a process of its own, SHARDS at
+      # a time: what a sharded run left unfinished.
+      i=0
+      while read -r t; do
+        [[ -n $t ]] || continue
+        while (($(jobs -rp | wc -l) >= shards)); do sleep 1; done
+        CUDA_VISIBLE_DEVICES=$((i % gpus)) timeout ${SANITIZE_TIMEOUT:-560} \
+          compute-sanitizer --tool $tool "${extra[@]}" --error-exitcode 9 $bin/canopy_tests \
+          --gtest_filter="$t" > "$out/$tool.$i.txt" 2>&1 &
+        i=$((i + 1))
+      done < "$SANITIZE_LIST"
+      wait
+      continue
+    fi
     for ((i = 0; i < shards; ++i)); do
-      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout ${SANITIZE_TIMEOUT:-560} \
+      CUDA_VISIBLE_DEVICES=$((i % gpus)) GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout ${SANITIZE_TIMEOUT:-560} \
         compute-sanitizer --tool $tool "${extra[@]}" --error-exitcode 9 $bin/canopy_tests \
         --gtest_filter="$exclude" > "$out/$tool.$i.txt" 2>&1 &
     done
