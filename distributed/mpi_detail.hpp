@@ -76,6 +76,20 @@ void run_timed_share(MPI_Comm comm, const char* items, Share s, DistributedStats
   });
 }
 
+// Every rank's share of n items as MPI's varying-count collectives take it (n <= INT_MAX).
+struct ShareCounts {
+  std::vector<int> count, at;
+};
+inline ShareCounts share_counts(index_t n, int ranks) {
+  ShareCounts c;
+  for (int r = 0; r < ranks; ++r) {
+    const Share s = share_of(n, r, ranks);
+    c.count.push_back(static_cast<int>(s.count));
+    c.at.push_back(static_cast<int>(s.begin));
+  }
+  return c;
+}
+
 // True where this rank holds every item's result after a gather.
 inline bool holds_all(Gather mode, int rank) { return mode == Gather::All || (mode == Gather::Root && rank == 0); }
 
@@ -92,12 +106,9 @@ void gather_in_place(MPI_Comm comm, Gather mode, T* full, const T* share, index_
   if (n > static_cast<index_t>(INT_MAX))
     throw Error(std::to_string(n) + " results are more than one MPI message's " + std::to_string(INT_MAX) +
                 " items (split the queries into several calls)");
-  std::vector<int> count(static_cast<std::size_t>(ranks)), at(static_cast<std::size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) {
-    const Share s = share_of(n, r, ranks);
-    count[static_cast<std::size_t>(r)] = static_cast<int>(s.count);
-    at[static_cast<std::size_t>(r)] = static_cast<int>(s.begin);
-  }
+  const ShareCounts sc = share_counts(n, ranks);
+  const std::vector<int>& count = sc.count;
+  const std::vector<int>& at = sc.at;
   MPI_Datatype item;
   check_mpi(MPI_Type_contiguous(static_cast<int>(width * static_cast<index_t>(sizeof(T))), MPI_BYTE, &item),
             "MPI_Type_contiguous");

@@ -31,17 +31,6 @@ constexpr std::uint32_t kNoLeaf = 0xffffffffu;
 constexpr std::size_t kChunkLeafBytes = std::size_t{64} << 20;
 constexpr int kCarryTag = 2101;
 
-// The executors' tree order: output group by group, the model's order within a group (the
-// stable sort ForestCommon makes), so each rank's run continues the sums of the run before it.
-std::vector<index_t> executor_order(const Forest& f) {
-  std::vector<index_t> order(static_cast<std::size_t>(f.n_trees()));
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<index_t>(i);
-  std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) {
-    return f.trees()[static_cast<std::size_t>(a)].group < f.trees()[static_cast<std::size_t>(b)].group;
-  });
-  return order;
-}
-
 // Boundaries [ranks + 1] of contiguous runs of `order`, balanced by node count, none empty.
 std::vector<index_t> cut_by_nodes(const Forest& f, const std::vector<index_t>& order, int ranks) {
   const index_t trees = static_cast<index_t>(order.size());
@@ -65,25 +54,24 @@ std::vector<index_t> cut_by_nodes(const Forest& f, const std::vector<index_t>& o
 // the leaf's value and its index among the tree's leaves, per tree; and the sums' arrays.
 struct PartitionedForest::Tables {
   explicit Tables(const Forest& sub) : common(sub) {
-    for (const ForestTree& t : sub.trees()) {
-      std::int32_t most = -1;
-      for (index_t k = 0; k < t.size(); ++k)
-        if (t.is_leaf(k)) most = std::max(most, source_id(t, k));
+    for (std::size_t t = 0; t < sub.trees().size(); ++t) {
+      const ForestTree& tree = sub.trees()[t];
+      // The model file's leaf ids, as ForestCommon maps them (leaf index -> id).
+      const std::int32_t* id = common.leaf_source_id.data() + common.leaf_id_begin[t];
+      const index_t leaves = common.leaf_id_begin[t + 1] - common.leaf_id_begin[t];
+      const std::int32_t most = leaves > 0 ? *std::max_element(id, id + leaves) : -1;
       begin.push_back(static_cast<index_t>(value.size()));
       ids.push_back(most + 1);
       value.resize(value.size() + static_cast<std::size_t>(most + 1), 0.0f);
       info.resize(value.size(), kNoLeaf);
-      for (index_t k = 0; k < t.size(); ++k) {
-        if (!t.is_leaf(k)) continue;
-        const std::size_t at = static_cast<std::size_t>(begin.back() + source_id(t, k));
-        value[at] = t.value[static_cast<std::size_t>(k)];
-        info[at] = kForestLeafBit | static_cast<std::uint32_t>(t.leaf_index[static_cast<std::size_t>(k)]);
+      for (index_t k = 0; k < tree.size(); ++k) {
+        if (!tree.is_leaf(k)) continue;
+        const std::int32_t leaf = tree.leaf_index[static_cast<std::size_t>(k)];
+        const std::size_t at = static_cast<std::size_t>(begin.back() + id[leaf]);
+        value[at] = tree.value[static_cast<std::size_t>(k)];
+        info[at] = kForestLeafBit | static_cast<std::uint32_t>(leaf);
       }
     }
-  }
-  static std::int32_t source_id(const ForestTree& t, index_t k) {
-    return static_cast<std::size_t>(k) < t.source_id.size() ? t.source_id[static_cast<std::size_t>(k)]
-                                                            : static_cast<std::int32_t>(k);
   }
   // Values per row of the running sums, and their bytes.
   int carry_values() const { return common.leaf_width == 0 ? common.n_groups : common.leaf_width; }
@@ -110,7 +98,9 @@ PartitionedForest::PartitionedForest(MPI_Comm comm, const Forest& forest, const 
   if (n_trees_ < ranks_)
     throw Error(forest.source() + ": " + std::to_string(n_trees_) + " trees cannot be split among " +
                 std::to_string(ranks_) + " ranks (at least one tree each)");
-  const std::vector<index_t> order = executor_order(forest);
+  // The executors' tree order (output group by group, the model's order within a group), so
+  // each rank's run continues the sums of the run before it.
+  const std::vector<index_t> order = ForestCommon(forest).order;
   const std::vector<index_t> b = cut_by_nodes(forest, order, ranks_);
   first_ = b[static_cast<std::size_t>(rank_)];
   local_trees_ = b[static_cast<std::size_t>(rank_) + 1] - first_;
@@ -271,12 +261,9 @@ void PartitionedForest::predict(const float* rows, index_t n, float* out, const 
     // Local and Root: every rank its share, as the replicated calls leave them; Root: rank 0
     // every row as well.
     call = "MPI_Scatterv";
-    std::vector<int> count(static_cast<std::size_t>(ranks_)), at(static_cast<std::size_t>(ranks_));
-    for (int r = 0; r < ranks_; ++r) {
-      const Share s = share_of(n, r, ranks_);
-      count[static_cast<std::size_t>(r)] = static_cast<int>(s.count);
-      at[static_cast<std::size_t>(r)] = static_cast<int>(s.begin);
-    }
+    const ShareCounts sc = share_counts(n, ranks_);
+    const std::vector<int>& count = sc.count;
+    const std::vector<int>& at = sc.at;
     const Share mine = share_of(n, rank_, ranks_);
     rc = last ? MPI_Scatterv(out, count.data(), at.data(), item, MPI_IN_PLACE, 0, item, from, comm_)
               : MPI_Scatterv(nullptr, nullptr, nullptr, item, out + mine.begin * width, static_cast<int>(mine.count),
