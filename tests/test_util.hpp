@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -22,6 +23,14 @@ namespace canopy {
 namespace test {
 
 inline std::string data_path(const std::string& name) { return std::string(CANOPY_TEST_DATA) + "/" + name; }
+
+// Set (CANOPY_UNDER_TOOL=1) where compute-sanitizer runs the tests (scripts/gpu-run.sh
+// sanitize): tests that repeat the same kernels hundreds of times (chunks of one query, rounds)
+// repeat them fewer times there, every kernel and configuration still run at least once.
+inline bool under_tool() {
+  const char* v = std::getenv("CANOPY_UNDER_TOOL");
+  return v && *v && std::string(v) != "0";
+}
 
 inline std::vector<float> random_points(index_t n, int dims, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
