@@ -192,6 +192,7 @@ struct DistConfig {
   int on_device = 0;         // replicate: queries or rows and results in each rank's device memory
   std::string variant = "auto";  // pc, knn: schedule x executor (canopy-bench's variant names)
   int presort = 0;               // pc, knn: queries in a spatial order first (a kd-tree's over them)
+  std::string shard = "auto";    // pc, knn replicate: which queries a rank runs (distributed::Shard)
   index_t rows = 0;          // forest: rows (0: the file's; more: forest_batch's smoothed bootstrap)
   double jitter = 0.05;      // forest: forest_batch's jitter
   double memory_budget_mb = 0;  // partition: each rank's tree at most this (0: no limit)

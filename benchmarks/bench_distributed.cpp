@@ -74,6 +74,10 @@ void add_dist_options(CLI::App& app, DistConfig& c) {
                  "pc, knn: 1 puts the queries in a spatial order first (the tree order of a kd-tree built over "
                  "them), as a program that keeps its particles sorted; the baseline gets the same order")
       ->capture_default_str();
+  app.add_option("--shard", c.shard,
+                 "pc, knn replicate: the queries a rank runs: input (a contiguous run of the input), spatial (a run "
+                 "of the queries' order by the tree's top cells), auto (spatial for device queries)")
+      ->capture_default_str();
   app.add_option("--rows", c.rows, "forest: rows (0: the file's; more: copies moved by --jitter)")->capture_default_str();
   app.add_option("--jitter", c.jitter, "forest: standard deviations the copies past the file's rows move by")
       ->capture_default_str();
@@ -104,6 +108,7 @@ struct DistWorkload {
   std::function<void(distributed::Gather, distributed::DistributedStats*)> call;
   std::function<void()> one;
   std::function<bool(distributed::Gather, index_t share)> same;
+  std::function<void()> clear;  // the replicated results' buffers emptied (0xff) before the check's call
   index_t items = 0;
   double tree_bytes = 0;  // this rank's tree (partition) or the whole tree
   std::string what;
@@ -165,6 +170,15 @@ class Buffer {
   ~Buffer() {
     if (d_) cudaFree(d_);
   }
+  // Every byte set to 0xff: index results -1, float results NaN (what a call did not write).
+  void clear() {
+    if (device_) {
+      const cudaError_t e = cudaMemset(d_, 0xff, n_ * sizeof(T));
+      if (e != cudaSuccess) throw Error(std::string("cudaMemset of a benchmark buffer: ") + cudaGetErrorString(e));
+    } else {
+      std::memset(static_cast<void*>(h_.data()), 0xff, n_ * sizeof(T));
+    }
+  }
   T* data() { return device_ ? d_ : h_.data(); }
   const T* data() const { return device_ ? d_ : h_.data(); }
   // The first `count` values, on the host.
@@ -180,6 +194,23 @@ class Buffer {
   std::vector<T> h_;
   T* d_ = nullptr;
 };
+
+// Rows of `width` index values written by a call into a cleared buffer (first value not -1):
+// each equal to one process's row, and `rows` of them (a spatial shard's rows lie anywhere).
+bool same_written_rows(const std::vector<index_t>& one, const std::vector<index_t>& got, std::size_t width,
+                       std::size_t rows, const std::vector<float>* one_d = nullptr,
+                       const std::vector<float>* got_d = nullptr) {
+  if (width == 0 || one.size() != got.size()) return false;
+  std::size_t written = 0;
+  for (std::size_t r = 0; r * width < got.size(); ++r) {
+    if (got[r * width] == -1) continue;
+    ++written;
+    const std::size_t a = r * width, b = a + width;
+    if (!std::equal(got.begin() + a, got.begin() + b, one.begin() + a)) return false;
+    if (one_d && std::memcmp(got_d->data() + a, one_d->data() + a, width * sizeof(float)) != 0) return false;
+  }
+  return written == rows;
+}
 
 template <class T>
 bool equal_prefix(const std::vector<T>& one, const std::vector<T>& part, std::size_t items) {
@@ -300,6 +331,7 @@ int run_dist(const DistConfig& c) {
     const KdTree& searched = partition ? part->local() : *whole;
     w.tree_bytes = static_cast<double>(searched.bytes());
     // --on-device: every rank holds the queries in its device memory (the calls read their share).
+    const distributed::Shard shard = distributed::parse_shard(c.shard);
     auto dq = std::make_shared<Buffer<float>>(dev ? in->queries.coords : std::vector<float>{}, dev);
     keep.insert(keep.end(), {in, whole, part, dq});
     const float* q = dev ? dq->data() : in->queries.data();
@@ -325,13 +357,17 @@ int run_dist(const DistConfig& c) {
         if (partition)
           *res = distributed::point_correlation(MPI_COMM_WORLD, *part, *pc, q, m, *o, st, g);
         else
-          distributed::point_correlation(MPI_COMM_WORLD, *pc, q, m, *o, counts->data(), st, g);
+          distributed::point_correlation(MPI_COMM_WORLD, *pc, q, m, *o, counts->data(), st, g, shard);
       };
       w.one = [=] { one_pc->run(q, m, *o, one->data()); };
+      if (!partition) w.clear = [=] { counts->clear(); };
       w.same = [=](distributed::Gather, index_t share) {
         const std::size_t items = static_cast<std::size_t>(share);
-        const std::vector<index_t> got = partition ? res->counts : counts->head(items);
-        return (!partition || got.size() == items) && equal_prefix(one->head(items), got, items);
+        if (!partition)
+          return same_written_rows(one->head(static_cast<std::size_t>(m)), counts->head(static_cast<std::size_t>(m)), 1,
+                                   items);
+        const std::vector<index_t>& got = res->counts;
+        return got.size() == items && equal_prefix(one->head(items), got, items);
       };
       w.what = "pc radius " + std::to_string(r) + ", " + c.variant;
     } else {
@@ -355,13 +391,23 @@ int run_dist(const DistConfig& c) {
         if (partition)
           *res = distributed::nearest_neighbors(MPI_COMM_WORLD, *part, *nn, q, m, *o, st, g);
         else
-          distributed::nearest_neighbors(MPI_COMM_WORLD, *nn, q, m, *o, idx->data(), dist->data(), st, g);
+          distributed::nearest_neighbors(MPI_COMM_WORLD, *nn, q, m, *o, idx->data(), dist->data(), st, g, shard);
       };
       w.one = [=] { one_nn->run(q, m, *o, one_idx->data(), one_dist->data()); };
+      if (!partition)
+        w.clear = [=] {
+          idx->clear();
+          dist->clear();
+        };
       w.same = [=](distributed::Gather, index_t share) {
         const std::size_t items = static_cast<std::size_t>(share) * static_cast<std::size_t>(k);
-        const std::vector<index_t> gi = partition ? res->indices : idx->head(items);
-        const std::vector<float> gd = partition ? res->distances : dist->head(items);
+        if (!partition) {
+          const std::vector<float> od = one_dist->head(values), gd = dist->head(values);
+          return same_written_rows(one_idx->head(values), idx->head(values), static_cast<std::size_t>(k),
+                                   static_cast<std::size_t>(share), &od, &gd);
+        }
+        const std::vector<index_t>& gi = res->indices;
+        const std::vector<float>& gd = res->distances;
         return gi.size() == items && equal_prefix(one_idx->head(items), gi, items) &&
                equal_prefix(one_dist->head(items), gd, items);
       };
@@ -369,7 +415,7 @@ int run_dist(const DistConfig& c) {
     }
     w.items = m;
     w.what += ", " + std::to_string(n) + " points (" + in->source + "), " + std::to_string(m) + " queries" +
-              (c.presort ? " in a spatial order" : "");
+              (c.presort ? " in a spatial order" : "") + (partition ? "" : ", shard " + c.shard);
     if (partition)
       w.what += ", top-tree of " + std::to_string(part->leaf_owner().size()) + " leaves; the whole tree " +
                 (whole ? std::to_string(whole->bytes()) + " bytes" : std::string("not built"));
@@ -459,7 +505,9 @@ int run_dist(const DistConfig& c) {
   std::vector<int> same_per_mode;
   for (std::size_t i = 0; i < modes.size(); ++i) {
     // The last timed call's results are the last mode's: with several modes, each runs again.
-    if (c.check && modes.size() > 1) w.call(modes[i], nullptr);
+    // Replicated pc and kNN run into cleared buffers, so the check sees which rows a rank wrote.
+    if (c.check && w.clear) w.clear();
+    if (c.check && (modes.size() > 1 || w.clear)) w.call(modes[i], nullptr);
     const bool all_here = modes[i] == distributed::Gather::All || modes[i] == distributed::Gather::Root;
     const index_t share = all_here ? w.items : distributed::share_of(w.items, 0, ranks).count;
     const bool ok = rank != 0 || !c.check || w.same(modes[i], share);

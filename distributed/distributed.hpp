@@ -57,6 +57,20 @@ enum class Gather {
 const char* to_string(Gather g);
 Gather parse_gather(const std::string& name);  // "all", "root" or "local"
 
+// Which queries a rank runs in the replicated pc and kNN calls into the caller's buffers.
+enum class Shard {
+  Auto,     // Spatial for queries in device memory against a kd-tree, on two ranks or more; else Input
+  Input,    // a contiguous run of the input order (share_of)
+  Spatial,  // a contiguous run of the queries' SpatialOrder (scheduler/spatial_order.hpp): the
+            // cells of the tree's top levels, so a rank's queries are a region of space at the
+            // whole set's density, and the GPU touches its part of the tree
+};
+const char* to_string(Shard s);
+Shard parse_shard(const std::string& name);  // "auto", "input" or "spatial"
+// The levels of the tree's top cut that Spatial orders by over `ranks` ranks: at least 256
+// cells per rank, within the tree's levels above its leaves.
+int spatial_shard_depth(const KdTree& tree, int ranks);
+
 // Rank `rank`'s share of n items among `ranks`: contiguous, in rank order, sizes differing by
 // at most one (the first n % ranks ranks take one more). Every item belongs to one rank.
 struct Share {
@@ -78,7 +92,8 @@ struct DistributedStats {
 
 // The replicated calls' results, by `gather`: with All every rank holds the results of all n
 // items in the original order; with Local (and Root on ranks other than 0) the results hold
-// this rank's share only, items share_of(n, rank, ranks).begin onwards.
+// this rank's share only, items share_of(n, rank, ranks).begin onwards (these calls shard by
+// the input order).
 
 // The radius counts of every query (row-major [n][tree dims]), as pc.run(queries, n, options).
 PcResult point_correlation(MPI_Comm comm, PointCorrelation& pc, const float* queries, index_t n,
@@ -100,12 +115,17 @@ BhResult barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, Dist
 // its items' places; All and Root then fill the rest of the buffers that hold every result, in
 // place (host memory only: device buffers take Gather::Local). Buffers reused from call to call
 // cost nothing to allocate or fault in, which is most of what gathering into new vectors costs.
+// pc and kNN pick their shares by `shard`: with Spatial a rank's items are positions
+// share_of(n, rank, ranks) of the queries' spatial order (every rank computes the same order,
+// where the queries are), its queries are gathered, and its results go to their queries' places
+// (stats->local_items of them); the results are the same bits whatever the shard.
 TraversalStats point_correlation(MPI_Comm comm, PointCorrelation& pc, const float* queries, index_t n,
                                  const PcOptions& options, index_t* counts, DistributedStats* stats = nullptr,
-                                 Gather gather = Gather::All);
+                                 Gather gather = Gather::All, Shard shard = Shard::Auto);
 TraversalStats nearest_neighbors(MPI_Comm comm, NearestNeighbors& nn, const float* queries, index_t n,
                                  const KnnOptions& options, index_t* indices, float* distances,
-                                 DistributedStats* stats = nullptr, Gather gather = Gather::All);
+                                 DistributedStats* stats = nullptr, Gather gather = Gather::All,
+                                 Shard shard = Shard::Auto);
 TraversalStats barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, float* forces,
                           DistributedStats* stats = nullptr, Gather gather = Gather::All);
 

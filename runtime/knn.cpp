@@ -14,7 +14,7 @@ const char* to_string(SearchTree t) {
 }
 
 NearestNeighbors::NearestNeighbors(const KdTree& tree, Device device)
-    : kind_(SearchTree::Kd), kd_(std::make_unique<Engine<detail::KnnWorkload<KdTree>>>(tree, device)) {}
+    : kind_(SearchTree::Kd), kd_tree_(&tree), kd_(std::make_unique<Engine<detail::KnnWorkload<KdTree>>>(tree, device)) {}
 NearestNeighbors::NearestNeighbors(const BallTree& tree, Device device)
     : kind_(SearchTree::Ball), ball_(std::make_unique<Engine<detail::KnnWorkload<BallTree>>>(tree, device)) {}
 NearestNeighbors::NearestNeighbors(const VpTree& tree, Device device)

@@ -58,6 +58,8 @@ class NearestNeighbors {
   int dims() const;
   index_t size() const;  // tree points
   int height() const;
+  // The kd-tree searched, or null for a ball or vp tree.
+  const KdTree* kd_tree() const { return kd_tree_; }
 
   // queries: row-major [n_queries][dims()]. Errors (canopy::Error): k outside 1..size(), a
   // NaN/infinite query coordinate, a depth outside 1..height, device gpu on a machine without
@@ -74,6 +76,7 @@ class NearestNeighbors {
   decltype(auto) with_engine(F&& f) const;
 
   SearchTree kind_;
+  const KdTree* kd_tree_ = nullptr;
   std::unique_ptr<Engine<detail::KnnWorkload<KdTree>>> kd_;
   std::unique_ptr<Engine<detail::KnnWorkload<BallTree>>> ball_;
   std::unique_ptr<Engine<detail::KnnWorkload<VpTree>>> vp_;

@@ -86,6 +86,20 @@ for step in $steps; do
       dist pc_replicate 120 --workload pc --generate uniform:20000000:3 --gather all,root,local --repeat 5 ;;
     pc-dev)
       dist pc_replicate_dev 120 --workload pc --generate uniform:20000000:3 --on-device 1 --gather local --repeat 5 ;;
+    pc-dev-input)
+      # The same calls with each rank a contiguous run of the input (random) order, the shards
+      # before spatial sharding became auto's choice for device queries.
+      dist pc_replicate_dev_input 120 --workload pc --generate uniform:20000000:3 --on-device 1 --gather local \
+        --repeat 5 --shard input ;;
+    knn-dev-input)
+      dist knn_replicate_dev_input 120 --workload knn --k 8 --generate uniform:20000000:3 --on-device 1 \
+        --gather local --repeat 5 --shard input ;;
+    pc-host-shards)
+      # Host queries and results: input shards (auto's choice there) against spatial ones.
+      for sh in input spatial; do
+        dist "pc_replicate_host_$sh" 150 --workload pc --generate uniform:20000000:3 --gather local,root --repeat 5 \
+          --shard $sh
+      done ;;
     pc-variants)
       # The on-device pc under each schedule x executor (VARIANTS), the baseline under the same.
       for v in ${VARIANTS:-auto fsm-lockstep-sorted sorted-independent hybrid-key independent}; do

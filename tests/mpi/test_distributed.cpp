@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -432,6 +433,103 @@ TEST(Distributed, CallsIntoBuffersFillWhatEachRankHolds) {
       }
     }
   }
+}
+
+// Spatial shards: rank r runs positions share_of(m, r) of the queries' stable order by the cell
+// of the tree's top spatial_shard_depth levels (the cells found here by walking the tree), writes
+// exactly those queries' results under Local, and every gather gives one process's bits.
+TEST(Distributed, SpatialShardsRunRunsOfTheCellOrderAndEqualOneProcess) {
+  using distributed::Gather;
+  using distributed::Shard;
+  std::vector<float> p = points(4000, 3, 61);
+  // The queries in a random order, as a program that does not sort its particles sends them.
+  const index_t m = 2500;
+  std::vector<index_t> perm(4000);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(5));
+  std::vector<float> q;
+  for (index_t i = 0; i < m; ++i)
+    q.insert(q.end(), p.begin() + perm[static_cast<std::size_t>(i)] * 3, p.begin() + perm[static_cast<std::size_t>(i)] * 3 + 3);
+  const KdTree tree = KdTree::build(p.data(), 4000, 3);
+  PointCorrelation pc(tree, Device::Cpu);
+  NearestNeighbors nn(tree, Device::Cpu);
+  PcOptions po;
+  po.radius = 0.04f;
+  KnnOptions ko;
+  ko.k = 3;
+  const PcResult one_pc = pc.run(q.data(), m, po);
+  const KnnResult one_nn = nn.run(q.data(), m, ko);
+  // The reference cut: each query's cell by its descent, a stable sort, this rank's run.
+  const int depth = distributed::spatial_shard_depth(tree, rank_count());
+  ASSERT_GE(depth, 1);
+  const KdTreeView v = tree.view();
+  std::vector<std::uint32_t> cell(static_cast<std::size_t>(m));
+  for (index_t i = 0; i < m; ++i) {
+    node_id node = 0;
+    std::uint32_t key = 0;
+    for (int l = 0; l < depth; ++l) {
+      if (v.is_leaf(node)) {
+        key <<= depth - l;
+        break;
+      }
+      const int d = v.nodes[node].split_dim;
+      const bool right = q[static_cast<std::size_t>(i * 3 + d)] > v.hi(node + 1)[d];
+      key = 2 * key + (right ? 1u : 0u);
+      node = v.child(node, right ? 1 : 0);
+    }
+    cell[static_cast<std::size_t>(i)] = key;
+  }
+  std::vector<index_t> order(static_cast<std::size_t>(m));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) {
+    return cell[static_cast<std::size_t>(a)] < cell[static_cast<std::size_t>(b)];
+  });
+  const distributed::Share mine = distributed::share_of(m, this_rank(), rank_count());
+  std::vector<char> own(static_cast<std::size_t>(m), 0);
+  for (index_t j = mine.begin; j < mine.begin + mine.count; ++j) own[static_cast<std::size_t>(order[static_cast<std::size_t>(j)])] = 1;
+  for (Gather g : {Gather::All, Gather::Root, Gather::Local}) {
+    SCOPED_TRACE(distributed::to_string(g));
+    const bool all = g == Gather::All || (g == Gather::Root && this_rank() == 0);
+    std::vector<index_t> counts(static_cast<std::size_t>(m), -5), idx(static_cast<std::size_t>(m * 3), -5);
+    std::vector<float> dist(idx.size(), -5.0f);
+    distributed::DistributedStats st;
+    for (int call = 0; call < 2; ++call) {  // the same buffers twice, as a caller reuses them
+      distributed::point_correlation(MPI_COMM_WORLD, pc, q.data(), m, po, counts.data(), &st, g, Shard::Spatial);
+      EXPECT_EQ(st.local_items, mine.count);
+      distributed::nearest_neighbors(MPI_COMM_WORLD, nn, q.data(), m, ko, idx.data(), dist.data(), &st, g,
+                                     Shard::Spatial);
+    }
+    for (index_t i = 0; i < m; ++i) {
+      const bool held = all || own[static_cast<std::size_t>(i)];
+      ASSERT_EQ(counts[static_cast<std::size_t>(i)], held ? one_pc.counts[static_cast<std::size_t>(i)] : -5) << i;
+      for (index_t j = i * 3; j < i * 3 + 3; ++j) {
+        ASSERT_EQ(idx[static_cast<std::size_t>(j)], held ? one_nn.indices[static_cast<std::size_t>(j)] : -5) << i;
+        ASSERT_EQ(dist[static_cast<std::size_t>(j)], held ? one_nn.distances[static_cast<std::size_t>(j)] : -5.0f) << i;
+      }
+    }
+  }
+  // A rank's run is a region: with two ranks or more, rank 0's queries lie in lower cells than
+  // the last rank's (one cell at most is shared at a boundary).
+  if (rank_count() > 1) {
+    const std::uint32_t last_of_first = cell[static_cast<std::size_t>(order[static_cast<std::size_t>(
+        distributed::share_of(m, 0, rank_count()).count - 1)])];
+    const std::uint32_t first_of_last = cell[static_cast<std::size_t>(order[static_cast<std::size_t>(
+        distributed::share_of(m, rank_count() - 1, rank_count()).begin)])];
+    EXPECT_LE(last_of_first, first_of_last);
+  }
+  EXPECT_EQ(distributed::parse_shard("spatial"), Shard::Spatial);
+  EXPECT_THROW(distributed::parse_shard("random"), Error);
+  // Spatial needs a kd-tree's cells: a ball tree's kNN refuses it on every rank.
+  const BallTree ball = BallTree::build(p.data(), 4000, 3);
+  NearestNeighbors bn(ball, Device::Cpu);
+  std::vector<index_t> bi(static_cast<std::size_t>(m * 3));
+  std::vector<float> bd(bi.size());
+  EXPECT_THROW(distributed::nearest_neighbors(MPI_COMM_WORLD, bn, q.data(), m, ko, bi.data(), bd.data(), nullptr,
+                                              Gather::All, Shard::Spatial),
+               Error);
+  // Auto with host queries keeps input shares (and a ball tree's kNN runs).
+  distributed::nearest_neighbors(MPI_COMM_WORLD, bn, q.data(), m, ko, bi.data(), bd.data(), nullptr, Gather::All);
+  EXPECT_EQ(bi, one_nn.indices);
 }
 
 // kNN over a partitioned tree orders candidates as one process does, by squared distance then
