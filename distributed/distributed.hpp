@@ -1,9 +1,10 @@
 // Canopy over MPI, one process per GPU (optional: -DCANOPY_WITH_MPI=ON builds canopy_mpi).
 //
 // Replicated tree, sharded queries: every rank holds the whole tree or forest (built from the
-// same input), runs a contiguous share of the queries or rows through the single-process API
-// with its own options (device, schedule, ...), and the results are gathered on every rank in
-// the original order. Each query's answer is the single-process answer, so the gathered
+// same input), runs a share of the queries or rows through the single-process API with its own
+// options (device, schedule, ...), and the results are gathered on every rank in the original
+// order. The share is a contiguous run of the input, or, for pc and kNN into buffers, of the
+// queries' spatial order (Shard below). Each query's answer is the single-process answer, so the gathered
 // results equal a one-process run bit for bit (counts, neighbours, forest predictions).
 //
 // Every call is collective over `comm`. A rank whose share fails (bad input, no memory) makes
