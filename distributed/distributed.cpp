@@ -80,14 +80,18 @@ namespace {
 // sorted call lose coherence (two H100s: pc 1.68x one GPU, 1.97x for spatially ordered input);
 // spatial shards keep the density. Measured where the queries are on the device; host queries
 // pay a host sort and gather that the measurement did not repay (benchmarks/RESULTS.md).
+// Collective: every rank takes the same path (spatial only where every rank can), and a rank
+// that cannot take Spatial fails the call on every rank.
 bool spatial_shards(MPI_Comm comm, Shard shard, const KdTree* tree, const float* queries, index_t n) {
-  if (shard == Shard::Input) return false;
-  if (!tree) {
-    if (shard == Shard::Spatial) throw Error("shard spatial: the search tree is not a kd-tree");
-    return false;
-  }
-  if (shard == Shard::Spatial) return true;
-  return place_in(comm).ranks > 1 && n > 0 && is_device_pointer(queries);
+  int want = 0;
+  run_share(comm, "queries", Share{0, n}, [&] {
+    if (shard == Shard::Spatial && !tree) throw Error("shard spatial: the search tree is not a kd-tree");
+    want = shard == Shard::Spatial ||
+           (shard == Shard::Auto && tree && place_in(comm).ranks > 1 && n > 0 && is_device_pointer(queries));
+  });
+  int all = 0;
+  check_mpi(MPI_Allreduce(&want, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+  return all == 1;
 }
 
 // One thread's spatial order and its scratch, kept from call to call.
