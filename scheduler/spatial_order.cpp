@@ -20,14 +20,7 @@ SpatialOrder::Gpu& SpatialOrder::gpu() const {
   return *gpu_;
 }
 
-std::uint32_t SpatialOrder::cell(const float* q) const {
-  std::uint32_t h = 1;
-  for (int l = 0; l < depth_; ++l) {
-    const std::int32_t d = dim_[h];
-    h = 2 * h + (d >= 0 && q[d] > value_[h] ? 1u : 0u);
-  }
-  return h - (1u << depth_);
-}
+std::uint32_t SpatialOrder::cell(const float* q) const { return spatial_cell(dim_.data(), value_.data(), depth_, q); }
 
 void SpatialOrder::compute(const KdTree& tree, int depth, const float* queries, index_t n, stream_t after) {
   if (depth < 1 || depth > kMaxDepth)

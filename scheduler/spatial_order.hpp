@@ -18,6 +18,17 @@
 
 namespace canopy {
 
+// The cell of query q under a cut of `depth` levels held as a complete binary heap (1-based):
+// split dimension (-1: every query goes left) and value per slot; cells 0 .. 2^depth - 1.
+CANOPY_HD inline std::uint32_t spatial_cell(const std::int32_t* dim, const float* value, int depth, const float* q) {
+  std::uint32_t h = 1;
+  for (int l = 0; l < depth; ++l) {
+    const std::int32_t d = dim[h];
+    h = 2 * h + (d >= 0 && q[d] > value[h] ? 1u : 0u);
+  }
+  return h - (1u << depth);
+}
+
 class SpatialOrder {
  public:
   SpatialOrder();

@@ -12,20 +12,13 @@ constexpr int kBlock = 256;
 
 unsigned grid_for(index_t n) { return static_cast<unsigned>((n + kBlock - 1) / kBlock); }
 
-// Each query's cell: the descent of the heap's `depth` levels (1-based heap; dimension -1 sends
-// every query left).
+// Each query's cell (spatial_cell, as the host files it).
 __global__ void __launch_bounds__(kBlock)
 cell_kernel(const std::int32_t* dim, const float* value, int depth, int dims, const float* queries, index_t n,
             std::uint16_t* keys, index_t* ids) {
   const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  const float* q = queries + i * dims;
-  std::uint32_t h = 1;
-  for (int l = 0; l < depth; ++l) {
-    const int d = dim[h];
-    h = 2 * h + (d >= 0 && q[d] > value[h] ? 1u : 0u);
-  }
-  keys[i] = static_cast<std::uint16_t>(h - (1u << depth));
+  keys[i] = static_cast<std::uint16_t>(spatial_cell(dim, value, depth, queries + i * dims));
   ids[i] = i;
 }
 

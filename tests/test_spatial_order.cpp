@@ -13,6 +13,7 @@
 #include "layouts/kdtree.hpp"
 #include "scheduler/spatial_order.hpp"
 #include "tests/require_gpu.hpp"
+#include "tests/spatial_reference.hpp"
 #include "tests/stream_probe.hpp"
 
 namespace canopy {
@@ -31,35 +32,6 @@ std::vector<float> clustered(index_t n, int dims, unsigned seed) {
   return p;
 }
 
-// The cell of q by the tree's own descent: `depth` steps (ties go left, as find_leaf), the path's
-// bits left to right; a leaf met sooner continues left.
-std::uint32_t cell_by_walk(const KdTreeView& v, const float* q, int depth) {
-  node_id node = 0;
-  std::uint32_t key = 0;
-  for (int l = 0; l < depth; ++l) {
-    if (v.is_leaf(node)) {
-      key <<= depth - l;
-      break;
-    }
-    const int d = v.nodes[node].split_dim;
-    const bool right = q[d] > v.hi(node + 1)[d];
-    key = 2 * key + (right ? 1u : 0u);
-    node = v.child(node, right ? 1 : 0);
-  }
-  return key;
-}
-
-std::vector<index_t> stable_by_cell(const KdTree& tree, const std::vector<float>& q, int dims, int depth) {
-  const index_t n = static_cast<index_t>(q.size()) / dims;
-  std::vector<index_t> ids(static_cast<std::size_t>(n));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::vector<std::uint32_t> cell(ids.size());
-  for (index_t i = 0; i < n; ++i) cell[static_cast<std::size_t>(i)] = cell_by_walk(tree.view(), q.data() + i * dims, depth);
-  std::stable_sort(ids.begin(), ids.end(),
-                   [&](index_t a, index_t b) { return cell[static_cast<std::size_t>(a)] < cell[static_cast<std::size_t>(b)]; });
-  return ids;
-}
-
 TEST(SpatialOrder, IsTheStableSortOfTheTreesTopCells) {
   const int dims = 3;
   const std::vector<float> p = clustered(5000, dims, 3);
@@ -73,8 +45,8 @@ TEST(SpatialOrder, IsTheStableSortOfTheTreesTopCells) {
     SCOPED_TRACE(depth);
     order.compute(tree, depth, q.data(), n);
     EXPECT_FALSE(order.on_device());
-    EXPECT_EQ(order.host_order(), stable_by_cell(tree, q, dims, depth));
-    for (index_t i = 0; i < n; i += 37) EXPECT_EQ(order.cell(q.data() + i * dims), cell_by_walk(tree.view(), q.data() + i * dims, depth));
+    EXPECT_EQ(order.host_order(), test::stable_by_cell(tree, q.data(), n, depth));
+    for (index_t i = 0; i < n; i += 37) EXPECT_EQ(order.cell(q.data() + i * dims), test::cell_by_walk(tree.view(), q.data() + i * dims, depth));
   }
   // Past the tree's height every branch has ended: the deepest cells are the leaves' runs.
   EXPECT_GT(SpatialOrder::kMaxDepth, tree.height());
@@ -88,7 +60,7 @@ TEST(SpatialOrder, CountingSortBlocksKeepInputOrder) {
   std::vector<float> q = clustered(200000, dims, 6);
   SpatialOrder order;
   order.compute(tree, 2, q.data(), 200000);
-  EXPECT_EQ(order.host_order(), stable_by_cell(tree, q, dims, 2));
+  EXPECT_EQ(order.host_order(), test::stable_by_cell(tree, q.data(), 200000, 2));
 }
 
 TEST(SpatialOrder, GatherAndScatterMoveRowsByPosition) {

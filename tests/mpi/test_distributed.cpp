@@ -20,6 +20,7 @@
 #include "layouts/kdtree.hpp"
 #include "layouts/octree.hpp"
 #include "runtime/bh_visitor.hpp"
+#include "tests/spatial_reference.hpp"
 
 namespace canopy {
 namespace {
@@ -464,26 +465,8 @@ TEST(Distributed, SpatialShardsRunRunsOfTheCellOrderAndEqualOneProcess) {
   ASSERT_GE(depth, 1);
   const KdTreeView v = tree.view();
   std::vector<std::uint32_t> cell(static_cast<std::size_t>(m));
-  for (index_t i = 0; i < m; ++i) {
-    node_id node = 0;
-    std::uint32_t key = 0;
-    for (int l = 0; l < depth; ++l) {
-      if (v.is_leaf(node)) {
-        key <<= depth - l;
-        break;
-      }
-      const int d = v.nodes[node].split_dim;
-      const bool right = q[static_cast<std::size_t>(i * 3 + d)] > v.hi(node + 1)[d];
-      key = 2 * key + (right ? 1u : 0u);
-      node = v.child(node, right ? 1 : 0);
-    }
-    cell[static_cast<std::size_t>(i)] = key;
-  }
-  std::vector<index_t> order(static_cast<std::size_t>(m));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) {
-    return cell[static_cast<std::size_t>(a)] < cell[static_cast<std::size_t>(b)];
-  });
+  for (index_t i = 0; i < m; ++i) cell[static_cast<std::size_t>(i)] = test::cell_by_walk(v, q.data() + i * 3, depth);
+  const std::vector<index_t> order = test::stable_by_cell(tree, q.data(), m, depth);
   const distributed::Share mine = distributed::share_of(m, this_rank(), rank_count());
   std::vector<char> own(static_cast<std::size_t>(m), 0);
   for (index_t j = mine.begin; j < mine.begin + mine.count; ++j) own[static_cast<std::size_t>(order[static_cast<std::size_t>(j)])] = 1;

@@ -1,0 +1,47 @@
+// The reference for SpatialOrder's cells (scheduler/spatial_order.hpp), independent of its heap:
+// each query's cell found by walking the kd-tree itself, and the stable sort by it. Used by the
+// unit tests and the MPI tests of spatial shards.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "layouts/kdtree.hpp"
+
+namespace canopy {
+namespace test {
+
+// The cell of q: `depth` steps of the tree's descent (ties go left, as find_leaf), the path's
+// bits left to right; a leaf met sooner continues left.
+inline std::uint32_t cell_by_walk(const KdTreeView& v, const float* q, int depth) {
+  node_id node = 0;
+  std::uint32_t key = 0;
+  for (int l = 0; l < depth; ++l) {
+    if (v.is_leaf(node)) {
+      key <<= depth - l;
+      break;
+    }
+    const int d = v.nodes[node].split_dim;
+    const bool right = q[d] > v.hi(node + 1)[d];
+    key = 2 * key + (right ? 1u : 0u);
+    node = v.child(node, right ? 1 : 0);
+  }
+  return key;
+}
+
+// The queries [n][tree.dims()] stably sorted by cell_by_walk.
+inline std::vector<index_t> stable_by_cell(const KdTree& tree, const float* queries, index_t n, int depth) {
+  const KdTreeView v = tree.view();
+  std::vector<std::uint32_t> cell(static_cast<std::size_t>(n));
+  for (index_t i = 0; i < n; ++i) cell[static_cast<std::size_t>(i)] = cell_by_walk(v, queries + i * v.dims, depth);
+  std::vector<index_t> ids(static_cast<std::size_t>(n));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(),
+                   [&](index_t a, index_t b) { return cell[static_cast<std::size_t>(a)] < cell[static_cast<std::size_t>(b)]; });
+  return ids;
+}
+
+}  // namespace test
+}  // namespace canopy
