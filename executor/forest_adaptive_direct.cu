@@ -20,10 +20,13 @@ void launch_adaptive_direct(const AdaptiveForestView& v, const AdaptiveBatch& b,
         constexpr bool kCat = decltype(cat)::value;
         if (s.cache_rows == 1) {
           auto kernel = adaptive_direct_kernel<Sums, R, K, true, kCat>;
+          check_block_registers(kernel, s.block_threads, "direct strategy");
           allow_dynamic_smem(kernel, smem, "cudaFuncSetAttribute(adaptive_direct_kernel)");
           kernel<<<grid, s.block_threads, smem, d.stream>>>(v, b, s.tree_sync);
         } else {
-          adaptive_direct_kernel<Sums, R, K, false, kCat><<<grid, s.block_threads, 0, d.stream>>>(v, b, s.tree_sync);
+          auto kernel = adaptive_direct_kernel<Sums, R, K, false, kCat>;
+          check_block_registers(kernel, s.block_threads, "direct strategy");
+          kernel<<<grid, s.block_threads, 0, d.stream>>>(v, b, s.tree_sync);
         }
       });
       CANOPY_CUDA_CHECK_LAUNCH("adaptive_direct_kernel");

@@ -42,8 +42,9 @@ CANOPY_HD inline index_t adaptive_out_row(const AdaptiveBatch& b, index_t i) { r
 // The walks of the thread-per-row strategies: R rows through trees t0 .. t0 + K - 1 (those
 // below t_end) together, a trip count the whole warp shares (leaves point at themselves):
 // independent loads that overlap, and no leaf test. base(t): tree t's first node; get(r, f):
-// feature f of row r. The leaves go to s[r] in tree order.
-template <class Sums, int R, int K, bool kCat, class Base, class Get>
+// feature f of row r. The leaves go to s[r] in tree order. kFast: base_of gives the fast copy's
+// trees and no row has a missing value (adaptive_fast_step).
+template <class Sums, int R, int K, bool kCat, bool kFast = false, class Base, class Get>
 __device__ __forceinline__ void adaptive_walk_trees(const AdaptiveForestView& v, index_t t0, index_t t_end,
                                                     const Base& base_of, const Get& get, Sums (&s)[R]) {
   const ForestNode* base[K];
@@ -70,15 +71,24 @@ __device__ __forceinline__ void adaptive_walk_trees(const AdaptiveForestView& v,
 #pragma unroll
       for (int q = 0; q < K; ++q) {
         const ForestNode n = node[r][q];
-        k[r][q] = ((n.info & kAdaptivePayloadMask) >> v.feature_bits) +
-                  adaptive_second<kCat>(n, get(r, static_cast<int>(n.info & v.feature_mask)), v.common.categories);
+        const float x = get(r, static_cast<int>(n.info & v.feature_mask));
+        if constexpr (kFast)
+          k[r][q] = adaptive_fast_step(n, v.feature_bits, x);
+        else
+          k[r][q] = ((n.info & kAdaptivePayloadMask) >> v.feature_bits) + adaptive_second<kCat>(n, x, v.common.categories);
       }
   }
 #pragma unroll
   for (int q = 0; q < K; ++q)
     if (t0 + q < t_end)
 #pragma unroll
-      for (int r = 0; r < R; ++r) s[r].add(v.common, t0 + q, adaptive_leaf(v, t0 + q, k[r][q]));
+      for (int r = 0; r < R; ++r) s[r].add(v.common, t0 + q, adaptive_leaf<kFast>(v, t0 + q, k[r][q]));
+}
+
+// Whether a block takes the fast copy: it has one, and none of the rows it staged has a
+// missing value (`missing`: this thread's staging saw one). Block-uniform; a barrier.
+__device__ __forceinline__ bool adaptive_block_fast(const AdaptiveForestView& v, bool missing) {
+  return __syncthreads_or(missing) == 0 && v.fast != nullptr;
 }
 
 // ---- direct ------------------------------------------------------------------------------------
@@ -99,13 +109,19 @@ __global__ void adaptive_direct_kernel(AdaptiveForestView v, AdaptiveBatch b, in
     pos[r] = first + r * B + tid;
     src[r] = b.rows + (pos[r] < b.n_rows ? pos[r] : 0) * F;
   }
+  bool fast = false;
   if (kCache) {
+    bool missing = false;
     for (index_t k = tid; k < static_cast<index_t>(width) * F; k += B) {
       const int j = static_cast<int>(k / F), f = static_cast<int>(k - static_cast<index_t>(j) * F);
       const index_t p = first + j;
-      if (p < b.n_rows) tile[f * width + j] = b.rows[p * F + f];
+      if (p < b.n_rows) {
+        const float x = b.rows[p * F + f];
+        missing |= x != x;
+        tile[f * width + j] = x;
+      }
     }
-    __syncthreads();
+    fast = adaptive_block_fast(v, missing);
   }
   // Threads past the end walk row 0 and write nothing: with tree_sync they must reach every barrier.
   if (first + tid >= b.n_rows && tree_sync == 0) return;
@@ -113,13 +129,26 @@ __global__ void adaptive_direct_kernel(AdaptiveForestView v, AdaptiveBatch b, in
 #pragma unroll
   for (int r = 0; r < R; ++r) s[r].begin(c);
   const index_t T = c.n_trees;
-  for (index_t t0 = 0; t0 < T; t0 += K) {
-    // Keeping the block's warps within tree_sync trees of each other keeps the trees they
-    // read in L1.
-    if (tree_sync > 0 && t0 % tree_sync < K) __syncthreads();
-    adaptive_walk_trees<Sums, R, K, kCat>(
-        v, t0, T, [&](index_t t) { return v.nodes + v.tree_begin[t]; },
-        [&](int r, int f) { return kCache ? tile[f * width + r * B + tid] : src[r][f]; }, s);
+  auto get = [&](int r, int f) { return kCache ? tile[f * width + r * B + tid] : src[r][f]; };
+  // The fast copy's walk is compiled where it pays: rows staged, no categorical test, and sums
+  // narrow enough that a second walk leaves the registers a 512-thread block needs.
+  bool walked = false;
+  if constexpr (kCache && !kCat && Sums::kMax <= 8) {
+    if (fast) {
+      for (index_t t0 = 0; t0 < T; t0 += K) {
+        if (tree_sync > 0 && t0 % tree_sync < K) __syncthreads();
+        adaptive_walk_trees<Sums, R, K, false, true>(v, t0, T, [&](index_t t) { return v.fast + v.tree_begin[t]; }, get, s);
+      }
+      walked = true;
+    }
+  }
+  if (!walked) {
+    for (index_t t0 = 0; t0 < T; t0 += K) {
+      // Keeping the block's warps within tree_sync trees of each other keeps the trees they
+      // read in L1.
+      if (tree_sync > 0 && t0 % tree_sync < K) __syncthreads();
+      adaptive_walk_trees<Sums, R, K, kCat>(v, t0, T, [&](index_t t) { return v.nodes + v.tree_begin[t]; }, get, s);
+    }
   }
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -186,14 +215,15 @@ struct SharedDataWalks {
   }
 
   // The walks through the tile's rows r0 + row[g]; each leaf lands at its row's canonical slot.
-  template <bool kCat>
+  // kFast: tree-major over the fast copy (a tile without missing values).
+  template <bool kCat, bool kFast = false>
   __device__ __forceinline__ void finish(const AdaptiveForestView& v, const AdaptiveSharedDataPlan& plan,
                                          const ForestNode* top, const float* tile, int r0, int p0, int B, int walks,
                                          std::uint32_t* leaves, int row_words) {
     const ForestCommonView& c = v.common;
     const index_t T = c.n_trees;
     const int F = c.n_features, words = plan.leaf_words;
-    const bool inter = plan.interleaved != 0;
+    const bool inter = !kFast && plan.interleaved != 0;
     const std::uint32_t R = static_cast<std::uint32_t>(plan.top_rows);
     const ForestNode* base[G];
     int most = 0;
@@ -204,7 +234,7 @@ struct SharedDataWalks {
         base[g] = v.inter + slot[g];
         if (R > 0) node[g] = top[slot[g]];
       } else {
-        base[g] = v.nodes + leaf_begin[g];
+        base[g] = (kFast ? v.fast : v.nodes) + leaf_begin[g];
         node[g] = base[g][0];
       }
       most = max(most, steps[g]);
@@ -213,9 +243,13 @@ struct SharedDataWalks {
     // Leaves point at themselves, so walks shorter than the longest take extra steps in place.
     for (int l = 0; l < most; ++l) {
 #pragma unroll
-      for (int g = 0; g < G; ++g)
-        k[g] = ((node[g].info & kAdaptivePayloadMask) >> v.feature_bits) +
-               adaptive_second<kCat>(node[g], tile[(r0 + row[g]) * F + (node[g].info & v.feature_mask)], c.categories);
+      for (int g = 0; g < G; ++g) {
+        const float x = tile[(r0 + row[g]) * F + (node[g].info & v.feature_mask)];
+        if constexpr (kFast)
+          k[g] = adaptive_fast_step(node[g], v.feature_bits, x);
+        else
+          k[g] = ((node[g].info & kAdaptivePayloadMask) >> v.feature_bits) + adaptive_second<kCat>(node[g], x, c.categories);
+      }
       if (l + 1 < most) {
 #pragma unroll
         for (int g = 0; g < G; ++g)
@@ -225,7 +259,7 @@ struct SharedDataWalks {
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       if (p0 + g * B >= walks) continue;
-      const std::uint32_t w = v.leaf[leaf_begin[g] + k[g]];
+      const std::uint32_t w = (kFast ? v.fast_leaf : v.leaf)[leaf_begin[g] + k[g]];
       std::uint32_t* dst = leaves + static_cast<std::size_t>(row[g]) * row_words + static_cast<std::size_t>(tree[g]) * words;
       if (words == 1) {
         dst[0] = w;
@@ -305,14 +339,26 @@ __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch 
     for (int k = tid; k < top_nodes / 2; k += B) dst[k] = src[k];
     if ((top_nodes & 1) && tid == 0) top[top_nodes - 1] = v.inter[top_nodes - 1];
   }
-  for (index_t k = tid; k < static_cast<index_t>(n) * F; k += B) tile[k] = b.rows[first * F + k];
-  __syncthreads();
+  bool missing = false;
+  for (index_t k = tid; k < static_cast<index_t>(n) * F; k += B) {
+    const float x = b.rows[first * F + k];
+    missing |= x != x;
+    tile[k] = x;
+  }
+  const bool fast = adaptive_block_fast(v, missing) && !kCat && plan.interleaved == 0;  // (the barrier first)
   for (int r0 = 0; r0 < n; r0 += items) {
     const int m = items < n - r0 ? items : n - r0;
     const int walks = m * T;
     for (int p0 = tid; p0 < walks; p0 += G * B) {
       if (r0 > 0 || p0 != tid) w.begin(v, plan, p0, B, m, walks);
-      w.template finish<kCat>(v, plan, top, tile, r0, p0, B, walks, leaves, row_words);
+      bool walked = false;
+      if constexpr (!kCat && Sums::kMax <= 8) {  // (as in the direct strategy)
+        if (fast) {
+          w.template finish<false, true>(v, plan, top, tile, r0, p0, B, walks, leaves, row_words);
+          walked = true;
+        }
+      }
+      if (!walked) w.template finish<kCat>(v, plan, top, tile, r0, p0, B, walks, leaves, row_words);
     }
     __syncthreads();
     // One thread per (row, output): XGBoost group g adds its trees from base_margin[g]; a

@@ -62,6 +62,19 @@ void dispatch_categorical(const AdaptiveForestView& v, F&& f) {
   f(std::false_type{});
 }
 
+// A block of more than 256 threads may ask for more registers than an SM has (a kernel of
+// over 128 per thread): a clear error instead of a failed launch.
+template <class Kernel>
+void check_block_registers(Kernel kernel, int threads, const char* name) {
+  if (threads <= 256) return;
+  cudaFuncAttributes a{};
+  const cudaError_t err = cudaFuncGetAttributes(&a, kernel);
+  if (err != cudaSuccess) throw_cuda_error(err, "cudaFuncGetAttributes", __FILE__, __LINE__);
+  if (threads > a.maxThreadsPerBlock)
+    throw Error(std::string(name) + ": a block of " + std::to_string(threads) + " threads needs more registers than an SM has (" +
+                std::to_string(a.numRegs) + " per thread); block_threads may be at most " + std::to_string(a.maxThreadsPerBlock));
+}
+
 // Shared memory the direct strategy's row tile takes.
 inline std::size_t direct_tile_bytes(const AdaptiveForestView& v, const ForestSchedule& s) {
   return s.cache_rows == 1 ? static_cast<std::size_t>(v.common.n_features) * s.block_threads * s.rows_per_thread * sizeof(float) : 0;

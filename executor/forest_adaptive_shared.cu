@@ -25,6 +25,7 @@ void launch_adaptive_shared_data(const AdaptiveForestView& v, const AdaptiveBatc
     dispatch_walks(s.tree_interleave, [&](auto walks) {
       dispatch_categorical(v, [&](auto cat) {
         auto kernel = adaptive_shared_data_kernel<Sums, decltype(walks)::value, decltype(cat)::value>;
+        check_block_registers(kernel, s.block_threads, "shared-data strategy");
         allow_dynamic_smem(kernel, smem, "cudaFuncSetAttribute(adaptive_shared_data_kernel)");
         kernel<<<adaptive_grid(b.n_rows, s.rows_per_block), s.block_threads, smem, d.stream>>>(v, b, plan);
       });

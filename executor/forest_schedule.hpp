@@ -44,6 +44,7 @@ struct ForestSchedule {
                             // top levels, breadth-first) staged in shared memory (0: none)
   int part_kib = 0;         // splitting shared forest: shared memory per part, KiB
   std::string describe() const;  // "block 128, rows/thread 2, ..." (defaults resolved by the engine)
+  bool is_default() const;       // every knob left to the engine
 };
 
 }  // namespace canopy

@@ -119,6 +119,8 @@ AdaptiveForest AdaptiveForest::build(const Forest& f, const AdaptiveOptions& opt
     }
   }
 
+  if (a.common.categories.empty()) a.build_fast_copy();
+
   if (opt.tree_order.empty()) {
     a.inter_tree.resize(static_cast<std::size_t>(T));
     for (index_t t = 0; t < T; ++t) a.inter_tree[static_cast<std::size_t>(t)] = t;
@@ -144,6 +146,32 @@ AdaptiveForest AdaptiveForest::build(const Forest& f, const AdaptiveOptions& opt
     for (index_t k = 0; k < e - b; ++k) a.inter[static_cast<std::size_t>(k * T + s)] = a.nodes[static_cast<std::size_t>(b + k)];
   }
   return a;
+}
+
+void AdaptiveForest::build_fast_copy() {
+  fast_nodes.assign(nodes.size(), ForestNode{});
+  fast_leaf.assign(leaf.size(), 0);
+  std::vector<std::uint32_t> queue;  // breadth-first: positions in `nodes`, queue[q] -> fast position q
+  for (std::size_t t = 0; t + 1 < tree_begin.size(); ++t) {
+    const index_t base = tree_begin[t];
+    ForestNode* out = fast_nodes.data() + base;
+    queue.assign(1, 0);
+    for (std::size_t q = 0; q < queue.size(); ++q) {
+      const std::size_t k = static_cast<std::size_t>(base) + queue[q];
+      const ForestNode n = nodes[k];
+      if (n.info & kForestLeafBit) {
+        out[q] = ForestNode{std::numeric_limits<float>::quiet_NaN(), static_cast<std::uint32_t>(q) << feature_bits};
+        fast_leaf[static_cast<std::size_t>(base) + q] = leaf[k];
+        continue;
+      }
+      const std::uint32_t first = (n.info & kAdaptivePayloadMask) >> feature_bits;
+      const bool lt_second = (n.info & kAdaptiveLtSecondBit) != 0;
+      out[q] = ForestNode{n.value, (n.info & ((1u << feature_bits) - 1u)) |
+                                       (static_cast<std::uint32_t>(queue.size()) << feature_bits)};
+      queue.push_back(lt_second ? first : first + 1);  // the x >= threshold side first
+      queue.push_back(lt_second ? first + 1 : first);
+    }
+  }
 }
 
 std::string AdaptiveForest::details() const {

@@ -64,6 +64,9 @@ struct AdaptiveForestView {
   const std::uint32_t* leaf = nullptr;   // tree-major, as nodes: a leaf's value bits or index
   const index_t* tree_begin = nullptr;   // [n_trees + 1]
   const std::int32_t* depth = nullptr;   // [n_trees] steps from the root to the deepest leaf
+  // The fast copy (AdaptiveForest::fast_nodes), null when the forest has none.
+  const ForestNode* fast = nullptr;
+  const std::uint32_t* fast_leaf = nullptr;
   const ForestNode* inter = nullptr;     // interleaved: [max_nodes][n_trees]
   const index_t* inter_tree = nullptr;   // [n_trees] storage position -> canonical tree
   const std::int32_t* inter_depth = nullptr;  // [n_trees] by storage position: depth[inter_tree[s]]
@@ -105,9 +108,18 @@ CANOPY_HD inline std::uint32_t adaptive_walk(const ForestNode* base, index_t str
   return k;
 }
 
+// One step over the fast copy, for a row with no missing value: the x < threshold side is
+// always the second child and nothing else is flagged, so a step is a mask, a shift, a compare
+// and an add (the walks are bound by those integer instructions, not by memory).
+CANOPY_HD inline std::uint32_t adaptive_fast_step(ForestNode n, int feature_bits, float x) {
+  return (n.info >> feature_bits) + static_cast<std::uint32_t>(x < n.value);
+}
+
 // The leaf at position k of canonical tree t, as the executors' Sums take it.
+// kFast: k is a position in the fast copy.
+template <bool kFast = false>
 CANOPY_HD inline ForestNode adaptive_leaf(const AdaptiveForestView& v, index_t t, std::uint32_t k) {
-  const std::uint32_t w = v.leaf[v.tree_begin[t] + k];
+  const std::uint32_t w = (kFast ? v.fast_leaf : v.leaf)[v.tree_begin[t] + k];
   return ForestNode{forest_bits_float(w), kForestLeafBit | (w & kForestIndexMask)};
 }
 
@@ -123,6 +135,10 @@ struct AdaptiveForest {
     v.leaf = map(leaf, "the adaptive leaf values");
     v.tree_begin = map(tree_begin, "the adaptive tree offsets");
     v.depth = map(depth, "the adaptive tree depths");
+    if (!fast_nodes.empty()) {
+      v.fast = map(fast_nodes, "the adaptive fast nodes");
+      v.fast_leaf = map(fast_leaf, "the adaptive fast leaf values");
+    }
     v.inter = map(inter, "the adaptive interleaved nodes");
     v.inter_tree = map(inter_tree, "the adaptive tree order");
     v.inter_depth = map(inter_depth, "the adaptive tree depths in storage order");
@@ -142,6 +158,14 @@ struct AdaptiveForest {
   // its tree (ForestTree::leaf_index, for the leaf output); -1 at inner nodes.
   std::vector<std::int32_t> leaf_number;
   std::vector<index_t> tree_begin;     // [n_trees + 1]
+  // The fast copy: the tree-major nodes renumbered (breadth-first, still tree_begin's offsets)
+  // so that every inner node's x < threshold child is its second, its info only
+  // feature | first child << feature_bits (leaves: themselves, NaN threshold), and the leaf
+  // words at the new positions. The direct (rows staged) and tree-major shared-data walks take
+  // it for blocks whose rows have no missing value. Empty when the forest has categorical
+  // splits (their test needs the flags).
+  std::vector<ForestNode> fast_nodes;
+  std::vector<std::uint32_t> fast_leaf;
   std::vector<ForestNode> inter;       // interleaved
   std::vector<index_t> inter_tree;     // [n_trees]
   // depth[inter_tree[s]]: a walk over the interleaved copy reads its trip count beside its tree
@@ -156,6 +180,7 @@ struct AdaptiveForest {
 
  private:
   explicit AdaptiveForest(const Forest& f) : common(f) {}
+  void build_fast_copy();
 };
 
 // Per tree of `f` (the forest's own order), the probability that a row reaching the root

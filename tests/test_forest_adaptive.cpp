@@ -141,6 +141,67 @@ TEST(ForestAdaptive, NodeRearrangementPutsTheLikelierChildFirst) {
   }
 }
 
+// The fast copy reaches, for every row without a missing value, the leaf the flagged nodes
+// reach: rows of the data sets, and each threshold itself, the floats either side of it,
+// +-0 and +-infinity at every feature. Forests with categorical splits have none.
+TEST(ForestAdaptive, FastCopyReachesTheSameLeafForRowsWithoutMissingValues) {
+  for (const ModelCase& c : all_cases()) {
+    const Forest& f = model(c.name);
+    for (bool rearranged : {true, false}) {
+      AdaptiveOptions opt;
+      opt.node_rearrangement = rearranged;
+      const AdaptiveForest a = AdaptiveForest::build(f, opt);
+      if (c.name.find("_cat") != std::string::npos) {  // the models with categorical splits
+        EXPECT_TRUE(a.fast_nodes.empty() && a.fast_leaf.empty()) << c.name;
+        continue;
+      }
+      ASSERT_EQ(a.fast_nodes.size(), a.nodes.size()) << c.name;
+      ASSERT_EQ(a.fast_leaf.size(), a.leaf.size()) << c.name;
+      const AdaptiveForestView v = a.view();
+      const int F = f.n_features();
+      // Rows: the data set's, missing values replaced by thresholds, then probes that sit on and
+      // beside thresholds in one feature.
+      const ForestData& d = rows(c.rows);
+      std::vector<std::vector<float>> probes;
+      for (index_t i = 0; i < std::min<index_t>(d.n_rows, 200); ++i) {
+        std::vector<float> r(d.values.begin() + i * F, d.values.begin() + (i + 1) * F);
+        probes.push_back(r);
+      }
+      std::mt19937 rng(7);
+      for (int q = 0; q < 300; ++q) {
+        const ForestNode n = a.nodes[rng() % a.nodes.size()];
+        if (n.info & kForestLeafBit) continue;
+        std::vector<float> r = probes[rng() % probes.size()];
+        const int feat = static_cast<int>(n.info & v.feature_mask);
+        for (float x : {n.value, std::nextafter(n.value, -INFINITY), std::nextafter(n.value, INFINITY), 0.0f, -0.0f,
+                        INFINITY, -INFINITY}) {
+          r[static_cast<std::size_t>(feat)] = x;
+          probes.push_back(r);
+        }
+      }
+      std::size_t checked = 0;
+      for (std::vector<float>& r : probes) {
+        for (float& x : r)
+          if (x != x) x = 0.5f;
+        auto get = [&](int feat) { return r[static_cast<std::size_t>(feat)]; };
+        for (index_t t = 0; t < f.n_trees(); ++t) {
+          const index_t b = a.tree_begin[static_cast<std::size_t>(t)];
+          const std::uint32_t slow =
+              adaptive_walk(v.nodes + b, 1, v.depth[t], v.feature_bits, v.feature_mask, get, v.common.categories);
+          std::uint32_t fast = 0;
+          for (int l = 0; l < v.depth[t]; ++l) {
+            const ForestNode n = v.fast[b + fast];
+            fast = adaptive_fast_step(n, v.feature_bits, get(static_cast<int>(n.info & v.feature_mask)));
+          }
+          ASSERT_EQ(v.leaf[b + slow], v.fast_leaf[b + fast]) << c.name << " tree " << t;
+          ++checked;
+        }
+      }
+      EXPECT_GT(checked, 1000u) << c.name;
+    }
+  }
+}
+
 TEST(ForestAdaptive, BadTreeOrderIsAnError) {
   AdaptiveOptions opt;
   opt.tree_order = {0, 0};
@@ -370,6 +431,63 @@ TEST(ForestAdaptiveGpu, EveryStrategyEqualsTheCpuBitForBit) {
   }
 }
 
+// Blocks whose rows have no missing value walk the fast copy, the others the flagged nodes:
+// XGBoost models (whose missing values go either way) on rows without any, and on the same
+// rows with missing values in a few, so that one launch takes both paths.
+TEST(ForestAdaptiveGpu, FastCopyAndMissingValuesGiveTheCpusBits) {
+  CANOPY_REQUIRE_GPU();
+  const std::vector<std::pair<std::string, std::string>> cases{{"xgb_covtype", "covtype_rows_dense"},
+                                                                {"xgb_higgs", "higgs_rows_dense"},
+                                                                {"xgb_letter", "letter_rows_dense"},
+                                                                {"rf_covtype", "covtype_rows_dense"}};
+  for (const auto& [name, data] : cases) {
+    // Under a sanitizer two models (one XGBoost, one random forest) and fewer rows.
+    if (test::under_tool() && name != "xgb_higgs" && name != "rf_covtype") continue;
+    const Forest& f = model(name);
+    const bool wide = std::max(f.n_groups(), f.leaf_width()) > 8;  // (direct: 1 x 1 only)
+    const ForestData dense = tiled(rows(data), test::under_tool() ? 300 : 700);
+    ForestData mixed = dense;
+    for (index_t i : {index_t{130}, index_t{131}, index_t{217}})
+      mixed.values[static_cast<std::size_t>(i * mixed.n_features + (i % mixed.n_features))] = NAN;
+    ForestPredictor p(f, forest_config(ForestLayout::Adaptive, Device::Gpu));
+    std::vector<Variant> vs;
+    ForestSchedule s;
+    s.cache_rows = 1;
+    s.block_threads = 64;
+    vs.push_back({ForestKernel::Direct, s, "direct cached 64"});
+    if (!wide) {
+      s.rows_per_thread = 2;
+      s.tree_interleave = 2;
+      vs.push_back({ForestKernel::Direct, s, "direct cached 64, 2x2"});
+    }
+    s = {};
+    s.tree_group = 5;
+    s.rows_per_block = 20;
+    s.interleaved = 0;
+    vs.push_back({ForestKernel::SharedData, s, "shared-data tree-major 5/20"});
+    s.tree_group = 1;
+    s.rows_per_block = 0;
+    s.tree_interleave = 4;
+    vs.push_back({ForestKernel::SharedData, s, "shared-data tree-major 1 row x4"});
+    vs.push_back({ForestKernel::Auto, {}, "auto"});
+    for (const ForestData* d : {&dense, static_cast<const ForestData*>(&mixed)}) {
+      const std::vector<float> want = cpu_predict(f, *d, ForestOutput::Prob);
+      for (const Variant& v : vs) {
+        ForestRunOptions opt;
+        opt.output = ForestOutput::Prob;
+        opt.kernel = v.kernel;
+        opt.schedule = v.schedule;
+        opt.hardware_cache = ::testing::TempDir() + "canopy_forest_hw_test.json";
+        std::vector<float> got(static_cast<std::size_t>(d->n_rows * p.output_width(opt.output)));
+        p.predict(d->values.data(), d->n_rows, got.data(), opt);
+        std::string where;
+        EXPECT_TRUE(same_bits(got, want, &where))
+            << name << " " << v.name << (d == &dense ? " dense" : " mixed") << ": " << where;
+      }
+    }
+  }
+}
+
 // A regression forest of complete trees (Canopy's forest format), sized at will.
 Forest complete_forest(int trees, int depth, int features, unsigned seed) {
   std::mt19937 rng(seed);
@@ -577,6 +695,16 @@ TEST(ForestAdaptiveGpu, AutoPicksAmongTheModelsCloseStrategiesAndKeepsItsPick) {
   // 20,000 and 17,000 rows share a size class (2^14 .. 2^15 - 1): the same pick.
   for (int call = 0; call < 3; ++call)
     EXPECT_EQ(p.predict(d.values.data(), fewer, got.data(), opt).kernel, first.kernel) << call;
+  // The same batch again: the schedule auto refined on the first call, looked up, and the bits.
+  const ForestTimes again = p.predict(d.values.data(), d.n_rows, got.data(), opt);
+  EXPECT_EQ(again.kernel, first.kernel);
+  EXPECT_EQ(again.schedule.describe(), first.schedule.describe());
+  EXPECT_TRUE(same_bits(got, cpu_predict(f, d, opt.output), &where)) << where;
+  // Knobs the caller sets are kept: auto then only chooses the strategy.
+  ForestRunOptions fixed = opt;
+  fixed.schedule.block_threads = 64;
+  EXPECT_EQ(p.predict(d.values.data(), d.n_rows, got.data(), fixed).schedule.block_threads, 64);
+  EXPECT_TRUE(same_bits(got, cpu_predict(f, d, opt.output), &where)) << where;
 }
 
 }  // namespace

@@ -110,10 +110,12 @@ void resolve_shared_data(ForestSchedule& s, const AdaptiveForestView& v, index_t
   if (s.interleaved != 0 && s.interleaved != 1)
     throw Error("shared-data strategy: interleaved = " + std::to_string(s.interleaved) + " must be 0 or 1");
   if (s.block_threads == 0) {
-    // About one round of walks per thread, from two warps to sixteen.
+    // About one round of walks per thread, from two warps to sixteen; eight for sums of more
+    // than 8 outputs, whose registers leave no room for more (H100: 176 per thread, 256 threads).
     const index_t walks = static_cast<index_t>(s.tree_group) * T;
     const index_t threads = (walks + s.tree_interleave - 1) / s.tree_interleave;
-    s.block_threads = static_cast<int>(std::min<index_t>(512, std::max<index_t>(64, (threads + 31) / 32 * 32)));
+    const index_t most = wide_sums(v.common) ? 256 : 512;
+    s.block_threads = static_cast<int>(std::min<index_t>(most, std::max<index_t>(64, (threads + 31) / 32 * 32)));
   }
   check_block(s.block_threads, "shared-data strategy");
   if (s.top_rows < 0) {
@@ -269,10 +271,14 @@ class AdaptiveForestGpu final : public ForestGpu {
     if (opt.kernel == ForestKernel::Hybrid) throw Error("the hybrid kernel needs the hierarchical layout");
     // Feasible strategies come first, the smallest estimate first.
     // The leaf output has one kernel: nothing to choose.
-    const ForestKernel kernel = opt.kernel == ForestKernel::Auto && opt.output != ForestOutput::Leaf
-                                    ? tuner_.choose(rows, n_rows, width, opt)
-                                    : opt.kernel;
-    engine_.predict(rows, n_rows, out, width, kernel, opt, times);
+    if (opt.kernel == ForestKernel::Auto && opt.output != ForestOutput::Leaf) {
+      const std::pair<ForestKernel, ForestSchedule> pick = tuner_.choose(rows, n_rows, width, opt);
+      ForestRunOptions run = opt;
+      run.schedule = pick.second;
+      engine_.predict(rows, n_rows, out, width, pick.first, run, times);
+      return;
+    }
+    engine_.predict(rows, n_rows, out, width, opt.kernel, opt, times);
   }
 
   std::vector<ForestTrial> estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt) override {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iterator>
 #include <utility>
 
@@ -398,38 +399,136 @@ std::vector<ForestTrial> ForestTuner::tune(const float* rows, index_t n_rows, in
   return out;
 }
 
-ForestKernel ForestTuner::choose(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt) {
+namespace {
+
+// The knobs auto refines, per strategy, and the values it tries for each (in this order:
+// the ones that moved the tuner's picks most first). The walks knob sets rows_per_thread and
+// tree_interleave together.
+using Knob = std::vector<std::function<void(ForestSchedule&)>>;
+std::vector<Knob> refine_knobs(ForestKernel k) {
+  auto values = [](int ForestSchedule::*field, std::initializer_list<int> vs) {
+    Knob knob;
+    for (int v : vs) knob.push_back([field, v](ForestSchedule& s) { s.*field = v; });
+    return knob;
+  };
+  Knob walks;
+  for (auto [r, t] : std::initializer_list<std::pair<int, int>>{{1, 1}, {1, 2}, {2, 1}, {2, 2}, {4, 1}})
+    walks.push_back([r = r, t = t](ForestSchedule& s) {
+      s.rows_per_thread = r;
+      s.tree_interleave = t;
+    });
+  switch (k) {
+    case ForestKernel::Direct:
+      return {values(&ForestSchedule::block_threads, {64, 128, 256, 512}), values(&ForestSchedule::tree_sync, {0, 8, 32}),
+              walks, values(&ForestSchedule::cache_rows, {0, 1})};
+    case ForestKernel::SharedData:
+      return {values(&ForestSchedule::interleaved, {0, 1}), values(&ForestSchedule::tree_group, {1, 2, 4, 8, 16, 32, 64}),
+              values(&ForestSchedule::block_threads, {64, 128, 256, 512}),
+              values(&ForestSchedule::tree_interleave, {1, 2, 4}), values(&ForestSchedule::top_rows, {0, 1, 3, 7, 15})};
+    default:
+      return {values(&ForestSchedule::block_threads, {64, 128, 256}), walks};
+  }
+}
+
+// GPU time auto may spend refining the knobs of one size class (estimated from the batch's time).
+constexpr double kRefineBudgetMs = 250;
+
+}  // namespace
+
+std::pair<ForestKernel, ForestSchedule> ForestTuner::choose(const float* rows, index_t n_rows, int width,
+                                                            const ForestRunOptions& opt) {
+  // Checked once per batch size (its power of two) and row scheduling: a batch of the same
+  // size class ranks the strategies and schedules alike. Later batches only look it up, so
+  // small repeated calls leave the GPU idle no longer than a lookup.
+  const bool refine = opt.schedule.is_default();
+  int size_class = 0;
+  while ((index_t{2} << size_class) <= n_rows) ++size_class;
+  const std::tuple<int, int, bool> key{size_class, opt.row_schedule_depth, refine};
+  if (n_rows >= 1) {
+    const auto known = verified_.find(key);
+    if (known != verified_.end()) return known->second;
+  }
   const std::vector<ForestTrial> est = estimates(rows, n_rows, opt);
   const ForestKernel pick = est.front().kernel;
-  if (n_rows < 1 || !std::isfinite(est.front().model_ns_per_row)) return pick;
+  if (n_rows < 1 || !std::isfinite(est.front().model_ns_per_row)) return {pick, opt.schedule};
   std::vector<ForestKernel> close;  // the strategies the model cannot tell apart from its pick
   for (const ForestTrial& t : est)
     if (close.size() < kVerifyMost && t.model_ns_per_row <= kVerifyFactor * est.front().model_ns_per_row)
       close.push_back(t.kernel);
-  if (close.size() < 2) return pick;
-  // Checked once per batch size (its power of two) and row scheduling: a batch of the same
-  // size class ranks the strategies alike.
-  int size_class = 0;
-  while ((index_t{2} << size_class) <= n_rows) ++size_class;
-  const std::pair<int, int> key{size_class, opt.row_schedule_depth};
-  const auto known = verified_.find(key);
-  if (known != verified_.end()) return known->second;
   AdaptiveSteps& steps = engine_.steps();
   const CallerStream caller = engine_.on_caller_stream(opt.stream);
   const gpu::AdaptiveBatch b = device_batch(rows, n_rows, width, opt);
-  std::vector<Candidate> candidates;
-  for (ForestKernel k : close) candidates.emplace_back(k, steps.resolve(k, ForestSchedule{}, n_rows));
-  const std::vector<double> ms = median_ms_interleaved(engine_, b, candidates, kVerifyRounds);
-  engine_.sync();
   ForestKernel best = pick;
   double best_ms = INFINITY;
-  for (std::size_t i = 0; i < close.size(); ++i)
-    if (ms[i] < best_ms) {
-      best_ms = ms[i];
-      best = close[i];
+  if (close.size() >= 2) {
+    std::vector<Candidate> candidates;
+    for (ForestKernel k : close) candidates.emplace_back(k, steps.resolve(k, ForestSchedule{}, n_rows));
+    const std::vector<double> ms = median_ms_interleaved(engine_, b, candidates, kVerifyRounds);
+    for (std::size_t i = 0; i < close.size(); ++i)
+      if (ms[i] < best_ms) {
+        best_ms = ms[i];
+        best = close[i];
+      }
+  }
+  ForestSchedule knobs = opt.schedule;
+  if (refine) {
+    // One knob at a time: its values against the best schedule so far (which runs beside them,
+    // so that both are timed alike), the other knobs fixed. A value must win by 1% to move.
+    // Sweeps over the knobs repeat (at most three) while one moved and the budget lasts: a
+    // knob's best value can depend on one set after it.
+    double spent = 0;
+    // One knob's values against `knobs`: +1 when one won, 0 when none did, -1 when the budget
+    // would not cover them.
+    auto try_knob = [&](const Knob& knob) {
+      std::vector<ForestSchedule> tried{knobs};
+      std::vector<Candidate> candidates;
+      try {
+        candidates.emplace_back(best, steps.resolve(best, knobs, n_rows));
+      } catch (const Error&) {
+        return -1;
+      }
+      for (const auto& set : knob) {
+        ForestSchedule s = knobs;
+        set(s);
+        try {
+          const ForestSchedule r = steps.resolve(best, s, n_rows);
+          if (best == ForestKernel::Direct && gpu::direct_tile_bytes(steps.view(), r) > steps.gpu().smem_optin) continue;
+          if (r.describe() == candidates.front().second.describe()) continue;  // the best so far itself
+          tried.push_back(s);
+          candidates.emplace_back(best, r);
+        } catch (const Error&) {
+          // a value this forest or batch cannot take
+        }
+      }
+      if (candidates.size() < 2) return 0;
+      const double cost = static_cast<double>(candidates.size()) * (kVerifyRounds + 1) * (std::isfinite(best_ms) ? best_ms : 0.0);
+      if (spent > 0 && spent + cost > kRefineBudgetMs) return -1;
+      const std::vector<double> ms = median_ms_interleaved(engine_, b, candidates, kVerifyRounds);
+      for (double m : ms)
+        if (std::isfinite(m)) spent += m * (kVerifyRounds + 1);
+      std::size_t win = static_cast<std::size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
+      if (!(ms[win] < 0.99 * ms[0])) win = 0;
+      knobs = tried[win];
+      best_ms = ms[win];
+      return win != 0 ? 1 : 0;
+    };
+    const std::vector<Knob> axes = refine_knobs(best);
+    bool moved = true, stop = false;
+    for (int sweep = 0; sweep < 3 && moved && !stop; ++sweep) {
+      moved = false;
+      for (const Knob& knob : axes) {
+        const int r = try_knob(knob);
+        if (r < 0) {
+          stop = true;
+          break;
+        }
+        moved |= r > 0;
+      }
     }
-  verified_[key] = best;
-  return best;
+  }
+  engine_.sync();
+  verified_[key] = {best, knobs};
+  return {best, knobs};
 }
 
 }  // namespace detail

@@ -7,6 +7,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "layouts/forest_adaptive.hpp"
@@ -34,11 +36,15 @@ class ForestTuner {
   // Every schedule of the grid that runs, timed on these rows, the fastest first
   // (ForestPredictor::tune).
   std::vector<ForestTrial> tune(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt, int repeat);
-  // Auto's strategy for this batch. The model's pick, unless other strategies' estimates come
-  // within a factor of 2 of it: then those (at most three) run on the batch itself, medians of
-  // interleaved runs, and the fastest wins. One noisy calibration cannot mislead it, and the
-  // check runs once per batch size (its power of two) and row-scheduling depth.
-  ForestKernel choose(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt);
+  // Auto's strategy and schedule for this batch. The model's pick, unless other strategies'
+  // estimates come within a factor of 2 of it: then those (at most three) run on the batch
+  // itself, medians of interleaved runs, and the fastest wins. Then, unless the caller set
+  // schedule knobs, the winner's knobs are refined on the batch one at a time (each knob's
+  // values against the best so far, the rest fixed), within about a quarter of a second of
+  // GPU time. One noisy calibration cannot mislead it, and the check runs once per batch size
+  // (its power of two) and row-scheduling depth; later batches of the class only look it up.
+  // The schedule returned is unresolved (the knobs the check set; the engine fills the rest).
+  std::pair<ForestKernel, ForestSchedule> choose(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt);
 
  private:
   // Each strategy's time per row on this forest with the GPU full, and its time for a small
@@ -63,7 +69,8 @@ class ForestTuner {
   std::string hardware_path_;
   std::unique_ptr<ForestAccessProfile> profile_;
   std::vector<Calibration> calibrated_;
-  std::map<std::pair<int, int>, ForestKernel> verified_;  // choose(): (size class, row depth) -> strategy
+  // choose(): (size class, row depth, caller's knobs) -> strategy and knobs
+  std::map<std::tuple<int, int, bool>, std::pair<ForestKernel, ForestSchedule>> verified_;
 };
 
 }  // namespace detail
