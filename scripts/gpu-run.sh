@@ -17,8 +17,8 @@
 #   pipeline-rows  the pipelined kNN's guided rows: lean probe at depth 8, no probe at depths
 #          10-13 and capped at 16, no probe unpipelined; pc with one stream priority
 #   graph  the quadtree-over-cities example (a user tree as a Boost.Graph) on the full cities file
-#   forest-study  the adaptive layout's forest tests, then canopy-bench forest-study on the five
-#          models of the forest issue (batches 100, 10,000, 1,000,000); FS_MODELS narrows the list
+#   forest-study  the adaptive layout's forest tests, then canopy-bench forest-study on the six
+#          models of the forest issue (the five and the categorical covtype model) (batches 100, 10,000, 1,000,000); FS_MODELS narrows the list
 #   profile  Nsight Compute sections of the executor kernels (mask, FSM, independent)
 #   sanitize  compute-sanitizer memcheck (leak check on), initcheck, synccheck and racecheck, each
 #          over the whole test binary (every GPU test; the CPU tests ride along), one tool after
@@ -208,7 +208,7 @@ if [[ $what == forest-study ]]; then
     echo "== forest tests (adaptive layout)"
     $bin/canopy_tests --gtest_brief=1 --gtest_filter='ForestAdaptive*:ForestRowSchedule*:ForestHardware*:ForestCostModel*:TreeSimilarity*'
     export CANOPY_CACHE_DIR=$out/cache
-    for m in ${FS_MODELS:-"covtype_xgb_bin_d8:covtype_bin:Cover_Type_2" "higgs_xgb_d6:higgs:label" "letter_xgb_d4:letter:lettr" "covtype_rf_d12:covtype_bin:Cover_Type_2" "higgs_rf_d20:higgs:label"}; do
+    for m in ${FS_MODELS:-"covtype_xgb_bin_d8:covtype_bin:Cover_Type_2" "higgs_xgb_d6:higgs:label" "letter_xgb_d4:letter:lettr" "covtype_rf_d12:covtype_bin:Cover_Type_2" "higgs_rf_d20:higgs:label" "covtype_xgb_cat_d8:covtype_cat:Cover_Type_2"}; do
       IFS=: read -r model data label <<< "$m"
       echo "== canopy-bench forest-study --model $model"
       timeout ${FS_TIMEOUT:-150} $bin/canopy-bench forest-study --model stage/forest/$model.json.gz \
@@ -315,7 +315,8 @@ if [[ $what == sanitize ]]; then
   export CANOPY_UNDER_TOOL=1
   $bin/canopy_tests --gtest_brief=1 --gtest_filter='ForestGpu.ASecondIdenticalCallAllocatesAndFreesNothing' > "$out/hw_cache.txt" 2>&1 || true
   # On a machine of several GPUs the shards take them in turn.
-  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  # (SANITIZE_GPUS=n keeps them on the first n, leaving the others free for other work.)
+  gpus=${SANITIZE_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
   ((gpus > 0)) || gpus=1
   for tool in ${TOOLS:-memcheck initcheck synccheck racecheck}; do
     extra=()

@@ -60,7 +60,8 @@ if [ "$mode" != traversal ] && [ -f bench-data/forest/higgs_rf_d20.json ]; then
   fi
   cp bench-data/forest/higgs.csv.gz stage/forest/
   # The forest-study models (scripts/make_forest_bench_models.py); forests gzipped to travel.
-  for f in covtype_xgb_bin_d8.json.gz higgs_xgb_d6.json.gz letter_xgb_d4.json.gz covtype_bin.csv.gz letter.csv.gz; do
+  for f in covtype_xgb_bin_d8.json.gz higgs_xgb_d6.json.gz letter_xgb_d4.json.gz covtype_bin.csv.gz letter.csv.gz \
+           covtype_xgb_cat_d8.json.gz covtype_cat.csv.gz; do
     [ -f bench-data/forest/$f ] && cp bench-data/forest/$f stage/forest/
   done
   for f in higgs_rf_d20 covtype_rf_d12; do
