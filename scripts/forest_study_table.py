@@ -2,10 +2,13 @@
 """Markdown tables from the JSON files of `canopy-bench forest-study --json` (one per model):
 
     python3 scripts/forest_study_table.py results/study_*.json
+    python3 scripts/forest_study_table.py --runs run1/study_*.json run2/study_*.json ...
 
 Prints: rows per second per strategy and batch (with nvForest's published H100 numbers where
 the issue gives them), the performance model's choice against the measured order, the gain of
-each technique alone, and row scheduling per strategy. Standard library only.
+each technique alone, and row scheduling per strategy. With --runs (several independent runs of
+the same models): auto's median over the runs, the tuner's best, auto / tuned in every run and
+auto against nvForest. Standard library only.
 """
 import json
 import math
@@ -108,7 +111,37 @@ def main(paths):
               f"{a['footprint_bytes'] / 2**20:.2f} MiB ({a['details']}; csr {a['csr_footprint_bytes'] / 2**20:.2f} MiB) |")
 
 
+def runs_table(paths):
+    by_model = {}
+    for p in paths:
+        s = json.load(open(p))
+        by_model.setdefault(stem(s["model"]), []).append(s)
+    print("| model | batch | auto, median of runs (its pick) | tuned, median | auto / tuned, each run | nvForest | auto / nvForest |")
+    print("| --- | ---: | ---: | ---: | --- | ---: | ---: |")
+    within = total = 0
+    for name in sorted(by_model):
+        studies = by_model[name]
+        for i, b in enumerate(studies[0]["batches"]):
+            autos, tuned, ratios = [], [], []
+            for s in studies:
+                v = {x["variant"]: x for x in s["batches"][i]["strategies"]}
+                autos.append((v["auto"]["rows_per_s"], v["auto"]["kernel"]))
+                tuned.append(v["tuned"]["rows_per_s"])
+                ratios.append(v["tuned"]["rows_per_s"] / v["auto"]["rows_per_s"])
+            total += len(ratios)
+            within += sum(r <= 1.10 for r in ratios)
+            med = sorted(autos)[len(autos) // 2]
+            fil = FIL.get(name, {}).get(b["batch"])
+            print(f"| {name} | {b['batch']:,} | {rate(med[0])} ({med[1]}) | {rate(sorted(tuned)[len(tuned) // 2])} | "
+                  + " / ".join(f"{r:.3f}" for r in ratios)
+                  + f" | {rate(fil) if fil else '-'} | {f'{med[0] / fil:.2f}x' if fil else '-'} |")
+    print(f"\nauto within 10% of tuned (tuned / auto <= 1.10) in {within} of {total} cases")
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    main(sys.argv[1:])
+    if sys.argv[1] == "--runs":
+        runs_table(sys.argv[2:])
+    else:
+        main(sys.argv[1:])
