@@ -59,7 +59,9 @@ struct ForestConfig {
 struct ForestRunOptions {
   ForestOutput output = ForestOutput::Prob;
   ForestKernel kernel = ForestKernel::Direct;
-  ForestSchedule schedule;     // adaptive layout: the strategy's parameters
+  // Adaptive layout: the strategy's parameters. With ForestKernel::Auto and every knob left at
+  // its default, auto refines the knobs itself on the first batch of each size class.
+  ForestSchedule schedule;
   // Adaptive layout on the GPU: > 0 turns on inspector-scheduled rows: the inspector walks the
   // first `row_schedule_depth` levels of the leading trees for every row, and rows with equal
   // top-leaf signatures run in the same warps. Predictions are unchanged, bit for bit.
