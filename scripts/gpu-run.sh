@@ -18,7 +18,8 @@
 #          10-13 and capped at 16, no probe unpipelined; pc with one stream priority
 #   graph  the quadtree-over-cities example (a user tree as a Boost.Graph) on the full cities file
 #   forest-study  the adaptive layout's forest tests, then canopy-bench forest-study on the six
-#          models of the forest issue (the five and the categorical covtype model) (batches 100, 10,000, 1,000,000); FS_MODELS narrows the list
+#          models of the forest issue (the five and the categorical covtype model); FS_RUNS=3
+#          repeats it with fresh hardware caches, FS_TUNE=1 adds the tuner (batches 100, 10,000, 1,000,000); FS_MODELS narrows the list
 #   profile  Nsight Compute sections of the executor kernels (mask, FSM, independent)
 #   sanitize  compute-sanitizer memcheck (leak check on), initcheck, synccheck and racecheck, each
 #          over the whole test binary (every GPU test; the CPU tests ride along), one tool after
@@ -207,13 +208,17 @@ if [[ $what == forest-study ]]; then
   {
     echo "== forest tests (adaptive layout)"
     $bin/canopy_tests --gtest_brief=1 --gtest_filter='ForestAdaptive*:ForestRowSchedule*:ForestHardware*:ForestCostModel*:TreeSimilarity*'
-    export CANOPY_CACHE_DIR=$out/cache
-    for m in ${FS_MODELS:-"covtype_xgb_bin_d8:covtype_bin:Cover_Type_2" "higgs_xgb_d6:higgs:label" "letter_xgb_d4:letter:lettr" "covtype_rf_d12:covtype_bin:Cover_Type_2" "higgs_rf_d20:higgs:label" "covtype_xgb_cat_d8:covtype_cat:Cover_Type_2"}; do
-      IFS=: read -r model data label <<< "$m"
-      echo "== canopy-bench forest-study --model $model"
-      timeout ${FS_TIMEOUT:-150} $bin/canopy-bench forest-study --model stage/forest/$model.json.gz \
-        --data stage/forest/$data.csv.gz --label $label --batch ${FS_BATCH:-100,10000,1000000} --repeat ${FS_REPEAT:-10} \
-        ${FS_TUNE:+--tune} --json "$out/study_$model.json"
+    # FS_RUNS independent runs (default 1), each with a fresh hardware cache; with several,
+    # scripts/forest_study_table.py --runs study_*.json tabulates auto against tuned per run.
+    for ((run = 1; run <= ${FS_RUNS:-1}; ++run)); do
+      export CANOPY_CACHE_DIR=$out/cache$run
+      for m in ${FS_MODELS:-"covtype_xgb_bin_d8:covtype_bin:Cover_Type_2" "higgs_xgb_d6:higgs:label" "letter_xgb_d4:letter:lettr" "covtype_rf_d12:covtype_bin:Cover_Type_2" "higgs_rf_d20:higgs:label" "covtype_xgb_cat_d8:covtype_cat:Cover_Type_2"}; do
+        IFS=: read -r model data label <<< "$m"
+        echo "== run $run: canopy-bench forest-study --model $model"
+        timeout ${FS_TIMEOUT:-150} $bin/canopy-bench forest-study --model stage/forest/$model.json.gz \
+          --data stage/forest/$data.csv.gz --label $label --batch ${FS_BATCH:-100,10000,1000000} --repeat ${FS_REPEAT:-10} \
+          ${FS_TUNE:+--tune} --json "$out/study_${run}_$model.json"
+      done
     done
   } 2>&1 | tee "$out/forest_study.txt"
 fi
