@@ -68,8 +68,7 @@ template <class Kernel>
 void check_block_registers(Kernel kernel, int threads, const char* name) {
   if (threads <= 256) return;
   cudaFuncAttributes a{};
-  const cudaError_t err = cudaFuncGetAttributes(&a, kernel);
-  if (err != cudaSuccess) throw_cuda_error(err, "cudaFuncGetAttributes", __FILE__, __LINE__);
+  CANOPY_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
   if (threads > a.maxThreadsPerBlock)
     throw Error(std::string(name) + ": a block of " + std::to_string(threads) + " threads needs more registers than an SM has (" +
                 std::to_string(a.numRegs) + " per thread); block_threads may be at most " + std::to_string(a.maxThreadsPerBlock));

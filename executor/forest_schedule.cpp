@@ -28,11 +28,10 @@ ForestKernel parse_forest_kernel(const std::string& name) {
               "' (known: direct, hybrid, shared-data, shared-forest, split-shared-forest, auto)");
 }
 
-bool ForestSchedule::is_default() const {
-  const ForestSchedule d;
-  return block_threads == d.block_threads && rows_per_thread == d.rows_per_thread && tree_interleave == d.tree_interleave &&
-         cache_rows == d.cache_rows && tree_sync == d.tree_sync && rows_per_block == d.rows_per_block &&
-         tree_group == d.tree_group && interleaved == d.interleaved && top_rows == d.top_rows && part_kib == d.part_kib;
+bool ForestSchedule::operator==(const ForestSchedule& o) const {
+  return block_threads == o.block_threads && rows_per_thread == o.rows_per_thread && tree_interleave == o.tree_interleave &&
+         cache_rows == o.cache_rows && tree_sync == o.tree_sync && rows_per_block == o.rows_per_block &&
+         tree_group == o.tree_group && interleaved == o.interleaved && top_rows == o.top_rows && part_kib == o.part_kib;
 }
 
 std::string ForestSchedule::describe() const {

@@ -44,7 +44,8 @@ struct ForestSchedule {
                             // top levels, breadth-first) staged in shared memory (0: none)
   int part_kib = 0;         // splitting shared forest: shared memory per part, KiB
   std::string describe() const;  // "block 128, rows/thread 2, ..." (defaults resolved by the engine)
-  bool is_default() const;       // every knob left to the engine
+  bool operator==(const ForestSchedule& o) const;
+  bool is_default() const { return *this == ForestSchedule{}; }  // every knob left to the engine
 };
 
 }  // namespace canopy

@@ -109,24 +109,17 @@ void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out
   b.output = opt.output;
   const bool uploaded = !is_device_pointer(rows);
   start_.record(stream());
-  const Event* last = &start_;
   b.rows = uploaded ? device_rows(rows, n_rows) : rows;
-  if (uploaded) {
-    uploaded_.record(stream());
-    last = &uploaded_;
-  }
-  const Event* before_schedule = last;
+  if (uploaded) uploaded_.record(stream());
   const bool leaves = opt.output == ForestOutput::Leaf;
   bool scheduled = false;
   if constexpr (kAdaptive) {
     if (opt.row_schedule_depth > 0 && !leaves) {
       steps_.schedule_rows(opt.row_schedule_depth, &b);
       scheduled_.record(stream());
-      last = &scheduled_;
       scheduled = true;
     }
   }
-  const Event* before_kernel = last;
   if (leaves) {
     predict_leaves(b.rows, n_rows, b.out);
   } else if constexpr (kAdaptive) {
@@ -141,9 +134,11 @@ void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out
     done_.record(stream());
   }
   stream_.sync();
+  const Event& after_upload = uploaded ? uploaded_ : start_;
+  const Event& before_kernel = scheduled ? scheduled_ : after_upload;
   times->upload_ms = uploaded ? uploaded_.since(start_) : 0;
-  times->schedule_ms = scheduled ? scheduled_.since(*before_schedule) : 0;
-  times->kernel_ms = computed_.since(*before_kernel);
+  times->schedule_ms = scheduled ? scheduled_.since(after_upload) : 0;
+  times->kernel_ms = computed_.since(before_kernel);
   times->download_ms = downloaded ? done_.since(computed_) : 0;
   times->kernel = kernel;
   times->schedule = schedule;
