@@ -705,6 +705,8 @@ TEST(ForestAdaptiveGpu, AutoPicksAmongTheModelsCloseStrategiesAndKeepsItsPick) {
   fixed.schedule.block_threads = 64;
   EXPECT_EQ(p.predict(d.values.data(), d.n_rows, got.data(), fixed).schedule.block_threads, 64);
   EXPECT_TRUE(same_bits(got, cpu_predict(f, d, opt.output), &where)) << where;
+  fixed.schedule.block_threads = 128;  // another caller's knobs, the same size class
+  EXPECT_EQ(p.predict(d.values.data(), d.n_rows, got.data(), fixed).schedule.block_threads, 128);
 }
 
 }  // namespace

@@ -446,7 +446,8 @@ std::pair<ForestKernel, ForestSchedule> ForestTuner::choose(const float* rows, i
   const std::tuple<int, int, bool> key{size_class, opt.row_schedule_depth, refine};
   if (n_rows >= 1) {
     const auto known = verified_.find(key);
-    if (known != verified_.end()) return known->second;
+    // (A caller's knobs are this call's own, whatever an earlier call of the class set.)
+    if (known != verified_.end()) return {known->second.first, refine ? known->second.second : opt.schedule};
   }
   const std::vector<ForestTrial> est = estimates(rows, n_rows, opt);
   const ForestKernel pick = est.front().kernel;
@@ -493,7 +494,7 @@ std::pair<ForestKernel, ForestSchedule> ForestTuner::choose(const float* rows, i
         try {
           const ForestSchedule r = steps.resolve(best, s, n_rows);
           if (best == ForestKernel::Direct && gpu::direct_tile_bytes(steps.view(), r) > steps.gpu().smem_optin) continue;
-          if (r.describe() == candidates.front().second.describe()) continue;  // the best so far itself
+          if (r == candidates.front().second) continue;  // the best so far itself
           tried.push_back(s);
           candidates.emplace_back(best, r);
         } catch (const Error&) {
