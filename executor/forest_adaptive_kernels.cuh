@@ -173,11 +173,16 @@ struct AdaptiveSharedDataPlan {
   int top_rows = 0;        // interleaved: node rows staged in shared memory
 };
 
-// 32-bit words between one row's leaves and the next in the shared-data strategy's shared
-// memory: rows start 16-byte aligned, so that the in-order sums read four leaves at a time.
-CANOPY_HD inline int shared_data_row_words(index_t n_trees, int leaf_words) {
-  return static_cast<int>((n_trees * leaf_words + 3) / 4 * 4);
+// 32-bit words of a shared-data pass's leaves, [tree][row][leaf_words] for `items` rows: a warp's
+// walks (neighbouring rows of one tree) write neighbouring words, and the in-order sums' threads
+// (neighbouring rows) read them, without bank conflicts. 16-byte aligned.
+CANOPY_HD inline std::size_t shared_data_leaf_words_per_pass(index_t n_trees, int items, int leaf_words) {
+  return (static_cast<std::size_t>(n_trees) * items * leaf_words + 3) / 4 * 4;
 }
+
+// Floats between one staged row and the next in the shared-data strategy's tile: odd, so the
+// walks of a warp (neighbouring rows) reading one feature hit different banks.
+CANOPY_HD inline int shared_data_tile_stride(int n_features) { return n_features | 1; }
 
 // G walks of the shared-data strategy, from their first loads (begin) to their leaves (finish).
 // Over the slot-interleaved copy, node k of storage slot s is inter[k * T + s], and its first
@@ -214,15 +219,16 @@ struct SharedDataWalks {
     }
   }
 
-  // The walks through the tile's rows r0 + row[g]; each leaf lands at its row's canonical slot.
-  // kFast: tree-major over the fast copy (a tile without missing values).
+  // The walks through the tile's rows r0 + row[g] (tile rows `stride` floats apart); each leaf
+  // lands at its (tree, row) slot of the pass. kFast: tree-major over the fast copy (a tile
+  // without missing values).
   template <bool kCat, bool kFast = false>
   __device__ __forceinline__ void finish(const AdaptiveForestView& v, const AdaptiveSharedDataPlan& plan,
-                                         const ForestNode* top, const float* tile, int r0, int p0, int B, int walks,
-                                         std::uint32_t* leaves, int row_words) {
+                                         const ForestNode* top, const float* tile, int stride_f, int r0, int p0, int B,
+                                         int walks, std::uint32_t* leaves) {
     const ForestCommonView& c = v.common;
     const index_t T = c.n_trees;
-    const int F = c.n_features, words = plan.leaf_words;
+    const int words = plan.leaf_words;
     const bool inter = !kFast && plan.interleaved != 0;
     const std::uint32_t R = static_cast<std::uint32_t>(plan.top_rows);
     const ForestNode* base[G];
@@ -244,7 +250,7 @@ struct SharedDataWalks {
     for (int l = 0; l < most; ++l) {
 #pragma unroll
       for (int g = 0; g < G; ++g) {
-        const float x = tile[(r0 + row[g]) * F + (node[g].info & v.feature_mask)];
+        const float x = tile[(r0 + row[g]) * stride_f + (node[g].info & v.feature_mask)];
         if constexpr (kFast)
           k[g] = adaptive_fast_step(node[g], v.feature_bits, x);
         else
@@ -260,7 +266,8 @@ struct SharedDataWalks {
     for (int g = 0; g < G; ++g) {
       if (p0 + g * B >= walks) continue;
       const std::uint32_t w = (kFast ? v.fast_leaf : v.leaf)[leaf_begin[g] + k[g]];
-      std::uint32_t* dst = leaves + static_cast<std::size_t>(row[g]) * row_words + static_cast<std::size_t>(tree[g]) * words;
+      std::uint32_t* dst =
+          leaves + (static_cast<std::size_t>(tree[g]) * plan.items + static_cast<std::size_t>(row[g])) * words;
       if (words == 1) {
         dst[0] = w;
       } else {
@@ -273,10 +280,38 @@ struct SharedDataWalks {
   }
 };
 
-// acc + x[0] + x[1] + ... + x[n - 1], one float32 addition after another (the canonical order's
-// bits), x 16-byte aligned: four values per shared-memory load, loaded eight ahead of the
-// additions, so the chain of additions runs at their latency.
-__device__ __forceinline__ float add_in_order(float acc, const float* x, int n) {
+// acc + x[0] + x[stride] + ... + x[(n - 1) * stride], one addition after another (the canonical
+// order's bits), each value loaded A additions ahead of its use (eight registers' worth: more
+// would cost the walks occupancy), so that the chain runs at the additions' latency and not
+// the loads'.
+template <class T>
+__device__ __forceinline__ T add_strided_in_order(T acc, const T* x, int n, std::size_t stride) {
+  constexpr int A = static_cast<int>(32 / sizeof(T));
+  int i = 0;
+  if (n >= A) {
+    T a[A];
+#pragma unroll
+    for (int j = 0; j < A; ++j) a[j] = x[j * stride];
+    for (; i + 2 * A <= n; i += A) {
+#pragma unroll
+      for (int j = 0; j < A; ++j) {
+        const T next = x[(i + A + j) * stride];
+        acc = add_rn(acc, a[j]);
+        a[j] = next;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < A; ++j) acc = add_rn(acc, a[j]);
+    i += A;
+  }
+  for (; i < n; ++i) acc = add_rn(acc, x[i * stride]);
+  return acc;
+}
+
+// The same for float32 values; contiguous ones (stride 1, x 16-byte aligned) four per
+// shared-memory load.
+__device__ __forceinline__ float add_in_order(float acc, const float* x, int n, int stride) {
+  if (stride != 1) return add_strided_in_order(acc, x, n, static_cast<std::size_t>(stride));
   const float4* x4 = reinterpret_cast<const float4*>(x);
   const int quads = n / 4;
   int q = 0;
@@ -301,7 +336,7 @@ __device__ __forceinline__ float add_in_order(float acc, const float* x, int n) 
 
 // A pass of m rows is m x T walks, walk p = (storage slot p / m, row p % m): a warp walks few
 // trees for many rows, so their upper nodes are one load. Each thread walks G of them at once
-// (independent loads that overlap) and leaves each leaf at its row's canonical tree slot; then
+// (independent loads that overlap) and leaves each leaf at its (canonical tree, row) slot; then
 // one thread per (row, output) adds the slots in canonical order, from shared memory only.
 template <class Sums, int G, bool kCat>
 __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch b, AdaptiveSharedDataPlan plan) {
@@ -310,12 +345,12 @@ __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch 
   const int B = blockDim.x, tid = threadIdx.x, F = c.n_features;
   const int T = static_cast<int>(c.n_trees);
   const int items = plan.items, outs = plan.outputs, words = plan.leaf_words;
-  const int row_words = shared_data_row_words(T, words);
-  // [items][row_words] leaves, then per row of the pass its partial sums [items][outs]
-  // (Sums::Carry), then the staged node rows [top_rows][T], then the row tile.
+  const int Fs = shared_data_tile_stride(F);
+  // [T][items][words] leaves, then per row of the pass its partial sums [items][outs]
+  // (Sums::Carry), then the staged node rows [top_rows][T], then the row tile [n][Fs].
   std::uint32_t* leaves = reinterpret_cast<std::uint32_t*>(adaptive_shared_smem);
   using Carry = typename Sums::Carry;
-  std::size_t off = static_cast<std::size_t>(items) * row_words * sizeof(std::uint32_t);
+  std::size_t off = shared_data_leaf_words_per_pass(T, items, words) * sizeof(std::uint32_t);
   Carry* partial = reinterpret_cast<Carry*>(adaptive_shared_smem + off);
   off += (static_cast<std::size_t>(items) * outs * sizeof(Carry) + 15) / 16 * 16;
   ForestNode* top = reinterpret_cast<ForestNode*>(adaptive_shared_smem + off);
@@ -343,7 +378,8 @@ __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch 
   for (index_t k = tid; k < static_cast<index_t>(n) * F; k += B) {
     const float x = b.rows[first * F + k];
     missing |= x != x;
-    tile[k] = x;
+    const int j = static_cast<int>(k / F);
+    tile[j * Fs + static_cast<int>(k - static_cast<index_t>(j) * F)] = x;
   }
   const bool fast = adaptive_block_fast(v, missing) && !kCat && plan.interleaved == 0;  // (the barrier first)
   for (int r0 = 0; r0 < n; r0 += items) {
@@ -354,11 +390,11 @@ __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch 
       bool walked = false;
       if constexpr (!kCat && Sums::kMax <= 8) {  // (as in the direct strategy)
         if (fast) {
-          w.template finish<false, true>(v, plan, top, tile, r0, p0, B, walks, leaves, row_words);
+          w.template finish<false, true>(v, plan, top, tile, Fs, r0, p0, B, walks, leaves);
           walked = true;
         }
       }
-      if (!walked) w.template finish<kCat>(v, plan, top, tile, r0, p0, B, walks, leaves, row_words);
+      if (!walked) w.template finish<kCat>(v, plan, top, tile, Fs, r0, p0, B, walks, leaves);
     }
     __syncthreads();
     // One thread per (row, output): XGBoost group g adds its trees from base_margin[g]; a
@@ -366,25 +402,26 @@ __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch 
     // the same order, as Sums::add makes.
     for (int q = tid; q < m * outs; q += B) {
       const int j = q / outs, o = q - j * outs;
-      const std::uint32_t* mine = leaves + static_cast<std::size_t>(j) * row_words;
+      const std::uint32_t* mine = leaves + static_cast<std::size_t>(j) * words;  // tree t: mine[t * items * words]
+      const int stride = items * words;
       Carry acc;
       if constexpr (Sums::kScalarLeaves) {
         const int t0 = static_cast<int>(c.group_begin[o]), t1 = static_cast<int>(c.group_begin[o + 1]);
         acc = c.base_margin[o];
         int t = t0;
-        for (; t < t1 && (t & 3) != 0; ++t) acc = add_rn(acc, forest_bits_float(mine[t]));  // to a 16-byte boundary
-        acc = add_in_order(acc, reinterpret_cast<const float*>(mine) + t, t1 - t);
+        if (stride == 1)
+          for (; t < t1 && (t & 3) != 0; ++t) acc = add_rn(acc, forest_bits_float(mine[t]));  // to a 16-byte boundary
+        acc = add_in_order(acc, reinterpret_cast<const float*>(mine) + static_cast<std::size_t>(t) * stride, t1 - t, stride);
       } else if (words == 1) {
         acc = 0.0;
 #pragma unroll 8
         for (int t = 0; t < T; ++t)
-          acc = add_rn(acc, c.leaf_values[(c.tree_leaf_begin[t] + (mine[t] & kForestIndexMask)) * c.leaf_width + o]);
+          acc = add_rn(acc, c.leaf_values[(c.tree_leaf_begin[t] + (mine[static_cast<std::size_t>(t) * stride] & kForestIndexMask)) *
+                                              c.leaf_width + o]);
       } else {
         acc = 0.0;
         const double* d = reinterpret_cast<const double*>(mine) + o;
-        const int W = c.leaf_width;
-#pragma unroll 8
-        for (int t = 0; t < T; ++t) acc = add_rn(acc, d[t * W]);
+        acc = add_strided_in_order(acc, d, T, static_cast<std::size_t>(stride / 2));  // (doubles per tree: stride / 2)
       }
       partial[j * outs + o] = acc;
     }

@@ -97,10 +97,11 @@ inline int shared_data_leaf_words(const AdaptiveForestView& v, std::size_t smem_
 // Shared memory of the shared-data strategy for a schedule.
 inline std::size_t shared_data_bytes(const AdaptiveForestView& v, const ForestSchedule& s, int outputs, std::size_t carry_size,
                                      int leaf_words) {
-  const std::size_t leaves = static_cast<std::size_t>(shared_data_row_words(v.common.n_trees, leaf_words)) * s.tree_group * 4;
+  const std::size_t leaves = shared_data_leaf_words_per_pass(v.common.n_trees, s.tree_group, leaf_words) * 4;
   const std::size_t partial = (static_cast<std::size_t>(s.tree_group) * outputs * carry_size + 15) / 16 * 16;
   const std::size_t top = static_cast<std::size_t>(std::max(s.top_rows, 0)) * v.common.n_trees * sizeof(ForestNode);
-  return leaves + partial + top + static_cast<std::size_t>(s.rows_per_block) * v.common.n_features * sizeof(float);
+  return leaves + partial + top +
+         static_cast<std::size_t>(s.rows_per_block) * shared_data_tile_stride(v.common.n_features) * sizeof(float);
 }
 
 void launch_adaptive_direct(const AdaptiveForestView& v, const AdaptiveBatch& b, const ForestSchedule& s,
