@@ -137,6 +137,7 @@ struct ForestInputs {
   int row_depth;  // adaptive layout: row scheduling's top-tree depth
   std::string output = "prob";
   std::string json;
+  std::string graph = "on";  // ForestRunOptions::graph
 };
 
 struct ForestBenchConfig : ForestInputs {

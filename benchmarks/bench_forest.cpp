@@ -148,6 +148,7 @@ class ForestBench {
       run.output = w_.output;
       run.kernel = k;
       run.row_schedule_depth = layout == ForestLayout::Adaptive ? c_.row_depth : 0;
+      run.graph = c_.graph == "on";
       const double quality = whole_file(p, run);
       for (std::size_t bi = 0; bi < w_.batches.size(); ++bi) time_batch(p, run, bi, to_string(dev), to_string(layout), kernel, quality);
     } catch (const Error& e) {
@@ -323,6 +324,9 @@ void add_forest_input_options(CLI::App& app, ForestInputs& c) {
   app.add_option("--output", c.output, "margin, prob, class or leaf (XGBoost's pred_leaf: one node id per tree)")
       ->capture_default_str();
   app.add_option("--json", c.json, "write the results as JSON to this file");
+  app.add_option("--graph", c.graph, "GPU: on replays a repeated call's launch as a CUDA graph (ForestRunOptions::graph), off launches every call")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
 }
 
 ForestWorkload load_forest_workload(const ForestInputs& c) {

@@ -12,7 +12,7 @@
 namespace canopy {
 namespace bench {
 
-// --model, --data, --label, --batch, --repeat, --row-depth, --output, --json.
+// --model, --data, --label, --batch, --repeat, --row-depth, --output, --json, --graph.
 void add_forest_input_options(CLI::App& app, ForestInputs& c);
 
 // "100,10000" -> row counts; "margin" / "prob" / "class".

@@ -111,6 +111,7 @@ class StudyBatch {
       : c_(c), w_(w), p_(p), n_(n), rows_(forest_batch(w.data, n, c.jitter)) {
     base_.output = w.output;
     base_.hardware_cache = c.hardware_cache;
+    base_.graph = c.graph == "on";
     reference_.resize(static_cast<std::size_t>(n) * w.width);
     ForestRunOptions r = base_;
     r.kernel = ForestKernel::Direct;

@@ -73,6 +73,10 @@ struct ForestRunOptions {
   // GPU work starts after the work queued there, and the stream waits for the call's work.
   // On the GPU, rows and out may then be device memory the caller's stream writes and reads.
   stream_t stream = nullptr;
+  // GPU: a call whose kernel, schedule, rows, sizes and buffers equal one of the last few calls'
+  // replays a CUDA graph of its launch (captured the second time it comes), so the GPU runs the
+  // call's event records and kernel back to back. Off: every call launches directly.
+  bool graph = true;
 };
 
 struct ForestTimes {
@@ -83,6 +87,7 @@ struct ForestTimes {
   double total_ms = 0;     // wall clock of the whole predict() call
   ForestKernel kernel = ForestKernel::Direct;  // the kernel that ran (Auto resolved)
   ForestSchedule schedule;                     // its parameters, defaults resolved (adaptive)
+  bool graph = false;                          // GPU: the launch ran as a replayed CUDA graph
 };
 
 // One schedule the tuner tried, and its kernel time (median).

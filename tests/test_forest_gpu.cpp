@@ -204,6 +204,62 @@ TEST(ForestGpu, ASecondIdenticalCallAllocatesAndFreesNothing) {
   });
 }
 
+// A repeated call replays a CUDA graph of its launch: it must read the rows the buffer holds at
+// that call (not those of the call that was captured), and any change of kernel, size or
+// buffer must launch afresh. Rows and predictions in device memory, as a serving loop keeps them.
+TEST(ForestGpu, RepeatedCallsReplayAGraphThatReadsTheCurrentRows) {
+  CANOPY_REQUIRE_GPU();
+  const ForestData& d = rows("higgs_rows");
+  const Forest& f = model("xgb_higgs");
+  const index_t n = std::min<index_t>(d.n_rows, 300);
+  ForestData fwd = first_rows(d, n), rev = fwd;  // the second batch: the rows in reverse
+  for (index_t i = 0; i < n; ++i)
+    std::copy(fwd.row(n - 1 - i), fwd.row(n - 1 - i) + d.n_features, rev.values.begin() + i * d.n_features);
+  const std::vector<float> want_fwd = cpu_predict(f, fwd, ForestOutput::Margin);
+  const std::vector<float> want_rev = cpu_predict(f, rev, ForestOutput::Margin);
+  const std::size_t bytes = fwd.values.size() * sizeof(float);
+  float* d_rows = static_cast<float*>(test::device_alloc(bytes));
+  float* d_out = static_cast<float*>(test::device_alloc(want_fwd.size() * sizeof(float)));
+  float* d_out2 = static_cast<float*>(test::device_alloc(want_fwd.size() * sizeof(float)));
+  for (ForestLayout l : {ForestLayout::Csr, ForestLayout::Adaptive}) {
+    for (ForestKernel k : {ForestKernel::Direct, ForestKernel::SharedData, ForestKernel::SharedForest, ForestKernel::Auto}) {
+      for (bool graph : {true, false}) {
+        ForestPredictor p(f, forest_config(l, Device::Gpu));  // (no graphs of an earlier case)
+        if (!p.supports(k)) continue;
+        SCOPED_TRACE(std::string(to_string(l)) + " " + to_string(k) + (graph ? ", graphs on" : ", graphs off"));
+        ForestRunOptions opt;
+        opt.kernel = k;
+        opt.output = ForestOutput::Margin;
+        opt.graph = graph;
+        opt.hardware_cache = ::testing::TempDir() + "canopy_forest_hw_test.json";
+        const bool replays = graph && k != ForestKernel::SharedForest;
+        auto call = [&](const ForestData& batch, index_t rows_n, float* out, bool want_graph) {
+          copy_memory(d_rows, batch.values.data(), bytes);
+          const ForestTimes t = p.predict(d_rows, rows_n, out, opt);
+          EXPECT_EQ(t.graph, want_graph);
+          std::vector<float> got(static_cast<std::size_t>(rows_n) * f.output_width(ForestOutput::Margin));
+          copy_memory(got.data(), out, got.size() * sizeof(float));
+          return got;
+        };
+        auto prefix = [&](const std::vector<float>& v, index_t rows_n) {
+          return std::vector<float>(v.begin(), v.begin() + rows_n * f.output_width(ForestOutput::Margin));
+        };
+        copy_memory(d_rows, fwd.values.data(), bytes);
+        p.predict(d_rows, n, d_out, opt);  // auto settles its choice; later calls launch the same
+        EXPECT_EQ(call(fwd, n, d_out, replays), want_fwd);  // (a second identical call: captured)
+        EXPECT_EQ(call(rev, n, d_out, replays), want_rev);  // replayed: the rows now in the buffer
+        EXPECT_EQ(call(fwd, n, d_out, replays), want_fwd);
+        EXPECT_EQ(call(fwd, n - 1, d_out, false), prefix(want_fwd, n - 1));  // another size: launched
+        EXPECT_EQ(call(rev, n, d_out2, false), want_rev);                    // another buffer: launched
+        EXPECT_EQ(call(rev, n, d_out, replays), want_rev);                   // the first key's graph again
+      }
+    }
+  }
+  test::device_free(d_rows);
+  test::device_free(d_out);
+  test::device_free(d_out2);
+}
+
 TEST(ForestGpu, TheCallersStreamIsHonoured) {
   CANOPY_REQUIRE_GPU();
   // Two batches in pinned memory; the caller's stream writes one or the other into the device

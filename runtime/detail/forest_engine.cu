@@ -98,9 +98,9 @@ void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out
   }
   const std::size_t n_out = static_cast<std::size_t>(n_rows) * width;
   const CallerStream caller = on_caller_stream(opt.stream);
-  // An event marks a phase only when the call has that phase: each record is host time on the
-  // call's path before the kernel's launch (two back-to-back records land about 3 us apart on
-  // an H200), which a batch of 100 rows, 12-15 us in all, feels.
+  // An event marks a phase only when the call has that phase: each record outside a graph is
+  // host time on the call's path before the kernel's launch (two back-to-back records land
+  // about 3 us apart on an H200), which a batch of 100 rows, 10-15 us in all, feels.
   // The host's pointer queries go before the first event too.
   Batch b;
   b.n_rows = n_rows;
@@ -108,26 +108,46 @@ void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out
   b.width = width;
   b.output = opt.output;
   const bool uploaded = !is_device_pointer(rows);
-  start_.record(stream());
-  b.rows = uploaded ? device_rows(rows, n_rows) : rows;
-  if (uploaded) uploaded_.record(stream());
+  b.rows = rows;
+  if (uploaded) {
+    start_.record(stream());
+    b.rows = device_rows(rows, n_rows);
+  }
   const bool leaves = opt.output == ForestOutput::Leaf;
   bool scheduled = false;
   if constexpr (kAdaptive) {
     if (opt.row_schedule_depth > 0 && !leaves) {
+      (uploaded ? uploaded_ : start_).record(stream());
       steps_.schedule_rows(opt.row_schedule_depth, &b);
       scheduled_.record(stream());
       scheduled = true;
     }
   }
-  if (leaves) {
-    predict_leaves(b.rows, n_rows, b.out);
-  } else if constexpr (kAdaptive) {
-    steps_.run(b, kernel, schedule);
+  // The kernel's phase: from `before` (recorded here unless row scheduling did) to computed_.
+  Event& before = scheduled ? scheduled_ : uploaded ? uploaded_ : start_;
+  auto enqueue = [&](bool in_graph) {
+    if (!scheduled) record_in_graph(before, stream(), in_graph);
+    launch(b, kernel, schedule);
+    record_in_graph(computed_, stream(), in_graph);
+  };
+  // The shared-forest strategies may grow their carry buffer inside the call: never replayed.
+  const bool replayable = opt.graph && !scheduled && kernel != ForestKernel::SharedForest &&
+                          kernel != ForestKernel::SplitSharedForest;
+  bool replayed = false;
+  if (replayable) {
+    ForestLaunchKey key;
+    key.kernel = kernel;
+    key.schedule = schedule;
+    key.rows = b.rows;
+    key.out = b.out;
+    key.n_rows = n_rows;
+    key.width = width;
+    key.output = opt.output;
+    if (leaves) predict_leaves_tables();  // (uploads once: never inside a capture)
+    replayed = graphs_.run(key, stream(), enqueue);
   } else {
-    launch_seed_kernel(view(), b, kernel, gpu_.sm_count, stream());
+    enqueue(false);
   }
-  computed_.record(stream());
   const bool downloaded = b.out != out;
   if (downloaded) {
     copy_async(out, b.out, n_out * sizeof(float), stream());
@@ -135,17 +155,28 @@ void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out
   }
   stream_.sync();
   const Event& after_upload = uploaded ? uploaded_ : start_;
-  const Event& before_kernel = scheduled ? scheduled_ : after_upload;
   times->upload_ms = uploaded ? uploaded_.since(start_) : 0;
   times->schedule_ms = scheduled ? scheduled_.since(after_upload) : 0;
-  times->kernel_ms = computed_.since(before_kernel);
+  times->kernel_ms = computed_.since(before);
   times->download_ms = downloaded ? done_.since(computed_) : 0;
   times->kernel = kernel;
   times->schedule = schedule;
+  times->graph = replayed;
 }
 
 template <class Layout>
-void ForestEngine<Layout>::predict_leaves(const float* rows, index_t n_rows, float* out) {
+void ForestEngine<Layout>::launch(const Batch& b, ForestKernel kernel, const ForestSchedule& schedule) {
+  if (b.output == ForestOutput::Leaf) {
+    predict_leaves(b.rows, b.n_rows, b.out);
+  } else if constexpr (kAdaptive) {
+    steps_.run(b, kernel, schedule);
+  } else {
+    launch_seed_kernel(view(), b, kernel, gpu_.sm_count, stream());
+  }
+}
+
+template <class Layout>
+void ForestEngine<Layout>::predict_leaves_tables() {
   const ForestCommon& c = host_->common;
   if (!leaf_table_) {
     leaf_id_begin_.reserve(c.leaf_id_begin.size(), "the leaf output's tree offsets", stream());
@@ -160,6 +191,11 @@ void ForestEngine<Layout>::predict_leaves(const float* rows, index_t n_rows, flo
     }
     leaf_table_ = true;
   }
+}
+
+template <class Layout>
+void ForestEngine<Layout>::predict_leaves(const float* rows, index_t n_rows, float* out) {
+  predict_leaves_tables();
   gpu::ForestLeafTable lt;
   lt.id_begin = leaf_id_begin_.get();
   lt.order = leaf_order_.get();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/cuda.cuh"
+#include "core/cuda_graph.cuh"
 #include "executor/forest_adaptive_launch.cuh"
 #include "executor/forest_kernels.cuh"
 #include "layouts/device_copy.hpp"
@@ -91,6 +92,22 @@ struct NoSteps {
   explicit NoSteps(const Args&...) {}
 };
 
+// What one call's launch depends on besides the engine's forest (GraphReplay's key). Calls with
+// row scheduling (several launches and a sort) are never replayed.
+struct ForestLaunchKey {
+  ForestKernel kernel = ForestKernel::Direct;
+  ForestSchedule schedule;
+  const float* rows = nullptr;
+  float* out = nullptr;
+  index_t n_rows = 0;
+  int width = 0;
+  ForestOutput output = ForestOutput::Prob;
+  bool operator==(const ForestLaunchKey& o) const {
+    return kernel == o.kernel && schedule == o.schedule && rows == o.rows && out == o.out &&
+           n_rows == o.n_rows && width == o.width && output == o.output;
+  }
+};
+
 template <class Layout>
 class ForestEngine {
  public:
@@ -123,6 +140,9 @@ class ForestEngine {
  private:
   // The leaf output: its tables uploaded on first use (most callers never ask for it).
   void predict_leaves(const float* rows, index_t n_rows, float* out);
+  void predict_leaves_tables();  // their upload, once
+  // The call's kernel(s) for batch b (the leaf output's too).
+  void launch(const Batch& b, ForestKernel kernel, const ForestSchedule& schedule);
 
   Stream stream_;  // first: everything below is freed on it before it goes
   const Layout* host_;  // the predictor's (it outlives the engine)
@@ -131,6 +151,7 @@ class ForestEngine {
   Steps steps_;
   Event caller_ready_, finished_;
   Event start_, uploaded_, scheduled_, computed_, done_;
+  GraphReplay<ForestLaunchKey> graphs_;
   DeviceBuffer<float> rows_, out_;
   bool leaf_table_ = false;
   DeviceBuffer<index_t> leaf_id_begin_, leaf_order_;
