@@ -265,14 +265,19 @@ struct SharedDataWalks {
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       if (p0 + g * B >= walks) continue;
-      const std::uint32_t w = (kFast ? v.fast_leaf : v.leaf)[leaf_begin[g] + k[g]];
       std::uint32_t* dst =
           leaves + (static_cast<std::size_t>(tree[g]) * plan.items + static_cast<std::size_t>(row[g])) * words;
       if (words == 1) {
-        dst[0] = w;
+        dst[0] = (kFast ? v.fast_leaf : v.leaf)[leaf_begin[g] + k[g]];
       } else {
-        // The vector itself, so that the in-order sums read shared memory only.
-        const double* lv = c.leaf_values + (c.tree_leaf_begin[tree[g]] + static_cast<index_t>(w & kForestIndexMask)) * c.leaf_width;
+        // The vector itself, so that the in-order sums read shared memory only; the fast copy
+        // keeps it at the walk's last position (one load, not the leaf word and then the vector).
+        const double* lv =
+            kFast && v.fast_leaf_vectors
+                ? v.fast_leaf_vectors + (leaf_begin[g] + k[g]) * c.leaf_width
+                : c.leaf_values + (c.tree_leaf_begin[tree[g]] +
+                                   static_cast<index_t>((kFast ? v.fast_leaf : v.leaf)[leaf_begin[g] + k[g]] & kForestIndexMask)) *
+                                      c.leaf_width;
         double* d = reinterpret_cast<double*>(dst);
         for (int o = 0; o < c.leaf_width; ++o) d[o] = lv[o];
       }

@@ -151,6 +151,9 @@ AdaptiveForest AdaptiveForest::build(const Forest& f, const AdaptiveOptions& opt
 void AdaptiveForest::build_fast_copy() {
   fast_nodes.assign(nodes.size(), ForestNode{});
   fast_leaf.assign(leaf.size(), 0);
+  const int W = common.leaf_width;
+  const bool vectors = W > 0 && W <= kAdaptiveFastVectorWidth;
+  if (vectors) fast_leaf_vectors.assign(nodes.size() * static_cast<std::size_t>(W), 0.0);
   std::vector<std::uint32_t> queue;  // breadth-first: positions in `nodes`, queue[q] -> fast position q
   for (std::size_t t = 0; t + 1 < tree_begin.size(); ++t) {
     const index_t base = tree_begin[t];
@@ -162,6 +165,11 @@ void AdaptiveForest::build_fast_copy() {
       if (n.info & kForestLeafBit) {
         out[q] = ForestNode{std::numeric_limits<float>::quiet_NaN(), static_cast<std::uint32_t>(q) << feature_bits};
         fast_leaf[static_cast<std::size_t>(base) + q] = leaf[k];
+        if (vectors) {
+          const std::size_t from = static_cast<std::size_t>(common.tree_leaf_begin[t] + (leaf[k] & kForestIndexMask)) * W;
+          std::copy(common.leaf_values.begin() + from, common.leaf_values.begin() + from + W,
+                    fast_leaf_vectors.begin() + (static_cast<std::size_t>(base) + q) * W);
+        }
         continue;
       }
       const std::uint32_t first = (n.info & kAdaptivePayloadMask) >> feature_bits;

@@ -67,6 +67,10 @@ struct AdaptiveForestView {
   // The fast copy (AdaptiveForest::fast_nodes), null when the forest has none.
   const ForestNode* fast = nullptr;
   const std::uint32_t* fast_leaf = nullptr;
+  // Vector leaves of at most kAdaptiveFastVectorWidth entries: at fast position p (tree_begin +
+  // position), the leaf's vector itself (leaf_width values), so a walk that ends there reads it
+  // with one load instead of its leaf word and then the vector. Null otherwise.
+  const double* fast_leaf_vectors = nullptr;
   const ForestNode* inter = nullptr;     // interleaved: [max_nodes][n_trees]
   const index_t* inter_tree = nullptr;   // [n_trees] storage position -> canonical tree
   const std::int32_t* inter_depth = nullptr;  // [n_trees] by storage position: depth[inter_tree[s]]
@@ -123,6 +127,10 @@ CANOPY_HD inline ForestNode adaptive_leaf(const AdaptiveForestView& v, index_t t
   return ForestNode{forest_bits_float(w), kForestLeafBit | (w & kForestIndexMask)};
 }
 
+// The widest leaf vectors the fast copy keeps at its positions (a random forest's class
+// vectors, up to 4 classes): wider ones would multiply the copy's size.
+constexpr int kAdaptiveFastVectorWidth = 4;
+
 struct AdaptiveForest {
   static AdaptiveForest build(const Forest& f, const AdaptiveOptions& opt = {});
   template <class Map>
@@ -138,6 +146,7 @@ struct AdaptiveForest {
     if (!fast_nodes.empty()) {
       v.fast = map(fast_nodes, "the adaptive fast nodes");
       v.fast_leaf = map(fast_leaf, "the adaptive fast leaf values");
+      if (!fast_leaf_vectors.empty()) v.fast_leaf_vectors = map(fast_leaf_vectors, "the adaptive fast leaf vectors");
     }
     v.inter = map(inter, "the adaptive interleaved nodes");
     v.inter_tree = map(inter_tree, "the adaptive tree order");
@@ -166,6 +175,8 @@ struct AdaptiveForest {
   // splits (their test needs the flags).
   std::vector<ForestNode> fast_nodes;
   std::vector<std::uint32_t> fast_leaf;
+  // [fast position][leaf_width] (AdaptiveForestView::fast_leaf_vectors; zeros at inner nodes).
+  std::vector<double> fast_leaf_vectors;
   std::vector<ForestNode> inter;       // interleaved
   std::vector<index_t> inter_tree;     // [n_trees]
   // depth[inter_tree[s]]: a walk over the interleaved copy reads its trip count beside its tree

@@ -145,6 +145,7 @@ TEST(ForestAdaptive, NodeRearrangementPutsTheLikelierChildFirst) {
 // reach: rows of the data sets, and each threshold itself, the floats either side of it,
 // +-0 and +-infinity at every feature. Forests with categorical splits have none.
 TEST(ForestAdaptive, FastCopyReachesTheSameLeafForRowsWithoutMissingValues) {
+  std::size_t vector_leaves = 0;
   for (const ModelCase& c : all_cases()) {
     const Forest& f = model(c.name);
     for (bool rearranged : {true, false}) {
@@ -194,12 +195,23 @@ TEST(ForestAdaptive, FastCopyReachesTheSameLeafForRowsWithoutMissingValues) {
             fast = adaptive_fast_step(n, v.feature_bits, get(static_cast<int>(n.info & v.feature_mask)));
           }
           ASSERT_EQ(v.leaf[b + slow], v.fast_leaf[b + fast]) << c.name << " tree " << t;
+          if (v.fast_leaf_vectors) {  // the leaf's vector, kept at the fast position
+            const int W = v.common.leaf_width;
+            const double* want =
+                v.common.leaf_values + (v.common.tree_leaf_begin[t] + (v.leaf[b + slow] & kForestIndexMask)) * W;
+            const double* got = v.fast_leaf_vectors + (b + fast) * W;
+            ASSERT_TRUE(std::equal(want, want + W, got)) << c.name << " tree " << t;
+            ++vector_leaves;
+          }
           ++checked;
         }
       }
       EXPECT_GT(checked, 1000u) << c.name;
+      const int W = f.leaf_width();
+      EXPECT_EQ(a.fast_leaf_vectors.size(), W > 0 && W <= kAdaptiveFastVectorWidth ? a.nodes.size() * W : 0) << c.name;
     }
   }
+  EXPECT_GT(vector_leaves, 1000u);  // some test model is a forest of class vectors
 }
 
 TEST(ForestAdaptive, BadTreeOrderIsAnError) {
