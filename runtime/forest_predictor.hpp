@@ -103,6 +103,8 @@ namespace detail {
 class ForestGpu;
 }
 
+// One call at a time per predictor: its GPU buffers, events, stream and replayed graphs are its
+// own. Threads that predict side by side each take a predictor (they may share the Forest).
 class ForestPredictor {
  public:
   // Builds the layout from `forest` (which need not outlive the predictor) and, on the GPU,
