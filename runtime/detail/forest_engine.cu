@@ -113,18 +113,19 @@ void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out
     start_.record(stream());
     b.rows = device_rows(rows, n_rows);
   }
+  Event& after_upload = uploaded ? uploaded_ : start_;  // where the phases after the upload start
   const bool leaves = opt.output == ForestOutput::Leaf;
   bool scheduled = false;
   if constexpr (kAdaptive) {
     if (opt.row_schedule_depth > 0 && !leaves) {
-      (uploaded ? uploaded_ : start_).record(stream());
+      after_upload.record(stream());
       steps_.schedule_rows(opt.row_schedule_depth, &b);
       scheduled_.record(stream());
       scheduled = true;
     }
   }
   // The kernel's phase: from `before` (recorded here unless row scheduling did) to computed_.
-  Event& before = scheduled ? scheduled_ : uploaded ? uploaded_ : start_;
+  Event& before = scheduled ? scheduled_ : after_upload;
   auto enqueue = [&](bool in_graph) {
     if (!scheduled) record_in_graph(before, stream(), in_graph);
     launch(b, kernel, schedule);
@@ -154,7 +155,6 @@ void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out
     done_.record(stream());
   }
   stream_.sync();
-  const Event& after_upload = uploaded ? uploaded_ : start_;
   times->upload_ms = uploaded ? uploaded_.since(start_) : 0;
   times->schedule_ms = scheduled ? scheduled_.since(after_upload) : 0;
   times->kernel_ms = computed_.since(before);
