@@ -7,7 +7,8 @@ set -euo pipefail
 packages=(cmake ninja-build g++ make libtbb-dev libboost-graph-dev libcli11-dev libgtest-dev zlib1g-dev nlohmann-json3-dev
           # the Python package and its tests (python/): built for Debian's /usr/bin/python3
           python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-scipy python3-sklearn
-          python3-xgboost python3-matplotlib  # scripts/plot.py and its test
+          python3-xgboost python3-pandas  # the forest API takes DataFrames (its tests)
+          python3-matplotlib  # scripts/plot.py and its test
           # the MPI layer (distributed/) and its mpirun tests
           libopenmpi-dev openmpi-bin
           "$@")  # extra packages a script needs (scripts/fuzz.sh: clang-14 libfuzzer-14-dev)
