@@ -1,7 +1,8 @@
-// What canopy-bench forest and forest-study share: their common options, the model and data
-// file loaded and checked, and the batches cut from the file.
+// What canopy-bench forest, forest-study and forest-serve share: their common options, the model
+// and data file loaded and checked, and the batches cut from the file; forest-serve's options.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,26 @@ ForestWorkload load_forest_workload(const ForestInputs& c);
 // standard normal draw (deterministic), so a batch larger than the file holds distinct rows,
 // as real batches do, instead of exact copies that row scheduling would group for free.
 std::vector<float> forest_batch(const ForestData& d, index_t n, double jitter = 0);
+
+// canopy-bench forest-serve: the default predictor (ForestConfig{}, ForestRunOptions{}) under a
+// stream of calls of random batch sizes, as a server sees them: per-call latency, from an empty
+// cache (cold) and again from the cache the cold phase filled (warm), in this process or each
+// phase in its own (benchmarks/bench_forest_serve.cpp).
+struct ForestServeConfig : ForestInputs {
+  ForestServeConfig() : ForestInputs("1", 1, 0) {}
+  long long calls = 10000;       // predict() calls per phase
+  long long min_batch = 1;       // batch sizes: log-uniform in [min_batch, max_batch]
+  long long max_batch = 10000;
+  std::uint64_t seed = 1;        // of the batch sizes (the same sequence in every phase)
+  std::string cache_dir;         // "" = a fresh temporary directory, removed at the end
+  std::string phase = "both";    // cold, warm or both (cold then warm in this process)
+  std::string device = "auto";   // ForestConfig::device: auto, cpu or gpu
+  long long steady_after = 100;  // the "steady" statistics leave out the calls before this one
+  long long check_every = 100;   // every n-th call is checked against csr direct (and every
+                                 // call that ran a prior or timed a trial)
+};
+void add_forest_serve_options(CLI::App& app, ForestServeConfig& c);
+int run_forest_serve(const ForestServeConfig& c);
 
 }  // namespace bench
 }  // namespace canopy

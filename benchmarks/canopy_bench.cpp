@@ -11,6 +11,8 @@
 //   canopy-bench quality <workload> [...]  each schedule's Δ against the MST lower bound
 //   canopy-bench forest [...]    decision-forest inference, every layout x kernel x device
 //   canopy-bench forest-study [...]  the adaptive layout's strategies, model, tuner, techniques
+//   canopy-bench forest-serve [...]  the default forest call under random batch sizes: latency
+//                                from an empty cache and from a filled one
 //   canopy-bench dist [...]      under mpirun: the MPI layer, replicated or partitioned (where
 //                                Canopy was built with MPI)
 #include <CLI/CLI.hpp>
@@ -23,6 +25,7 @@
 #include <string>
 
 #include "benchmarks/bench.hpp"
+#include "benchmarks/bench_forest.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"canopy-bench: hybrid CPU-GPU scheduling of tree traversals"};
@@ -74,6 +77,10 @@ int main(int argc, char** argv) {
   CLI::App* fs_cmd = app.add_subcommand("forest-study", "forest strategies, performance model, tuner and techniques (GPU)");
   canopy::bench::add_forest_study_options(*fs_cmd, fs);
 
+  canopy::bench::ForestServeConfig fsv;
+  CLI::App* fsv_cmd = app.add_subcommand("forest-serve", "the default forest call under random batch sizes, cold and warm cache");
+  canopy::bench::add_forest_serve_options(*fsv_cmd, fsv);
+
 #if defined(CANOPY_WITH_MPI)
   canopy::bench::DistConfig dc;
   dc.input.generate = "uniform:400000:3";
@@ -112,6 +119,7 @@ int main(int argc, char** argv) {
     if (*qc_cmd) return canopy::bench::run_quality(qc);
     if (*fc_cmd) return canopy::bench::run_forest(fc);
     if (*fs_cmd) return canopy::bench::run_forest_study(fs);
+    if (*fsv_cmd) return canopy::bench::run_forest_serve(fsv);
     return canopy::bench::run_pc(pc);
   } catch (const std::exception& e) {
     std::fflush(stdout);  // what was printed before the error comes first
