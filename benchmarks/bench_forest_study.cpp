@@ -2,7 +2,10 @@
 // and the gain of each technique alone (Tahoe's Figure 8), on one model and one data file.
 // Times are GPU time with the rows already on the device (CUDA events around the kernels; with
 // row scheduling, the inspector and the sort are added in); every variant's predictions are
-// compared bit for bit with the first one (csr direct).
+// compared bit for bit with the first one (csr direct). The `default` row is what a caller who
+// sets nothing gets: ForestPredictor(forest) and ForestRunOptions{} (only the output set), in
+// steady state. Auto variants (default, auto and the techniques' auto) tune a size class online
+// on their own calls, so each is first called on its batch until a call runs settled.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -20,27 +23,65 @@
 #include "benchmarks/bench_forest.hpp"
 #include "benchmarks/bench_common.hpp"
 #include "core/checks.hpp"
+#include "core/timing.hpp"
 #include "runtime/forest_predictor.hpp"
 
 namespace canopy {
 namespace bench {
 namespace {
 
+// Calls an Auto variant gets to settle its size class before it is timed anyway.
+constexpr int kSettleCap = 3000;
+
 struct Timed {
   double ms = 0;           // kernel (+ row scheduling), median
   double schedule_ms = 0;  // of which row scheduling
+  double call_ms = 0;      // the whole predict() call (rows on the host), median
+  ForestLayout layout = ForestLayout::Csr;
   ForestKernel kernel = ForestKernel::Direct;
   ForestSchedule schedule;
+  ForestTuning tuning = ForestTuning::Fixed;  // of the timed calls (the last one)
   bool identical = true;
+  // Auto: the calls before the timing, until one ran settled (neither a prior nor a trial).
+  bool is_auto = false;
+  int settle_calls = 0;       // calls that ran a prior or timed a trial first
+  bool settled = true;        // false: still not settled after kSettleCap calls
+  double first_ms = 0;        // the first call's whole wall time
+  ForestTuning first_tuning = ForestTuning::Fixed;
+  double settle_tuning_ms = 0;  // the trials' GPU time over those calls
+  double build_ms = -1;       // the predictor's construction (the default row's own predictor)
 };
+
+bool same_bits(const std::vector<float>& out, const std::vector<float>& reference) {
+  return reference.empty() || std::memcmp(out.data(), reference.data(), out.size() * sizeof(float)) == 0;
+}
 
 Timed time_variant(ForestPredictor& p, const std::vector<float>& rows, index_t n, int width, const ForestRunOptions& run,
                    int repeat, const std::vector<float>& reference) {
   std::vector<float> out(static_cast<std::size_t>(n) * width);
-  p.predict(rows.data(), n, out.data(), run);  // warm-up (and the model's parameters, once)
   Timed t;
-  t.identical = reference.empty() || std::memcmp(out.data(), reference.data(), out.size() * sizeof(float)) == 0;
-  std::vector<double> total, sched;
+  if (run.kernel == ForestKernel::Auto) {
+    // Online tuning: a class's first call runs a prior, later ones time one other schedule each
+    // (Refining) until it settles (Tuned). Every one of these calls is checked too.
+    t.is_auto = true;
+    t.settled = false;
+    for (int i = 0; i < kSettleCap && !t.settled; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const ForestTimes ft = p.predict(rows.data(), n, out.data(), run);
+      const double ms = ms_since(t0);
+      if (i == 0) {
+        t.first_ms = ms;
+        t.first_tuning = ft.tuning;
+      }
+      t.identical = t.identical && same_bits(out, reference);
+      t.settle_tuning_ms += ft.tuning_ms;
+      t.settled = ft.tuning != ForestTuning::Prior && ft.tuning != ForestTuning::Refining;
+      t.settle_calls = t.settled ? i : i + 1;
+    }
+  }
+  p.predict(rows.data(), n, out.data(), run);  // warm-up (and the model's parameters, once)
+  t.identical = t.identical && same_bits(out, reference);
+  std::vector<double> total, sched, call;
   // A batch of up to 10,000 rows runs in microseconds, and single runs vary by tens of percent
   // (clocks, launch jitter): at least 100 runs, so that the median is steady from run to run.
   const int runs = n <= 10000 ? std::max(repeat, 100) : repeat;
@@ -48,12 +89,30 @@ Timed time_variant(ForestPredictor& p, const std::vector<float>& rows, index_t n
     const ForestTimes ft = p.predict(rows.data(), n, out.data(), run);
     total.push_back(ft.kernel_ms + ft.schedule_ms);
     sched.push_back(ft.schedule_ms);
+    call.push_back(ft.total_ms);
+    t.layout = ft.layout;
     t.kernel = ft.kernel;
     t.schedule = ft.schedule;
+    t.tuning = ft.tuning;
   }
+  t.identical = t.identical && same_bits(out, reference);
   t.ms = median(total);
   t.schedule_ms = median(sched);
+  t.call_ms = median(call);
   return t;
+}
+
+// "settled after 12 calls (online tuning; first call 3.2 ms, prior; trials 1.1 ms)" for an Auto
+// variant, "" for the others.
+std::string settle_note(const Timed& t) {
+  if (!t.is_auto) return "";
+  char trials[48] = "";
+  if (t.settle_tuning_ms > 0) std::snprintf(trials, sizeof trials, "; trials %.3f ms", t.settle_tuning_ms);
+  char b[200];
+  std::snprintf(b, sizeof b, "%s %d call%s (online tuning; first call %.3f ms, %s%s)",
+                t.settled ? "settled after" : "NOT settled after", t.settle_calls, t.settle_calls == 1 ? "" : "s", t.first_ms,
+                to_string(t.first_tuning), trials);
+  return b;
 }
 
 std::string fmt_ns(double ns) {
@@ -126,6 +185,10 @@ class StudyBatch {
     std::printf("strategies (adaptive layout, node + tree rearrangement):\n");
     nlohmann::json js = nlohmann::json::array();
     js.push_back(line("csr direct", run(*p_.csr, ForestKernel::Direct, 0)));
+    const Timed deft = default_call();
+    js.push_back(line("default", deft,
+                      std::string(to_string(deft.layout)) + ", " + to_string(deft.kernel) + ", " + to_string(deft.tuning) + "; " +
+                          settle_note(deft) + "; built in " + std::to_string(static_cast<long long>(deft.build_ms)) + " ms"));
     const std::vector<ForestTrial> est = p_.full->model_estimates(rows_.data(), n_, base_);
     std::vector<std::pair<std::string, double>> model_rank, paper_rank, measured_rank;
     double best_strategy = INFINITY;
@@ -156,7 +219,8 @@ class StudyBatch {
       }
     }
     const Timed autot = run(*p_.full, ForestKernel::Auto, 0);
-    js.push_back(line("auto", autot, std::string("chose ") + to_string(autot.kernel)));
+    js.push_back(line("auto", autot, std::string("chose ") + to_string(autot.kernel) + ", " + to_string(autot.tuning) + "; " +
+                                         settle_note(autot)));
     std::vector<ForestTrial> trials = p_.full->tune(rows_.data(), n_, base_, std::max(3, c_.repeat / 2));
     if (c_.tune) {
       std::printf("  tuner (%zu schedules, kernel ms, fastest first):\n", trials.size());
@@ -179,6 +243,13 @@ class StudyBatch {
     jb["auto_over_tuned"] = auto_vs_tuned;
     jb["best_strategy"] = best_name;
     jb["auto_speedup_over_csr_direct"] = js[0]["ms"].get<double>() / autot.ms;
+    const double default_vs_tuned = deft.ms / tuned.ms;
+    std::printf("  default / tuned = %.3f%s; default / auto = %.3f; default vs csr direct: %.2fx\n", default_vs_tuned,
+                default_vs_tuned <= 1.10 ? " (within 10%)" : " (NOT within 10%)", deft.ms / autot.ms,
+                js[0]["ms"].get<double>() / deft.ms);
+    jb["default_over_tuned"] = default_vs_tuned;
+    jb["default_over_auto"] = deft.ms / autot.ms;
+    jb["default_speedup_over_csr_direct"] = js[0]["ms"].get<double>() / deft.ms;
   }
 
   // 2. Each technique alone against FIL's strategy on the plain format (Figure 8).
@@ -225,6 +296,22 @@ class StudyBatch {
   }
 
  private:
+  // What a caller who sets nothing gets: a fresh ForestPredictor(forest) (ForestConfig{}: the
+  // layout, device and cache directory all defaults) called with ForestRunOptions{} but for the
+  // output, settled on the batch and then timed like the other rows. The study's --graph and
+  // --hardware-cache do not apply to it.
+  Timed default_call() {
+    const auto t0 = std::chrono::steady_clock::now();
+    ForestPredictor p(w_.forest);
+    const double build_ms = ms_since(t0);
+    ForestRunOptions r;
+    r.output = w_.output;
+    Timed t = time_variant(p, rows_, n_, w_.width, r, c_.repeat, reference_);
+    t.build_ms = build_ms;
+    identical_ = identical_ && t.identical;
+    return t;
+  }
+
   Timed run(ForestPredictor& p, ForestKernel k, int depth, const ForestSchedule& s = {}) {
     ForestRunOptions r = base_;
     r.kernel = k;
@@ -238,10 +325,26 @@ class StudyBatch {
   nlohmann::json line(const std::string& name, const Timed& t, const std::string& note = "") const {
     std::printf("  %-34s %10.4f ms %14.0f rows/s  %-5s %s%s\n", name.c_str(), t.ms, rows_per_s(n_, t.ms),
                 t.identical ? "same" : "DIFF", t.schedule.describe().c_str(), note.empty() ? "" : ("  " + note).c_str());
-    return nlohmann::json{{"variant", name},     {"ms", t.ms},
-                          {"rows_per_s", rows_per_s(n_, t.ms)}, {"schedule_ms", t.schedule_ms},
-                          {"kernel", to_string(t.kernel)},     {"schedule", t.schedule.describe()},
-                          {"identical", t.identical}};
+    nlohmann::json j{{"variant", name},
+                     {"ms", t.ms},
+                     {"rows_per_s", rows_per_s(n_, t.ms)},
+                     {"schedule_ms", t.schedule_ms},
+                     {"call_ms", t.call_ms},
+                     {"layout", to_string(t.layout)},
+                     {"kernel", to_string(t.kernel)},
+                     {"schedule", t.schedule.describe()},
+                     {"tuning", to_string(t.tuning)},
+                     {"identical", t.identical}};
+    if (t.is_auto) {
+      j["warmup"] = "online";  // called on the batch until settled (not optimize())
+      j["settle_calls"] = t.settle_calls;
+      j["settled"] = t.settled;
+      j["first_call_ms"] = t.first_ms;
+      j["first_tuning"] = to_string(t.first_tuning);
+      j["settle_tuning_ms"] = t.settle_tuning_ms;
+    }
+    if (t.build_ms >= 0) j["build_ms"] = t.build_ms;
+    return j;
   }
 
   const ForestStudyConfig& c_;
@@ -272,6 +375,10 @@ int run_forest_study(const ForestStudyConfig& c) {
   std::printf("canopy-bench forest-study: %s\n  %s\ndata: %s, %lld rows (larger batches: smoothed bootstrap, jitter %.3g)\ngpu: %s\n",
               c.model.c_str(), w.forest.describe().c_str(), c.data.c_str(), static_cast<long long>(w.data.n_rows), c.jitter,
               gpu_description().c_str());
+  std::printf("default: ForestPredictor(forest) with ForestConfig{} and ForestRunOptions{} (output %s), a fresh one per "
+              "batch; every Auto variant is called on its batch until a call runs settled (online tuning, at most %d "
+              "calls), then timed\n",
+              c.output.c_str(), kSettleCap);
   const StudyPredictors p = make_predictors(w.forest);
   const AdaptiveReport& rep = p.full->adaptive_report();
   std::printf("adaptive layout: %s; %.2f MiB (csr %.2f MiB)\n", rep.details.c_str(),
