@@ -1,18 +1,21 @@
 // canopy._canopy: the C++ side of the Python package. It takes raw addresses (host or device
 // memory, what numpy's and __cuda_array_interface__'s data pointers give) so that the Python
-// side (python/canopy/__init__.py) decides conversions and output allocation once, for numpy and
+// side (python/canopy/__init__.py, forest.py) decides conversions and output allocation once, for numpy and
 // for CUDA arrays alike; the GIL is released while Canopy works.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 
 #include "core/device.hpp"
+#include "core/warnings.hpp"
 #include "core/types.hpp"
 #include "layouts/ball_tree.hpp"
 #include "layouts/forest.hpp"
+#include "layouts/forest_layouts.hpp"
 #include "layouts/kdtree.hpp"
 #include "layouts/octree.hpp"
 #include "layouts/vp_tree.hpp"
@@ -159,54 +162,220 @@ py::dict barnes_hut(std::uintptr_t positions, std::uintptr_t masses, index_t n, 
   return stats_dict(st);
 }
 
+// Canopy's warnings (core/warnings.hpp) as Python RuntimeWarnings. C++ may warn from a call that
+// released the GIL, so the handler takes it. A warning the filters turn into an error
+// (warnings.simplefilter("error")) is kept and raised by the forest call it came from
+// (WarningScope); elsewhere it is reported as unraisable (it cannot unwind C++ callers).
+struct PendingWarning {
+  PyObject* type = nullptr;
+  PyObject* value = nullptr;
+  PyObject* traceback = nullptr;
+};
+thread_local int warning_scopes = 0;
+thread_local PendingWarning pending_warning;
+
+bool python_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+void python_warning(const std::string& message) {
+  if (!Py_IsInitialized() || python_finalizing()) {
+    std::fprintf(stderr, "canopy: warning: %s\n", message.c_str());
+    return;
+  }
+  py::gil_scoped_acquire gil;
+  if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 1) == 0) return;
+  if (warning_scopes > 0 && !pending_warning.type) {
+    PyErr_Fetch(&pending_warning.type, &pending_warning.value, &pending_warning.traceback);
+  } else {
+    PyErr_WriteUnraisable(nullptr);
+  }
+}
+
+// Around a forest call (GIL held at both ends): raises the warning-turned-error it kept.
+class WarningScope {
+ public:
+  WarningScope() { ++warning_scopes; }
+  ~WarningScope() {
+    if (--warning_scopes == 0 && pending_warning.type) {  // the call failed otherwise: drop it
+      Py_XDECREF(pending_warning.type);
+      Py_XDECREF(pending_warning.value);
+      Py_XDECREF(pending_warning.traceback);
+      pending_warning = {};
+    }
+  }
+  void raise_pending() {
+    if (warning_scopes != 1 || !pending_warning.type) return;
+    PyErr_Restore(pending_warning.type, pending_warning.value, pending_warning.traceback);
+    pending_warning = {};
+    throw py::error_already_set();
+  }
+};
+
+// The run options the Python side passes on (its keyword arguments, types checked there).
+struct PyRunOptions {
+  std::string device = "auto";
+  ForestRunOptions run;
+};
+
+int schedule_knob(const py::handle& v, const std::string& name) {
+  if (!py::isinstance<py::int_>(v) || py::isinstance<py::bool_>(v))
+    throw Error("schedule: '" + name + "' must be an int");
+  return v.cast<int>();
+}
+
+ForestSchedule parse_schedule(const py::dict& d) {
+  ForestSchedule s;
+  for (const auto& [key, value] : d) {
+    const std::string k = py::str(key);
+    if (k == "block_threads") s.block_threads = schedule_knob(value, k);
+    else if (k == "rows_per_thread") s.rows_per_thread = schedule_knob(value, k);
+    else if (k == "tree_interleave") s.tree_interleave = schedule_knob(value, k);
+    else if (k == "cache_rows") s.cache_rows = schedule_knob(value, k);
+    else if (k == "tree_sync") s.tree_sync = schedule_knob(value, k);
+    else if (k == "rows_per_block") s.rows_per_block = schedule_knob(value, k);
+    else if (k == "tree_group") s.tree_group = schedule_knob(value, k);
+    else if (k == "interleaved") s.interleaved = schedule_knob(value, k);
+    else if (k == "top_rows") s.top_rows = schedule_knob(value, k);
+    else if (k == "part_kib") s.part_kib = schedule_knob(value, k);
+    else
+      throw Error("schedule: '" + k + "' is unknown (known: block_threads, rows_per_thread, tree_interleave, "
+                  "cache_rows, tree_sync, rows_per_block, tree_group, interleaved, top_rows, part_kib)");
+  }
+  return s;
+}
+
+PyRunOptions run_options(const std::string& output, const py::dict& kw) {
+  PyRunOptions o;
+  o.run.output = parse_kind(output, ForestOutput::Leaf, "output");
+  for (const auto& [key, value] : kw) {
+    const std::string k = py::str(key);
+    if (k == "device") o.device = value.cast<std::string>();
+    else if (k == "kernel") o.run.kernel = parse_forest_kernel(value.cast<std::string>());
+    else if (k == "online_tuning") o.run.online_tuning = value.cast<bool>();
+    else if (k == "graph") o.run.graph = value.cast<bool>();
+    else if (k == "schedule") o.run.schedule = parse_schedule(value.cast<py::dict>());
+    else throw Error("unknown forest option '" + k + "' (known: device, kernel, online_tuning, graph, schedule)");
+  }
+  return o;
+}
+
 // A forest and, made on first use per device, its predictor.
 class PyForest {
  public:
   explicit PyForest(Forest f) : forest_(std::move(f)) {}
-  static PyForest load(const std::string& path) { return PyForest(Forest::load(path)); }
-  static PyForest parse(const std::string& text, const std::string& name) { return PyForest(Forest::parse(text, name)); }
+  // XGBoost JSON or UBJSON, or Canopy forest JSON: text or bytes (not compressed); `name`
+  // stands for the file in messages.
+  static PyForest parse(const std::string& data, const std::string& name) {
+    py::gil_scoped_release free;
+    return PyForest(Forest::parse(data, name));
+  }
+  // The layout (ForestConfig::layout) and cache directory (ForestConfig::cache_dir) of the
+  // predictors made from now on.
+  void configure(const std::string& layout, const std::string& cache_dir) {
+    config_.layout = parse_forest_layout(layout);
+    config_.cache_dir = cache_dir;
+    cpu_.reset();
+    gpu_.reset();
+  }
   int n_features() const { return forest_.n_features(); }
   int n_trees() const { return static_cast<int>(forest_.n_trees()); }
-  int width(const std::string& output, const std::string& device) { return predictor(device).output_width(parse_output(output)); }
+  int n_groups() const { return forest_.n_groups(); }
+  int n_classes() const { return forest_.n_classes(); }
+  std::vector<double> class_values() const { return forest_.class_values(); }
+  std::string objective() const { return to_string(forest_.objective()); }
+  bool is_classifier() const { return forest_.is_classifier(); }
+  bool is_xgboost() const { return forest_.is_xgboost(); }
+  int width(const std::string& output) const { return forest_.output_width(parse_kind(output, ForestOutput::Leaf, "output")); }
   std::string device(const std::string& device) { return to_string(predictor(device).device()); }
+  std::string layout(const std::string& device) { return to_string(predictor(device).layout()); }
+  // The same model with the trees `ids` only, in that order, and this forest's configuration.
+  PyForest subset(const std::vector<index_t>& ids) const {
+    PyForest f(forest_.subset(ids));
+    f.config_ = config_;
+    return f;
+  }
 
-  py::dict predict(std::uintptr_t rows, index_t n, std::uintptr_t out, const std::string& output,
-                   const std::string& device) {
-    ForestRunOptions o;
-    o.output = parse_output(output);
-    ForestPredictor& p = predictor(device);
+  // out: [n][width(output)] float32, or float64 when `f64` (Margin, Prob, Class).
+  py::dict predict(std::uintptr_t rows, index_t n, std::uintptr_t out, bool f64, const std::string& output,
+                   const py::dict& kw) {
+    WarningScope warnings;
+    const PyRunOptions o = run_options(output, kw);
     ForestTimes t;
+    Device where;
     {
       py::gil_scoped_release free;
-      t = p.predict(at<const float>(rows), n, at<float>(out), o);
+      ForestPredictor& p = predictor_locked(o.device);
+      t = f64 ? p.predict_f64(at<const float>(rows), n, at<double>(out), o.run)
+              : p.predict(at<const float>(rows), n, at<float>(out), o.run);
+      where = p.device();
     }
+    warnings.raise_pending();
     py::dict d;
-    d["device"] = to_string(p.device());
+    d["device"] = to_string(where);
+    d["layout"] = to_string(t.layout);
     d["kernel"] = to_string(t.kernel);
+    d["schedule"] = t.schedule.describe();
+    d["tuning"] = to_string(t.tuning);
+    d["graph"] = t.graph;
+    d["upload_ms"] = t.upload_ms;
     d["kernel_ms"] = t.kernel_ms;
+    d["download_ms"] = t.download_ms;
+    d["tuning_ms"] = t.tuning_ms;
     d["total_ms"] = t.total_ms;
     return d;
   }
 
- private:
-  static ForestOutput parse_output(const std::string& s) {
-    if (s == "margin") return ForestOutput::Margin;
-    if (s == "prob") return ForestOutput::Prob;
-    if (s == "class") return ForestOutput::Class;
-    if (s == "leaf") return ForestOutput::Leaf;
-    throw Error("output = '" + s + "' is unknown (margin, prob, class, leaf)");
+  py::list optimize(std::uintptr_t rows, index_t n, const std::vector<index_t>& batch_sizes, const py::dict& kw) {
+    WarningScope warnings;
+    const PyRunOptions o = run_options("prob", kw);
+    std::vector<ForestTuned> tuned;
+    {
+      py::gil_scoped_release free;
+      tuned = predictor_locked(o.device).optimize(at<const float>(rows), n, batch_sizes, o.run);
+    }
+    warnings.raise_pending();
+    py::list l;
+    for (const ForestTuned& t : tuned) {
+      py::dict d;
+      d["batch_size"] = t.batch_size;
+      d["kernel"] = to_string(t.kernel);
+      d["schedule"] = t.schedule.describe();
+      d["kernel_ms"] = t.kernel_ms;
+      d["trials"] = t.trials;
+      l.append(d);
+    }
+    return l;
   }
+
+ private:
   ForestPredictor& predictor(const std::string& device) {
+    WarningScope warnings;
+    ForestPredictor* p;
+    {
+      py::gil_scoped_release free;
+      p = &predictor_locked(device);
+    }
+    warnings.raise_pending();
+    return *p;
+  }
+  // Builds the layout (and uploads it) on first use; called without the GIL.
+  ForestPredictor& predictor_locked(const std::string& device) {
     const Device d = resolve_device(parse_device(device));
     std::unique_ptr<ForestPredictor>& p = d == Device::Gpu ? gpu_ : cpu_;
     if (!p) {
-      ForestConfig c;
+      ForestConfig c = config_;
       c.device = d;
       p = std::make_unique<ForestPredictor>(forest_, c);
     }
     return *p;
   }
   Forest forest_;
+  ForestConfig config_;
   std::unique_ptr<ForestPredictor> cpu_, gpu_;
 };
 
@@ -242,11 +411,24 @@ PYBIND11_MODULE(_canopy, m) {
   m.def("barnes_hut", &barnes_hut);
 
   py::class_<PyForest>(m, "Forest")
-      .def_static("load", &PyForest::load)
       .def_static("parse", &PyForest::parse)
+      .def("configure", &PyForest::configure)
       .def_property_readonly("n_features", &PyForest::n_features)
       .def_property_readonly("n_trees", &PyForest::n_trees)
+      .def_property_readonly("n_groups", &PyForest::n_groups)
+      .def_property_readonly("n_classes", &PyForest::n_classes)
+      .def_property_readonly("class_values", &PyForest::class_values)
+      .def_property_readonly("objective", &PyForest::objective)
+      .def_property_readonly("is_classifier", &PyForest::is_classifier)
+      .def_property_readonly("is_xgboost", &PyForest::is_xgboost)
       .def("width", &PyForest::width)
       .def("device", &PyForest::device)
-      .def("predict", &PyForest::predict);
+      .def("layout", &PyForest::layout)
+      .def("subset", &PyForest::subset)
+      .def("predict", &PyForest::predict)
+      .def("optimize", &PyForest::optimize);
+
+  // Canopy's warnings become Python RuntimeWarnings; stderr again once Python shuts down.
+  set_warning_handler(python_warning);
+  py::module_::import("atexit").attr("register")(py::cpp_function([] { set_warning_handler({}); }));
 }

@@ -1,0 +1,67 @@
+"""Input arrays as Canopy reads them (shared by the trees in __init__.py and forest.py): C-ordered
+float32 rows on the host (numpy) or the device (cupy, torch, anything with
+__cuda_array_interface__ or a CUDA DLPack capsule), and results in the input's kind of array."""
+import numpy as np
+
+
+def _on_device(x):
+    if hasattr(x, "__cuda_array_interface__"):
+        return True
+    if hasattr(x, "__dlpack_device__") and not isinstance(x, np.ndarray):
+        return x.__dlpack_device__()[0] in (2, 13)  # kDLCUDA, kDLCUDAManaged
+    return False
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError as e:  # a CUDA array without cupy: say what is needed
+        raise ValueError("CUDA arrays need cupy to hold Canopy's results on the device "
+                         "(pass a numpy array instead)") from e
+    return cupy
+
+
+class _Input:
+    """One input array as Canopy reads it: C-ordered float32 rows, on the host or the device.
+    numeric=False takes float32 and float64 only; numeric=True (forests) also bool and integer
+    arrays, converted to float32 like the others."""
+
+    def __init__(self, x, name, width=None, rows_ok_1d=False, numeric=False):
+        self.device = _on_device(x)
+        self.torch = type(x).__module__.split(".")[0] == "torch"
+        xp = _cupy() if self.device else np
+        if self.device and not hasattr(x, "__cuda_array_interface__"):
+            x = xp.from_dlpack(x)
+        a = xp.asarray(x)
+        if numeric and a.dtype.kind == "O":  # lists with None, say: numbers or a clear error
+            try:
+                a = a.astype(np.float64)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{name}: values that are not numbers ({e})") from None
+        if numeric:
+            if a.dtype.kind not in "biuf":
+                raise ValueError(f"{name}: dtype {a.dtype} is not a number type (bool, int, float)")
+        elif a.dtype not in (xp.float32, xp.float64):
+            raise ValueError(f"{name}: dtype {a.dtype} is not float32 or float64")
+        self.single = rows_ok_1d and a.ndim == 1
+        if self.single:
+            a = a.reshape(1, -1)
+        if a.ndim != 2:
+            raise ValueError(f"{name}: shape {a.shape} is not (n, dims)")
+        if width is not None and a.shape[1] != width:
+            raise ValueError(f"{name}: {a.shape[1]} columns, the tree has {width}")
+        self.array = xp.ascontiguousarray(a, dtype=xp.float32)  # no copy when already so
+        self.xp = xp
+        self.n, self.dims = self.array.shape
+        self.ptr = self.array.data.ptr if self.device else self.array.ctypes.data
+
+    def empty(self, shape, dtype):
+        out = self.xp.empty(shape, dtype=dtype)
+        return out, (out.data.ptr if self.device else out.ctypes.data)
+
+    def result(self, a):
+        """A result in the input's kind of array: torch in, torch out (no copy, DLPack)."""
+        if not self.torch:
+            return a
+        import torch
+        return torch.from_dlpack(a) if self.device else torch.from_numpy(np.ascontiguousarray(a))
