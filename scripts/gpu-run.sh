@@ -20,6 +20,11 @@
 #   forest-study  the adaptive layout's forest tests, then canopy-bench forest-study on the six
 #          models of the forest issue (the five and the categorical covtype model); FS_RUNS=3
 #          repeats it with fresh hardware caches, FS_TUNE=1 adds the tuner (batches 100, 10,000, 1,000,000); FS_MODELS narrows the list
+#   forest-serve  canopy-bench forest-serve on the issue's three models (covtype_xgb_bin_d8,
+#          higgs_xgb_d6, covtype_rf_d12): the default call under SERVE_CALLS (10,000) calls of
+#          random batch sizes (1 to SERVE_MAX, 10,000), a cold process on an empty cache, then a
+#          warm one, a second process on the same CANOPY_CACHE_DIR; SERVE_RUNS=n repeats it with
+#          fresh caches; serve_<run>_<model>_{cold,warm}.json (forest_study_table.py --serve)
 #   profile  Nsight Compute sections of the executor kernels (mask, FSM, independent)
 #   sanitize  compute-sanitizer memcheck (leak check on), initcheck, synccheck and racecheck, each
 #          over the whole test binary (every GPU test; the CPU tests ride along), one tool after
@@ -215,12 +220,38 @@ if [[ $what == forest-study ]]; then
       for m in ${FS_MODELS:-"covtype_xgb_bin_d8:covtype_bin:Cover_Type_2" "higgs_xgb_d6:higgs:label" "letter_xgb_d4:letter:lettr" "covtype_rf_d12:covtype_bin:Cover_Type_2" "higgs_rf_d20:higgs:label" "covtype_xgb_cat_d8:covtype_cat:Cover_Type_2"}; do
         IFS=: read -r model data label <<< "$m"
         echo "== run $run: canopy-bench forest-study --model $model"
-        timeout ${FS_TIMEOUT:-150} $bin/canopy-bench forest-study --model stage/forest/$model.json.gz \
+        timeout ${FS_TIMEOUT:-240} $bin/canopy-bench forest-study --model stage/forest/$model.json.gz \
           --data stage/forest/$data.csv.gz --label $label --batch ${FS_BATCH:-100,10000,1000000} --repeat ${FS_REPEAT:-10} \
           ${FS_TUNE:+--tune} --json "$out/study_${run}_$model.json"
       done
     done
   } 2>&1 | tee "$out/forest_study.txt"
+fi
+
+if [[ $what == forest-serve ]]; then
+  # The default predictor as a server calls it, the cold phase and then the warm phase each a
+  # process of its own over one cache directory (the choices the cold process saved, and the
+  # hardware parameters it measured, are what the warm one starts from).
+  {
+    for ((run = 1; run <= ${SERVE_RUNS:-1}; ++run)); do
+      for m in ${SERVE_MODELS:-"covtype_xgb_bin_d8:covtype_bin:Cover_Type_2" "higgs_xgb_d6:higgs:label" "covtype_rf_d12:covtype_bin:Cover_Type_2"}; do
+        IFS=: read -r model data label <<< "$m"
+        cache=$out/serve_cache_${run}_$model
+        rm -rf "$cache"
+        mkdir -p "$cache"
+        export CANOPY_CACHE_DIR=$cache
+        for phase in cold warm; do
+          echo "== run $run: canopy-bench forest-serve --model $model --phase $phase"
+          timeout ${SERVE_TIMEOUT:-280} $bin/canopy-bench forest-serve --model stage/forest/$model.json.gz \
+            --data stage/forest/$data.csv.gz --label $label --calls ${SERVE_CALLS:-10000} --max-batch ${SERVE_MAX:-10000} \
+            --phase $phase --cache-dir "$cache" --json "$out/serve_${run}_${model}_$phase.json"
+          echo "exit $?"
+        done
+        ls -R "$cache" | head -20
+      done
+    done
+    python3 scripts/forest_study_table.py --serve "$out"/serve_*.json 2>&1 || true
+  } 2>&1 | tee "$out/forest_serve.txt"
 fi
 
 if [[ $what == pipeline ]]; then
