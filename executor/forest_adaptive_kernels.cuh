@@ -33,8 +33,9 @@ struct AdaptiveBatch {
   const index_t* order = nullptr;  // execution position -> the row's place in `out`; null: identity
   index_t n_rows = 0;
   float* out = nullptr;            // [n_rows][width], the caller's row order
-  int width = 0;
+  int width = 0;                   // floats per row (f64: twice the output's values)
   ForestOutput output = ForestOutput::Prob;
+  bool f64 = false;                // out holds doubles (ForestPredictor's double output)
 };
 
 CANOPY_HD inline index_t adaptive_out_row(const AdaptiveBatch& b, index_t i) { return b.order ? b.order[i] : i; }
@@ -154,7 +155,7 @@ __global__ void adaptive_direct_kernel(AdaptiveForestView v, AdaptiveBatch b, in
   for (int r = 0; r < R; ++r)
     if (pos[r] < b.n_rows) {
       s[r].end(c);
-      s[r].write(c, b.output, b.out + adaptive_out_row(b, pos[r]) * b.width);
+      s[r].write(c, b.output, b.out + adaptive_out_row(b, pos[r]) * b.width, b.f64);
     }
 }
 
@@ -435,7 +436,7 @@ __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch 
       Sums s;
       s.load(c, partial + tid * outs, T);
       s.end(c);
-      s.write(c, b.output, b.out + adaptive_out_row(b, first + r0 + tid) * b.width);
+      s.write(c, b.output, b.out + adaptive_out_row(b, first + r0 + tid) * b.width, b.f64);
     }
     __syncthreads();  // the next pass overwrites the leaves and partial sums
   }
@@ -492,7 +493,7 @@ __global__ void adaptive_shared_forest_kernel(AdaptiveForestView v, AdaptiveBatc
       if (pos[r] >= b.n_rows) continue;
       if (part.last) {
         s[r].end(c);
-        s[r].write(c, b.output, b.out + adaptive_out_row(b, pos[r]) * b.width);
+        s[r].write(c, b.output, b.out + adaptive_out_row(b, pos[r]) * b.width, b.f64);
       } else {
         s[r].save(c, carry + pos[r] * part.outputs);
       }

@@ -42,9 +42,10 @@ void for_each_row_block(index_t n_rows, F&& f) {
 }
 
 // rows: row-major [n_rows][n_features]; dst: [n_rows][width], width = the output's values
-// per row (Forest::output_width).
+// per row (Forest::output_width), in floats: twice that when f64 (dst then holds doubles).
 template <class View>
-void predict_forest_cpu(const View& v, const float* rows, index_t n_rows, ForestOutput out, int width, float* dst) {
+void predict_forest_cpu(const View& v, const float* rows, index_t n_rows, ForestOutput out, int width, float* dst,
+                        bool f64 = false) {
   const index_t features = v.common.n_features;
   dispatch_forest_sums(v.common, [&](auto sums) {
     using Sums = decltype(sums);
@@ -57,7 +58,7 @@ void predict_forest_cpu(const View& v, const float* rows, index_t n_rows, Forest
         for (index_t j = 0; j < n; ++j) s[j].add(v.common, t, find_leaf(v, t, x + j * features));
       for (index_t j = 0; j < n; ++j) {
         s[j].end(v.common);
-        s[j].write(v.common, out, dst + (first + j) * width);
+        s[j].write(v.common, out, dst + (first + j) * width, f64);
       }
     });
   });

@@ -15,9 +15,12 @@
 //     this; tests/data/forest checks it bit for bit).
 //   * Forests: float64 sum of the leaves' class distributions from 0.0, tree by tree, then
 //     divided by the number of trees: scikit-learn's predict_proba / predict, step by step.
-//   * Sigmoid and softmax use Canopy's own exp (float64, explicit round-to-nearest operations,
-//     no FMA contraction) instead of the platform's: identical on host and device, within a
-//     float32 rounding of the true value.
+//   * XGBoost's transforms are XGBoost 1.7's own float32 arithmetic (sigmoid: 1 / (1 + e^-m)
+//     with e^-m capped at e^88.7; softmax: e^(m - max) in float32, their float64 sum, then
+//     float32 divisions by it), with one difference: e^x is Canopy's own, correctly rounded to
+//     float32 from a float64 evaluation with explicit round-to-nearest operations, identical
+//     on host and device. glibc's expf, which XGBoost calls, is misrounded for 7.6e-5 of the
+//     floats (an exhaustive count: docs/forests.md), the only place the two can differ.
 #pragma once
 
 #include <cstdint>
@@ -119,11 +122,12 @@ CANOPY_HD inline double pow2(int k) {
 #endif
 }
 
-// e^x for x <= 0 (0 below -708, where it no longer matters in float32): x = k ln2 + r with
-// |r| <= ln2 / 2, e^r by its Taylor polynomial of degree 13 (truncation below 1e-17).
-CANOPY_HD inline double exp_nonpositive(double x) {
+// e^x in float64 (0 below -708, +inf above 709): x = k ln2 + r with |r| <= ln2 / 2, e^r by its
+// Taylor polynomial of degree 13 (truncation below 1e-17), every operation rounded explicitly.
+CANOPY_HD inline double exp_rn(double x) {
   if (x != x) return x;
   if (!(x > -708.0)) return 0.0;
+  if (x > 709.0) return 1.0 / 0.0;
   const double kd = dfloor(add_rn(mul_rn(x, 1.4426950408889634), 0.5));
   // ln 2 split so that kd * kLn2Hi is exact (fdlibm's constants).
   const double r = add_rn(add_rn(x, -mul_rn(kd, 6.93147180369123816490e-01)), -mul_rn(kd, 1.90821492927058770002e-10));
@@ -144,17 +148,35 @@ CANOPY_HD inline double exp_nonpositive(double x) {
   return mul_rn(p, pow2(static_cast<int>(kd)));
 }
 
-// 1 / (1 + e^-m), evaluated in float64 and rounded once.
+// e^x rounded to float32 (expf's job: XGBoost's transforms call it).
+CANOPY_HD inline float expf_rn(float x) { return static_cast<float>(exp_rn(static_cast<double>(x))); }
+
+// C's fmaxf: a NaN operand gives the other one.
+CANOPY_HD inline float fmax_c(float a, float b) {
+  if (a != a) return b;
+  if (b != b) return a;
+  return a > b ? a : b;
+}
+
+// XGBoost 1.7's Sigmoid: x = min(-m, 88.7f); 1.0f / (expf(x) + 1.0f + 1e-16f), in float32.
 CANOPY_HD inline float sigmoid(float m) {
-  const double x = m;
-  if (x >= 0.0) return static_cast<float>(div_rn(1.0, add_rn(1.0, exp_nonpositive(-x))));
-  const double e = exp_nonpositive(x);
-  return static_cast<float>(div_rn(e, add_rn(1.0, e)));
+  const float neg = -m;
+  const float x = 88.7f < neg ? 88.7f : neg;  // std::min(-m, 88.7f), NaN kept
+  return div_rn(1.0f, add_rn(add_rn(expf_rn(x), 1.0f), 1e-16f));
 }
 
 }  // namespace forest_math
 
 // ---- per-row sums -------------------------------------------------------------------------------
+
+// Result k of a row into the caller's row: float32, or float64 when f64 (dst then holds
+// doubles: ForestPredictor's double output).
+CANOPY_HD inline void store_result(float* dst, int k, double v, bool f64) {
+  if (f64)
+    reinterpret_cast<double*>(dst)[k] = v;
+  else
+    dst[k] = static_cast<float>(v);
+}
 
 // XGBoost: one float32 margin per output group, kMaxK >= n_groups. Trees must be added in
 // layout order, where each group's trees are contiguous: the running sum `cur` of group g
@@ -208,18 +230,18 @@ struct ScalarSums {
     next = c.group_begin[group + 1];
   }
 
-  CANOPY_HD void write(const ForestCommonView& c, ForestOutput out, float* dst) const {
+  CANOPY_HD void write(const ForestCommonView& c, ForestOutput out, float* dst, bool f64 = false) const {
     const int K = c.n_groups;
     const bool multi = c.objective == ForestObjective::MultiSoftprob || c.objective == ForestObjective::MultiSoftmax;
     if (out == ForestOutput::Margin || (out == ForestOutput::Prob && c.objective == ForestObjective::SquaredError)) {
       CANOPY_FOREST_UNROLL
       for (int k = 0; k < kMaxK; ++k)
-        if (k < K) dst[k] = margin[k];
+        if (k < K) store_result(dst, k, margin[k], f64);
       return;
     }
     if (!multi) {  // binary:logistic
       const float p = forest_math::sigmoid(margin[0]);
-      dst[0] = out == ForestOutput::Prob ? p : static_cast<float>(c.class_values[p > 0.5f ? 1 : 0]);
+      store_result(dst, 0, out == ForestOutput::Prob ? static_cast<double>(p) : c.class_values[p > 0.5f ? 1 : 0], f64);
       return;
     }
     if (out == ForestOutput::Class) {
@@ -231,23 +253,26 @@ struct ScalarSums {
           top = margin[k];
           best = k;
         }
-      dst[0] = static_cast<float>(c.class_values[best]);
+      store_result(dst, 0, c.class_values[best], f64);
       return;
     }
+    // XGBoost 1.7's Softmax: the largest margin (fmaxf), e^(m - max) in float32, their sum in
+    // float64 in class order, each divided by the sum rounded to float32.
     float top = margin[0];
     CANOPY_FOREST_UNROLL
     for (int k = 1; k < kMaxK; ++k)
-      if (k < K && margin[k] > top) top = margin[k];
-    double e[kMaxK];
+      if (k < K) top = forest_math::fmax_c(margin[k], top);
+    float e[kMaxK];
     double sum = 0.0;
     CANOPY_FOREST_UNROLL
     for (int k = 0; k < kMaxK; ++k) {
-      e[k] = k < K ? forest_math::exp_nonpositive(add_rn(static_cast<double>(margin[k]), -static_cast<double>(top))) : 0.0;
-      sum = add_rn(sum, e[k]);
+      e[k] = k < K ? forest_math::expf_rn(sub_rn(margin[k], top)) : 0.0f;
+      if (k < K) sum = add_rn(sum, static_cast<double>(e[k]));
     }
+    const float total = static_cast<float>(sum);
     CANOPY_FOREST_UNROLL
     for (int k = 0; k < kMaxK; ++k)
-      if (k < K) dst[k] = static_cast<float>(div_rn(e[k], sum));
+      if (k < K) store_result(dst, k, div_rn(e[k], total), f64);
   }
 
  private:
@@ -290,7 +315,7 @@ struct VectorSums {
     for (int k = 0; k < kMaxK; ++k) sum[k] = k < c.leaf_width ? src[k] : 0.0;
   }
 
-  CANOPY_HD void write(const ForestCommonView& c, ForestOutput out, float* dst) const {
+  CANOPY_HD void write(const ForestCommonView& c, ForestOutput out, float* dst, bool f64 = false) const {
     const double trees = static_cast<double>(c.n_trees);
     if (out == ForestOutput::Class) {
       int best = 0;
@@ -304,12 +329,12 @@ struct VectorSums {
             best = k;
           }
         }
-      dst[0] = static_cast<float>(c.class_values[best]);
+      store_result(dst, 0, c.class_values[best], f64);
       return;
     }
     CANOPY_FOREST_UNROLL
     for (int k = 0; k < kMaxK; ++k)
-      if (k < c.leaf_width) dst[k] = static_cast<float>(div_rn(sum[k], trees));
+      if (k < c.leaf_width) store_result(dst, k, div_rn(sum[k], trees), f64);
   }
 };
 
@@ -332,12 +357,12 @@ void dispatch_forest_sums(const ForestCommonView& c, F&& f) {
 
 // One row, every tree in layout order: what the CPU executor and the direct kernel run.
 template <class Sums, class View>
-CANOPY_HD inline void predict_row(const View& v, const float* row, ForestOutput out, float* dst) {
+CANOPY_HD inline void predict_row(const View& v, const float* row, ForestOutput out, float* dst, bool f64 = false) {
   Sums s;
   s.begin(v.common);
   for (index_t t = 0; t < v.common.n_trees; ++t) s.add(v.common, t, find_leaf(v, t, row));
   s.end(v.common);
-  s.write(v.common, out, dst);
+  s.write(v.common, out, dst, f64);
 }
 
 }  // namespace canopy

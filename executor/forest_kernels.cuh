@@ -40,8 +40,9 @@ struct ForestBatch {
   const float* rows = nullptr;  // [n_rows][n_features]
   index_t n_rows = 0;
   float* out = nullptr;         // [n_rows][width]
-  int width = 0;
+  int width = 0;                // floats per row (f64: twice the output's values)
   ForestOutput output = ForestOutput::Prob;
+  bool f64 = false;             // out holds doubles (ForestPredictor's double output)
 };
 
 // ---- direct --------------------------------------------------------------------------------------
@@ -50,7 +51,7 @@ template <class Sums, class View>
 __global__ void __launch_bounds__(kForestDirectBlock) forest_direct_kernel(View v, ForestBatch b) {
   const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
   if (i >= b.n_rows) return;
-  predict_row<Sums>(v, b.rows + i * v.common.n_features, b.output, b.out + i * b.width);
+  predict_row<Sums>(v, b.rows + i * v.common.n_features, b.output, b.out + i * b.width, b.f64);
 }
 
 // ---- hybrid (hierarchical layout) ------------------------------------------------------------------
@@ -79,7 +80,7 @@ forest_hybrid_kernel(HierarchicalForestView v, ForestBatch b, index_t chunk_tree
   }
   if (valid) {
     s.end(v.common);
-    s.write(v.common, b.output, b.out + i * b.width);
+    s.write(v.common, b.output, b.out + i * b.width, b.f64);
   }
 }
 
@@ -131,7 +132,7 @@ forest_shared_data_kernel(View v, ForestBatch b, ForestSharedPlan plan) {
     }
     if (tid < m) {
       s.end(c);
-      s.write(c, b.output, b.out + (first + r0 + tid) * b.width);
+      s.write(c, b.output, b.out + (first + r0 + tid) * b.width, b.f64);
     }
   }
 }

@@ -12,8 +12,17 @@ const char* to_string(ForestLayout l) {
     case ForestLayout::Reorg: return "reorg";
     case ForestLayout::Hierarchical: return "hier";
     case ForestLayout::Adaptive: return "adaptive";
+    case ForestLayout::Auto: return "auto";
   }
   return "?";
+}
+
+ForestLayout parse_forest_layout(const std::string& name) {
+  for (ForestLayout l : {ForestLayout::Csr, ForestLayout::Reorg, ForestLayout::Hierarchical, ForestLayout::Adaptive,
+                         ForestLayout::Auto})
+    if (name == to_string(l)) return l;
+  if (name == "hierarchical") return ForestLayout::Hierarchical;
+  throw Error("forest layout '" + name + "' is unknown (known: csr, reorg, hier, adaptive, auto)");
 }
 
 namespace {

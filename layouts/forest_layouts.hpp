@@ -32,8 +32,11 @@
 
 namespace canopy {
 
-enum class ForestLayout { Csr, Reorg, Hierarchical, Adaptive };  // adaptive: layouts/forest_adaptive.hpp
+// adaptive: layouts/forest_adaptive.hpp. Auto: the predictor picks (ForestConfig::layout).
+enum class ForestLayout { Csr, Reorg, Hierarchical, Adaptive, Auto };
 const char* to_string(ForestLayout l);
+// "csr", "reorg", "hier" (or "hierarchical"), "adaptive", "auto"; an Error lists them.
+ForestLayout parse_forest_layout(const std::string& name);
 
 // One node in 8 bytes (a single load on the GPU).
 //   value: inner: the threshold (left iff x < value); categorical inner node: the bits of its

@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "executor/forest_cpu.hpp"
+#include "runtime/detail/forest_choices.hpp"
 #include "runtime/detail/forest_engine.hpp"
 #include "scheduler/forest_rows.hpp"
 #include "scheduler/tree_similarity.hpp"
@@ -62,12 +63,23 @@ AdaptiveOptions adaptive_options(const Forest& forest, const ForestConfig& confi
 // The layout the predictor was built with; every layout's arrays and view.
 using AnyForestLayout = std::variant<CsrForest, ReorgForest, HierarchicalForest, AdaptiveForest>;
 
-AnyForestLayout build_layout(const Forest& forest, const ForestConfig& config, AdaptiveReport* report) {
-  switch (config.layout) {
+// ForestLayout::Auto on the CPU: the layout its executor ran fastest on every model measured
+// (docs/forests.md, "What runs when").
+constexpr ForestLayout kCpuAutoLayout = ForestLayout::Hierarchical;
+
+ForestLayout resolve_layout(ForestLayout layout, Device device) {
+  if (layout != ForestLayout::Auto) return layout;
+  return device == Device::Gpu ? ForestLayout::Adaptive : kCpuAutoLayout;
+}
+
+AnyForestLayout build_layout(const Forest& forest, ForestLayout layout, const ForestConfig& config,
+                             AdaptiveReport* report) {
+  switch (layout) {
     case ForestLayout::Csr: return CsrForest::build(forest);
     case ForestLayout::Reorg: return ReorgForest::build(forest);
     case ForestLayout::Hierarchical: return HierarchicalForest::build(forest, config.hierarchical);
     case ForestLayout::Adaptive: break;
+    case ForestLayout::Auto: throw Error("build_layout: the auto layout is resolved first");
   }
   const auto b0 = std::chrono::steady_clock::now();
   const AdaptiveOptions opt = adaptive_options(forest, config, report);
@@ -108,11 +120,12 @@ void predict_leaves(const AnyForestLayout& forest, const float* rows, index_t n_
 }  // namespace
 
 struct ForestPredictor::Impl {
-  Impl(const Forest& forest, const ForestConfig& config)
-      : layout(config.layout), forest(build_layout(forest, config, &adaptive_report)) {}
+  Impl(const Forest& forest, const ForestConfig& config, Device device)
+      : layout(resolve_layout(config.layout, device)), device(device),
+        forest(build_layout(forest, layout, config, &adaptive_report)) {}
 
   ForestLayout layout;
-  Device device = Device::Cpu;
+  Device device;
   int n_features = 0;
   int width[4] = {0, 0, 0, 0};  // per ForestOutput; 0 = not available
   std::string no_class;      // why the class output is not available
@@ -129,7 +142,7 @@ struct ForestPredictor::Impl {
 
 ForestPredictor::ForestPredictor(const Forest& forest, const ForestConfig& config) {
   if (forest.n_trees() == 0) throw Error(forest.source() + ": the model has no trees");
-  impl_ = std::make_unique<Impl>(forest, config);
+  impl_ = std::make_unique<Impl>(forest, config, resolve_device(config.device));
   Impl& m = *impl_;
   m.n_features = forest.n_features();
   m.width[static_cast<int>(ForestOutput::Margin)] = forest.output_width(ForestOutput::Margin);
@@ -142,8 +155,19 @@ ForestPredictor::ForestPredictor(const Forest& forest, const ForestConfig& confi
   }
   // Refuses forests wider than the executors accumulate, before any work is done.
   m.with_view([](const auto& v) { dispatch_forest_sums(v.common, [](auto) {}); });
-  m.device = resolve_device(config.device);
-  if (m.device == Device::Gpu) m.gpu = std::visit([](const auto& l) { return detail::make_forest_gpu(l); }, m.forest);
+  if (m.device == Device::Gpu) {
+    if (m.layout == ForestLayout::Adaptive)
+      m.gpu = detail::make_forest_gpu(m.adaptive(), config, detail::forest_fingerprint(forest, config.adaptive));
+    else
+      m.gpu = std::visit(
+          [](const auto& l) -> std::unique_ptr<detail::ForestGpu> {
+            if constexpr (std::is_same<std::decay_t<decltype(l)>, AdaptiveForest>::value)
+              throw Error("unreachable: the adaptive layout's engine is made above");
+            else
+              return detail::make_forest_gpu(l);
+          },
+          m.forest);
+  }
 }
 
 ForestPredictor::~ForestPredictor() = default;
@@ -171,16 +195,39 @@ bool ForestPredictor::supports(ForestKernel k) const {
   switch (k) {
     case ForestKernel::Hybrid: return impl_->layout == ForestLayout::Hierarchical;
     case ForestKernel::Direct:
-    case ForestKernel::SharedData: return true;
-    default: return impl_->layout == ForestLayout::Adaptive;
+    case ForestKernel::SharedData:
+    case ForestKernel::Auto: return true;
+    case ForestKernel::SharedForest:
+    case ForestKernel::SplitSharedForest: return impl_->layout == ForestLayout::Adaptive;
   }
+  return false;
+}
+
+const char* to_string(ForestTuning t) {
+  switch (t) {
+    case ForestTuning::Fixed: return "fixed";
+    case ForestTuning::Prior: return "prior";
+    case ForestTuning::Refining: return "refining";
+    case ForestTuning::Tuned: return "tuned";
+  }
+  return "?";
 }
 
 ForestTimes ForestPredictor::predict(const float* rows, index_t n_rows, float* out, const ForestRunOptions& opt) {
+  return run(rows, n_rows, out, false, opt);
+}
+
+ForestTimes ForestPredictor::predict_f64(const float* rows, index_t n_rows, double* out, const ForestRunOptions& opt) {
+  if (opt.output == ForestOutput::Leaf) throw Error("predict: the leaf output is float32 (its ids are exact below 2^24)");
+  return run(rows, n_rows, reinterpret_cast<float*>(out), true, opt);
+}
+
+ForestTimes ForestPredictor::run(const float* rows, index_t n_rows, float* out, bool f64, const ForestRunOptions& opt) {
   Impl& m = *impl_;
   const auto t0 = std::chrono::steady_clock::now();
   if (n_rows < 0) throw Error("predict: n_rows = " + std::to_string(n_rows) + " is negative");
-  const int width = output_width(opt.output);
+  const int values = output_width(opt.output);
+  const int width = f64 ? 2 * values : values;  // floats per row of `out`
   if (n_rows > 0 && (rows == nullptr || out == nullptr)) throw Error("predict: rows or out is a null pointer");
   if (!supports(opt.kernel))
     throw Error(std::string("the ") + to_string(opt.kernel) + " kernel needs the " +
@@ -189,18 +236,32 @@ ForestTimes ForestPredictor::predict(const float* rows, index_t n_rows, float* o
   if (opt.row_schedule_depth < 0)
     throw Error("row_schedule_depth = " + std::to_string(opt.row_schedule_depth) + " must be >= 0");
   ForestTimes times;
+  times.layout = m.layout;
+  if (m.device == Device::Cpu) times.kernel = ForestKernel::Direct;  // the CPU's one executor
   if (n_rows > 0) {
     if (m.device == Device::Gpu) {
-      m.gpu->predict(rows, n_rows, out, width, opt, &times);
+      m.gpu->predict(rows, n_rows, out, width, f64, opt, &times);
     } else if (opt.output == ForestOutput::Leaf) {
       predict_leaves(m.forest, rows, n_rows, out);
     } else {
-      m.with_view([&](const auto& v) { predict_forest_cpu(v, rows, n_rows, opt.output, width, out); });
+      m.with_view([&](const auto& v) { predict_forest_cpu(v, rows, n_rows, opt.output, width, out, f64); });
     }
   }
   times.total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (m.device == Device::Cpu) times.kernel_ms = times.total_ms;
   return times;
+}
+
+std::vector<ForestTuned> ForestPredictor::optimize(const float* rows, index_t n_rows,
+                                                   const std::vector<index_t>& batch_sizes, const ForestRunOptions& opt) {
+  Impl& m = *impl_;
+  if (m.device != Device::Gpu) return {};
+  if (n_rows < 1 || rows == nullptr) throw Error("optimize: the rows are empty or a null pointer");
+  if (opt.output == ForestOutput::Leaf) return {};
+  if (!supports(opt.kernel))
+    throw Error(std::string("optimize: the ") + to_string(opt.kernel) + " kernel does not run on the " + to_string(m.layout) +
+                " layout");
+  return m.gpu->optimize(rows, n_rows, batch_sizes, output_width(opt.output), opt);
 }
 
 std::vector<ForestTrial> ForestPredictor::model_estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt) {

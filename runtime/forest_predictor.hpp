@@ -1,14 +1,16 @@
 // Canopy's public API for decision-forest inference. Compiles with a plain C++ compiler.
 //
 //   canopy::Forest model = canopy::Forest::load("model.json");  // XGBoost JSON / UBJSON or Canopy JSON
-//   canopy::ForestConfig cfg;
-//   cfg.layout = canopy::ForestLayout::Hierarchical;             // csr, reorg or hierarchical
-//   canopy::ForestPredictor predictor(model, cfg);                // builds the layout, uploads it
-//   canopy::ForestRunOptions run;
-//   run.output = canopy::ForestOutput::Prob;
-//   run.kernel = canopy::ForestKernel::Hybrid;                    // GPU kernels; ignored on the CPU
-//   std::vector<float> out(n * predictor.output_width(run.output));
-//   canopy::ForestTimes t = predictor.predict(rows, n, out.data(), run);
+//   canopy::ForestPredictor predictor(model);                     // the defaults are the fast path
+//   std::vector<float> out(n * predictor.output_width(canopy::ForestOutput::Prob));
+//   canopy::ForestTimes t = predictor.predict(rows, n, out.data());
+//
+// The defaults (ForestLayout::Auto, ForestKernel::Auto) run the fastest layout and strategy
+// this machine has, with the same bits as every other layout and kernel: on the GPU the
+// adaptive layout, whose strategy and schedule are chosen per batch-size class (a prior at
+// once, refined on the calls' own batches at most one extra kernel run per call, or by
+// optimize(), and kept in the cache directory for the next process; docs/forests.md, "What
+// runs when"). A layout or kernel named in ForestConfig / ForestRunOptions runs as named.
 //
 // rows are row-major float32 [n][n_features], NaN = missing. On the GPU, rows and out may be
 // host or device memory. ForestOutput::Leaf (XGBoost's pred_leaf) runs on either device; on
@@ -50,18 +52,30 @@ struct AdaptiveReport {
 };
 
 struct ForestConfig {
-  ForestLayout layout = ForestLayout::Csr;
+  // Auto: the adaptive layout on the GPU, the CPU's fastest layout on the CPU (layout()).
+  ForestLayout layout = ForestLayout::Auto;
   Device device = Device::Auto;
+  // Where Auto keeps its choices per model, GPU and batch-size class (forest_choices/ below
+  // it): empty takes $CANOPY_CACHE_DIR, else $XDG_CACHE_HOME/canopy, else ~/.cache/canopy;
+  // "none" keeps nothing on disk.
+  std::string cache_dir;
   HierarchicalOptions hierarchical;  // used by ForestLayout::Hierarchical
   AdaptiveConfig adaptive;           // used by ForestLayout::Adaptive
 };
 
 struct ForestRunOptions {
   ForestOutput output = ForestOutput::Prob;
-  ForestKernel kernel = ForestKernel::Direct;
+  // Auto: on the adaptive layout the strategy and schedule chosen for the batch's size class;
+  // on the other layouts the direct kernel. The CPU ignores the kernel.
+  ForestKernel kernel = ForestKernel::Auto;
   // Adaptive layout: the strategy's parameters. With ForestKernel::Auto and every knob left at
-  // its default, auto refines the knobs itself on the first batch of each size class.
+  // its default, auto chooses the knobs too; knobs the caller sets are kept.
   ForestSchedule schedule;
+  // Auto: a size class not yet tuned refines its choice on the calls' own batches, each call
+  // timing at most one other schedule (one more kernel run, into a scratch buffer) until the
+  // class is settled. Off: untuned classes run their prior until optimize() or the cache
+  // tunes them.
+  bool online_tuning = true;
   // Adaptive layout on the GPU: > 0 turns on inspector-scheduled rows: the inspector walks the
   // first `row_schedule_depth` levels of the leading trees for every row, and rows with equal
   // top-leaf signatures run in the same warps. Predictions are unchanged, bit for bit.
@@ -79,15 +93,36 @@ struct ForestRunOptions {
   bool graph = true;
 };
 
+// Where a call's strategy and schedule came from.
+enum class ForestTuning {
+  Fixed,     // named by the caller (or the layout has one kernel; the CPU)
+  Prior,     // Auto, a size class not tuned yet: the nearest tuned class's choice, else the rule
+  Refining,  // Auto, the class being tuned on the calls' batches: this call timed one other schedule
+  Tuned,     // Auto, the class's tuned choice (online, optimize() or the cache)
+};
+const char* to_string(ForestTuning t);
+
 struct ForestTimes {
   double upload_ms = 0;    // GPU: the rows to the device (CUDA events)
   double schedule_ms = 0;  // GPU: inspector + sort of the rows (row scheduling), CUDA events
   double kernel_ms = 0;    // GPU: the kernel (CUDA events); CPU: the executor (wall clock)
   double download_ms = 0;  // GPU: the predictions back (CUDA events)
+  double tuning_ms = 0;    // GPU: Auto's trial of another schedule in this call (CUDA events)
   double total_ms = 0;     // wall clock of the whole predict() call
+  ForestLayout layout = ForestLayout::Csr;     // the predictor's layout (Auto resolved)
   ForestKernel kernel = ForestKernel::Direct;  // the kernel that ran (Auto resolved)
   ForestSchedule schedule;                     // its parameters, defaults resolved (adaptive)
+  ForestTuning tuning = ForestTuning::Fixed;   // where kernel and schedule came from
   bool graph = false;                          // GPU: the launch ran as a replayed CUDA graph
+};
+
+// What optimize() settled for one batch size.
+struct ForestTuned {
+  index_t batch_size = 0;
+  ForestKernel kernel = ForestKernel::Direct;
+  ForestSchedule schedule;  // resolved for batch_size
+  double kernel_ms = 0;     // its kernel time on the batch (median)
+  int trials = 0;           // trial runs it took (0: the class was tuned already)
 };
 
 // One schedule the tuner tried, and its kernel time (median).
@@ -128,6 +163,18 @@ class ForestPredictor {
 
   // rows: [n_rows][n_features()]; out: [n_rows][output_width(opt.output)].
   ForestTimes predict(const float* rows, index_t n_rows, float* out, const ForestRunOptions& opt = {});
+  // The same with float64 results (Margin, Prob, Class): a random forest's float64 sums as
+  // scikit-learn computes them, bit for bit; an XGBoost model's float32 results, widened.
+  // (A name of its own: an overload on the output's type would make predict(.., nullptr, ..)
+  // ambiguous.)
+  ForestTimes predict_f64(const float* rows, index_t n_rows, double* out, const ForestRunOptions& opt = {});
+
+  // Auto, now rather than on the callers' time: tunes the size class of each batch size on
+  // batches cut from `rows` (repeated when a batch is larger), then saves the choices in the
+  // cache directory. Classes tuned already are looked up. Nothing to tune on the CPU or when
+  // opt.kernel names a kernel: an empty result.
+  std::vector<ForestTuned> optimize(const float* rows, index_t n_rows, const std::vector<index_t>& batch_sizes,
+                                    const ForestRunOptions& opt = {});
 
   // Adaptive layout on the GPU. The performance model's estimates for this batch, one per
   // strategy (infeasible: infinite), fastest first, from the hardware parameters of
@@ -148,6 +195,7 @@ class ForestPredictor {
   double nodes_per_warp(const float* rows, index_t n_rows, const index_t* order, index_t max_warps = 1024) const;
 
  private:
+  ForestTimes run(const float* rows, index_t n_rows, float* out, bool f64, const ForestRunOptions& opt);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -1,9 +1,6 @@
 #include "scheduler/forest_model.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +9,8 @@
 #include <system_error>
 
 #include <nlohmann/json.hpp>
+
+#include "core/cache_files.hpp"
 
 namespace canopy {
 
@@ -230,17 +229,8 @@ ForestStrategy choose_forest_strategy(const std::vector<ForestCostEstimate>& est
 // ---- the cache ----
 
 std::string default_forest_hardware_cache() {
-  const auto env = [](const char* name) -> std::string {
-    const char* v = std::getenv(name);
-    return v ? std::string(v) : std::string();
-  };
-  const std::string file = "forest_hardware.json";
-  if (const std::string d = env("CANOPY_CACHE_DIR"); !d.empty()) return (std::filesystem::path(d) / file).string();
-  if (const std::string d = env("XDG_CACHE_HOME"); !d.empty())
-    return (std::filesystem::path(d) / "canopy" / file).string();
-  if (const std::string d = env("HOME"); !d.empty())
-    return (std::filesystem::path(d) / ".cache" / "canopy" / file).string();
-  return "";
+  const std::string dir = canopy_cache_dir();
+  return dir.empty() ? dir : (std::filesystem::path(dir) / "forest_hardware.json").string();
 }
 
 namespace {
@@ -308,15 +298,7 @@ bool load_forest_hardware(const std::string& path, const std::string& expected_n
 }
 
 void save_forest_hardware(const std::string& path, const ForestHardware& hw) {
-  namespace fs = std::filesystem;
   if (path.empty()) throw Error("save_forest_hardware: the path is empty");
-  const fs::path target(path);
-  std::error_code ec;
-  if (target.has_parent_path()) {
-    fs::create_directories(target.parent_path(), ec);
-    if (ec) throw Error(path + ": cannot create the directory " + target.parent_path().string() + ": " + ec.message());
-  }
-
   json j;
   j["format"] = kFormat;
   j["version"] = hw.version;
@@ -333,28 +315,7 @@ void save_forest_hardware(const std::string& path, const ForestHardware& hw) {
   j["gmem_latency_ns"] = hw.gmem_latency_ns;
   j["smem_latency_ns"] = hw.smem_latency_ns;
   j["launch_ns"] = hw.launch_ns;
-  const std::string text = j.dump(2) + "\n";
-
-  // Written beside the target under a name no other process or thread uses, then renamed
-  // over it (atomic on POSIX), so readers never see half a record.
-  static std::atomic<unsigned> counter{0};
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error(path + ": cannot write (cannot create " + tmp + ")");
-    f << text;
-    f.close();
-    if (!f) {
-      fs::remove(tmp, ec);
-      throw Error(path + ": cannot write (writing " + tmp + " failed)");
-    }
-  }
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    throw Error(path + ": cannot write: " + ec.message());
-  }
+  write_file_atomically(path, j.dump(2) + "\n");
 }
 
 ForestHardware load_or_measure_forest_hardware(const std::string& path, const std::string& name, const std::string& uuid,

@@ -24,19 +24,6 @@ namespace {
 using namespace forest_test;
 
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b, std::string* where) {
-  if (a.size() != b.size()) {
-    *where = "sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
-    return false;
-  }
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-      *where = "value " + std::to_string(i) + ": " + std::to_string(a[i]) + " vs " + std::to_string(b[i]);
-      return false;
-    }
-  return true;
-}
-
 // ---- the format (CPU) ------------------------------------------------------------------------
 
 TEST(ForestAdaptive, CpuPredictionsEqualCsrBitForBit) {
@@ -234,9 +221,7 @@ TEST(ForestAdaptive, ReportsTreeRearrangement) {
   EXPECT_GT(r.expected_visits, 1.0);
   cfg.adaptive.hash_bits = 100;  // not a multiple of 64
   EXPECT_THROW(ForestPredictor(model("xgb_covtype"), cfg), Error);
-  ForestConfig csr;
-  csr.device = Device::Cpu;
-  ForestPredictor q(model("xgb_covtype"), csr);
+  ForestPredictor q(model("xgb_covtype"), forest_config(ForestLayout::Csr, Device::Cpu));
   EXPECT_THROW(q.adaptive_report(), Error);
 }
 
@@ -636,14 +621,15 @@ TEST(ForestAdaptiveGpu, BadSchedulesAreClearErrors) {
                             "an error for a part smaller than a tree"),
              "part");
   // The strategies of the adaptive layout on another layout.
-  ForestConfig csr;
-  csr.device = Device::Gpu;
-  ForestPredictor q(f, csr);
+  ForestPredictor q(f, forest_config(ForestLayout::Csr, Device::Gpu));
   opt = {};
-  opt.kernel = ForestKernel::Auto;
+  opt.kernel = ForestKernel::SharedForest;
   EXPECT_HAS(test::error_of([&] { q.predict(d.values.data(), d.n_rows, out.data(), opt); },
-                            "an error for auto on the csr layout"),
+                            "an error for shared forest on the csr layout"),
              "adaptive");
+  // Auto there is the direct kernel.
+  opt.kernel = ForestKernel::Auto;
+  EXPECT_EQ(q.predict(d.values.data(), d.n_rows, out.data(), opt).kernel, ForestKernel::Direct);
 }
 
 TEST(ForestAdaptiveGpu, GpuRowOrderEqualsTheCpuReference) {
@@ -680,45 +666,6 @@ TEST(ForestAdaptiveGpu, TunerAndModelCoverTheStrategies) {
   EXPECT_EQ(t.kernel, trials.front().kernel);
   std::string where;
   EXPECT_TRUE(same_bits(got, cpu_predict(f, d, opt.output), &where)) << where;
-}
-
-// Auto runs the model's pick, or the fastest on the batch itself of the strategies the model
-// puts within 2x of it; the check is made once per size class, and the bits never change.
-TEST(ForestAdaptiveGpu, AutoPicksAmongTheModelsCloseStrategiesAndKeepsItsPick) {
-  CANOPY_REQUIRE_GPU();
-  ForestConfig cfg = forest_config(ForestLayout::Adaptive, Device::Gpu);
-  const Forest& f = model("xgb_covtype");
-  ForestPredictor p(f, cfg);
-  ForestRunOptions opt;
-  opt.hardware_cache = ::testing::TempDir() + "canopy_forest_hw_test.json";
-  opt.kernel = ForestKernel::Auto;
-  // Under a sanitizer 2,000 and 1,700 rows: another size class (2^10 .. 2^11 - 1), shared alike.
-  const index_t n = test::under_tool() ? 2000 : 20000, fewer = test::under_tool() ? 1700 : 17000;
-  const ForestData d = tiled(rows("covtype_rows"), n);
-  const auto est = p.model_estimates(d.values.data(), d.n_rows, opt);
-  std::vector<ForestKernel> close;
-  for (const ForestTrial& e : est)
-    if (close.size() < 3 && e.model_ns_per_row <= 2.0 * est.front().model_ns_per_row) close.push_back(e.kernel);
-  std::vector<float> got(static_cast<std::size_t>(d.n_rows * p.output_width(opt.output)));
-  const ForestTimes first = p.predict(d.values.data(), d.n_rows, got.data(), opt);
-  EXPECT_NE(std::find(close.begin(), close.end(), first.kernel), close.end()) << to_string(first.kernel);
-  std::string where;
-  EXPECT_TRUE(same_bits(got, cpu_predict(f, d, opt.output), &where)) << where;
-  // 20,000 and 17,000 rows share a size class (2^14 .. 2^15 - 1): the same pick.
-  for (int call = 0; call < 3; ++call)
-    EXPECT_EQ(p.predict(d.values.data(), fewer, got.data(), opt).kernel, first.kernel) << call;
-  // The same batch again: the schedule auto refined on the first call, looked up, and the bits.
-  const ForestTimes again = p.predict(d.values.data(), d.n_rows, got.data(), opt);
-  EXPECT_EQ(again.kernel, first.kernel);
-  EXPECT_EQ(again.schedule.describe(), first.schedule.describe());
-  EXPECT_TRUE(same_bits(got, cpu_predict(f, d, opt.output), &where)) << where;
-  // Knobs the caller sets are kept: auto then only chooses the strategy.
-  ForestRunOptions fixed = opt;
-  fixed.schedule.block_threads = 64;
-  EXPECT_EQ(p.predict(d.values.data(), d.n_rows, got.data(), fixed).schedule.block_threads, 64);
-  EXPECT_TRUE(same_bits(got, cpu_predict(f, d, opt.output), &where)) << where;
-  fixed.schedule.block_threads = 128;  // another caller's knobs, the same size class
-  EXPECT_EQ(p.predict(d.values.data(), d.n_rows, got.data(), fixed).schedule.block_threads, 128);
 }
 
 }  // namespace

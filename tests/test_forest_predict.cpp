@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "executor/forest_eval.hpp"
 #include "test_forest_util.hpp"
 
 namespace canopy {
@@ -59,6 +60,61 @@ TEST(ForestPredict, XgboostMatchesPython) {
       }
     }
   }
+}
+
+// XGBoost 1.7's transforms in float32 with the platform's expf: what python3-xgboost computed
+// the saved probabilities with (its Sigmoid and Softmax, src/common/math.h).
+float xgboost_sigmoid(float m) { return 1.0f / (std::exp(std::min(-m, 88.7f)) + 1.0f + 1e-16f); }
+std::vector<float> xgboost_softmax(const float* m, int k) {
+  float top = m[0];
+  for (int j = 1; j < k; ++j) top = std::fmax(m[j], top);
+  std::vector<float> e(static_cast<std::size_t>(k));
+  double sum = 0;
+  for (int j = 0; j < k; ++j) sum += e[j] = std::exp(m[j] - top);
+  for (float& v : e) v /= static_cast<float>(sum);
+  return e;
+}
+
+// Probabilities bit for bit: python3-xgboost's own (read back exactly, %.9g) against Canopy's
+// on every CPU layout. They may differ only where glibc's expf is misrounded (the one operation
+// Canopy computes its own way): each difference must come with such an argument in its row, and
+// the platform formula above must reproduce the file, so the test knows what XGBoost did.
+TEST(ForestPredict, XgboostProbabilitiesAreXgboostsBits) {
+  index_t compared = 0, explained = 0;
+  for (const ModelCase& c : xgboost_cases()) {
+    const Forest& f = model(c.name);
+    if (f.objective() == ForestObjective::MultiSoftmax || f.objective() == ForestObjective::SquaredError) continue;
+    const ForestData& d = rows(c.rows);
+    const auto prob = read_lines(dir() + expected_name(c) + ".prob.txt");
+    ForestPredictor p(f, forest_config(ForestLayout::Csr, Device::Cpu));
+    const auto m = predict(p, d, ForestOutput::Margin);
+    const auto pr = predict(p, d, ForestOutput::Prob);
+    const int k = p.output_width(ForestOutput::Margin);
+    for (index_t i = 0; i < d.n_rows; ++i) {
+      const float* mi = m.data() + i * k;
+      const std::vector<float> platform = k == 1 ? std::vector<float>{xgboost_sigmoid(mi[0])} : xgboost_softmax(mi, k);
+      bool misrounded = false;  // an argument where glibc's expf and Canopy's differ
+      float top = mi[0];
+      for (int j = 1; j < k; ++j) top = std::fmax(mi[j], top);
+      for (int j = 0; j < k; ++j) {
+        const float x = k == 1 ? std::min(-mi[0], 88.7f) : mi[j] - top;
+        misrounded |= std::exp(x) != static_cast<float>(forest_math::exp_rn(x));
+      }
+      for (int j = 0; j < k; ++j) {
+        const float theirs = static_cast<float>(prob[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)]);
+        ASSERT_EQ(platform[static_cast<std::size_t>(j)], theirs) << c.name << " row " << i << ": the formula is not XGBoost's";
+        const float ours = pr[static_cast<std::size_t>(i * k + j)];
+        ++compared;
+        if (ours == theirs) continue;
+        EXPECT_TRUE(misrounded) << c.name << " row " << i << " [" << j << "]: " << ours << " vs " << theirs;
+        ++explained;
+      }
+    }
+  }
+  std::printf("[ probs    ] %lld XGBoost probabilities, %lld differ (each where glibc's expf is misrounded)\n",
+              static_cast<long long>(compared), static_cast<long long>(explained));
+  EXPECT_GT(compared, 5000);
+  EXPECT_LE(explained * 1000, compared);  // at most 0.1%
 }
 
 // scikit-learn: predict_proba / predict within 1e-6; class exactly.

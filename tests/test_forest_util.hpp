@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -83,6 +84,21 @@ inline const ForestData& rows(const std::string& name) {
     if (e.first == name) return e.second;
   cache.emplace_back(name, read_forest_csv(dir() + name + ".csv", "label"));
   return cache.back().second;
+}
+
+// Bit for bit, the first difference in *where.
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b, std::string* where) {
+  if (a.size() != b.size()) {
+    *where = "sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+    return false;
+  }
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) {
+      *where = "value " + std::to_string(i) + ": " + std::to_string(a[i]) + " vs " + std::to_string(b[i]);
+      return false;
+    }
+  return true;
 }
 
 // A layout on a device, every other option at its default.

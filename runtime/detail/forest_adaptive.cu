@@ -4,6 +4,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "inspector/forest_rows.hpp"
@@ -261,24 +262,74 @@ void AdaptiveSteps::schedule_rows(int depth, gpu::AdaptiveBatch* b) {
 namespace {
 
 // The adaptive layout's engine as ForestPredictor sees it: the engine predicts, the tuner
-// estimates (and so resolves Auto) and tunes.
+// plans Auto's calls (and its trials), estimates and tunes.
 class AdaptiveForestGpu final : public ForestGpu {
  public:
-  explicit AdaptiveForestGpu(const AdaptiveForest& layout) : engine_(layout), tuner_(engine_) {}
+  AdaptiveForestGpu(const AdaptiveForest& layout, ForestChoiceFile file) : engine_(layout), tuner_(engine_, std::move(file)) {}
 
-  void predict(const float* rows, index_t n_rows, float* out, int width, const ForestRunOptions& opt,
+  void predict(const float* rows, index_t n_rows, float* out, int width, bool f64, const ForestRunOptions& opt,
                ForestTimes* times) override {
     if (opt.kernel == ForestKernel::Hybrid) throw Error("the hybrid kernel needs the hierarchical layout");
-    // Feasible strategies come first, the smallest estimate first.
     // The leaf output has one kernel: nothing to choose.
     if (opt.kernel == ForestKernel::Auto && opt.output != ForestOutput::Leaf) {
-      const std::pair<ForestKernel, ForestSchedule> pick = tuner_.choose(rows, n_rows, width, opt);
+      const ForestTuner::Plan plan = tuner_.plan(n_rows, opt);
       ForestRunOptions run = opt;
-      run.schedule = pick.second;
-      engine_.predict(rows, n_rows, out, width, pick.first, run, times);
+      run.schedule = plan.knobs;
+      ForestTrialRuns trials;
+      trials.runs = plan.trials;
+      engine_.predict(rows, n_rows, out, width, f64, plan.kernel, run, times, trials.runs.empty() ? nullptr : &trials);
+      times->tuning = plan.tuning;
+      if (!trials.runs.empty()) {
+        for (double ms : trials.ms)
+          if (std::isfinite(ms)) times->tuning_ms += ms;
+        tuner_.record(plan, trials.ms);
+      }
       return;
     }
-    engine_.predict(rows, n_rows, out, width, opt.kernel, opt, times);
+    engine_.predict(rows, n_rows, out, width, f64, opt.kernel, opt, times);
+  }
+
+  std::vector<ForestTuned> optimize(const float* rows, index_t n_rows, const std::vector<index_t>& batch_sizes, int width,
+                                    const ForestRunOptions& opt) override {
+    std::vector<ForestTuned> out;
+    if (opt.kernel != ForestKernel::Auto || opt.output == ForestOutput::Leaf) return out;
+    ForestRunOptions run = opt;
+    run.online_tuning = true;
+    run.graph = false;
+    const int F = engine_.view().common.n_features;
+    const std::vector<float> host = host_rows(rows, n_rows, F, opt.stream);
+    DeviceBuffer<float> d_rows, d_out;
+    for (index_t size : batch_sizes) {
+      if (size < 1) throw Error("optimize: batch size " + std::to_string(size) + " must be >= 1");
+      // The batch: the rows, repeated from the top when it is larger.
+      std::vector<float> batch(static_cast<std::size_t>(size) * F);
+      for (index_t i = 0; i < size; ++i)
+        std::copy(host.begin() + (i % n_rows) * F, host.begin() + (i % n_rows + 1) * F, batch.begin() + i * F);
+      d_rows.reserve(batch.size(), "optimize's rows", engine_.stream());
+      d_out.reserve(static_cast<std::size_t>(size) * width, "optimize's predictions", engine_.stream());
+      copy_async(d_rows.get(), batch.data(), batch.size() * sizeof(float), engine_.stream());
+      engine_.sync();
+      ForestTuned t;
+      t.batch_size = size;
+      std::vector<double> ms;
+      // Trial calls until the class settles (a few hundred at most: the steps are finite).
+      for (int call = 0; call < 5000 && !tuner_.settled(size, run); ++call) {
+        ForestTimes times;
+        predict(d_rows.get(), size, d_out.get(), width, false, run, &times);
+        if (times.tuning == ForestTuning::Refining) ++t.trials;
+      }
+      for (int r = 0; r < 5; ++r) {
+        ForestTimes times;
+        predict(d_rows.get(), size, d_out.get(), width, false, run, &times);
+        ms.push_back(times.kernel_ms);
+        t.kernel = times.kernel;
+        t.schedule = times.schedule;
+      }
+      std::sort(ms.begin(), ms.end());
+      t.kernel_ms = ms[ms.size() / 2];
+      out.push_back(t);
+    }
+    return out;
   }
 
   std::vector<ForestTrial> estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt) override {
@@ -304,14 +355,44 @@ class AdaptiveForestGpu final : public ForestGpu {
   }
 
  private:
+  // Rows on the host (device rows copied after the work on `stream`).
+  std::vector<float> host_rows(const float* rows, index_t n_rows, int features, stream_t stream) {
+    std::vector<float> host(static_cast<std::size_t>(n_rows) * features);
+    if (!is_device_pointer(rows)) {
+      std::copy(rows, rows + host.size(), host.begin());
+      return host;
+    }
+    const CallerStream caller = engine_.on_caller_stream(stream);
+    copy_async(host.data(), rows, host.size() * sizeof(float), engine_.stream());
+    engine_.sync();
+    return host;
+  }
+
   ForestEngine<AdaptiveForest> engine_;
   ForestTuner tuner_;
 };
 
+std::string gpu_uuid_hex(const cudaUUID_t& uuid) {
+  static const char digits[] = "0123456789abcdef";
+  std::string s;
+  for (int i = 0; i < 16; ++i) {
+    const auto b = static_cast<unsigned char>(uuid.bytes[i]);
+    s += digits[b >> 4];
+    s += digits[b & 15];
+  }
+  return s;
+}
+
 }  // namespace
 
-std::unique_ptr<ForestGpu> make_forest_gpu(const AdaptiveForest& layout) {
-  return std::make_unique<AdaptiveForestGpu>(layout);
+std::unique_ptr<ForestGpu> make_forest_gpu(const AdaptiveForest& layout, const ForestConfig& config,
+                                           std::uint64_t fingerprint) {
+  int dev = 0;
+  CANOPY_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop;
+  CANOPY_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  ForestChoiceFile file(config.cache_dir, fingerprint, gpu_uuid_hex(prop.uuid), prop.name);
+  return std::make_unique<AdaptiveForestGpu>(layout, std::move(file));
 }
 
 }  // namespace detail

@@ -2,6 +2,7 @@
 #include "runtime/detail/forest_engine.cuh"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,10 @@ std::vector<index_t> ForestGpu::row_order(const float*, index_t, int, stream_t) 
 }
 std::vector<ForestTrial> ForestGpu::tune(const float*, index_t, int, const ForestRunOptions&, int) {
   throw Error("the tuner needs the adaptive layout");
+}
+std::vector<ForestTuned> ForestGpu::optimize(const float*, index_t, const std::vector<index_t>&, int,
+                                             const ForestRunOptions&) {
+  return {};  // one kernel per layout: nothing to tune
 }
 
 namespace {
@@ -86,15 +91,16 @@ float* ForestEngine<Layout>::out_buffer(std::size_t n) {
 }
 
 template <class Layout>
-void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out, int width, ForestKernel kernel,
-                                   const ForestRunOptions& opt, ForestTimes* times) {
+void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out, int width, bool f64,
+                                   ForestKernel kernel, const ForestRunOptions& opt, ForestTimes* times,
+                                   ForestTrialRuns* trials) {
   ForestSchedule schedule;
   if (opt.output == ForestOutput::Leaf) {
     kernel = ForestKernel::Direct;  // a thread per (row, tree): the only kernel of this output
   } else if constexpr (kAdaptive) {
     schedule = steps_.resolve(kernel, opt.schedule, n_rows);
   } else if (kernel == ForestKernel::Auto) {
-    throw Error("the auto strategy needs the adaptive layout");
+    kernel = ForestKernel::Direct;  // the seed layouts' fastest at every batch size measured
   }
   const std::size_t n_out = static_cast<std::size_t>(n_rows) * width;
   const CallerStream caller = on_caller_stream(opt.stream);
@@ -107,6 +113,7 @@ void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out
   b.out = is_device_pointer(out) ? out : out_buffer(n_out);  // device memory: written in place
   b.width = width;
   b.output = opt.output;
+  b.f64 = f64;
   const bool uploaded = !is_device_pointer(rows);
   b.rows = rows;
   if (uploaded) {
@@ -144,10 +151,14 @@ void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out
     key.n_rows = n_rows;
     key.width = width;
     key.output = opt.output;
+    key.f64 = f64;
     if (leaves) predict_leaves_tables();  // (uploads once: never inside a capture)
     replayed = graphs_.run(key, stream(), enqueue);
   } else {
     enqueue(false);
+  }
+  if constexpr (kAdaptive) {
+    if (trials && !leaves) run_trials(b, trials);
   }
   const bool downloaded = b.out != out;
   if (downloaded) {
@@ -155,6 +166,11 @@ void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out
     done_.record(stream());
   }
   stream_.sync();
+  if (trials && !trials->runs.empty()) {
+    trials->ms.assign(trials->runs.size(), INFINITY);
+    for (std::size_t i = 0; i < trials->runs.size() && i < trial_ran_.size(); ++i)
+      if (trial_ran_[i]) trials->ms[i] = trial_events_[2 * i + 1].since(trial_events_[2 * i]);
+  }
   times->upload_ms = uploaded ? uploaded_.since(start_) : 0;
   times->schedule_ms = scheduled ? scheduled_.since(after_upload) : 0;
   times->kernel_ms = computed_.since(before);
@@ -162,6 +178,27 @@ void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out
   times->kernel = kernel;
   times->schedule = schedule;
   times->graph = replayed;
+}
+
+template <class Layout>
+void ForestEngine<Layout>::run_trials(const Batch& b, const ForestTrialRuns* trials) {
+  if constexpr (kAdaptive) {
+    Batch t = b;
+    trial_out_.reserve(static_cast<std::size_t>(b.n_rows) * b.width, "Auto's trial predictions", stream());
+    t.out = trial_out_.get();
+    while (trial_events_.size() < 2 * trials->runs.size()) trial_events_.emplace_back();
+    trial_ran_.assign(trials->runs.size(), 0);
+    for (std::size_t i = 0; i < trials->runs.size(); ++i) {
+      trial_events_[2 * i].record(stream());
+      try {
+        steps_.run(t, trials->runs[i].first, trials->runs[i].second);
+        trial_ran_[i] = 1;
+      } catch (const Error&) {
+        // a schedule this forest or batch cannot take: the trial's time stays +inf
+      }
+      trial_events_[2 * i + 1].record(stream());
+    }
+  }
 }
 
 template <class Layout>
@@ -216,9 +253,9 @@ template <class Layout>
 class SeedForestGpu final : public ForestGpu {
  public:
   explicit SeedForestGpu(const Layout& layout) : engine_(layout) {}
-  void predict(const float* rows, index_t n_rows, float* out, int width, const ForestRunOptions& opt,
+  void predict(const float* rows, index_t n_rows, float* out, int width, bool f64, const ForestRunOptions& opt,
                ForestTimes* times) override {
-    engine_.predict(rows, n_rows, out, width, opt.kernel, opt, times);
+    engine_.predict(rows, n_rows, out, width, f64, opt.kernel, opt, times);
   }
 
  private:

@@ -5,6 +5,7 @@
 // include this.
 #pragma once
 
+#include <deque>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -92,6 +93,14 @@ struct NoSteps {
   explicit NoSteps(const Args&...) {}
 };
 
+// Auto's trial inside a call (adaptive layout): after the call's kernel, these schedules run on
+// the same rows into a scratch buffer, each timed alone with CUDA events (ms: +inf when one
+// could not run: a launch this forest or batch cannot take).
+struct ForestTrialRuns {
+  std::vector<std::pair<ForestKernel, ForestSchedule>> runs;  // resolved schedules
+  std::vector<double> ms;
+};
+
 // What one call's launch depends on besides the engine's forest (GraphReplay's key). Calls with
 // row scheduling (several launches and a sort) are never replayed.
 struct ForestLaunchKey {
@@ -102,9 +111,10 @@ struct ForestLaunchKey {
   index_t n_rows = 0;
   int width = 0;
   ForestOutput output = ForestOutput::Prob;
+  bool f64 = false;
   bool operator==(const ForestLaunchKey& o) const {
     return kernel == o.kernel && schedule == o.schedule && rows == o.rows && out == o.out &&
-           n_rows == o.n_rows && width == o.width && output == o.output;
+           n_rows == o.n_rows && width == o.width && output == o.output && f64 == o.f64;
   }
 };
 
@@ -119,10 +129,12 @@ class ForestEngine {
   // Uploads the layout's arrays (its map_view) and waits for them.
   explicit ForestEngine(const Layout& layout);
 
-  // `kernel` is the one to run: the adaptive layout's caller resolves Auto first. The leaf
-  // output runs its own kernel, whatever `kernel` says.
-  void predict(const float* rows, index_t n_rows, float* out, int width, ForestKernel kernel,
-               const ForestRunOptions& opt, ForestTimes* times);
+  // `kernel` is the one to run: the adaptive layout's caller resolves Auto first; Auto on the
+  // other layouts runs the direct kernel. The leaf output runs its own kernel, whatever
+  // `kernel` says. width: floats per row of `out` (f64: out holds doubles, twice the values'
+  // count). trials (adaptive layout): Auto's trial runs, timed after the call's kernel.
+  void predict(const float* rows, index_t n_rows, float* out, int width, bool f64, ForestKernel kernel,
+               const ForestRunOptions& opt, ForestTimes* times, ForestTrialRuns* trials = nullptr);
 
   // The pieces of a call, for the adaptive layout's row order and tuner.
   CallerStream on_caller_stream(stream_t caller) { return CallerStream(stream(), caller, caller_ready_, finished_); }
@@ -143,6 +155,8 @@ class ForestEngine {
   void predict_leaves_tables();  // their upload, once
   // The call's kernel(s) for batch b (the leaf output's too).
   void launch(const Batch& b, ForestKernel kernel, const ForestSchedule& schedule);
+  // Auto's trials on b's rows (adaptive layout), each between its two events.
+  void run_trials(const Batch& b, const ForestTrialRuns* trials);
 
   Stream stream_;  // first: everything below is freed on it before it goes
   const Layout* host_;  // the predictor's (it outlives the engine)
@@ -151,6 +165,9 @@ class ForestEngine {
   Steps steps_;
   Event caller_ready_, finished_;
   Event start_, uploaded_, scheduled_, computed_, done_;
+  std::deque<Event> trial_events_;   // Auto's trials: a start and an end per run (Events do not move)
+  DeviceBuffer<float> trial_out_;    // their predictions, never read
+  std::vector<char> trial_ran_;      // per trial run: it launched
   GraphReplay<ForestLaunchKey> graphs_;
   DeviceBuffer<float> rows_, out_;
   bool leaf_table_ = false;

@@ -18,9 +18,13 @@ class ForestGpu {
  public:
   virtual ~ForestGpu() = default;
   // Rows in, (row scheduling,) the kernel, predictions out; fills the times, the kernel that
-  // ran and its schedule. rows and out may be host or device memory.
-  virtual void predict(const float* rows, index_t n_rows, float* out, int width, const ForestRunOptions& opt,
+  // ran and its schedule. rows and out may be host or device memory. width: floats per row
+  // (f64: out holds doubles, twice the output's values).
+  virtual void predict(const float* rows, index_t n_rows, float* out, int width, bool f64, const ForestRunOptions& opt,
                        ForestTimes* times) = 0;
+  // Auto's tuning of these batch sizes now (ForestPredictor::optimize); the adaptive layout only.
+  virtual std::vector<ForestTuned> optimize(const float* rows, index_t n_rows, const std::vector<index_t>& batch_sizes,
+                                            int width, const ForestRunOptions& opt);
   // The adaptive layout's extras (the other layouts: an Error).
   // The performance model's estimates, feasible strategies first, fastest first.
   virtual std::vector<ForestTrial> estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt);
@@ -36,7 +40,9 @@ class ForestGpu {
 std::unique_ptr<ForestGpu> make_forest_gpu(const CsrForest& layout);
 std::unique_ptr<ForestGpu> make_forest_gpu(const ReorgForest& layout);
 std::unique_ptr<ForestGpu> make_forest_gpu(const HierarchicalForest& layout);
-std::unique_ptr<ForestGpu> make_forest_gpu(const AdaptiveForest& layout);  // runtime/detail/forest_adaptive.cu
+// choices: where Auto keeps its tuned choices (runtime/detail/forest_choices.hpp).
+std::unique_ptr<ForestGpu> make_forest_gpu(const AdaptiveForest& layout, const ForestConfig& config,
+                                           std::uint64_t fingerprint);  // runtime/detail/forest_adaptive.cu
 
 }  // namespace detail
 }  // namespace canopy

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <utility>
 
+#include "core/warnings.hpp"
 #include "runtime/detail/forest_engine.cuh"
 #include "scheduler/forest_model_gpu.hpp"
 
@@ -72,13 +73,8 @@ std::vector<double> median_ms_interleaved(ForestEngine<AdaptiveForest>& e, const
   return out;
 }
 
-// Calibration runs per strategy and batch, and the rounds that check auto's pick on a batch.
+// Calibration runs per strategy and batch.
 constexpr int kCalibrationRounds = 5;
-constexpr int kVerifyRounds = 5;
-// Auto checks on the batch itself every strategy the model puts within this factor of its
-// best (at most kVerifyMost of them): the model ranks well but not to a few percent.
-constexpr double kVerifyFactor = 2.0;
-constexpr std::size_t kVerifyMost = 3;
 
 // The tuner's grid: the schedules around the defaults of the model's two best strategies, and
 // every other feasible strategy at its defaults (so the tuned best is never worse than auto's
@@ -440,106 +436,265 @@ std::vector<Knob> refine_knobs(ForestKernel k) {
   }
 }
 
-// GPU time auto may spend refining the knobs of one size class (estimated from the batch's time).
-constexpr double kRefineBudgetMs = 250;
+// Auto's online tuning. A candidate's first trial call warms it up (its kernel may load
+// lazily), the next kTrialSamples are paired with the choice: both run after the call's kernel
+// on its rows, in alternating order, and the candidate's time over the choice's is one sample.
+// A candidate whose samples all exceed kRejectRatio is dropped early; the step's best median
+// replaces the choice when below kMoveRatio.
+constexpr int kTrialSamples = 3;
+constexpr double kRejectRatio = 1.5;
+constexpr double kMoveRatio = 0.98;
+constexpr int kSweeps = 3;
+// A never-seen class with no tuned neighbour: shared data below this batch size, direct above
+// (every model measured moved from the one to the other between 10^4 and 10^6 rows).
+constexpr index_t kPriorDirectRows = index_t{1} << 18;
+
+int size_class(index_t n_rows) {
+  int c = 0;
+  while ((index_t{2} << c) <= n_rows) ++c;
+  return c;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 }  // namespace
 
-std::pair<ForestKernel, ForestSchedule> ForestTuner::choose(const float* rows, index_t n_rows, int width,
-                                                            const ForestRunOptions& opt) {
-  // Checked once per batch size (its power of two) and row scheduling: a batch of the same
-  // size class ranks the strategies and schedules alike. Later batches only look it up, so
-  // small repeated calls leave the GPU idle no longer than a lookup.
-  const bool refine = opt.schedule.is_default();
-  int size_class = 0;
-  while ((index_t{2} << size_class) <= n_rows) ++size_class;
-  const std::tuple<int, int, bool> key{size_class, opt.row_schedule_depth, refine};
-  if (n_rows >= 1) {
-    const auto known = verified_.find(key);
-    // (A caller's knobs are this call's own, whatever an earlier call of the class set.)
-    if (known != verified_.end()) return {known->second.first, refine ? known->second.second : opt.schedule};
-  }
-  const std::vector<ForestTrial> est = estimates(rows, n_rows, opt);
-  const ForestKernel pick = est.front().kernel;
-  if (n_rows < 1 || !std::isfinite(est.front().model_ns_per_row)) return {pick, opt.schedule};
-  std::vector<ForestKernel> close;  // the strategies the model cannot tell apart from its pick
-  for (const ForestTrial& t : est)
-    if (close.size() < kVerifyMost && t.model_ns_per_row <= kVerifyFactor * est.front().model_ns_per_row)
-      close.push_back(t.kernel);
-  AdaptiveSteps& steps = engine_.steps();
-  const CallerStream caller = engine_.on_caller_stream(opt.stream);
-  const gpu::AdaptiveBatch b = device_batch(rows, n_rows, width, opt);
-  ForestKernel best = pick;
-  double best_ms = INFINITY;
-  if (close.size() >= 2) {
-    std::vector<Candidate> candidates;
-    for (ForestKernel k : close) candidates.emplace_back(k, steps.resolve(k, ForestSchedule{}, n_rows));
-    const std::vector<double> ms = median_ms_interleaved(engine_, b, candidates, kVerifyRounds);
-    for (std::size_t i = 0; i < close.size(); ++i)
-      if (ms[i] < best_ms) {
-        best_ms = ms[i];
-        best = close[i];
-      }
-  }
-  ForestSchedule knobs = opt.schedule;
-  if (refine) {
-    // One knob at a time: its values against the best schedule so far (which runs beside them,
-    // so that both are timed alike), the other knobs fixed. A value must win by 1% to move.
-    // Sweeps over the knobs repeat (at most three) while one moved and the budget lasts: a
-    // knob's best value can depend on one set after it.
-    double spent = 0;
-    // One knob's values against `knobs`: +1 when one won, 0 when none did, -1 when the budget
-    // would not cover them.
-    auto try_knob = [&](const Knob& knob) {
-      std::vector<ForestSchedule> tried{knobs};
-      std::vector<Candidate> candidates;
-      try {
-        candidates.emplace_back(best, steps.resolve(best, knobs, n_rows));
-      } catch (const Error&) {
-        return -1;
-      }
-      for (const auto& set : knob) {
-        ForestSchedule s = knobs;
-        set(s);
-        try {
-          const ForestSchedule r = steps.resolve(best, s, n_rows);
-          if (best == ForestKernel::Direct && gpu::direct_tile_bytes(steps.view(), r) > steps.gpu().smem_optin) continue;
-          if (r == candidates.front().second) continue;  // the best so far itself
-          tried.push_back(s);
-          candidates.emplace_back(best, r);
-        } catch (const Error&) {
-          // a value this forest or batch cannot take
-        }
-      }
-      if (candidates.size() < 2) return 0;
-      const double cost = static_cast<double>(candidates.size()) * (kVerifyRounds + 1) * (std::isfinite(best_ms) ? best_ms : 0.0);
-      if (spent > 0 && spent + cost > kRefineBudgetMs) return -1;
-      const std::vector<double> ms = median_ms_interleaved(engine_, b, candidates, kVerifyRounds);
-      for (double m : ms)
-        if (std::isfinite(m)) spent += m * (kVerifyRounds + 1);
-      std::size_t win = static_cast<std::size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
-      if (!(ms[win] < 0.99 * ms[0])) win = 0;
-      knobs = tried[win];
-      best_ms = ms[win];
-      return win != 0 ? 1 : 0;
-    };
-    const std::vector<Knob> axes = refine_knobs(best);
-    bool moved = true, stop = false;
-    for (int sweep = 0; sweep < 3 && moved && !stop; ++sweep) {
-      moved = false;
-      for (const Knob& knob : axes) {
-        const int r = try_knob(knob);
-        if (r < 0) {
-          stop = true;
-          break;
-        }
-        moved |= r > 0;
-      }
+ForestTuner::ForestTuner(ForestEngine<AdaptiveForest>& engine, ForestChoiceFile file)
+    : engine_(engine), file_(std::move(file)) {}
+
+ForestChoice ForestTuner::prior(const std::tuple<int, int, bool>& key, index_t n_rows, const ForestRunOptions& opt) const {
+  const bool auto_knobs = std::get<2>(key);
+  const int cls = std::get<0>(key), depth = std::get<1>(key);
+  // The nearest tuned class of the same row depth (the larger on a tie): neighbours rank
+  // schedules alike.
+  const ForestChoice* best = nullptr;
+  int best_gap = 0;
+  auto consider = [&](int c, const ForestChoice& choice) {
+    const int gap = 2 * std::abs(c - cls) - (c > cls ? 1 : 0);
+    if (!best || gap < best_gap) {
+      best = &choice;
+      best_gap = gap;
+    }
+  };
+  for (const auto& [k, st] : classes_)
+    if (std::get<1>(k) == depth && std::get<2>(k) == auto_knobs && st.tuning == ForestTuning::Tuned)
+      consider(std::get<0>(k), st.choice);
+  if (auto_knobs)
+    for (const auto& [k, choice] : stored_)
+      if (k.second == depth) consider(k.first, choice);
+  std::vector<ForestChoice> options;
+  if (best) options.push_back(*best);
+  const ForestKernel rule = n_rows < kPriorDirectRows ? ForestKernel::SharedData : ForestKernel::Direct;
+  options.push_back({rule, ForestSchedule{}});
+  options.push_back({ForestKernel::Direct, ForestSchedule{}});
+  for (ForestChoice c : options) {
+    if (!auto_knobs) c.knobs = opt.schedule;
+    try {
+      engine_.steps().resolve(c.kernel, c.knobs, std::max<index_t>(n_rows, 1));
+      return c;
+    } catch (const Error&) {
+      // a strategy this forest or batch cannot take
     }
   }
-  engine_.sync();
-  verified_[key] = {best, knobs};
-  return {best, knobs};
+  return {ForestKernel::Direct, auto_knobs ? ForestSchedule{} : opt.schedule};
+}
+
+ForestTuner::ClassState& ForestTuner::state(const std::tuple<int, int, bool>& key, index_t n_rows,
+                                             const ForestRunOptions& opt) {
+  if (!loaded_) {
+    stored_ = file_.load();
+    loaded_ = true;
+  }
+  const auto it = classes_.find(key);
+  if (it != classes_.end()) return it->second;
+  ClassState s;
+  const auto stored = stored_.find({std::get<0>(key), std::get<1>(key)});
+  bool from_file = false;
+  if (std::get<2>(key) && stored != stored_.end()) {
+    try {
+      engine_.steps().resolve(stored->second.kernel, stored->second.knobs, std::max<index_t>(n_rows, 1));
+      from_file = true;
+    } catch (const Error&) {
+      warn(file_.path() + ": the choice for batches of " + std::to_string(index_t{1} << std::get<0>(key)) +
+           " rows does not fit this forest; tuning it again");
+    }
+  }
+  if (from_file) {
+    s.choice = stored->second;
+    s.tuning = ForestTuning::Tuned;
+    s.done = true;
+  } else {
+    s.choice = prior(key, n_rows, opt);
+  }
+  return classes_.emplace(key, std::move(s)).first->second;
+}
+
+bool ForestTuner::next_step(ClassState& s, index_t n_rows, const ForestRunOptions& opt) {
+  const AdaptiveSteps& steps = engine_.steps();
+  const bool auto_knobs = opt.schedule.is_default();
+  const ForestSchedule current = steps.resolve(s.choice.kernel, s.choice.knobs, n_rows);
+  for (;;) {
+    s.candidates.clear();
+    if (s.step == 0) {
+      s.step = 1;
+      for (ForestKernel k : kStrategies)
+        if (k != s.choice.kernel) s.candidates.push_back({k, auto_knobs ? ForestSchedule{} : opt.schedule});
+    } else {
+      if (!auto_knobs) return false;  // the caller's knobs: only the strategy is Auto's
+      const std::vector<Knob> axes = refine_knobs(s.choice.kernel);
+      std::size_t axis = static_cast<std::size_t>(s.step - 1);  // step 1 was the strategies: axis 0 next
+      if (axis >= axes.size()) {
+        if (!s.moved || ++s.sweep >= kSweeps) return false;
+        s.moved = false;
+        axis = 0;
+      }
+      s.step = static_cast<int>(axis) + 2;
+      for (const auto& set : axes[axis]) {
+        ForestChoice c = s.choice;
+        set(c.knobs);
+        s.candidates.push_back(c);
+      }
+    }
+    // Only candidates that run here and differ from the choice.
+    std::vector<ForestChoice> kept;
+    for (const ForestChoice& c : s.candidates) {
+      try {
+        const ForestSchedule r = steps.resolve(c.kernel, c.knobs, n_rows);
+        if (c.kernel == ForestKernel::Direct && gpu::direct_tile_bytes(steps.view(), r) > steps.gpu().smem_optin) continue;
+        if (c.kernel == s.choice.kernel && r == current) continue;
+        kept.push_back(c);
+      } catch (const Error&) {
+        // a value this forest or batch cannot take
+      }
+    }
+    s.candidates = std::move(kept);
+    s.runs.assign(s.candidates.size(), 0);
+    s.ratios.assign(s.candidates.size(), {});
+    s.next = 0;
+    if (!s.candidates.empty()) return true;
+  }
+}
+
+void ForestTuner::finish(const std::tuple<int, int, bool>& key, ClassState& s) {
+  s.done = true;
+  s.tuning = ForestTuning::Tuned;
+  s.candidates.clear();
+  if (std::get<2>(key)) {
+    stored_[{std::get<0>(key), std::get<1>(key)}] = s.choice;
+    file_.save(stored_);
+  }
+}
+
+ForestTuner::Plan ForestTuner::plan(index_t n_rows, const ForestRunOptions& opt) {
+  Plan p;
+  p.key = {size_class(n_rows), opt.row_schedule_depth, opt.schedule.is_default()};
+  ClassState& s = state(p.key, n_rows, opt);
+  p.kernel = s.choice.kernel;
+  p.knobs = s.choice.knobs;
+  p.tuning = s.tuning;
+  if (s.done || !opt.online_tuning || n_rows < 1) return p;
+  if (s.fresh) {  // a class's first call costs what its prior costs, nothing more
+    s.fresh = false;
+    return p;
+  }
+  // The next candidate still to time in this step, round robin; a new step when none is left.
+  auto pending = [&](std::size_t i) {
+    const std::vector<double>& r = s.ratios[i];
+    return s.runs[i] <= kTrialSamples && (r.empty() || *std::min_element(r.begin(), r.end()) <= kRejectRatio);
+  };
+  for (;;) {
+    if (s.candidates.empty()) {
+      bool more = false;
+      try {
+        more = next_step(s, n_rows, opt);
+      } catch (const Error&) {
+        more = false;  // the choice itself does not resolve for this batch: keep it untuned
+      }
+      if (!more) {
+        finish(p.key, s);
+        p.tuning = ForestTuning::Tuned;
+        return p;
+      }
+    }
+    std::size_t i = s.next;
+    std::size_t tried = 0;
+    while (tried < s.candidates.size() && !pending(i)) {
+      i = (i + 1) % s.candidates.size();
+      ++tried;
+    }
+    if (tried < s.candidates.size()) {
+      s.next = (i + 1) % s.candidates.size();
+      const AdaptiveSteps& steps = engine_.steps();
+      const ForestChoice& c = s.candidates[i];
+      try {
+        const std::pair<ForestKernel, ForestSchedule> cand{c.kernel, steps.resolve(c.kernel, c.knobs, n_rows)};
+        const std::pair<ForestKernel, ForestSchedule> mine{s.choice.kernel,
+                                                            steps.resolve(s.choice.kernel, s.choice.knobs, n_rows)};
+        if (s.runs[i] == 0) {
+          p.trials = {cand};  // the warm-up: the candidate alone
+          p.candidate_at = 0;
+        } else if (s.runs[i] % 2) {
+          p.trials = {cand, mine};
+          p.candidate_at = 0;
+        } else {
+          p.trials = {mine, cand};
+          p.candidate_at = 1;
+        }
+      } catch (const Error&) {
+        s.runs[i] = kTrialSamples + 1;  // does not resolve for this batch: dropped
+        s.ratios[i].assign(1, INFINITY);
+        continue;
+      }
+      p.candidate = i;
+      p.step = s.step * 16 + s.sweep;
+      p.tuning = ForestTuning::Refining;
+      return p;
+    }
+    // Every candidate of the step is timed: the best median moves the choice.
+    std::size_t best = s.candidates.size();
+    double best_ratio = kMoveRatio;
+    for (std::size_t j = 0; j < s.candidates.size(); ++j) {
+      if (s.ratios[j].empty()) continue;
+      const double m = median_of(s.ratios[j]);
+      if (m < best_ratio) {
+        best_ratio = m;
+        best = j;
+      }
+    }
+    if (best < s.candidates.size()) {
+      const bool strategy = s.step == 1;
+      s.choice = s.candidates[best];
+      if (!strategy) s.moved = true;
+    }
+    s.candidates.clear();
+  }
+}
+
+void ForestTuner::record(const Plan& p, const std::vector<double>& trial_ms) {
+  if (p.candidate_at < 0) return;
+  const auto it = classes_.find(p.key);
+  if (it == classes_.end()) return;
+  ClassState& s = it->second;
+  if (s.done || p.step != s.step * 16 + s.sweep || p.candidate >= s.candidates.size()) return;
+  const std::size_t i = p.candidate;
+  const double cand = trial_ms.at(static_cast<std::size_t>(p.candidate_at));
+  ++s.runs[i];
+  if (!std::isfinite(cand)) {  // it cannot run here
+    s.runs[i] = kTrialSamples + 1;
+    s.ratios[i].assign(1, INFINITY);
+    return;
+  }
+  if (p.trials.size() < 2) return;  // the warm-up
+  const double mine = trial_ms.at(static_cast<std::size_t>(1 - p.candidate_at));
+  if (std::isfinite(mine) && mine > 0) s.ratios[i].push_back(cand / mine);
+}
+
+bool ForestTuner::settled(index_t n_rows, const ForestRunOptions& opt) const {
+  const auto it = classes_.find({size_class(n_rows), opt.row_schedule_depth, opt.schedule.is_default()});
+  return it != classes_.end() && it->second.done;
 }
 
 }  // namespace detail

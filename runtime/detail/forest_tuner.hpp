@@ -1,7 +1,10 @@
-// Internal: Tahoe's performance model and a small auto-tuner over the adaptive layout's GPU
-// engine. The model reads the GPU's hardware parameters (measured once, cached on disk), the
-// warp emulator's coalescing ratios and each strategy's calibrated times (both from the first
-// batch seen); the tuner times a grid of schedules around the model's choice. CUDA-free.
+// Internal: Auto over the adaptive layout's GPU engine, Tahoe's performance model and a small
+// auto-tuner. Auto plans each call: a batch-size class it has not tuned runs a prior at once
+// and, call by call, times other schedules on the calls' own batches (paired with the choice
+// so far) until the class settles; the choice then persists (ForestChoiceFile). The model
+// reads the GPU's hardware parameters (measured once, cached on disk), the warp emulator's
+// coalescing ratios and each strategy's calibrated times (both from the first batch it sees);
+// the tuner times a grid of schedules around the model's choice. CUDA-free.
 #pragma once
 
 #include <map>
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "layouts/forest_adaptive.hpp"
+#include "runtime/detail/forest_choices.hpp"
 #include "runtime/forest_predictor.hpp"
 #include "scheduler/forest_model.hpp"
 #include "scheduler/forest_rows.hpp"
@@ -27,8 +31,26 @@ class ForestEngine;
 
 class ForestTuner {
  public:
-  // The engine must outlive the tuner.
-  explicit ForestTuner(ForestEngine<AdaptiveForest>& engine) : engine_(engine) {}
+  // The engine must outlive the tuner. file: where tuned choices are read and kept.
+  ForestTuner(ForestEngine<AdaptiveForest>& engine, ForestChoiceFile file);
+
+  // Auto's plan for one call of n_rows: the schedule the call runs and, while its size class
+  // is being tuned (opt.online_tuning), the trial runs it times after its kernel.
+  struct Plan {
+    ForestKernel kernel = ForestKernel::Direct;
+    ForestSchedule knobs;  // unresolved
+    ForestTuning tuning = ForestTuning::Prior;
+    std::vector<std::pair<ForestKernel, ForestSchedule>> trials;  // resolved: [candidate, choice] or the reverse
+    int candidate_at = -1;  // trials[candidate_at] is the candidate; -1: no trial
+    std::tuple<int, int, bool> key;
+    std::size_t candidate = 0;  // its index in the class's current step
+    int step = 0;               // the step it belongs to
+  };
+  Plan plan(index_t n_rows, const ForestRunOptions& opt);
+  // The trial runs' times (ms, +inf: could not run), in plan.trials' order.
+  void record(const Plan& plan, const std::vector<double>& trial_ms);
+  // The class of n_rows is tuned (or online tuning could not go on).
+  bool settled(index_t n_rows, const ForestRunOptions& opt) const;
 
   // Canopy's model (scheduler/forest_model.hpp) for this batch: every strategy, feasible and
   // fastest first (ForestPredictor::model_estimates). GPU work only on the first batch.
@@ -36,15 +58,6 @@ class ForestTuner {
   // Every schedule of the grid that runs, timed on these rows, the fastest first
   // (ForestPredictor::tune).
   std::vector<ForestTrial> tune(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt, int repeat);
-  // Auto's strategy and schedule for this batch. The model's pick, unless other strategies'
-  // estimates come within a factor of 2 of it: then those (at most three) run on the batch
-  // itself, medians of interleaved runs, and the fastest wins. Then, unless the caller set
-  // schedule knobs, the winner's knobs are refined on the batch one at a time (each knob's
-  // values against the best so far, the rest fixed), within about a quarter of a second of
-  // GPU time. One noisy calibration cannot mislead it, and the check runs once per batch size
-  // (its power of two) and row-scheduling depth; later batches of the class only look it up.
-  // The schedule returned is unresolved (the knobs the check set; the engine fills the rest).
-  std::pair<ForestKernel, ForestSchedule> choose(const float* rows, index_t n_rows, int width, const ForestRunOptions& opt);
 
  private:
   // Each strategy's time per row on this forest with the GPU full, and its time for a small
@@ -69,8 +82,31 @@ class ForestTuner {
   std::string hardware_path_;
   std::unique_ptr<ForestAccessProfile> profile_;
   std::vector<Calibration> calibrated_;
-  // choose(): (size class, row depth, caller's knobs) -> strategy and knobs
-  std::map<std::tuple<int, int, bool>, std::pair<ForestKernel, ForestSchedule>> verified_;
+  // Auto's state for one (size class, row depth, knobs left to Auto).
+  struct ClassState {
+    ForestChoice choice;  // what the class's calls run
+    ForestTuning tuning = ForestTuning::Prior;
+    bool done = false;    // no more trials (tuned, or tuning could not go on)
+    bool fresh = true;    // no call yet: the first runs the prior alone
+    // The current step: candidates, each timed against the choice in paired trial runs.
+    int step = 0;         // 0: none yet; 1: the strategies; 2 + k: knob axis k of a sweep
+    int sweep = 0;
+    bool moved = false;   // a knob moved in this sweep
+    std::vector<ForestChoice> candidates;
+    std::vector<int> runs;                     // trial calls per candidate (the first warms up)
+    std::vector<std::vector<double>> ratios;   // candidate / choice, per paired call
+    std::size_t next = 0;
+  };
+  ClassState& state(const std::tuple<int, int, bool>& key, index_t n_rows, const ForestRunOptions& opt);
+  ForestChoice prior(const std::tuple<int, int, bool>& key, index_t n_rows, const ForestRunOptions& opt) const;
+  // Sets up the class's next step (candidates that resolve for n_rows); false when tuning is over.
+  bool next_step(ClassState& s, index_t n_rows, const ForestRunOptions& opt);
+  void finish(const std::tuple<int, int, bool>& key, ClassState& s);
+
+  ForestChoiceFile file_;
+  ForestChoiceMap stored_;  // the file's entries for this GPU, and what was tuned since
+  bool loaded_ = false;
+  std::map<std::tuple<int, int, bool>, ClassState> classes_;
 };
 
 }  // namespace detail
