@@ -98,9 +98,10 @@ struct Decades {
     if (last > first && pow10(last) == hi) --last;
   }
   int of(index_t n) const { return std::min(last, digits_minus_one(static_cast<long long>(n))); }
+  bool closed(int d) const { return d == last && max_batch == pow10(d + 1); }
+  long long hi(int d) const { return closed(d) ? max_batch : std::min(pow10(d + 1) - 1, max_batch); }
   std::string label(int d) const {
-    const bool closed = d == last && max_batch == pow10(d + 1);
-    return "[" + std::to_string(pow10(d)) + "," + std::to_string(pow10(d + 1)) + (closed ? "]" : ")");
+    return "[" + std::to_string(pow10(d)) + "," + std::to_string(pow10(d + 1)) + (closed(d) ? "]" : ")");
   }
 };
 
@@ -295,8 +296,8 @@ class ServePhase {
     const Decades dec(c_.min_batch, c_.max_batch);
     const std::size_t skip = static_cast<std::size_t>(std::max(0LL, c_.steady_after));
     std::printf("device: %s; layout %s\n", device_line().c_str(), to_string(layout_));
-    std::printf("predictor built in %.1f ms; %zu calls in %.1f ms (latency sum %.1f ms); phase wall %.1f ms\n", build_ms_,
-                calls_.size(), calls_ms_, latency_sum(), wall_ms_);
+    std::printf("predictor built in %.1f ms; %zu call%s in %.1f ms (latency sum %.1f ms); phase wall %.1f ms\n", build_ms_,
+                calls_.size(), calls_.size() == 1 ? "" : "s", calls_ms_, latency_sum(), wall_ms_);
     if (!calls_.empty())
       std::printf("first call: %lld rows, %.3f ms (%s)\n", static_cast<long long>(calls_[0].n), calls_[0].ms,
                   to_string(calls_[0].tuning));
@@ -304,24 +305,24 @@ class ServePhase {
     std::printf("tuning: %zu calls ran a prior, %zu refined (timed a trial, %.3f ms of trials in all), %zu tuned, %zu fixed\n",
                 tc.prior, tc.refining, tc.tuning_ms, tc.tuned, tc.fixed);
 
-    std::printf("\n%-13s | %-53s | after the first %zu calls\n", "", "all calls", skip);
-    std::printf("%-13s | %6s %9s %9s %9s %12s | %6s %9s %9s %9s %12s\n", "batch rows", "calls", "p50 ms", "p99 ms", "max ms",
+    std::printf("\n%-15s | %-53s | after the first %zu calls\n", "", "all calls", skip);
+    std::printf("%-15s | %6s %9s %9s %9s %12s | %6s %9s %9s %9s %12s\n", "batch rows", "calls", "p50 ms", "p99 ms", "max ms",
                 "rows/s", "calls", "p50 ms", "p99 ms", "max ms", "rows/s");
     for (int d = dec.first; d <= dec.last; ++d)
-      std::printf("%-13s | %s | %s\n", dec.label(d).c_str(), stats_cells(stats_of(select(d, 0, dec))).c_str(),
+      std::printf("%-15s | %s | %s\n", dec.label(d).c_str(), stats_cells(stats_of(select(d, 0, dec))).c_str(),
                   stats_cells(stats_of(select(d, skip, dec))).c_str());
-    std::printf("%-13s | %s | %s\n", "all", stats_cells(stats_of(select(-1, 0, dec))).c_str(),
+    std::printf("%-15s | %s | %s\n", "all", stats_cells(stats_of(select(-1, 0, dec))).c_str(),
                 stats_cells(stats_of(select(-1, skip, dec))).c_str());
 
-    std::printf("\n%-13s | %-29s | %-38s | %-20s | %8s %9s | %s\n", "size class",
+    std::printf("\n%-15s | %-29s | %-38s | %-20s | %8s %9s | %s\n", "size class",
                 ("after the first " + std::to_string(skip) + " calls").c_str(), "first call of the class",
                 "its later settled", "refining", "settled", "choice (last call)");
-    std::printf("%-13s | %6s %9s %12s | %7s %6s %10s %-11s | %9s %10s | %8s %9s |\n", "rows", "calls", "p50 ms", "p99 ms",
+    std::printf("%-15s | %6s %9s %12s | %7s %6s %10s %-11s | %9s %10s | %8s %9s |\n", "rows", "calls", "p50 ms", "p99 ms",
                 "call", "rows", "ms", "tuning", "p50 ms", "first-p50", "calls", "at call");
     const std::vector<ClassInfo> classes = class_infos();
     const ClassInfo* worst = nullptr;
     for (const ClassInfo& k : classes) {
-      std::printf("%-13s | %6zu %9s %12s | %7zu %6lld %10.3f %-11s | %9s %10s | %8zu %9s | %s\n", class_label(k.k, c_.max_batch).c_str(),
+      std::printf("%-15s | %6zu %9s %12s | %7zu %6lld %10.3f %-11s | %9s %10s | %8zu %9s | %s\n", class_label(k.k, c_.max_batch).c_str(),
                   k.steady.count, cell(k.steady.p50).c_str(), cell(k.steady.p99, 12).c_str(), k.first_call,
                   static_cast<long long>(k.first_n), k.first_ms, to_string(k.first_tuning), cell(k.steady_median).c_str(),
                   cell(k.excess(), 10).c_str(), k.refining, k.settled_at < 0 ? "never" : std::to_string(k.settled_at).c_str(),
@@ -332,7 +333,7 @@ class ServePhase {
       std::printf("first call of every size class within %.0f ms of its steady median: %s (worst %+.3f ms, %s)\n",
                   kFirstCallBudgetMs, worst->excess() <= kFirstCallBudgetMs ? "yes" : "NO", worst->excess(),
                   class_label(worst->k, c_.max_batch).c_str());
-    std::printf("checked %zu calls against csr direct: %s\n", checked_,
+    std::printf("checked %zu call%s against csr direct: %s\n", checked_, checked_ == 1 ? "" : "s",
                 mismatches_ == 0 ? "predictions identical" : ("DIFFER in " + std::to_string(mismatches_) + " (" + first_mismatch_ + ")").c_str());
     std::printf("cache after the phase: %d file%s, %d of Auto's choices\n", at_end_.files, at_end_.files == 1 ? "" : "s",
                 at_end_.choices);
@@ -363,7 +364,7 @@ class ServePhase {
     for (int d = dec.first; d <= dec.last; ++d)
       j["decades"].push_back({{"rows", dec.label(d)},
                               {"lo", pow10(d)},
-                              {"hi", std::min(pow10(d + 1) - 1, dec.max_batch)},
+                              {"hi", dec.hi(d)},
                               {"all", stats_json(stats_of(select(d, 0, dec)))},
                               {"steady", stats_json(stats_of(select(d, skip, dec)))}});
     j["overall"] = {{"all", stats_json(stats_of(select(-1, 0, dec)))}, {"steady", stats_json(stats_of(select(-1, skip, dec)))}};
