@@ -113,9 +113,7 @@ TEST(ForestGpu, BatchShapes) {
 
 TEST(ForestGpu, EmptyBatchAndErrors) {
   CANOPY_REQUIRE_GPU();
-  ForestConfig cfg;
-  cfg.device = Device::Gpu;
-  ForestPredictor csr(model("xgb_higgs"), cfg);
+  ForestPredictor csr(model("xgb_higgs"), forest_config(ForestLayout::Csr, Device::Gpu));
   EXPECT_NO_THROW(csr.predict(nullptr, 0, nullptr));
   EXPECT_FALSE(csr.supports(ForestKernel::Hybrid));
   std::vector<float> out(1000);
