@@ -430,5 +430,14 @@ PYBIND11_MODULE(_canopy, m) {
 
   // Canopy's warnings become Python RuntimeWarnings; stderr again once Python shuts down.
   set_warning_handler(python_warning);
+  // For the tests: canopy::warn(message) from C++ without the GIL, as a forest call would.
+  m.def("_warn", [](const std::string& message) {
+    WarningScope warnings;
+    {
+      py::gil_scoped_release free;
+      warn(message);
+    }
+    warnings.raise_pending();
+  });
   py::module_::import("atexit").attr("register")(py::cpp_function([] { set_warning_handler({}); }));
 }

@@ -482,6 +482,8 @@ class Forest:
                 raise ValueError(f"iteration_range ({a}, {b}): the model has {rounds} rounds "
                                  "(0 <= begin <= end <= rounds)")
         t0, t1 = starts[a], starts[b]
+        if t0 == t1:  # XGBoost predicts the base score here; Canopy's forests have trees
+            raise ValueError(f"iteration_range ({a}, {b}) selects no trees")
         if (t0, t1) == (0, self._core.n_trees):
             return self._core
         if (t0, t1) not in self._subsets:
