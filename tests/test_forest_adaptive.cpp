@@ -584,6 +584,7 @@ TEST(ForestAdaptiveGpu, BadSchedulesAreClearErrors) {
   opt.schedule.block_threads = 100;
   EXPECT_NE(message(opt).find("block_threads"), std::string::npos);
   opt = {};
+  opt.kernel = ForestKernel::Direct;  // (Auto would take a strategy without this knob)
   opt.schedule.rows_per_thread = 3;
   EXPECT_NE(message(opt).find("rows_per_thread"), std::string::npos);
   opt = {};

@@ -146,6 +146,16 @@ TEST(ForestChoices, FileRoundTripsKeepsOtherGpusAndWarnsOnCorruptFiles) {
   EXPECT_EQ(ra.at(k20).kernel, ForestKernel::Direct);
   ASSERT_EQ(rb.size(), 1u);
   EXPECT_EQ(rb.at(k6).kernel, ForestKernel::SharedForest);
+  // A second predictor's save adds to the first's: its classes replace only their own.
+  detail::ForestChoiceMap more;
+  more[k20] = {ForestKernel::SharedForest, {}};
+  more[{9, 0}] = {ForestKernel::SharedData, {}};
+  a.save(more);
+  const detail::ForestChoiceMap merged = a.load();
+  ASSERT_EQ(merged.size(), 3u);
+  EXPECT_EQ(merged.at(k13).kernel, ForestKernel::SharedData);
+  EXPECT_EQ(merged.at(k20).kernel, ForestKernel::SharedForest);
+  EXPECT_EQ(b.load().size(), 1u);
   // Another model has a file of its own; "none" keeps nothing.
   EXPECT_TRUE(detail::ForestChoiceFile(dir, model + 1, "uuid-a", "GPU A").load().empty());
   const detail::ForestChoiceFile none("none", model, "uuid-a", "GPU A");

@@ -265,7 +265,9 @@ namespace {
 // plans Auto's calls (and its trials), estimates and tunes.
 class AdaptiveForestGpu final : public ForestGpu {
  public:
-  AdaptiveForestGpu(const AdaptiveForest& layout, ForestChoiceFile file) : engine_(layout), tuner_(engine_, std::move(file)) {}
+  AdaptiveForestGpu(const AdaptiveForest& layout, ForestChoiceFile file) : engine_(layout), tuner_(engine_, std::move(file)) {
+    warm_up();
+  }
 
   void predict(const float* rows, index_t n_rows, float* out, int width, bool f64, const ForestRunOptions& opt,
                ForestTimes* times) override {
@@ -282,7 +284,7 @@ class AdaptiveForestGpu final : public ForestGpu {
       if (!trials.runs.empty()) {
         for (double ms : trials.ms)
           if (std::isfinite(ms)) times->tuning_ms += ms;
-        tuner_.record(plan, trials.ms);
+        tuner_.record(plan, times->kernel_ms, trials.ms);
       }
       return;
     }
@@ -355,6 +357,27 @@ class AdaptiveForestGpu final : public ForestGpu {
   }
 
  private:
+  // The priors' kernels run once on one row here, so that the first call does not pay for
+  // loading them (CUDA loads a kernel on its first launch: 7-9 ms for the first forest call of
+  // a process on an H100) or for its first buffers.
+  void warm_up() {
+    const std::vector<float> row(static_cast<std::size_t>(engine_.view().common.n_features), 0.0f);
+    std::vector<float> out(static_cast<std::size_t>(std::max(sums_outputs(engine_.view().common), 1)));
+    ForestRunOptions opt;
+    opt.output = ForestOutput::Margin;
+    opt.graph = false;
+    for (ForestKernel k : {ForestKernel::SharedData, ForestKernel::Direct}) {
+      ForestTimes times;
+      try {
+        engine_.predict(row.data(), 1, out.data(), static_cast<int>(out.size()), false, k, opt, &times);
+      } catch (const CudaError&) {
+        throw;
+      } catch (const Error&) {
+        // a strategy this forest cannot take: nothing to load
+      }
+    }
+  }
+
   // Rows on the host (device rows copied after the work on `stream`).
   std::vector<float> host_rows(const float* rows, index_t n_rows, int features, stream_t stream) {
     std::vector<float> host(static_cast<std::size_t>(n_rows) * features);

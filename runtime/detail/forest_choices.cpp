@@ -154,8 +154,14 @@ void ForestChoiceFile::save(const ForestChoiceMap& choices) const {
   json entries = json::array();
   const json old = read_file(path_, model_);
   if (!old.is_null())
-    for (const json& e : old["entries"])
-      if (e.is_object() && e.value("gpu", "") != uuid_) entries.push_back(e);
+    for (const json& e : old["entries"]) {
+      if (!e.is_object()) continue;
+      if (e.value("gpu", "") == uuid_ && e.contains("size_class") && e.contains("row_depth") &&
+          e["size_class"].is_number_integer() && e["row_depth"].is_number_integer() &&
+          choices.count({e["size_class"].get<int>(), e["row_depth"].get<int>()}))
+        continue;  // replaced below
+      entries.push_back(e);
+    }
   for (const auto& [key, c] : choices) {
     json s = json::object();
     for (const auto& [name, field] : kKnobs) s[name] = c.knobs.*field;

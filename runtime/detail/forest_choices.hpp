@@ -40,8 +40,9 @@ class ForestChoiceFile {
   const std::string& path() const { return path_; }
   // This GPU's entries.
   ForestChoiceMap load() const;
-  // Replaces this GPU's entries with `choices`, keeping the other GPUs' (read again first);
-  // a file that cannot be written is a warning, not an error.
+  // Merges `choices` into the file (read again first): they replace this GPU's entries of the
+  // same class and depth; other entries stay (another predictor's, another GPU's). A file
+  // that cannot be written is a warning, not an error.
   void save(const ForestChoiceMap& choices) const;
 
  private:

@@ -443,6 +443,11 @@ std::vector<Knob> refine_knobs(ForestKernel k) {
 // replaces the choice when below kMoveRatio.
 constexpr int kTrialSamples = 3;
 constexpr double kRejectRatio = 1.5;
+// A strategy whose warm-up alone took more than kHopeless times the call's kernel (plus what
+// loading a kernel may cost the first time) is dropped at once: at a batch size where it
+// cannot win, one run of it can cost ten times the call.
+constexpr double kHopeless = 3.0;
+constexpr double kLoadAllowanceMs = 0.25;
 constexpr double kMoveRatio = 0.98;
 constexpr int kSweeps = 3;
 // A never-seen class with no tuned neighbour: shared data below this batch size, direct above
@@ -464,6 +469,12 @@ double median_of(std::vector<double> v) {
 
 ForestTuner::ForestTuner(ForestEngine<AdaptiveForest>& engine, ForestChoiceFile file)
     : engine_(engine), file_(std::move(file)) {}
+
+bool ForestTuner::hopeless(ForestKernel k, int size_class, int depth) const {
+  const auto it = lost_at_.find({depth, k});
+  if (it == lost_at_.end()) return false;
+  return k == ForestKernel::SharedData ? size_class >= it->second : size_class <= it->second;
+}
 
 ForestChoice ForestTuner::prior(const std::tuple<int, int, bool>& key, index_t n_rows, const ForestRunOptions& opt) const {
   const bool auto_knobs = std::get<2>(key);
@@ -540,8 +551,10 @@ bool ForestTuner::next_step(ClassState& s, index_t n_rows, const ForestRunOption
     s.candidates.clear();
     if (s.step == 0) {
       s.step = 1;
+      const int cls = size_class(n_rows);
       for (ForestKernel k : kStrategies)
-        if (k != s.choice.kernel) s.candidates.push_back({k, auto_knobs ? ForestSchedule{} : opt.schedule});
+        if (k != s.choice.kernel && !hopeless(k, cls, opt.row_schedule_depth))
+          s.candidates.push_back({k, auto_knobs ? ForestSchedule{} : opt.schedule});
     } else {
       if (!auto_knobs) return false;  // the caller's knobs: only the strategy is Auto's
       const std::vector<Knob> axes = refine_knobs(s.choice.kernel);
@@ -673,7 +686,7 @@ ForestTuner::Plan ForestTuner::plan(index_t n_rows, const ForestRunOptions& opt)
   }
 }
 
-void ForestTuner::record(const Plan& p, const std::vector<double>& trial_ms) {
+void ForestTuner::record(const Plan& p, double call_ms, const std::vector<double>& trial_ms) {
   if (p.candidate_at < 0) return;
   const auto it = classes_.find(p.key);
   if (it == classes_.end()) return;
@@ -682,14 +695,33 @@ void ForestTuner::record(const Plan& p, const std::vector<double>& trial_ms) {
   const std::size_t i = p.candidate;
   const double cand = trial_ms.at(static_cast<std::size_t>(p.candidate_at));
   ++s.runs[i];
-  if (!std::isfinite(cand)) {  // it cannot run here
+  auto drop = [&] {
     s.runs[i] = kTrialSamples + 1;
     s.ratios[i].assign(1, INFINITY);
+  };
+  if (!std::isfinite(cand)) return drop();  // it cannot run here
+  const bool strategy = s.step == 1;
+  const ForestKernel k = s.candidates[i].kernel;
+  const int cls = std::get<0>(p.key), depth = std::get<1>(p.key);
+  auto lost = [&] {  // a strategy hopeless here is hopeless on the far side too
+    if (!strategy) return;
+    const auto at = lost_at_.find({depth, k});
+    if (at == lost_at_.end())
+      lost_at_[{depth, k}] = cls;
+    else
+      at->second = k == ForestKernel::SharedData ? std::min(at->second, cls) : std::max(at->second, cls);
+  };
+  if (p.trials.size() < 2) {  // the warm-up
+    if (strategy && call_ms > 0 && cand > kHopeless * call_ms + kLoadAllowanceMs) {
+      lost();
+      drop();
+    }
     return;
   }
-  if (p.trials.size() < 2) return;  // the warm-up
   const double mine = trial_ms.at(static_cast<std::size_t>(1 - p.candidate_at));
-  if (std::isfinite(mine) && mine > 0) s.ratios[i].push_back(cand / mine);
+  if (!(std::isfinite(mine) && mine > 0)) return;
+  s.ratios[i].push_back(cand / mine);
+  if (cand / mine > kHopeless) lost();
 }
 
 bool ForestTuner::settled(index_t n_rows, const ForestRunOptions& opt) const {

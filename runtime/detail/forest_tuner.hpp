@@ -47,8 +47,9 @@ class ForestTuner {
     int step = 0;               // the step it belongs to
   };
   Plan plan(index_t n_rows, const ForestRunOptions& opt);
-  // The trial runs' times (ms, +inf: could not run), in plan.trials' order.
-  void record(const Plan& plan, const std::vector<double>& trial_ms);
+  // The call's own kernel time and its trial runs' times (ms, +inf: could not run), in
+  // plan.trials' order.
+  void record(const Plan& plan, double call_ms, const std::vector<double>& trial_ms);
   // The class of n_rows is tuned (or online tuning could not go on).
   bool settled(index_t n_rows, const ForestRunOptions& opt) const;
 
@@ -102,6 +103,12 @@ class ForestTuner {
   // Sets up the class's next step (candidates that resolve for n_rows); false when tuning is over.
   bool next_step(ClassState& s, index_t n_rows, const ForestRunOptions& opt);
   void finish(const std::tuple<int, int, bool>& key, ClassState& s);
+
+  // A strategy hopeless at one class is hopeless on the far side of it (thread-per-row
+  // strategies at smaller batches, shared data at larger ones): per (row depth, strategy), the
+  // class where it lost by more than kHopeless. Its trials are skipped there.
+  bool hopeless(ForestKernel k, int size_class, int depth) const;
+  std::map<std::pair<int, ForestKernel>, int> lost_at_;
 
   ForestChoiceFile file_;
   ForestChoiceMap stored_;  // the file's entries for this GPU, and what was tuned since
