@@ -500,15 +500,22 @@ def gpu():
 
 
 def test_gpu_equals_cpu_and_the_libraries(gpu, data):
+    # Every test above runs on the GPU here (device "auto"); these add Auto's successive choices
+    # (prior, refinement, tuned) and the CPU beside it: the same bits throughout.
     X, T = rows(), rows(n=3000, seed=1)
-    m = RandomForestClassifier(n_estimators=20, max_depth=10, random_state=0).fit(X, label(X, 3))
-    f = canopy.Forest.load(m)
-    assert f.device == "gpu"
-    for _ in range(3):  # Auto's prior, its refinement, its tuned choice: the same bits
-        same(f.predict_proba(T), m.predict_proba(T))
-    same(f.predict(T, device="cpu"), m.predict(T))
-    same(f.apply(T), m.apply(T))
-    same(canopy.Forest.load(m, device="cpu").predict_proba(T), m.predict_proba(T))
+    r = RandomForestRegressor(n_estimators=20, max_depth=10, random_state=0).fit(X, X[:, 0] - X[:, 5] ** 2)
+    c = RandomForestClassifier(n_estimators=20, max_depth=10, random_state=0).fit(X, label(X, 3))
+    fr, fc = canopy.Forest.load(r), canopy.Forest.load(c)
+    assert fr.device == "gpu" and fc.layout == "adaptive"
+    cpu = canopy.Forest.load(c, device="cpu").predict_proba(T)
+    for _ in range(4):
+        same(fr.predict(T), r.predict(T))
+        same(fc.predict_proba(T), cpu)
+    assert fc.last_stats.device == "gpu"
+    same(fc.predict_proba(T, device="cpu"), cpu)
+    assert fc.last_stats.device == "cpu"
+    same(fc.apply(T), c.apply(T))
+    same(fr.apply(T), r.apply(T))
 
 
 def test_cuda_arrays_stay_on_the_device(gpu, data):
@@ -517,14 +524,18 @@ def test_cuda_arrays_stay_on_the_device(gpu, data):
     names = np.array(["ant", "bee", "cat"])
     m = RandomForestClassifier(n_estimators=8, max_depth=8, random_state=0).fit(X, label(X, 3))
     f = canopy.Forest.load(m)
+    want = f.predict_proba(T)
     got = f.predict_proba(cp.asarray(T))
     assert isinstance(got, cp.ndarray) and got.dtype == np.float64
-    same(cp.asnumpy(got), m.predict_proba(T))
+    same(cp.asnumpy(got), want)
     lab = f.predict(cp.asarray(T))
     assert isinstance(lab, cp.ndarray)
-    same(cp.asnumpy(lab), m.predict(T))
+    same(cp.asnumpy(lab), f.predict(T))
+    same(cp.asnumpy(f.apply(cp.asarray(T))), m.apply(T))
+    same(cp.asnumpy(f.predict_proba(cp.asarray(T, dtype=cp.float64, order="F"))), want)
     s = RandomForestClassifier(n_estimators=4, max_depth=6, random_state=0).fit(X, names[label(X, 3)])
-    same(canopy.Forest.load(s).predict(cp.asarray(T)), s.predict(T))  # string labels come back as numpy
+    g = canopy.Forest.load(s)
+    same(g.predict(cp.asarray(T)), g.predict(T))  # string labels come back as numpy
     try:
         import torch
     except ImportError:
@@ -532,14 +543,17 @@ def test_cuda_arrays_stay_on_the_device(gpu, data):
     t = torch.as_tensor(T, device="cuda")
     got = f.predict_proba(t)
     assert isinstance(got, torch.Tensor) and got.is_cuda
-    same(got.cpu().numpy(), m.predict_proba(T))
+    same(got.cpu().numpy(), want)
+    lab = f.predict(t)
+    assert isinstance(lab, torch.Tensor) and lab.is_cuda
+    same(lab.cpu().numpy(), f.predict(T))
 
 
 def test_gpu_options_optimize_and_cache_warnings(gpu, tmp_path):
     X, T = rows(), rows(n=2000, seed=1)
     m = RandomForestClassifier(n_estimators=20, max_depth=8, random_state=0).fit(X, label(X, 3))
     f = canopy.Forest.load(m, cache_dir=tmp_path)
-    want = m.predict_proba(T)
+    want = canopy.Forest.load(m, device="cpu").predict_proba(T)
     for k in ("direct", "shared-data", "shared-forest", "split-shared-forest"):
         same(f.predict_proba(T, kernel=k), want)
         assert f.last_stats.kernel == k and f.last_stats.tuning == "fixed" and f.last_stats.layout == "adaptive"
