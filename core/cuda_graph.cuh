@@ -17,9 +17,11 @@
 namespace canopy {
 
 // `Key` says everything a call's launches depend on (its kernel, schedule, pointers, sizes):
-// two calls with equal keys launch the same work. A key seen twice among the last few calls is
-// captured (a graph of what `enqueue(true)` queues) and replayed from then on; the others run
-// `enqueue(false)` directly. Should a capture fail where the direct call then succeeds (the GPU
+// two calls with equal keys launch the same work. A call whose key equals the previous call's
+// is captured (a graph of what `enqueue(true)` queues) and replayed from then on (the last few
+// graphs are kept); the others run `enqueue(false)` directly. Only a repeat of the previous
+// call: a server whose batch sizes vary would otherwise capture (about 0.1 ms each) keys that
+// come back too rarely to pay for it, and its slowest calls would be those captures. Should a capture fail where the direct call then succeeds (the GPU
 // or driver refuses graphs), every later call runs directly; an Error of the call's own (a
 // schedule this GPU cannot take) comes from the direct call as it would without graphs.
 template <class Key>
@@ -41,15 +43,18 @@ class GraphReplay {
       enqueue(false);
       return false;
     }
+    const bool repeat = std::find(seen_.begin(), seen_.end(), key) != seen_.end();
+    if (!repeat) {
+      seen_.push_front(key);
+      if (seen_.size() > kSeen) seen_.pop_back();
+    }
     for (std::size_t i = 0; i < graphs_.size(); ++i)
       if (graphs_[i].first == key) {
         std::rotate(graphs_.begin(), graphs_.begin() + i, graphs_.begin() + i + 1);  // most recent first
         CANOPY_CUDA_CHECK(cudaGraphLaunch(graphs_.front().second, stream));
         return true;
       }
-    if (std::find(seen_.begin(), seen_.end(), key) == seen_.end()) {
-      seen_.push_front(key);
-      if (seen_.size() > kSeen) seen_.pop_back();
+    if (!repeat) {
       enqueue(false);
       return false;
     }
@@ -69,7 +74,7 @@ class GraphReplay {
   }
 
  private:
-  static constexpr std::size_t kGraphs = 4, kSeen = 8;
+  static constexpr std::size_t kGraphs = 4, kSeen = 1;
 
   // The graph of what enqueue(true) queues, instantiated; null where anything fails (nothing
   // captured has run, and the capture is over).
@@ -95,7 +100,7 @@ class GraphReplay {
   }
 
   std::deque<std::pair<Key, cudaGraphExec_t>> graphs_;  // most recently used first
-  std::deque<Key> seen_;                                // the last calls' keys, newest first
+  std::deque<Key> seen_;                                // the previous calls' keys, newest first
   bool off_ = false;
 };
 

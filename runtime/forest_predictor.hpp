@@ -87,9 +87,9 @@ struct ForestRunOptions {
   // GPU work starts after the work queued there, and the stream waits for the call's work.
   // On the GPU, rows and out may then be device memory the caller's stream writes and reads.
   stream_t stream = nullptr;
-  // GPU: a call whose kernel, schedule, rows, sizes and buffers equal one of the last few calls'
-  // replays a CUDA graph of its launch (captured the second time it comes), so the GPU runs the
-  // call's event records and kernel back to back. Off: every call launches directly.
+  // GPU: a call whose kernel, schedule, rows, sizes and buffers equal the previous call's
+  // replays a CUDA graph of its launch (captured then; the last four are kept), so the GPU runs
+  // the call's event records and kernel back to back. Off: every call launches directly.
   bool graph = true;
 };
 
