@@ -222,7 +222,7 @@ def test_sklearn_regressors(cls):
     assert not hasattr(f, "predict_proba") and f.objective == "forest regressor"
 
 
-def test_string_labels():
+def test_string_labels(tmp_path):
     X, T = rows(), rows(n=400, seed=1)
     names = np.array(["ant", "bee", "cat"])
     m = RandomForestClassifier(n_estimators=10, max_depth=6, random_state=0).fit(X, names[label(X, 3)])
@@ -231,6 +231,12 @@ def test_string_labels():
     same(f.predict(T), m.predict(T))
     same(f.predict_proba(T), m.predict_proba(T))
     assert f.predict(T[0]) == m.predict(T[:1])[0]  # one 1-d row: one label
+    # The same forest as a Canopy JSON file (scripts/export_sklearn.py): its class names are the labels.
+    from canopy.sklearn_export import export_forest
+    export_forest(m, tmp_path / "rf.json")
+    g = canopy.Forest.load(tmp_path / "rf.json")
+    assert list(g.classes_) == list(m.classes_) and list(g.predict(T)) == list(m.predict(T))
+    same(g.predict_proba(T), m.predict_proba(T))
 
 
 # --- early stopping and iteration ranges -------------------------------------------------------
