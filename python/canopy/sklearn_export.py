@@ -8,9 +8,10 @@ compiled module:
     export_forest(model, "forest.json")
     /usr/bin/python3 scripts/export_sklearn.py model.pkl forest.json
 
-Leaf class distributions are normalised here exactly as scikit-learn's predict_proba does it
-(value / value.sum(axis=1), an all-zero row left as zeros), so Canopy adds the very same
-float64 numbers scikit-learn adds and the averaged probabilities agree to the last bit.
+Leaf class distributions are taken exactly as scikit-learn's predict_proba forms them (before
+1.4: value / value.sum(axis=1), an all-zero row left as zeros; from 1.4: tree_.value itself,
+which then holds the fractions), so Canopy adds the very same float64 numbers scikit-learn adds
+and the averaged probabilities agree to the last bit.
 """
 import json
 import pickle
@@ -22,15 +23,27 @@ SUPPORTED = ("RandomForestClassifier", "RandomForestRegressor",
              "ExtraTreesClassifier", "ExtraTreesRegressor")
 
 
+def _sklearn_version():
+    import sklearn
+    parts = []
+    for p in sklearn.__version__.split(".")[:2]:
+        digits = "".join(c for c in p if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
 def _tree_json(tree, task, n_classes):
     t = tree.tree_
     n = t.node_count
     if task == "classification":
-        # The same expression scikit-learn's DecisionTreeClassifier.predict_proba evaluates.
+        # The same expression scikit-learn's DecisionTreeClassifier.predict_proba evaluates:
+        # before 1.4 it divides tree_.value (weighted counts) by its row sums; from 1.4 on
+        # tree_.value holds the fractions and predict_proba returns them as they are.
         proba = t.value.reshape(n, -1)[:, :n_classes].copy()
-        normalizer = proba.sum(axis=1)[:, np.newaxis]
-        normalizer[normalizer == 0.0] = 1.0
-        proba /= normalizer
+        if _sklearn_version() < (1, 4):
+            normalizer = proba.sum(axis=1)[:, np.newaxis]
+            normalizer[normalizer == 0.0] = 1.0
+            proba /= normalizer
         values = proba.tolist()
     else:
         values = t.value.reshape(n, -1)[:, :1].tolist()
