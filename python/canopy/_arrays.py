@@ -27,6 +27,8 @@ class _Input:
     arrays, converted to float32 like the others."""
 
     def __init__(self, x, name, width=None, rows_ok_1d=False, numeric=False):
+        if self._ready(x, width):  # a serving loop's rows: nothing to convert or check
+            return
         self.device = _on_device(x)
         self.torch = type(x).__module__.split(".")[0] == "torch"
         xp = _cupy() if self.device else np
@@ -54,6 +56,23 @@ class _Input:
         self.xp = xp
         self.n, self.dims = self.array.shape
         self.ptr = self.array.data.ptr if self.device else self.array.ctypes.data
+
+    def _ready(self, x, width):
+        """Rows already as Canopy reads them (a numpy or cupy float32 C-ordered 2-d array)."""
+        t = type(x)
+        if t is np.ndarray:
+            self.xp, self.device = np, False
+        elif t.__name__ == "ndarray" and t.__module__.startswith("cupy"):
+            self.xp, self.device = _cupy(), True
+        else:
+            return False
+        if x.dtype != np.float32 or x.ndim != 2 or not x.flags.c_contiguous or (width is not None and x.shape[1] != width):
+            return False
+        self.torch = self.single = False
+        self.array = x
+        self.n, self.dims = x.shape
+        self.ptr = x.data.ptr if self.device else x.ctypes.data
+        return True
 
     def empty(self, shape, dtype):
         out = self.xp.empty(shape, dtype=dtype)
