@@ -428,10 +428,14 @@ ForestHardware measure_forest_hardware(int device) {
 }
 
 ForestHardware cached_forest_hardware(int device, const std::string& path) {
+  const auto [name, uuid] = device_identity(device);
+  return load_or_measure_forest_hardware(path, name, uuid, [device] { return measure_forest_hardware(device); });
+}
+
+std::pair<std::string, std::string> device_identity(int device) {
   cudaDeviceProp prop;
   CANOPY_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  return load_or_measure_forest_hardware(path, prop.name, uuid_hex(prop.uuid),
-                                         [device] { return measure_forest_hardware(device); });
+  return {prop.name, uuid_hex(prop.uuid)};
 }
 
 }  // namespace canopy

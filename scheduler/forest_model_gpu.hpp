@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include "scheduler/forest_model.hpp"
 
@@ -19,5 +20,8 @@ ForestHardware measure_forest_hardware(int device);
 // Device `device`'s parameters from the cache file at `path` when it holds this GPU's (name and
 // UUID), else measured and saved there (load_or_measure_forest_hardware).
 ForestHardware cached_forest_hardware(int device, const std::string& path);
+
+// Device `device`'s name and UUID (32 hex digits), as Canopy's caches record a GPU.
+std::pair<std::string, std::string> device_identity(int device);
 
 }  // namespace canopy

@@ -10,6 +10,7 @@
 #include "inspector/forest_rows.hpp"
 #include "runtime/detail/forest_engine.cuh"
 #include "runtime/detail/forest_tuner.hpp"
+#include "scheduler/forest_model_gpu.hpp"
 #include "scheduler/forest_rows.hpp"
 
 namespace canopy {
@@ -395,26 +396,14 @@ class AdaptiveForestGpu final : public ForestGpu {
   ForestTuner tuner_;
 };
 
-std::string gpu_uuid_hex(const cudaUUID_t& uuid) {
-  static const char digits[] = "0123456789abcdef";
-  std::string s;
-  for (int i = 0; i < 16; ++i) {
-    const auto b = static_cast<unsigned char>(uuid.bytes[i]);
-    s += digits[b >> 4];
-    s += digits[b & 15];
-  }
-  return s;
-}
-
 }  // namespace
 
 std::unique_ptr<ForestGpu> make_forest_gpu(const AdaptiveForest& layout, const ForestConfig& config,
                                            std::uint64_t fingerprint) {
   int dev = 0;
   CANOPY_CUDA_CHECK(cudaGetDevice(&dev));
-  cudaDeviceProp prop;
-  CANOPY_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  ForestChoiceFile file(config.cache_dir, fingerprint, gpu_uuid_hex(prop.uuid), prop.name);
+  const auto [name, uuid] = device_identity(dev);
+  ForestChoiceFile file(config.cache_dir, fingerprint, uuid, name);
   return std::make_unique<AdaptiveForestGpu>(layout, std::move(file));
 }
 
