@@ -4,7 +4,8 @@
 // so far) until the class settles; the choice then persists (ForestChoiceFile). The model
 // reads the GPU's hardware parameters (measured once, cached on disk), the warp emulator's
 // coalescing ratios and each strategy's calibrated times (both from the first batch it sees);
-// the tuner times a grid of schedules around the model's choice. CUDA-free.
+// the tuner times a grid of schedules around the model's choice. CUDA-free. Auto's part is in
+// runtime/detail/forest_auto.cu, the model's and the tuner's in runtime/detail/forest_tuner.cu.
 #pragma once
 
 #include <map>
@@ -28,6 +29,10 @@ namespace detail {
 
 template <class Layout>
 class ForestEngine;
+
+// The adaptive layout's strategies, in the order Auto and the model list them.
+inline constexpr ForestKernel kAdaptiveStrategies[] = {ForestKernel::SharedData, ForestKernel::Direct,
+                                                       ForestKernel::SharedForest, ForestKernel::SplitSharedForest};
 
 class ForestTuner {
  public:
