@@ -155,19 +155,15 @@ ForestPredictor::ForestPredictor(const Forest& forest, const ForestConfig& confi
   }
   // Refuses forests wider than the executors accumulate, before any work is done.
   m.with_view([](const auto& v) { dispatch_forest_sums(v.common, [](auto) {}); });
-  if (m.device == Device::Gpu) {
-    if (m.layout == ForestLayout::Adaptive)
-      m.gpu = detail::make_forest_gpu(m.adaptive(), config, detail::forest_fingerprint(forest, config.adaptive));
-    else
-      m.gpu = std::visit(
-          [](const auto& l) -> std::unique_ptr<detail::ForestGpu> {
-            if constexpr (std::is_same<std::decay_t<decltype(l)>, AdaptiveForest>::value)
-              throw Error("unreachable: the adaptive layout's engine is made above");
-            else
-              return detail::make_forest_gpu(l);
-          },
-          m.forest);
-  }
+  if (m.device == Device::Gpu)
+    m.gpu = std::visit(
+        [&](const auto& l) -> std::unique_ptr<detail::ForestGpu> {
+          if constexpr (std::is_same<std::decay_t<decltype(l)>, AdaptiveForest>::value)
+            return detail::make_forest_gpu(l, config, detail::forest_fingerprint(forest, config.adaptive));
+          else
+            return detail::make_forest_gpu(l);
+        },
+        m.forest);
 }
 
 ForestPredictor::~ForestPredictor() = default;

@@ -299,19 +299,21 @@ class AdaptiveForestGpu final : public ForestGpu {
     ForestRunOptions run = opt;
     run.online_tuning = true;
     run.graph = false;
-    const int F = engine_.view().common.n_features;
-    const std::vector<float> host = host_rows(rows, n_rows, F, opt.stream);
+    const std::size_t F = static_cast<std::size_t>(engine_.view().common.n_features);
     DeviceBuffer<float> d_rows, d_out;
     for (index_t size : batch_sizes) {
       if (size < 1) throw Error("optimize: batch size " + std::to_string(size) + " must be >= 1");
-      // The batch: the rows, repeated from the top when it is larger.
-      std::vector<float> batch(static_cast<std::size_t>(size) * F);
-      for (index_t i = 0; i < size; ++i)
-        std::copy(host.begin() + (i % n_rows) * F, host.begin() + (i % n_rows + 1) * F, batch.begin() + i * F);
-      d_rows.reserve(batch.size(), "optimize's rows", engine_.stream());
+      // The batch on the device: the rows (host or device memory), repeated from the top when
+      // it is larger, after the work queued on the caller's stream.
+      d_rows.reserve(static_cast<std::size_t>(size) * F, "optimize's rows", engine_.stream());
       d_out.reserve(static_cast<std::size_t>(size) * width, "optimize's predictions", engine_.stream());
-      copy_async(d_rows.get(), batch.data(), batch.size() * sizeof(float), engine_.stream());
-      engine_.sync();
+      {
+        const CallerStream caller = engine_.on_caller_stream(opt.stream);
+        for (index_t at = 0; at < size; at += n_rows)
+          copy_async(d_rows.get() + static_cast<std::size_t>(at) * F, rows,
+                     static_cast<std::size_t>(std::min(n_rows, size - at)) * F * sizeof(float), engine_.stream());
+        engine_.sync();
+      }
       ForestTuned t;
       t.batch_size = size;
       std::vector<double> ms;
@@ -377,19 +379,6 @@ class AdaptiveForestGpu final : public ForestGpu {
         // a strategy this forest cannot take: nothing to load
       }
     }
-  }
-
-  // Rows on the host (device rows copied after the work on `stream`).
-  std::vector<float> host_rows(const float* rows, index_t n_rows, int features, stream_t stream) {
-    std::vector<float> host(static_cast<std::size_t>(n_rows) * features);
-    if (!is_device_pointer(rows)) {
-      std::copy(rows, rows + host.size(), host.begin());
-      return host;
-    }
-    const CallerStream caller = engine_.on_caller_stream(stream);
-    copy_async(host.data(), rows, host.size() * sizeof(float), engine_.stream());
-    engine_.sync();
-    return host;
   }
 
   ForestEngine<AdaptiveForest> engine_;

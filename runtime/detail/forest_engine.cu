@@ -157,8 +157,10 @@ void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out
   } else {
     enqueue(false);
   }
+  bool trialled = false;
   if constexpr (kAdaptive) {
-    if (trials && !leaves) run_trials(b, trials);
+    trialled = trials && !trials->runs.empty() && !leaves;
+    if (trialled) run_trials(b, trials);
   }
   const bool downloaded = b.out != out;
   if (downloaded) {
@@ -166,9 +168,9 @@ void ForestEngine<Layout>::predict(const float* rows, index_t n_rows, float* out
     done_.record(stream());
   }
   stream_.sync();
-  if (trials && !trials->runs.empty()) {
+  if (trialled) {
     trials->ms.assign(trials->runs.size(), INFINITY);
-    for (std::size_t i = 0; i < trials->runs.size() && i < trial_ran_.size(); ++i)
+    for (std::size_t i = 0; i < trials->runs.size(); ++i)
       if (trial_ran_[i]) trials->ms[i] = trial_events_[2 * i + 1].since(trial_events_[2 * i]);
   }
   times->upload_ms = uploaded ? uploaded_.since(start_) : 0;
