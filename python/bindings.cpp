@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/device.hpp"
@@ -264,7 +265,10 @@ PyRunOptions run_options(const std::string& output, const py::dict& kw) {
   return o;
 }
 
-// A forest and, made on first use per device, its predictor.
+// A forest and, made on first use per device, its predictor. A predictor takes one call at a
+// time (runtime/forest_predictor.hpp) and the GIL is released while it works, so calls from
+// several Python threads take turns on the forest's lock (taken without the GIL: a warning
+// raised inside a call needs the GIL back).
 class PyForest {
  public:
   explicit PyForest(Forest f) : forest_(std::move(f)) {}
@@ -277,7 +281,10 @@ class PyForest {
   // The layout (ForestConfig::layout) and cache directory (ForestConfig::cache_dir) of the
   // predictors made from now on.
   void configure(const std::string& layout, const std::string& cache_dir) {
-    config_.layout = parse_forest_layout(layout);
+    const ForestLayout l = parse_forest_layout(layout);
+    py::gil_scoped_release free;
+    const std::lock_guard<std::mutex> lock(*mutex_);
+    config_.layout = l;
     config_.cache_dir = cache_dir;
     cpu_.reset();
     gpu_.reset();
@@ -309,6 +316,7 @@ class PyForest {
     Device where;
     {
       py::gil_scoped_release free;
+      const std::lock_guard<std::mutex> lock(*mutex_);
       ForestPredictor& p = predictor_locked(o.device);
       t = f64 ? p.predict_f64(at<const float>(rows), n, at<double>(out), o.run)
               : p.predict(at<const float>(rows), n, at<float>(out), o.run);
@@ -336,6 +344,7 @@ class PyForest {
     std::vector<ForestTuned> tuned;
     {
       py::gil_scoped_release free;
+      const std::lock_guard<std::mutex> lock(*mutex_);
       tuned = predictor_locked(o.device).optimize(at<const float>(rows), n, batch_sizes, o.run);
     }
     warnings.raise_pending();
@@ -358,12 +367,13 @@ class PyForest {
     ForestPredictor* p;
     {
       py::gil_scoped_release free;
+      const std::lock_guard<std::mutex> lock(*mutex_);
       p = &predictor_locked(device);
     }
     warnings.raise_pending();
     return *p;
   }
-  // Builds the layout (and uploads it) on first use; called without the GIL.
+  // Builds the layout (and uploads it) on first use; called without the GIL, with mutex_ held.
   ForestPredictor& predictor_locked(const std::string& device) {
     const Device d = resolve_device(parse_device(device));
     std::unique_ptr<ForestPredictor>& p = d == Device::Gpu ? gpu_ : cpu_;
@@ -377,6 +387,7 @@ class PyForest {
   Forest forest_;
   ForestConfig config_;
   std::unique_ptr<ForestPredictor> cpu_, gpu_;
+  std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  // (a PyForest moves)
 };
 
 }  // namespace

@@ -497,6 +497,37 @@ def test_warnings_become_python_warnings():
             _canopy._warn("turned into an error")
 
 
+def _shared_forest_from_threads(f, T, convert=lambda x: x, back=lambda y: y):
+    """8 threads x 50 calls of mixed sizes on one Forest: every result equals the serial call's."""
+    import threading
+    sizes = [1, 37, 500, len(T)]
+    want = {n: f.predict_proba(T[:n]) for n in sizes}
+    bad, errors = [], []
+
+    def work(t):
+        try:
+            for i in range(50):
+                n = sizes[(t + i) % len(sizes)]
+                x = convert(T[:n]) if i % 2 else T[:n]
+                if not np.array_equal(back(f.predict_proba(x)), want[n]):
+                    bad.append((t, i, n))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and not bad, (errors[:3], bad[:5])
+
+
+def test_one_forest_shared_by_threads():
+    X, T = rows(), rows(n=2000, seed=1)
+    m = RandomForestClassifier(n_estimators=10, max_depth=8, random_state=0).fit(X, label(X, 3))
+    _shared_forest_from_threads(canopy.Forest.load(m, device="cpu"), T)
+
+
 # --- on the GPU ---------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -575,3 +606,14 @@ def test_gpu_options_optimize_and_cache_warnings(gpu, tmp_path):
         p.write_text("not json {")
     with pytest.warns(RuntimeWarning, match="not JSON"):
         same(canopy.Forest.load(m, cache_dir=tmp_path).predict_proba(T), want)
+
+
+def test_one_forest_shared_by_threads_on_the_gpu(gpu):
+    X, T = rows(), rows(n=40000, seed=1)
+    m = RandomForestClassifier(n_estimators=10, max_depth=8, random_state=0).fit(X, label(X, 3))
+    f = canopy.Forest.load(m)
+    try:
+        import cupy as cp
+        _shared_forest_from_threads(f, T, cp.asarray, lambda y: cp.asnumpy(y) if isinstance(y, cp.ndarray) else y)
+    except ImportError:
+        _shared_forest_from_threads(f, T)
