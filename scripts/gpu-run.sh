@@ -35,6 +35,12 @@
 #          out (RACECHECK_EXCLUDE)
 #   soak   canopy_soak: 10,000 calls of pc, knn, bh, custom and forest from 4 threads, every
 #          result checked, device and host memory at the start and the end
+#   smoke  the driver's smoke test (scripts/driver_smoke.sh): every canopy-bench subcommand on 10^5
+#          and 10^6 points and on the real files, each checked (exit 0, the variants' results
+#          identical, ...), a summary table; SMOKE_JOBS cases side by side (default 2), SMOKE_ONLY
+#          a regex of the cases to run, SMOKE_ARGS more of the script's options
+#   smoke-memcheck  the same under compute-sanitizer memcheck, 10^5 points, no real files
+#          (SMOKE_JOBS default 4)
 #   defaults  the default call against every schedule x executor (independent, sorted,
 #          hybrid-key, auto, the old dense-matrix default): pc and knn on covtype, cities,
 #          uniform 400k-7d and 10^5..10^7 3-d, bh on plummer and uniform 1M (RESULTS.md,
@@ -88,6 +94,17 @@ if [[ $what == bench || $what == all ]]; then
     run covtype_file --points stage/data/covtype_points_254k.csv.gz --columns 0-6 --radius auto:32 --variants all
     run cities_file --points stage/data/cities_171k.csv.gz --radius auto:32 --variants all
   } 2>&1 | tee "$out/bench.txt"
+fi
+
+if [[ $what == smoke || $what == smoke-memcheck || $what == all ]]; then
+  # The driver's smoke test over the staged binary and data; its per-case logs go in smoke/.
+  smoke=(--bin "$bin/canopy-bench" --data stage/data --out "$out/smoke" --jobs "${SMOKE_JOBS:-2}")
+  [[ $what == smoke-memcheck ]] && smoke=(--bin "$bin/canopy-bench" --out "$out/smoke-memcheck" --memcheck
+                                          --jobs "${SMOKE_JOBS:-4}")
+  [[ -n ${SMOKE_ONLY:-} ]] && smoke+=(--only "$SMOKE_ONLY")
+  # shellcheck disable=SC2206
+  smoke+=(${SMOKE_ARGS:-})
+  bash scripts/driver_smoke.sh "${smoke[@]}" 2>&1 | tee "$out/$what.txt"
 fi
 
 if [[ $what == depth || $what == all ]]; then

@@ -2,11 +2,14 @@
 # Stages what a run on a remote GPU machine needs into stage/ (ignored by git): the test and
 # benchmark binaries built here, libtbb (the GPU machine has no oneTBB), the real datasets and,
 # when scripts/make_forest_bench_models.py has written them, the forest benchmark models.
-# Then, on the GPU machine, from the repository root: scripts/gpu-run.sh [tests|bench|depth|forest|all]
+# Then, on the GPU machine, from the repository root: scripts/gpu-run.sh [tests|bench|depth|forest|smoke|all]
 # `scripts/gpu-stage.sh forest` stages only what the forest tests and forest-study need (the
 # carry limit is 64 MiB): the two binaries, libtbb and the forest-study models;
 # `scripts/gpu-stage.sh traversal` everything but the forest models (tests, bench, pipeline,
 # guided, guided-rows, depth-auto, graph).
+# `scripts/gpu-stage.sh smoke` stages the driver's smoke test (gpu-run.sh smoke, smoke-memcheck):
+# canopy-bench alone, stripped and packed, libtbb and the two real point files (the forest rows
+# it reads travel with the tree, tests/data/forest).
 # `scripts/gpu-stage.sh dist` stages the MPI layer's run (scripts/gpu-dist.sh, a machine of two
 # or more GPUs): canopy-bench and canopy_mpi_tests built with MPI, canopy_tests, libtbb, Debian's
 # Open MPI as files to unpack there (the GPU machines have none), and the covtype forest.
@@ -15,7 +18,8 @@ cd "$(dirname "$0")/.."
 mode=${1:-all}
 build_dir=${CANOPY_BUILD_DIR:-build}
 rm -rf stage && mkdir -p stage/bin stage/lib stage/data
-cp "$build_dir"/tests/canopy_tests "$build_dir"/benchmarks/canopy-bench stage/bin/
+cp "$build_dir"/benchmarks/canopy-bench stage/bin/
+[ "$mode" = smoke ] || cp "$build_dir"/tests/canopy_tests stage/bin/
 if [ "$mode" = dist ]; then
   cp "$build_dir"/tests/canopy_mpi_tests stage/bin/
   cp -L "$(ldconfig -p | awk '/libtbb.so.12 /{print $NF; exit}')" stage/lib/
@@ -46,13 +50,13 @@ if [ "$mode" = dist ]; then
   du -sh stage
   exit 0
 fi
-[ "$mode" = forest ] || for e in pc_example knn_example bh_example custom_example forest_example quadtree_cities; do
+[ "$mode" = forest ] || [ "$mode" = smoke ] || for e in pc_example knn_example bh_example custom_example forest_example quadtree_cities; do
   cp "$build_dir"/examples/$e stage/bin/
 done
 cp -L "$(ldconfig -p | awk '/libtbb.so.12 /{print $NF; exit}')" stage/lib/
 data=${CANOPY_DATA:-../shared/data}
 [ "$mode" = forest ] || cp "$data"/covtype_points_254k.csv.gz "$data"/cities_171k.csv.gz stage/data/
-if [ "$mode" != traversal ] && [ -f bench-data/forest/higgs_rf_d20.json ]; then
+if [ "$mode" != traversal ] && [ "$mode" != smoke ] && [ -f bench-data/forest/higgs_rf_d20.json ]; then
   mkdir -p stage/forest
   # (the multi-class covtype model, for gpu-run.sh forest; forest-study does not use it)
   if [ "$mode" != forest ] && [ -f bench-data/forest/covtype_xgb_d8.json.gz ]; then
@@ -70,7 +74,7 @@ if [ "$mode" != traversal ] && [ -f bench-data/forest/higgs_rf_d20.json ]; then
 fi
 # The forest stage carries its models beside the binaries: stripped and packed (gpu-run.sh
 # unpacks them), they fit the 64 MiB carry.
-if [ "$mode" = forest ]; then
+if [ "$mode" = forest ] || [ "$mode" = smoke ]; then
   strip stage/bin/*
   tar -czf stage/bins.tgz -C stage bin && rm -r stage/bin
 fi
