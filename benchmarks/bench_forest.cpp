@@ -297,7 +297,8 @@ ForestOutput parse_forest_output(const std::string& s) {
   if (s == "prob") return ForestOutput::Prob;
   if (s == "class") return ForestOutput::Class;
   if (s == "leaf") return ForestOutput::Leaf;
-  throw Error("--output: '" + s + "' is not one of margin, prob, class, leaf");
+  if (s == "proba") return ForestOutput::Proba;
+  throw Error("--output: '" + s + "' is not one of margin, prob, class, leaf, proba");
 }
 
 std::vector<index_t> parse_forest_batches(const std::string& s) {

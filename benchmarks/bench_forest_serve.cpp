@@ -164,6 +164,8 @@ struct Call {
   double tuning_ms = 0;
   ForestTuning tuning = ForestTuning::Fixed;
   ForestKernel kernel = ForestKernel::Direct;
+  bool graph = false;  // a replayed CUDA graph
+  double upload_ms = 0, kernel_ms = 0, download_ms = 0;  // GPU phases (CUDA events)
 };
 
 // A call's predictions kept for the check against csr direct.
@@ -249,8 +251,9 @@ class ServePhase {
     auto p = std::make_unique<ForestPredictor>(w_.forest, cfg);
     build_ms_ = ms_since(phase_start);
     device_ = p->device();
-    ForestRunOptions run;  // the defaults, but for the output
+    ForestRunOptions run;  // the defaults, but for the output (and --graph)
     run.output = w_.output;
+    run.graph = c_.graph == "on";
 
     const std::size_t F = static_cast<std::size_t>(w_.data.n_features), width = static_cast<std::size_t>(w_.width);
     const index_t max_n = *std::max_element(batches_.begin(), batches_.end());
@@ -270,6 +273,10 @@ class ServePhase {
       call.tuning = t.tuning;
       call.tuning_ms = t.tuning_ms;
       call.kernel = t.kernel;
+      call.graph = t.graph;
+      call.upload_ms = t.upload_ms;
+      call.kernel_ms = t.kernel_ms;
+      call.download_ms = t.download_ms;
       if (i == 0) layout_ = t.layout;
       last_schedule_[size_class(call.n)] = {t.kernel, t.schedule.describe()};
       const bool sample = (c_.check_every > 0 && i % static_cast<std::size_t>(c_.check_every) == 0) ||
@@ -395,14 +402,24 @@ class ServePhase {
     j["checked_calls"] = checked_;
     j["mismatches"] = mismatches_;
     if (mismatches_ > 0) j["first_mismatch"] = first_mismatch_;
-    // Every call, for plots: rows, latency, where its schedule came from (to_string(ForestTuning)).
-    nlohmann::json n = nlohmann::json::array(), ms = nlohmann::json::array(), tu = nlohmann::json::array();
+    // Every call, for plots and for finding a tail's cause: rows, latency, where its schedule
+    // came from (to_string(ForestTuning)), the kernel, whether a graph replayed, GPU phases.
+    auto round4 = [](double v) { return std::round(v * 1e4) / 1e4; };
+    nlohmann::json n = nlohmann::json::array(), ms = nlohmann::json::array(), tu = nlohmann::json::array(),
+                   ke = nlohmann::json::array(), gr = nlohmann::json::array(), up = nlohmann::json::array(),
+                   km = nlohmann::json::array(), dn = nlohmann::json::array();
     for (const Call& c : calls_) {
       n.push_back(c.n);
-      ms.push_back(std::round(c.ms * 1e4) / 1e4);
+      ms.push_back(round4(c.ms));
       tu.push_back(to_string(c.tuning));
+      ke.push_back(to_string(c.kernel));
+      gr.push_back(c.graph);
+      up.push_back(round4(c.upload_ms));
+      km.push_back(round4(c.kernel_ms));
+      dn.push_back(round4(c.download_ms));
     }
-    j["per_call"] = {{"rows", n}, {"ms", ms}, {"tuning", tu}};
+    j["per_call"] = {{"rows", n},   {"ms", ms},        {"tuning", tu},     {"kernel", ke},
+                     {"graph", gr}, {"upload_ms", up}, {"kernel_ms", km}, {"download_ms", dn}};
     return j;
   }
 
@@ -584,6 +601,9 @@ void add_forest_serve_options(CLI::App& app, ForestServeConfig& c) {
   app.add_option("--label", c.label, "the label column (name or 0-based index), left out of the features");
   app.add_option("--output", c.output, "margin, prob, class or leaf (ForestRunOptions::output)")->capture_default_str();
   app.add_option("--calls", c.calls, "predict() calls per phase")->capture_default_str();
+  app.add_option("--graph", c.graph, "GPU: ForestRunOptions::graph (on: calls that keep coming back replay a CUDA graph)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   app.add_option("--min-batch", c.min_batch, "smallest batch (rows); sizes are log-uniform in [min, max]")->capture_default_str();
   app.add_option("--max-batch", c.max_batch, "largest batch (rows)")->capture_default_str();
   app.add_option("--seed", c.seed, "seed of the batch sizes (every phase draws the same sequence)")->capture_default_str();

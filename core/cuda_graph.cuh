@@ -17,13 +17,15 @@
 namespace canopy {
 
 // `Key` says everything a call's launches depend on (its kernel, schedule, pointers, sizes):
-// two calls with equal keys launch the same work. A call whose key equals the previous call's
-// is captured (a graph of what `enqueue(true)` queues) and replayed from then on (the last few
-// graphs are kept); the others run `enqueue(false)` directly. Only a repeat of the previous
-// call: a server whose batch sizes vary would otherwise capture (about 0.1 ms each) keys that
-// come back too rarely to pay for it, and its slowest calls would be those captures. Should a capture fail where the direct call then succeeds (the GPU
-// or driver refuses graphs), every later call runs directly; an Error of the call's own (a
-// schedule this GPU cannot take) comes from the direct call as it would without graphs.
+// two calls with equal keys launch the same work. The keys of recent calls are counted; a key's
+// kCaptureAt-th call among them is captured (a graph of what `enqueue(true)` queues) and its
+// later calls replay it; the others run `enqueue(false)` directly. A capture costs about 0.1 ms
+// and pays for itself only over many replays: a server whose batch sizes vary captures its few
+// frequent keys once (a key that leaves the recent set takes its graph with it), where
+// capturing on any repeat made captures its slowest calls (about 1% of them, forever). Should a
+// capture fail where the direct call then succeeds (the GPU or driver refuses graphs), every
+// later call runs directly; an Error of the call's own (a schedule this GPU cannot take) comes
+// from the direct call as it would without graphs.
 template <class Key>
 class GraphReplay {
  public:
@@ -31,7 +33,8 @@ class GraphReplay {
   GraphReplay(const GraphReplay&) = delete;
   GraphReplay& operator=(const GraphReplay&) = delete;
   ~GraphReplay() {
-    for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
+    for (auto& k : recent_)
+      if (k.exec) cudaGraphExecDestroy(k.exec);
   }
 
   // Queues the call on `stream`: replayed, captured then replayed, or `enqueue(false)`.
@@ -43,38 +46,53 @@ class GraphReplay {
       enqueue(false);
       return false;
     }
-    const bool repeat = std::find(seen_.begin(), seen_.end(), key) != seen_.end();
-    if (!repeat) {
-      seen_.push_front(key);
-      if (seen_.size() > kSeen) seen_.pop_back();
-    }
-    for (std::size_t i = 0; i < graphs_.size(); ++i)
-      if (graphs_[i].first == key) {
-        std::rotate(graphs_.begin(), graphs_.begin() + i, graphs_.begin() + i + 1);  // most recent first
-        CANOPY_CUDA_CHECK(cudaGraphLaunch(graphs_.front().second, stream));
-        return true;
+    Recent& k = touch(key);
+    if (!k.exec && k.calls >= kCaptureAt) {
+      k.exec = capture(stream, enqueue);
+      if (!k.exec) {
+        enqueue(false);
+        off_ = true;  // (not reached when the call itself throws)
+        return false;
       }
-    if (!repeat) {
+    }
+    if (!k.exec) {
       enqueue(false);
       return false;
     }
-    cudaGraphExec_t exec = capture(stream, enqueue);
-    if (!exec) {
-      enqueue(false);
-      off_ = true;  // (not reached when the call itself throws)
-      return false;
-    }
-    if (graphs_.size() == kGraphs) {
-      cudaGraphExecDestroy(graphs_.back().second);
-      graphs_.pop_back();
-    }
-    graphs_.emplace_front(key, exec);
-    CANOPY_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    CANOPY_CUDA_CHECK(cudaGraphLaunch(k.exec, stream));
     return true;
   }
 
  private:
-  static constexpr std::size_t kGraphs = 4, kSeen = 1;
+  // kRecent keys are counted (most recently called first); a key's kCaptureAt-th call among
+  // them captures it. Uniform sizes over more than kRecent keys never capture: none comes back
+  // often enough to pay for it.
+  static constexpr std::size_t kRecent = 32;
+  static constexpr int kCaptureAt = 4;
+  struct Recent {
+    Key key;
+    int calls = 0;
+    cudaGraphExec_t exec = nullptr;
+  };
+
+  // The key's entry, counted and moved to the front; the least recent key (and its graph)
+  // leaves when a new one comes.
+  Recent& touch(const Key& key) {
+    auto it = std::find_if(recent_.begin(), recent_.end(), [&](const Recent& r) { return r.key == key; });
+    if (it == recent_.end()) {
+      if (recent_.size() == kRecent) {
+        if (recent_.back().exec) cudaGraphExecDestroy(recent_.back().exec);
+        recent_.pop_back();
+      }
+      recent_.push_front(Recent{key, 0, nullptr});
+      it = recent_.begin();
+    } else if (it != recent_.begin()) {
+      std::rotate(recent_.begin(), it, it + 1);
+      it = recent_.begin();
+    }
+    ++it->calls;
+    return *it;
+  }
 
   // The graph of what enqueue(true) queues, instantiated; null where anything fails (nothing
   // captured has run, and the capture is over).
@@ -99,8 +117,7 @@ class GraphReplay {
     return exec;
   }
 
-  std::deque<std::pair<Key, cudaGraphExec_t>> graphs_;  // most recently used first
-  std::deque<Key> seen_;                                // the previous calls' keys, newest first
+  std::deque<Recent> recent_;
   bool off_ = false;
 };
 

@@ -241,6 +241,11 @@ struct ScalarSums {
     }
     if (!multi) {  // binary:logistic
       const float p = forest_math::sigmoid(margin[0]);
+      if (out == ForestOutput::Proba) {
+        store_result(dst, 0, sub_rn(1.0f, p), f64);
+        store_result(dst, 1, p, f64);
+        return;
+      }
       store_result(dst, 0, out == ForestOutput::Prob ? static_cast<double>(p) : c.class_values[p > 0.5f ? 1 : 0], f64);
       return;
     }

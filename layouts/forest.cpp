@@ -34,17 +34,20 @@ const char* to_string(ForestOutput o) {
     case ForestOutput::Prob: return "prob";
     case ForestOutput::Class: return "class";
     case ForestOutput::Leaf: return "leaf";
+    case ForestOutput::Proba: return "proba";
   }
   return "?";
 }
 
 int Forest::output_width(ForestOutput out) const {
   if (out == ForestOutput::Leaf) return static_cast<int>(trees_.size());
-  if (out == ForestOutput::Class) {
+  if (out == ForestOutput::Class || out == ForestOutput::Proba) {
     if (!is_classifier())
-      throw Error(std::string("the class output needs a classifier; this model is a regressor (") +
+      throw Error(std::string("the ") + to_string(out) + " output needs a classifier; this model is a regressor (" +
                   to_string(objective_) + ")");
-    return 1;
+    if (out == ForestOutput::Class) return 1;
+    if (objective_ == ForestObjective::BinaryLogistic) return 2;
+    return output_width(ForestOutput::Prob);
   }
   if (leaf_width_ > 0) return leaf_width_;
   if (objective_ == ForestObjective::MultiSoftprob || objective_ == ForestObjective::MultiSoftmax) return n_groups_;

@@ -43,7 +43,10 @@ const char* to_string(ForestObjective o);
 //           reaches (ForestTree::source_id), as a float (exact below 2^24); n_trees values.
 //           On the GPU a kernel of its own (a thread per row and tree) writes it, whatever
 //           ForestRunOptions::kernel says.
-enum class ForestOutput { Margin, Prob, Class, Leaf };
+//   Proba   classifiers: the class probabilities as scikit-learn's predict_proba shapes them,
+//           one column per class: a binary XGBoost model's [1 - p, p] (1 - p in float32, as
+//           XGBClassifier forms it), else the same as Prob; regressors have none
+enum class ForestOutput { Margin, Prob, Class, Leaf, Proba };
 const char* to_string(ForestOutput o);
 
 // Most classes (or XGBoost output groups) the executors accumulate per row.

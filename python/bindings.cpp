@@ -252,7 +252,7 @@ ForestSchedule parse_schedule(const py::dict& d) {
 
 PyRunOptions run_options(const std::string& output, const py::dict& kw) {
   PyRunOptions o;
-  o.run.output = parse_kind(output, ForestOutput::Leaf, "output");
+  o.run.output = parse_kind(output, ForestOutput::Proba, "output");
   for (const auto& [key, value] : kw) {
     const std::string k = py::str(key);
     if (k == "device") o.device = value.cast<std::string>();
@@ -297,7 +297,7 @@ class PyForest {
   std::string objective() const { return to_string(forest_.objective()); }
   bool is_classifier() const { return forest_.is_classifier(); }
   bool is_xgboost() const { return forest_.is_xgboost(); }
-  int width(const std::string& output) const { return forest_.output_width(parse_kind(output, ForestOutput::Leaf, "output")); }
+  int width(const std::string& output) const { return forest_.output_width(parse_kind(output, ForestOutput::Proba, "output")); }
   std::string device(const std::string& device) { return to_string(predictor(device).device()); }
   std::string layout(const std::string& device) { return to_string(predictor(device).layout()); }
   // The same model with the trees `ids` only, in that order, and this forest's configuration.

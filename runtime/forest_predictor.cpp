@@ -127,11 +127,16 @@ struct ForestPredictor::Impl {
   ForestLayout layout;
   Device device;
   int n_features = 0;
-  int width[4] = {0, 0, 0, 0};  // per ForestOutput; 0 = not available
-  std::string no_class;      // why the class output is not available
+  static constexpr int kOutputs = static_cast<int>(ForestOutput::Proba) + 1;
+  int width[kOutputs] = {};          // per ForestOutput; 0 = not available
+  std::string missing[kOutputs];     // why not (a regressor's class and proba outputs)
   AdaptiveReport adaptive_report;  // before `forest`, which fills it
   const AnyForestLayout forest;    // the GPU engine reads it: it outlives `gpu`
   std::unique_ptr<detail::ForestGpu> gpu;
+  // One GPU call at a time (predict, optimize, model_estimates, tune, schedule_rows): the GPU
+  // engine's buffers, events, stream, graphs and Auto's state are its one set. The layout above
+  // is read-only after construction, so CPU calls share it without the lock.
+  std::mutex gpu_mutex;
 
   template <class F>
   decltype(auto) with_view(F&& f) const {
@@ -145,13 +150,12 @@ ForestPredictor::ForestPredictor(const Forest& forest, const ForestConfig& confi
   impl_ = std::make_unique<Impl>(forest, config, resolve_device(config.device));
   Impl& m = *impl_;
   m.n_features = forest.n_features();
-  m.width[static_cast<int>(ForestOutput::Margin)] = forest.output_width(ForestOutput::Margin);
-  m.width[static_cast<int>(ForestOutput::Prob)] = forest.output_width(ForestOutput::Prob);
-  m.width[static_cast<int>(ForestOutput::Leaf)] = forest.output_width(ForestOutput::Leaf);
-  try {
-    m.width[static_cast<int>(ForestOutput::Class)] = forest.output_width(ForestOutput::Class);
-  } catch (const Error& e) {
-    m.no_class = e.what();
+  for (int o = 0; o < Impl::kOutputs; ++o) {
+    try {
+      m.width[o] = forest.output_width(static_cast<ForestOutput>(o));
+    } catch (const Error& e) {
+      m.missing[o] = e.what();
+    }
   }
   // Refuses forests wider than the executors accumulate, before any work is done.
   m.with_view([](const auto& v) { dispatch_forest_sums(v.common, [](auto) {}); });
@@ -173,8 +177,10 @@ ForestLayout ForestPredictor::layout() const { return impl_->layout; }
 int ForestPredictor::n_features() const { return impl_->n_features; }
 
 int ForestPredictor::output_width(ForestOutput out) const {
-  const int w = impl_->width[static_cast<int>(out)];
-  if (w == 0) throw Error(impl_->no_class);
+  const int o = static_cast<int>(out);
+  if (o < 0 || o >= Impl::kOutputs) throw Error("output_width: output " + std::to_string(o) + " is not a ForestOutput");
+  const int w = impl_->width[o];
+  if (w == 0) throw Error(impl_->missing[o]);
   return w;
 }
 

@@ -55,7 +55,10 @@ std::vector<double> predict_f64(ForestPredictor& p, const float* rows, index_t n
 
 std::vector<ForestOutput> outputs_of(const Forest& f) {
   std::vector<ForestOutput> out{ForestOutput::Margin, ForestOutput::Prob, ForestOutput::Leaf};
-  if (f.is_classifier()) out.push_back(ForestOutput::Class);
+  if (f.is_classifier()) {
+    out.push_back(ForestOutput::Class);
+    out.push_back(ForestOutput::Proba);
+  }
   return out;
 }
 

@@ -248,12 +248,18 @@ TEST(ForestGpu, RepeatedCallsReplayAGraphThatReadsTheCurrentRows) {
         };
         copy_memory(d_rows, fwd.values.data(), bytes);
         p.predict(d_rows, n, d_out, opt);  // auto settles its choice; later calls launch the same
-        EXPECT_EQ(call(fwd, n, d_out, replays), want_fwd);  // (a second identical call: captured)
+        EXPECT_EQ(call(fwd, n, d_out, false), want_fwd);    // the key's 2nd and 3rd calls: launched
+        EXPECT_EQ(call(rev, n, d_out, false), want_rev);
+        EXPECT_EQ(call(fwd, n, d_out, replays), want_fwd);  // the 4th: captured
         EXPECT_EQ(call(rev, n, d_out, replays), want_rev);  // replayed: the rows now in the buffer
-        EXPECT_EQ(call(fwd, n, d_out, replays), want_fwd);
         EXPECT_EQ(call(fwd, n - 1, d_out, false), prefix(want_fwd, n - 1));  // another size: launched
         EXPECT_EQ(call(rev, n, d_out2, false), want_rev);                    // another buffer: launched
         EXPECT_EQ(call(rev, n, d_out, replays), want_rev);                   // the first key's graph again
+        // Sizes that each come back only after more than 32 other keys are never captured,
+        // and push the first key (and its graph) out.
+        for (int round = 0; round < 5; ++round)
+          for (index_t m = 2; m < 42; ++m) EXPECT_EQ(call(fwd, n - m, d_out, false), prefix(want_fwd, n - m));
+        EXPECT_EQ(call(fwd, n, d_out, false), want_fwd);
       }
     }
   }

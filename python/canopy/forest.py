@@ -58,25 +58,6 @@ def _integer(name, value):
     return int(value)
 
 
-_TWO_COLUMNS = None
-
-
-def _two_columns(rows, one):
-    """XGBClassifier's binary predict_proba, [1 - p, p] in float32, in one pass (one kernel on
-    the device instead of three: a 10,000-row call is about 60 us of GPU time)."""
-    global _TWO_COLUMNS
-    out = rows.xp.empty((one.shape[0], 2), dtype=np.float32)
-    if not rows.device:
-        np.subtract(np.float32(1.0), one, out=out[:, 0])
-        out[:, 1] = one
-        return out
-    if _TWO_COLUMNS is None:
-        _TWO_COLUMNS = rows.xp.ElementwiseKernel("float32 p", "float32 q, float32 r", "q = 1.0f - p; r = p;",
-                                                 "canopy_two_columns")
-    _TWO_COLUMNS(one, out[:, 0], out[:, 1])
-    return out
-
-
 def _run_options(call, options, device):
     """The C++ run options from a call's keyword arguments: a TypeError names unknown keywords
     and wrongly typed values, a ValueError unknown names."""
@@ -581,11 +562,9 @@ class Forest:
             xp = rows.xp  # scipy.special.softmax, the same operations
             e = xp.exp(m - xp.amax(m, axis=1, keepdims=True))
             p = e / xp.sum(e, axis=1, keepdims=True)
-        else:
-            rows, p = self._run("predict_proba", X, "prob", iteration_range, validate_features, options,
+        else:  # (binary XGBoost: the C++ proba output writes [1 - p, p] in the call itself)
+            rows, p = self._run("predict_proba", X, "proba", iteration_range, validate_features, options,
                                 f64=not xgb)
-            if obj == "binary:logistic":
-                p = _two_columns(rows, p[:, 0])
         return self._finish(rows, p)
 
     def predict(self, X, output_margin=False, iteration_range=None, validate_features=True, output=None,
