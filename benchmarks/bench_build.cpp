@@ -130,7 +130,27 @@ int run_build(const BuildConfig& c) {
   std::printf("points %lld, %d-d (%s); leaf size %d; CPU: %d threads; GPU: %s\n", static_cast<long long>(n), ps.dims,
               source.c_str(), c.leaf_size, tbb::this_task_arena::max_concurrency(), gpu_description().c_str());
 
-  std::vector<Row> rows;
+  // Each tree's row is printed (and flushed) once it is measured: a crash in a later build keeps it.
+  const bool gpu = gpu_available();
+  std::printf("\n| tree | CPU build ms | GPU build ms | GPU upload + download ms | GPU wall ms | CPU / GPU build | "
+              "equal |\n| --- | ---: | ---: | ---: | ---: | ---: | --- |\n");
+  std::fflush(stdout);
+  bool all_equal = true;
+  nlohmann::json out = {{"source", source}, {"n", n}, {"dims", ps.dims}, {"leaf_size", c.leaf_size}, {"rows", {}}};
+  auto add = [&](const Row& r) {
+    if (gpu) {
+      std::printf("| %s | %.1f | %.2f | %.2f + %.2f | %.1f | %.0f× | %s |\n", r.tree.c_str(), r.cpu_ms, r.gpu_build_ms,
+                  r.gpu_upload_ms, r.gpu_download_ms, r.gpu_wall_ms, r.cpu_ms / r.gpu_build_ms,
+                  r.equal ? "yes" : "NO");
+      all_equal = all_equal && r.equal;
+    } else {
+      std::printf("| %s | %.1f | – | – | – | – | – |\n", r.tree.c_str(), r.cpu_ms);
+    }
+    std::fflush(stdout);
+    out["rows"].push_back({{"tree", r.tree}, {"cpu_ms", r.cpu_ms}, {"gpu_build_ms", r.gpu_build_ms},
+                           {"gpu_upload_ms", r.gpu_upload_ms}, {"gpu_download_ms", r.gpu_download_ms},
+                           {"gpu_wall_ms", r.gpu_wall_ms}, {"equal", r.equal}});
+  };
   std::stringstream list(c.trees);
   for (std::string t; std::getline(list, t, ',');) {
     if (t == "kd") {
@@ -138,21 +158,21 @@ int run_build(const BuildConfig& c) {
       o.leaf_size = c.leaf_size;
       o.device = Device::Cpu;  // build() is the CPU row; the GPU row calls the GPU build itself
       KdTreeGpuBuilder builder;  // the rebuilds reuse its buffers, as a simulation's would
-      rows.push_back(measure<KdTree>(
+      add(measure<KdTree>(
           "kd", c.repeat, [&] { return KdTree::build(ps.data(), n, ps.dims, o); },
           [&](GpuBuildStats* st) { return builder.build(ps.data(), n, ps.dims, o, st); }));
     } else if (t == "ball") {
       BallTreeOptions o;
       o.leaf_size = c.leaf_size;
       o.device = Device::Cpu;
-      rows.push_back(measure<BallTree>(
+      add(measure<BallTree>(
           "ball", c.repeat, [&] { return BallTree::build(ps.data(), n, ps.dims, o); },
           [&](GpuBuildStats* st) { return BallTree::build_on_gpu(ps.data(), n, ps.dims, o, st); }));
     } else if (t == "vp") {
       VpTreeOptions o;
       o.leaf_size = c.leaf_size;
       o.device = Device::Cpu;
-      rows.push_back(measure<VpTree>(
+      add(measure<VpTree>(
           "vp", c.repeat, [&] { return VpTree::build(ps.data(), n, ps.dims, o); },
           [&](GpuBuildStats* st) { return VpTree::build_on_gpu(ps.data(), n, ps.dims, o, st); }));
     } else if (t == "octree") {
@@ -164,7 +184,7 @@ int run_build(const BuildConfig& c) {
       OctreeOptions o;
       o.leaf_size = c.leaf_size;
       o.device = Device::Cpu;
-      rows.push_back(measure<Octree>(
+      add(measure<Octree>(
           "octree", c.repeat, [&] { return Octree::build(xyz.data(), mass.data(), n, o); },
           [&](GpuBuildStats* st) { return Octree::build_on_gpu(xyz.data(), mass.data(), n, o, st); }));
     } else {
@@ -172,24 +192,6 @@ int run_build(const BuildConfig& c) {
     }
   }
 
-  const bool gpu = gpu_available();
-  std::printf("\n| tree | CPU build ms | GPU build ms | GPU upload + download ms | GPU wall ms | CPU / GPU build | "
-              "equal |\n| --- | ---: | ---: | ---: | ---: | ---: | --- |\n");
-  bool all_equal = true;
-  nlohmann::json out = {{"source", source}, {"n", n}, {"dims", ps.dims}, {"leaf_size", c.leaf_size}, {"rows", {}}};
-  for (const Row& r : rows) {
-    if (gpu) {
-      std::printf("| %s | %.1f | %.2f | %.2f + %.2f | %.1f | %.0f× | %s |\n", r.tree.c_str(), r.cpu_ms, r.gpu_build_ms,
-                  r.gpu_upload_ms, r.gpu_download_ms, r.gpu_wall_ms, r.cpu_ms / r.gpu_build_ms,
-                  r.equal ? "yes" : "NO");
-      all_equal = all_equal && r.equal;
-    } else {
-      std::printf("| %s | %.1f | – | – | – | – | – |\n", r.tree.c_str(), r.cpu_ms);
-    }
-    out["rows"].push_back({{"tree", r.tree}, {"cpu_ms", r.cpu_ms}, {"gpu_build_ms", r.gpu_build_ms},
-                           {"gpu_upload_ms", r.gpu_upload_ms}, {"gpu_download_ms", r.gpu_download_ms},
-                           {"gpu_wall_ms", r.gpu_wall_ms}, {"equal", r.equal}});
-  }
   if (!c.json.empty()) write_json(c.json, out);
   if (!all_equal) {
     std::fprintf(stderr, "canopy-bench build: a GPU tree differs from the CPU tree\n");

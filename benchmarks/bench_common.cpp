@@ -157,11 +157,56 @@ PipelineSetting parse_pipeline(const PipelineArgs& args) {
   return p;
 }
 
+namespace {
+
+const VariantRow* baseline(const Suite& s) {
+  for (const VariantRow& r : s.rows)
+    if (r.name == "mask-lockstep") return &r;
+  return nullptr;
+}
+
+void print_header() {
+  std::printf("\n%-22s %5s %10s %10s %10s %10s %12s %10s %20s %9s\n", "variant", "depth", "inspect", "schedule",
+              "execute", "total", "nodes/warp", "max", "checksum", "speedup");
+  std::printf("%-22s %5s %10s %10s %10s %10s %12s %10s %20s %9s\n", "", "", "ms", "ms", "ms", "ms", "mean", "", "",
+              "vs mask");
+  std::fflush(stdout);
+}
+
+// One row of the table, flushed: a crash in a later variant keeps the rows printed before it.
+void print_row(const VariantRow& r, const VariantRow* base) {
+  char depth[16] = "-", npw[32] = "-", npw_max[32] = "-", speed[32] = "-";
+  if (r.depth) std::snprintf(depth, sizeof depth, r.auto_depth ? "a%d" : "%d", r.depth);
+  if (r.nodes_per_warp > 0) {
+    std::snprintf(npw, sizeof npw, "%.1f", r.nodes_per_warp);
+    std::snprintf(npw_max, sizeof npw_max, "%lld", static_cast<long long>(r.nodes_per_warp_max));
+  }
+  if (base && r.total > 0) std::snprintf(speed, sizeof speed, "%.2fx", base->total / r.total);
+  std::printf("%-22s %5s %10.3f %10.3f %10.3f %10.3f %12s %10s %20llu %9s%s\n", r.name.c_str(), depth, r.inspect,
+              r.schedule, r.execute, r.total, npw, npw_max, static_cast<unsigned long long>(r.checksum), speed,
+              r.same_results ? "" : "  RESULTS DIFFER");
+  std::fflush(stdout);
+}
+
+}  // namespace
+
 Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& sweep, int depth, Device device,
                 int repeat, const RunFn& run, const PipelineSetting& pipeline) {
   Suite suite;
   suite.repeat = repeat;
   std::vector<std::uint64_t> reference;
+  // The table is printed as the variants finish (print_suite adds the summary): a row waits only
+  // for the baseline of its speedup column (mask-lockstep, when it is among the variants).
+  const bool has_baseline = std::any_of(variants.begin(), variants.end(),
+                                        [](const Variant& v) { return std::string(v.name) == "mask-lockstep"; });
+  std::size_t printed = 0;
+  print_header();
+  suite.rows_printed = true;
+  auto print_ready = [&] {
+    const VariantRow* base = baseline(suite);
+    if (has_baseline && !base) return;
+    for (; printed < suite.rows.size(); ++printed) print_row(suite.rows[printed], base);
+  };
   auto measure = [&](const Variant& var, int d) {
     TraversalOptions opt;
     opt.device = device;
@@ -229,6 +274,7 @@ Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& sw
     row.execute_only = median(only);
     suite.all_same = suite.all_same && row.same_results;
     suite.rows.push_back(row);
+    print_ready();
   };
   std::vector<int> depths = sweep;
   if (depths.empty()) depths.push_back(depth);
@@ -240,31 +286,11 @@ Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& sw
   return suite;
 }
 
-namespace {
-const VariantRow* baseline(const Suite& s) {
-  for (const VariantRow& r : s.rows)
-    if (r.name == "mask-lockstep") return &r;
-  return nullptr;
-}
-}  // namespace
-
 void print_suite(const Suite& s) {
   const VariantRow* base = baseline(s);
-  std::printf("\n%-22s %5s %10s %10s %10s %10s %12s %10s %20s %9s\n", "variant", "depth", "inspect", "schedule",
-              "execute", "total", "nodes/warp", "max", "checksum", "speedup");
-  std::printf("%-22s %5s %10s %10s %10s %10s %12s %10s %20s %9s\n", "", "", "ms", "ms", "ms", "ms", "mean", "", "",
-              "vs mask");
-  for (const VariantRow& r : s.rows) {
-    char depth[16] = "-", npw[32] = "-", npw_max[32] = "-", speed[32] = "-";
-    if (r.depth) std::snprintf(depth, sizeof depth, r.auto_depth ? "a%d" : "%d", r.depth);
-    if (r.nodes_per_warp > 0) {
-      std::snprintf(npw, sizeof npw, "%.1f", r.nodes_per_warp);
-      std::snprintf(npw_max, sizeof npw_max, "%lld", static_cast<long long>(r.nodes_per_warp_max));
-    }
-    if (base && r.total > 0) std::snprintf(speed, sizeof speed, "%.2fx", base->total / r.total);
-    std::printf("%-22s %5s %10.3f %10.3f %10.3f %10.3f %12s %10s %20llu %9s%s\n", r.name.c_str(), depth, r.inspect,
-                r.schedule, r.execute, r.total, npw, npw_max, static_cast<unsigned long long>(r.checksum), speed,
-                r.same_results ? "" : "  RESULTS DIFFER");
+  if (!s.rows_printed) {
+    print_header();
+    for (const VariantRow& r : s.rows) print_row(r, base);
   }
   std::printf("\nmedian of %d runs; every variant's results %s\n", s.repeat, s.all_same ? "identical" : "DIFFER");
   for (const VariantRow& r : s.rows)
@@ -279,7 +305,10 @@ void print_suite(const Suite& s) {
                   r.name.c_str(), r.depth, r.depth_trial);
   bool any = false;
   for (const VariantRow& r : s.rows) any = any || r.chunks > 0;
-  if (!any) return;
+  if (!any) {
+    std::fflush(stdout);
+    return;
+  }
   std::printf("\npipelined (inspect, schedule, execute above are busy times summed over chunks; total is the wall time)\n");
   std::printf("%-22s %5s %16s %10s %14s %12s\n", "variant", "depth", "chunks (largest)", "wall ms", "execute-only ms",
               "efficiency");
@@ -291,6 +320,7 @@ void print_suite(const Suite& s) {
                 r.total > 0 ? r.execute_only / r.total : 0.0);
   }
   std::printf("efficiency = execute-only time of the same schedule / pipelined wall time\n");
+  std::fflush(stdout);
 }
 
 int suite_depth(const Suite& s, int fallback) {

@@ -73,6 +73,7 @@ struct Suite {
   std::vector<VariantRow> rows;
   bool all_same = true;
   int repeat = 1;
+  bool rows_printed = false;  // run_suite printed the table's rows as they were measured
 };
 
 // The pipeline and memory options of a run (--pipeline, --chunk, --memory-budget).
@@ -87,7 +88,8 @@ struct PipelineSetting {
 // Runs each variant once untimed (with the warp emulator's node counts for lockstep
 // executors), then `repeat` timed runs; variants that use the inspector run at every depth.
 // With the pipeline on, the inspector variants run pipelined and each timed run also times the
-// executor alone over the same schedule.
+// executor alone over the same schedule. The table's header and rows are printed (and flushed)
+// as the variants finish, so a crash keeps the rows before it; print_suite adds the summary.
 Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& depths, int depth, Device device,
                 int repeat, const RunFn& run, const PipelineSetting& pipeline = {});
 // Adds --pipeline, --chunk, --memory-budget (MiB), --inspector-first and --ramp to a workload's
@@ -95,6 +97,7 @@ Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& de
 void add_pipeline_options(CLI::App& app, PipelineArgs& args);
 // --pipeline, --inspector-first and --ramp on / off; --chunk and --memory-budget (MiB) as given.
 PipelineSetting parse_pipeline(const PipelineArgs& args);
+// The summary under run_suite's rows (all of the table when the rows were not printed yet).
 void print_suite(const Suite& s);
 // The depth the inspector variants used (the first one's), or `fallback`.
 int suite_depth(const Suite& s, int fallback);

@@ -28,6 +28,9 @@
 #include "benchmarks/bench_forest.hpp"
 
 int main(int argc, char** argv) {
+  // Every line of every table reaches a pipe or a file as it is printed: a crash (a signal ends
+  // the process without flushing stdio) keeps the rows printed before it.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"canopy-bench: hybrid CPU-GPU scheduling of tree traversals"};
   app.require_subcommand(0, 1);
 
