@@ -52,7 +52,8 @@ struct PointTreeView {
 // A tree built on the GPU stays there (on_device(), detail::DeviceResident): its arrays live in
 // device memory, which the engines read in place, and only its nodes are copied to the host at
 // once (the engines cut the top-tree from them). The other host arrays are copied on first use,
-// by any accessor or view(); a copy of such a tree makes them first.
+// all at once, by any accessor or view() (a CPU call, count_nodes' emulator, the quality tools);
+// a copy of such a tree makes them first. A GPU call copies nothing.
 template <class Tree, class View>
 class PointTree : public detail::DeviceResident<Tree> {
  public:
@@ -62,7 +63,7 @@ class PointTree : public detail::DeviceResident<Tree> {
   }
   // The view of what is on the host now, without copying anything: the nodes and sizes always;
   // null for the arrays of a tree on the device not copied yet. What the engines cut top-trees
-  // from.
+  // from, and a Traverser's host tree (runtime/custom.cuh); a walk on the CPU needs view().
   View topology_view() const { return this->host_ready() ? view() : this->host_part_view(); }
   // Bytes of the tree's arrays: what its device copy takes.
   std::size_t bytes() const {
