@@ -37,7 +37,8 @@ struct BhWorkload;
 }
 
 // Holds an octree (which must outlive it), the bodies in their original order and, on the GPU,
-// the device copies. Not thread-safe: use one object per thread.
+// the device copies. Several host threads may call run() at once: the calls take turns on the
+// engine's lock (objects of their own, which may share the octree, run side by side).
 class BarnesHut {
  public:
   explicit BarnesHut(const Octree& tree, Device device = Device::Auto);

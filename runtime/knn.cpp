@@ -14,11 +14,17 @@ const char* to_string(SearchTree t) {
 }
 
 NearestNeighbors::NearestNeighbors(const KdTree& tree, Device device)
-    : kind_(SearchTree::Kd), kd_tree_(&tree), kd_(std::make_unique<Engine<detail::KnnWorkload<KdTree>>>(tree, device)) {}
+    : kind_(SearchTree::Kd), kd_tree_(&tree), kd_(std::make_unique<Engine<detail::KnnWorkload<KdTree>>>(tree, device)) {
+  keep_sizes();
+}
 NearestNeighbors::NearestNeighbors(const BallTree& tree, Device device)
-    : kind_(SearchTree::Ball), ball_(std::make_unique<Engine<detail::KnnWorkload<BallTree>>>(tree, device)) {}
+    : kind_(SearchTree::Ball), ball_(std::make_unique<Engine<detail::KnnWorkload<BallTree>>>(tree, device)) {
+  keep_sizes();
+}
 NearestNeighbors::NearestNeighbors(const VpTree& tree, Device device)
-    : kind_(SearchTree::Vp), vp_(std::make_unique<Engine<detail::KnnWorkload<VpTree>>>(tree, device)) {}
+    : kind_(SearchTree::Vp), vp_(std::make_unique<Engine<detail::KnnWorkload<VpTree>>>(tree, device)) {
+  keep_sizes();
+}
 NearestNeighbors::~NearestNeighbors() = default;
 
 template <class F>
@@ -34,14 +40,13 @@ decltype(auto) NearestNeighbors::with_engine(F&& f) const {
 Device NearestNeighbors::device() const {
   return with_engine([](const auto& e) { return e.device(); });
 }
-int NearestNeighbors::dims() const {
-  return with_engine([](const auto& e) { return e.view().dims; });
-}
-index_t NearestNeighbors::size() const {
-  return with_engine([](const auto& e) { return e.view().n_points; });
-}
-int NearestNeighbors::height() const {
-  return with_engine([](const auto& e) { return e.view().height; });
+void NearestNeighbors::keep_sizes() {
+  with_engine([&](const auto& e) {
+    const auto v = e.view();
+    dims_ = v.dims;
+    size_ = v.n_points;
+    height_ = v.height;
+  });
 }
 
 KnnResult NearestNeighbors::run(const float* queries, index_t n, const KnnOptions& opt) {

@@ -45,7 +45,7 @@ struct KnnWorkload;
 }
 
 // Holds a tree (which must outlive it) and, on the GPU, its device copy and reusable buffers.
-// Not thread-safe: use one object per thread.
+// Several host threads may call run() at once: the calls take turns on the engine's lock.
 class NearestNeighbors {
  public:
   explicit NearestNeighbors(const KdTree& tree, Device device = Device::Auto);
@@ -55,9 +55,9 @@ class NearestNeighbors {
 
   Device device() const;
   SearchTree tree_kind() const { return kind_; }
-  int dims() const;
-  index_t size() const;  // tree points
-  int height() const;
+  int dims() const { return dims_; }
+  index_t size() const { return size_; }  // tree points
+  int height() const { return height_; }
   // The kd-tree searched, or null for a ball or vp tree.
   const KdTree* kd_tree() const { return kd_tree_; }
 
@@ -75,8 +75,12 @@ class NearestNeighbors {
   template <class F>
   decltype(auto) with_engine(F&& f) const;
 
+  void keep_sizes();  // dims_, size_, height_ from the engine's view (fixed: never wait on a call)
+
   SearchTree kind_;
   const KdTree* kd_tree_ = nullptr;
+  int dims_ = 0, height_ = 0;
+  index_t size_ = 0;
   std::unique_ptr<Engine<detail::KnnWorkload<KdTree>>> kd_;
   std::unique_ptr<Engine<detail::KnnWorkload<BallTree>>> ball_;
   std::unique_ptr<Engine<detail::KnnWorkload<VpTree>>> vp_;

@@ -30,7 +30,8 @@ struct PcWorkload;
 }
 
 // Holds a tree (which must outlive it) and, on the GPU, the tree's device copy and reusable
-// buffers. Not thread-safe: use one object per thread.
+// buffers. Several host threads may call run() at once: the calls take turns on the engine's
+// lock (objects of their own, which may share the tree, run side by side).
 class PointCorrelation {
  public:
   explicit PointCorrelation(const KdTree& tree, Device device = Device::Auto);

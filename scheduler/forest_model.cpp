@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <system_error>
 
@@ -320,6 +321,10 @@ void save_forest_hardware(const std::string& path, const ForestHardware& hw) {
 
 ForestHardware load_or_measure_forest_hardware(const std::string& path, const std::string& name, const std::string& uuid,
                                                const std::function<ForestHardware()>& measure, bool* measured) {
+  // One at a time in the process: predictors made on several threads at once measure the GPU
+  // once (benchmarks running side by side would time each other) and then load the cache.
+  static std::mutex one_at_a_time;
+  const std::lock_guard<std::mutex> lock(one_at_a_time);
   ForestHardware hw;
   if (!path.empty() && load_forest_hardware(path, name, uuid, &hw)) {
     if (measured) *measured = false;

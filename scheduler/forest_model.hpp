@@ -157,7 +157,7 @@ void save_forest_hardware(const std::string& path, const ForestHardware& hw);
 // result there. *measured, when given, says which happened. measure()'s record must be for
 // that device (an empty name or uuid in it is filled in; another one is an Error). An empty
 // `path` means no cache: measure() is always called and nothing is written. An Error from
-// saving propagates.
+// saving propagates. Calls from several threads take turns (one measures, the next loads).
 ForestHardware load_or_measure_forest_hardware(const std::string& path, const std::string& name, const std::string& uuid,
                                                const std::function<ForestHardware()>& measure, bool* measured = nullptr);
 
