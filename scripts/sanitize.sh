@@ -11,7 +11,15 @@
 #                                        # with the normal build's CUDA objects (run scripts/build.sh
 #                                        # first); device code is not rebuilt, which is what makes it
 #                                        # fit next to the normal CI run on 2 cores
+#   scripts/sanitize.sh --thread         # ThreadSanitizer (clang++) over the same host code as
+#                                        # --ci, in build-tsan, linked with the normal build's CUDA
+#                                        # objects (run scripts/build.sh first): the CPU suite, the
+#                                        # threads' tests included (the CUDA runtime, TBB, gtest
+#                                        # stay uninstrumented; scripts/tsan.supp says what that
+#                                        # costs). Arguments go to the test binary (--gtest_filter=...)
 #   CANOPY_ASAN_DIR     build folder (default: build-asan; --ci: build-asan-ci)
+#   CANOPY_TSAN_DIR     build folder of --thread (default: build-tsan)
+#   CANOPY_TSAN_CXX     its compiler (default: clang++; g++ works too)
 #   CANOPY_CUDA_ARCHS   CUDA architectures (default: 90, the H100)
 #   CANOPY_ASAN_BUILD_ONLY=1   configure and build, run nothing
 # Only host code is instrumented; device code runs as in a normal build.
@@ -26,22 +34,19 @@ sanitizer_env() {
   export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 }
 
-if [ "${1:-}" = --ci ]; then
+# The host code of the library and of the GoogleTest suite (every .cpp file), compiled with
+# compiler $1 and the flags after it into $out/obj (only what changed since), then linked with the
+# normal build's CUDA objects into $out/canopy_tests. $link_flags: the sanitizer's link flags.
+host_build() {
+  local cxx=$1
   shift
-  normal=${CANOPY_BUILD_DIR:-build}
-  out=${CANOPY_ASAN_DIR:-build-asan-ci}
-  [ -f "$normal/tests/canopy_tests" ] || { echo "sanitize --ci: build $normal first (scripts/build.sh)" >&2; exit 2; }
-  t0=$(date +%s)
-  # The flags of the normal build (NDEBUG included: the instrumented objects link with its CUDA
-  # objects, so both must see the same headers), at -O1 with the sanitizers.
-  flags=(-std=c++17 -O1 -g -DNDEBUG -ffp-contract=off -fsanitize=address,undefined -fno-omit-frame-pointer
-         -fno-sanitize-recover=all -DBOOST_ALL_NO_LIB -DGTEST_HAS_PTHREAD=1 "-DCANOPY_TEST_DATA=\"$root/tests/data\""
-         -I"$root" -I"$root/tests" -isystem /usr/local/cuda/include)
-  mapfile -t lib_sources < <(sed -n '/^add_library(canopy STATIC/,/^)/p' CMakeLists.txt | grep -oE '^[[:space:]]+[A-Za-z0-9_/]+\.cpp$' | tr -d ' ')
+  local flags=("$@")
+  # Every .cpp file the lists name (several may share a line), comments left out.
+  mapfile -t lib_sources < <(sed -n '/^add_library(canopy STATIC/,/^)/p' CMakeLists.txt | grep -v '^[[:space:]]*#' | grep -oE '[A-Za-z0-9_/]+\.cpp\b')
   # Every test file but those whose tests all need a GPU (they skip where CI runs; the full
   # build above instruments them on a GPU machine).
   gpu_only='test_(kdtree_gpu|octree_gpu|forest_gpu|resident)\.cpp$'
-  mapfile -t test_sources < <(sed -n '/^add_executable(canopy_tests/,/^)/p' tests/CMakeLists.txt | grep -oE '^[[:space:]]+[A-Za-z0-9_/]+\.cpp$' | tr -d ' ' | grep -Ev "$gpu_only" | sed 's|^|tests/|')
+  mapfile -t test_sources < <(sed -n '/^add_executable(canopy_tests/,/^)/p' tests/CMakeLists.txt | grep -v '^[[:space:]]*#' | grep -oE '[A-Za-z0-9_/]+\.cpp\b' | grep -Ev "$gpu_only" | sed 's|^|tests/|')
   mkdir -p "$out"
   objs=()
   pids=()
@@ -50,7 +55,7 @@ if [ "${1:-}" = --ci ]; then
     objs+=("$obj")
     if [[ ! -f $obj || $src -nt $obj ]] || { [[ -f $obj.d ]] && [[ -n $(find $(sed -e 's/\\$//' -e 's/^[^:]*://' "$obj.d") -newer "$obj" 2>/dev/null | head -1) ]]; }; then
       mkdir -p "$(dirname "$obj")"
-      g++ "${flags[@]}" -MMD -MF "$obj.d" -c "$src" -o "$obj" &
+      "$cxx" "${flags[@]}" -MMD -MF "$obj.d" -c "$src" -o "$obj" &
       pids+=($!)
       if [[ ${#pids[@]} -ge $(nproc) ]]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
     fi
@@ -58,8 +63,46 @@ if [ "${1:-}" = --ci ]; then
   for p in "${pids[@]}"; do wait "$p"; done
   # The device code as the normal build compiled it: the library's and the tests' .cu objects.
   mapfile -t cuda_objs < <(find "$normal/CMakeFiles/canopy.dir" "$normal/tests/CMakeFiles/canopy_tests.dir" -name '*.cu.o' | sort)
-  g++ -fsanitize=address,undefined "${objs[@]}" "${cuda_objs[@]}" -lgtest -lgtest_main -ltbb -lz \
+  "$cxx" $link_flags "${objs[@]}" "${cuda_objs[@]}" -lgtest -lgtest_main -ltbb -lz \
     -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lpthread -o "$out/canopy_tests"
+}
+
+# The flags of the normal build (NDEBUG included: the instrumented objects link with its CUDA
+# objects, so both must see the same headers), at -O1 with a sanitizer's.
+common_flags() {
+  echo "-std=c++17 -O1 -g -DNDEBUG -ffp-contract=off -fno-omit-frame-pointer -DBOOST_ALL_NO_LIB -DGTEST_HAS_PTHREAD=1"
+}
+
+if [ "${1:-}" = --thread ]; then
+  shift
+  normal=${CANOPY_BUILD_DIR:-build}
+  out=${CANOPY_TSAN_DIR:-build-tsan}
+  [ -f "$normal/tests/canopy_tests" ] || { echo "sanitize --thread: build $normal first (scripts/build.sh)" >&2; exit 2; }
+  t0=$(date +%s)
+  link_flags=-fsanitize=thread
+  # shellcheck disable=SC2046
+  host_build "${CANOPY_TSAN_CXX:-clang++}" $(common_flags) -fsanitize=thread \
+    "-DCANOPY_TEST_DATA=\"$root/tests/data\"" -I"$root" -I"$root/tests" -isystem /usr/local/cuda/include
+  t1=$(date +%s)
+  echo "sanitize --thread: built the instrumented host code in $((t1 - t0)) s"
+  # exitcode: a report fails the run at exit (every report is printed first).
+  export TSAN_OPTIONS="suppressions=$root/scripts/tsan.supp:print_suppressions=0:second_deadlock_stack=1:exitcode=66${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+  # Left out for time, as in --ci (its code runs in the smaller CountsEqualBruteForce cases).
+  "$out/canopy_tests" --gtest_brief=1 --gtest_filter="${CANOPY_SANITIZE_FILTER:--CountsEqualBruteForceEdge.LargeBatchAcrossWarpsAndBlocks}" "$@"
+  echo "sanitize --thread: the GoogleTest suite under ThreadSanitizer took $(($(date +%s) - t1)) s"
+  exit 0
+fi
+
+if [ "${1:-}" = --ci ]; then
+  shift
+  normal=${CANOPY_BUILD_DIR:-build}
+  out=${CANOPY_ASAN_DIR:-build-asan-ci}
+  [ -f "$normal/tests/canopy_tests" ] || { echo "sanitize --ci: build $normal first (scripts/build.sh)" >&2; exit 2; }
+  t0=$(date +%s)
+  link_flags=-fsanitize=address,undefined
+  # shellcheck disable=SC2046
+  host_build g++ $(common_flags) -fsanitize=address,undefined -fno-sanitize-recover=all \
+    "-DCANOPY_TEST_DATA=\"$root/tests/data\"" -I"$root" -I"$root/tests" -isystem /usr/local/cuda/include
   t1=$(date +%s)
   echo "sanitize --ci: built the instrumented host code in $((t1 - t0)) s"
   sanitizer_env
