@@ -40,6 +40,16 @@ class ResidentArrays {
   void* add(const std::string& name, std::size_t bytes, stream_t stream);
   // The array named `name`; an error naming it if there is none.
   const void* find(const std::string& name) const;
+  // One array's host copy: its first `bytes` into `dst`.
+  struct Download {
+    const char* name;
+    void* dst;
+    std::size_t bytes;
+  };
+  // Copies the arrays to host memory through page-locked staging, the device filling one chunk
+  // while the host empties the one before (a copy into pageable memory runs at a fraction of
+  // the link's speed); returns when all are there.
+  void download(const std::vector<Download>& copies) const;
   std::size_t bytes(const std::string& name) const;
   std::size_t bytes() const { return bytes_; }
 
@@ -76,28 +86,51 @@ class DeviceResident {
   DeviceResident& operator=(DeviceResident&&) noexcept = default;
   ~DeviceResident() = default;
 
-  // Copies every array the host lacks from the device, once (thread-safe).
+  // Copies every array the host lacks from the device, once (thread-safe), in one download.
+  // Only CPU paths call it (a CPU call, count_nodes' emulator, an accessor, a copy): a GPU call
+  // reads the arrays in place.
   void fetch_host() const {
     if (host_ready()) return;
     std::lock_guard<std::mutex> lock(fetch_->m);
     if (fetch_->done.load(std::memory_order_relaxed)) return;
-    static_cast<const Tree&>(*this).map_view([this](const auto& v, const char* what) {
+    std::vector<ResidentArrays::Download> copies;
+    const Tree& tree = static_cast<const Tree&>(*this);
+    tree.map_view([&](const auto& v, const char* what) {
       using T = std::decay_t<decltype(v[0])>;
       auto& out = const_cast<std::vector<T>&>(v);  // a mutable member
       if (out.empty()) {
         const std::size_t bytes = resident_->bytes(what);
         out.resize(bytes / sizeof(T));
-        copy_memory(out.data(), resident_->find(what), bytes);
+        copies.push_back({what, out.data(), bytes});
       }
       return static_cast<const T*>(out.data());
     });
+    try {
+      resident_->download(copies);
+    } catch (...) {
+      // A later fetch copies only what is empty: leave nothing half copied.
+      tree.map_view([&](const auto& v, const char*) {
+        using T = std::decay_t<decltype(v[0])>;
+        auto& out = const_cast<std::vector<T>&>(v);
+        for (const auto& c : copies)
+          if (c.dst == out.data() && !out.empty()) std::vector<T>().swap(out);
+        return static_cast<const T*>(nullptr);
+      });
+      throw;
+    }
     fetch_->done.store(true, std::memory_order_release);
   }
   // The layout's view of what is on the host now, copying nothing: null for the arrays of a
-  // layout on the device that have not been copied yet.
+  // layout on the device that have not been copied yet. Under the fetch's lock: another thread's
+  // fetch_host() may be filling those arrays.
   auto host_part_view() const {
-    return static_cast<const Tree&>(*this).map_view(
-        [](const auto& v, const char*) { return v.empty() ? nullptr : v.data(); });
+    auto part = [this] {
+      return static_cast<const Tree&>(*this).map_view(
+          [](const auto& v, const char*) { return v.empty() ? nullptr : v.data(); });
+    };
+    if (!fetch_) return part();
+    std::lock_guard<std::mutex> lock(fetch_->m);
+    return part();
   }
   // After a GPU build has filled `resident` (and the arrays the host gets at once): the layout
   // is on the device; `count` is its number of points or bodies.

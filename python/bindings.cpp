@@ -80,7 +80,11 @@ py::dict stats_dict(const TraversalStats& st) {
   return d;
 }
 
-// A kd, ball or vp tree and the searches over it (point correlation: kd-tree only).
+// A kd, ball or vp tree and the searches over it (point correlation: kd-tree only). Several
+// Python threads may call one index at once (the GIL is released while Canopy works): the
+// searches take turns on their C++ object's lock (NearestNeighbors, PointCorrelation), and the
+// point correlation object, made on first use, is made under the index's lock (taken without
+// the GIL). The sizes never wait for a call.
 class PointIndex {
  public:
   PointIndex(const std::string& kind, std::uintptr_t points, index_t n, int dims, int leaf_size, const std::string& device)
@@ -130,8 +134,7 @@ class PointIndex {
     TraversalStats st;
     {
       py::gil_scoped_release free;
-      if (!pc_) pc_ = std::make_unique<PointCorrelation>(*kd_, device_);
-      st = pc_->run(at<const float>(queries), n, o, at<index_t>(counts));
+      st = point_correlation().run(at<const float>(queries), n, o, at<index_t>(counts));
     }
     return stats_dict(st);
   }
@@ -141,8 +144,17 @@ class PointIndex {
   std::unique_ptr<KdTree> kd_;
   std::unique_ptr<BallTree> ball_;
   std::unique_ptr<VpTree> vp_;
+  // Called without the GIL: the first caller makes it (uploading the tree on the GPU), the
+  // others wait for it.
+  PointCorrelation& point_correlation() {
+    const std::lock_guard<std::mutex> lock(*mutex_);
+    if (!pc_) pc_ = std::make_unique<PointCorrelation>(*kd_, device_);
+    return *pc_;
+  }
+
   std::unique_ptr<NearestNeighbors> knn_;
-  std::unique_ptr<PointCorrelation> pc_;
+  std::unique_ptr<PointCorrelation> pc_;  // made once, never replaced
+  std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();
 };
 
 py::dict barnes_hut(std::uintptr_t positions, std::uintptr_t masses, index_t n, std::uintptr_t forces, float theta,
@@ -265,10 +277,10 @@ PyRunOptions run_options(const std::string& output, const py::dict& kw) {
   return o;
 }
 
-// A forest and, made on first use per device, its predictor. A predictor takes one call at a
-// time (runtime/forest_predictor.hpp) and the GIL is released while it works, so calls from
-// several Python threads take turns on the forest's lock (taken without the GIL: a warning
-// raised inside a call needs the GIL back).
+// A forest and, made on first use per device, its predictor. The GIL is released while Canopy
+// works, so calls from several Python threads take turns on the forest's lock (taken without
+// the GIL: a warning raised inside a call needs the GIL back), which also guards the
+// predictors' making and replacement (configure) and the configuration.
 class PyForest {
  public:
   explicit PyForest(Forest f) : forest_(std::move(f)) {}
@@ -298,11 +310,17 @@ class PyForest {
   bool is_classifier() const { return forest_.is_classifier(); }
   bool is_xgboost() const { return forest_.is_xgboost(); }
   int width(const std::string& output) const { return forest_.output_width(parse_kind(output, ForestOutput::Proba, "output")); }
-  std::string device(const std::string& device) { return to_string(predictor(device).device()); }
-  std::string layout(const std::string& device) { return to_string(predictor(device).layout()); }
+  std::string device(const std::string& device) {
+    return with_predictor(device, [](ForestPredictor& p) { return std::string(to_string(p.device())); });
+  }
+  std::string layout(const std::string& device) {
+    return with_predictor(device, [](ForestPredictor& p) { return std::string(to_string(p.layout())); });
+  }
   // The same model with the trees `ids` only, in that order, and this forest's configuration.
   PyForest subset(const std::vector<index_t>& ids) const {
+    py::gil_scoped_release free;
     PyForest f(forest_.subset(ids));
+    const std::lock_guard<std::mutex> lock(*mutex_);  // configure() may be writing config_
     f.config_ = config_;
     return f;
   }
@@ -362,16 +380,19 @@ class PyForest {
   }
 
  private:
-  ForestPredictor& predictor(const std::string& device) {
+  // f(the predictor for `device`), under the lock: configure() may replace the predictor once
+  // the lock is released.
+  template <class F>
+  auto with_predictor(const std::string& device, F&& f) {
     WarningScope warnings;
-    ForestPredictor* p;
+    decltype(f(std::declval<ForestPredictor&>())) r;
     {
       py::gil_scoped_release free;
       const std::lock_guard<std::mutex> lock(*mutex_);
-      p = &predictor_locked(device);
+      r = f(predictor_locked(device));
     }
     warnings.raise_pending();
-    return *p;
+    return r;
   }
   // Builds the layout (and uploads it) on first use; called without the GIL, with mutex_ held.
   ForestPredictor& predictor_locked(const std::string& device) {

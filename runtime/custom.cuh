@@ -2,7 +2,7 @@
 // caller's own .cu file, through Canopy's GPU inspector, schedulers and executors (the CPU
 // path is runtime/custom.hpp). Include from .cu files only.
 //
-//   canopy::Traverser t;                                  // one per host thread
+//   canopy::Traverser t;                                  // threads may share it (calls take turns)
 //   canopy::DeviceGraphTree<Cell> dtree(tree, t.stream()); // a GraphTree's copy on the GPU
 //   MyVisitor v{dtree.payload(), device_queries, device_results};
 //   canopy::TraversalStats st = t.run(tree.view(), dtree.view(), v, n_queries, opt);
@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <mutex>
 #include <type_traits>
 
 #include "core/cuda.cuh"
@@ -51,7 +52,8 @@ class DeviceGraphTree {
 };
 
 // Runs custom traversals on the GPU, on its own non-blocking stream with buffers kept from run
-// to run. Not thread-safe: one Traverser per host thread (several may run at once).
+// to run. Several host threads may call one Traverser at once: its calls take turns on its lock
+// (Traversers of their own run side by side).
 class Traverser {
  public:
   Traverser() {
@@ -62,10 +64,15 @@ class Traverser {
   // host_tree: the topology with host pointers (the top-tree is cut on the host);
   // device_tree: the same tree with device pointers; v: the visitor with device pointers.
   // Every schedule but LeafSort (a custom traversal has no sort key), the pipeline, depth auto
-  // and the caller's stream (opt.stream) work as for the built-in workloads; with
-  // gpu_count_nodes, the instrumented lockstep kernel runs once more (so finish() must be
-  // idempotent: write results, do not accumulate). count_nodes (the CPU emulator) needs the
-  // host visitor: run traverse_cpu for it.
+  // and the caller's stream (opt.stream) work as for the built-in workloads, with one rule
+  // (runtime/custom.hpp, "One run per call"): the visitor runs once per query per call unless
+  // it declares `static constexpr bool rerunnable = true;`. Without it, Auto runs its prior
+  // untried (with both Auto: HybridKey under FSM lockstep; independent threads for a guided
+  // visitor), depth auto runs depth 0, gpu_count_nodes counts in the one lockstep run, and
+  // gpu_count_nodes or measure_overlap on a pipelined run is an Error. With it, Auto's trial
+  // reruns the visitor on the caller's buffers, as the instrumented rerun does: finish() must
+  // write, not accumulate.
+  // count_nodes (the CPU emulator) needs the host visitor: run traverse_cpu for it.
   template <class Topology, class Visitor>
   TraversalStats run(const Topology& host_tree, const Topology& device_tree, const Visitor& v, index_t n_queries,
                      const TraversalOptions& opt = {}) {
@@ -76,6 +83,7 @@ class Traverser {
       throw Error("Traverser::run: device cpu was requested; the visitor holds device pointers (use traverse_cpu)");
     using W = CustomWorkload<Topology, Visitor>;
     const W w{v, "Traverser::run"};
+    const std::lock_guard<std::mutex> lock(mutex_);
     // Each call may pass another tree (or the same memory rebuilt): nothing cut from the last
     // one is kept.
     g_.forget_top_tree();
@@ -110,6 +118,7 @@ class Traverser {
 
   GpuResources g_;
   EngineState state_;
+  std::mutex mutex_;  // one run() at a time: g_ and state_ are its one set
 };
 
 }  // namespace canopy

@@ -8,11 +8,45 @@
 //   canopy::TraversalStats st = canopy::traverse_cpu(tree.view(), my_visitor, n_queries, opt);
 //
 // The visitor writes its results (finish()) wherever it points; the schedule only reorders.
+//
+// One run per call. Canopy runs a custom visitor over each query once per call, unless the
+// visitor declares itself re-runnable:
+//
+//   struct MyVisitor {
+//     static constexpr bool rerunnable = true;  // finish() writes its results, never adds to them
+//     ...
+//   };
+//
+// A re-runnable visitor lets a call run it again on the caller's buffers: Auto's trial (the
+// schedule and executor, on a shape's second call; the GPU), depth auto's trial, count_nodes'
+// emulator after an independent run, gpu_count_nodes' instrumented kernel after the timed one,
+// and measure_overlap. Declare it only when running a query twice leaves the same results
+// (finish() assigns). A visitor that accumulates (counts[q] += ..., a histogram, atomics) keeps
+// the default, and then:
+//   - schedule / executor Auto run the prior pick (the first candidate, auto_candidates) on
+//     every call, untried: nothing is remembered and auto_trial_ms stays 0;
+//   - depth auto (kAutoDepth) runs depth 0, untried (depth_trial_ms 0);
+//   - count_nodes with an independent executor runs the warp emulator as the executor (the same
+//     results, single pass; execute_ms is the emulator's);
+//   - gpu_count_nodes runs the instrumented lockstep kernel as the call's one execution
+//     (execute_ms includes the counting); on a pipelined run, gpu_count_nodes and
+//     measure_overlap are a canopy::Error, raised before the visitor runs.
+// Side effects belong in finish(): the guided inspector's probe calls descend() and leaf() too.
 #pragma once
+
+#include <type_traits>
 
 #include "runtime/engine.hpp"
 
 namespace canopy {
+
+// A visitor's `static constexpr bool rerunnable` (absent: false, see above).
+template <class V, class = void>
+struct is_rerunnable : std::false_type {};
+template <class V>
+struct is_rerunnable<V, std::void_t<decltype(V::rerunnable)>> : std::bool_constant<V::rerunnable> {};
+template <class V>
+inline constexpr bool is_rerunnable_v = is_rerunnable<V>::value;
 
 // A caller's visitor over a caller's topology, as the engine sees it (runtime/engine.hpp): the
 // visitor holds its queries and results, so the engine moves no data, and there is no sort key.
@@ -21,6 +55,7 @@ template <class Topology, class Visitor>
 struct CustomWorkload {
   using View = Topology;
   static constexpr bool kGuided = is_guided_v<Visitor>, kBuiltinTree = false, kSortKey = false;
+  static constexpr bool kRerunnable = is_rerunnable_v<Visitor>;  // workload_rerunnable
   static const Topology& topology(const Topology& t) { return t; }
 
   Visitor visitor;
@@ -40,7 +75,8 @@ struct CustomWorkload {
 // Runs n_queries traversals of `v` over `tree` on the CPU (TBB threads): inspector + CPU
 // scheduler for the hybrid schedules (HybridKey's CPU twin included; auto: the input order),
 // then the executor (Independent: one task per query;
-// the lockstep kinds: the warp emulator, which also counts nodes per warp). Errors: a depth
+// the lockstep kinds: the warp emulator, which also counts nodes per warp). The CPU's Auto has
+// one candidate and no trial; depth auto trials only a re-runnable visitor. Errors: a depth
 // outside 0..tree.height, schedule LeafSort, device gpu, n_queries < 0.
 template <class Topology, class Visitor>
 TraversalStats traverse_cpu(const Topology& tree, const Visitor& v, index_t n_queries, const TraversalOptions& opt = {}) {

@@ -114,6 +114,13 @@ void run_on_gpu(GpuResources& g, const W& w, const typename W::View& host, const
                                     pipeline_bytes_per_query(opt.schedule, W::kGuided, entries), gpu_free_memory());
       g.schedule.size = n;
       if (plan.pipelined) {
+        // Both would run the pipeline's executor again, over the caller's data: refused before
+        // anything runs for a visitor that may not rerun.
+        const bool rerun = opt.measure_overlap || (opt.gpu_count_nodes && opt.executor != ExecutorKind::Independent);
+        if (rerun && !workload_rerunnable_v<W>)
+          throw Error(std::string(w.name) + ": " + (opt.measure_overlap ? "measure_overlap" : "gpu_count_nodes") +
+                      " on a pipelined run executes the visitor a second time; declare the visitor "
+                      "`static constexpr bool rerunnable = true;` (runtime/custom.hpp) or turn the option off");
         const std::vector<index_t> chunks = chunk_boundaries(n, plan.chunk, pipeline_ramps(opt));
         g.schedule.order.reserve(static_cast<std::size_t>(n), "the schedule", s);
         g.schedule.has_heads = false;
@@ -158,15 +165,20 @@ void run_on_gpu(GpuResources& g, const W& w, const typename W::View& host, const
         schedule = &g.schedule;
       }
     }
+    const bool count = opt.gpu_count_nodes && opt.executor != ExecutorKind::Independent;
+    const std::size_t warps = static_cast<std::size_t>((n + 31) / 32);
+    if (count) g.warp_nodes.reserve(warps, "the per-warp node counts", s);
+    // A visitor that may not rerun counts in its one run: the instrumented kernel is the timed one.
+    const bool count_in_run = count && !workload_rerunnable_v<W>;
     if (!pipelined) {
-      st.times.execute_ms = g.time([&] { gpu::execute(tree, v, schedule, n, opt.executor, s); });
+      st.times.execute_ms = g.time([&] {
+        gpu::execute(tree, v, schedule, n, opt.executor, s, count_in_run ? g.warp_nodes.get() : nullptr);
+      });
     } else if (opt.measure_overlap) {
       st.pipeline.execute_only_ms = g.time([&] { gpu::execute(tree, v, schedule, n, opt.executor, s); });
     }
-    if (opt.gpu_count_nodes && opt.executor != ExecutorKind::Independent) {
-      const std::size_t warps = static_cast<std::size_t>((n + 31) / 32);
-      g.warp_nodes.reserve(warps, "the per-warp node counts", s);
-      gpu::execute(tree, v, schedule, n, opt.executor, s, g.warp_nodes.get());
+    if (count) {
+      if (!count_in_run) gpu::execute(tree, v, schedule, n, opt.executor, s, g.warp_nodes.get());
       st.gpu_warp_nodes.resize(warps);
       copy_to_host(st.gpu_warp_nodes.data(), g.warp_nodes.get(), warps, s);
       g.stream.sync();

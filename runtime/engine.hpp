@@ -19,12 +19,17 @@
 //   std::size_t output_bytes[2];               // result bytes per query, per result array
 //   with_visitor(view, queries, outputs, f)    // f(visitor over them)
 //   with_sort_key(view, queries, f)            // f(key functor, largest key), if kSortKey
+//   static constexpr bool kRerunnable;         // optional (absent: true): whether a call may run
+//                                              // the visitor again on the caller's data (trials,
+//                                              // node counts); false for a custom visitor unless
+//                                              // it says so (runtime/custom.hpp)
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <typeinfo>
 #include <utility>
@@ -52,6 +57,17 @@ struct CallData {
 };
 
 // ---- The rules every workload shares -----------------------------------------------------------
+
+// Whether the engine may run W's visitor more than once on the caller's data in one call: Auto's
+// and depth auto's trials, count_nodes' emulator after an independent run, gpu_count_nodes'
+// instrumented rerun, measure_overlap. The built-in workloads write results (and trial into
+// scratch), so they may; W::kRerunnable says otherwise (a custom visitor that accumulates).
+template <class W, class = void>
+struct workload_rerunnable : std::true_type {};
+template <class W>
+struct workload_rerunnable<W, std::void_t<decltype(W::kRerunnable)>> : std::bool_constant<W::kRerunnable> {};
+template <class W>
+inline constexpr bool workload_rerunnable_v = workload_rerunnable<W>::value;
 
 // The pipeline's first chunk is chunk / kPipelineRamp (TraversalOptions::pipeline_ramp).
 constexpr index_t kPipelineRamp = 8;
@@ -115,7 +131,8 @@ double run_ms(const TraversalStats& s);
 // queries (kAutoDepthSample on the GPU, a tenth of it on the CPU; all when fewer), once to warm
 // up and once timed; the fastest total (the wall time when pipelined) wins. Choices are
 // remembered per schedule, executor, pipeline setting, guided rows and power of two of the
-// query count, so a program streaming batches through one tree pays for the trial once.
+// query count, so a program streaming batches through one tree pays for the trial once. A
+// workload that may not rerun its visitor (workload_rerunnable) runs depth 0 instead, untried.
 constexpr index_t kAutoDepthSample = 131072;
 class AutoDepth {
  public:
@@ -249,7 +266,10 @@ void run_on_cpu(CpuScratch& cpu, const W& w, const typename W::View& view, const
   w.with_visitor(view, call.queries, call.outputs, [&](const auto& v) {
     order = schedule_on_cpu(cpu, w, view, v, call, opt, st, want ? &buckets : nullptr);
     const auto t0 = std::chrono::steady_clock::now();
-    if (opt.executor == ExecutorKind::Independent)
+    // Counting nodes after an independent run reruns the visitor (run_fixed); one that may not
+    // rerun goes through the emulator alone, which gives the same results and the counts.
+    const bool emulate_once = opt.count_nodes && !workload_rerunnable_v<W>;
+    if (opt.executor == ExecutorKind::Independent && !emulate_once)
       execute_cpu(W::topology(view), v, order, call.n);
     else
       st.warp_nodes = emulate_lockstep(W::topology(view), v, order, call.n, lockstep_mode(opt.executor));
@@ -326,7 +346,7 @@ class AutoChoice {
   static void forget_all();  // tests
 };
 
-// What a workload's calls keep from one to the next on a host thread.
+// What a workload's calls keep from one to the next (an Engine's or a Traverser's: under its lock).
 struct EngineState {
   CpuScratch cpu;
   AutoDepth auto_depth;
@@ -491,7 +511,8 @@ namespace detail {
 
 // An Auto call: the settled pick; on a shape's first call the prior (the first candidate) alone;
 // on its second the call under the prior followed by the trial of every candidate (kAutoSample),
-// whose fastest is remembered, settled, for the calls that follow.
+// whose fastest is remembered, settled, for the calls that follow. A workload that may not rerun
+// its visitor (workload_rerunnable) runs the prior on every call: no trial, nothing remembered.
 template <class W>
 TraversalStats run_auto(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
                         const CallData& call, const TraversalOptions& opt) {
@@ -502,7 +523,7 @@ TraversalStats run_auto(const W& w, const typename W::View& view, Device held, G
     o.schedule = p.schedule;
     o.executor = p.executor;
   };
-  if (candidates.size() == 1 || call.n == 0) {
+  if (candidates.size() == 1 || call.n == 0 || !workload_rerunnable_v<W>) {
     take(candidates.front());
     return run_call(w, view, held, gpu, state, call, o);
   }
@@ -579,6 +600,12 @@ TraversalStats run_call(const W& w, const typename W::View& view, Device held, G
     o.depth = std::min(height, detail::workload_key_depth(w, view, state, call.n));
     return run_call(w, view, held, gpu, state, call, o);
   }
+  if (opt.depth == kAutoDepth && !workload_rerunnable_v<W>) {
+    // No trial (it would rerun the visitor on the caller's data): depth 0's choice.
+    TraversalOptions o = opt;
+    o.depth = 0;
+    return run_call(w, view, held, gpu, state, call, o);
+  }
   if (opt.depth == kAutoDepth) {
     const Device where = opt.device == Device::Cpu ? Device::Cpu : held;
     const std::vector<float> staged = detail::host_copy_of_queries(call.queries, call.n, w.query_dims, opt.stream);
@@ -625,6 +652,12 @@ TraversalStats run_call(const W& w, const typename W::View& view, Device held, G
 }
 
 namespace detail {
+// Whether a call reads the whole tree on the host: the CPU run, or count_nodes' emulator. A GPU
+// call reads only the topology there, so a tree its GPU build left on the device is not copied
+// for it (keep_schedule and gpu_count_nodes download what the GPU made).
+inline bool call_reads_host_tree(Device held, const TraversalOptions& opt) {
+  return held == Device::Cpu || opt.device == Device::Cpu || opt.count_nodes;
+}
 template <class W, class = void>
 struct has_full_view : std::false_type {};
 template <class W>
@@ -636,8 +669,9 @@ struct has_full_view<W, std::void_t<decltype(W::full_view(std::declval<const typ
 template <class W>
 std::unique_ptr<GpuPart<W>> make_gpu_part(const typename W::Data& data);
 
-// A built-in workload's engine on one host thread: its tree (the host view; on the GPU, its
-// device copy, made once here) and what calls keep from one to the next.
+// A built-in workload's engine: its tree (the host view; on the GPU, its device copy, made once
+// here) and what calls keep from one to the next. Several host threads may call it at once: the
+// calls take turns on its lock.
 template <class W>
 class Engine {
  public:
@@ -649,11 +683,17 @@ class Engine {
   }
   Device device() const { return device_; }
   // The host view: its sizes always, its arrays once a CPU call has needed them (a tree left on
-  // the device by its GPU build is copied back only then).
-  const typename W::View& view() const { return view_; }
+  // the device by its GPU build is copied back only then). A copy: a CPU call may replace it.
+  typename W::View view() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return view_;
+  }
+  // Calls from several host threads take turns on the engine's lock: the view, the GPU part's
+  // stream and buffers and the state below are the engine's one set.
   TraversalStats run(const W& w, const CallData& call, const TraversalOptions& opt) {
+    const std::lock_guard<std::mutex> lock(mutex_);
     if constexpr (detail::has_full_view<W>::value) {
-      if (!full_ && (device_ == Device::Cpu || opt.device == Device::Cpu)) {
+      if (!full_ && detail::call_reads_host_tree(device_, opt)) {
         view_ = W::full_view(data_);
         full_ = true;
       }
@@ -668,6 +708,7 @@ class Engine {
   Device device_;
   std::unique_ptr<GpuPart<W>> gpu_;
   EngineState state_;
+  mutable std::mutex mutex_;  // one call at a time (run), and view() beside it
 };
 
 }  // namespace canopy

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -242,6 +243,7 @@ ForestTimes ForestPredictor::run(const float* rows, index_t n_rows, float* out, 
   if (m.device == Device::Cpu) times.kernel = ForestKernel::Direct;  // the CPU's one executor
   if (n_rows > 0) {
     if (m.device == Device::Gpu) {
+      const std::lock_guard<std::mutex> lock(m.gpu_mutex);
       m.gpu->predict(rows, n_rows, out, width, f64, opt, &times);
     } else if (opt.output == ForestOutput::Leaf) {
       predict_leaves(m.forest, rows, n_rows, out);
@@ -263,12 +265,14 @@ std::vector<ForestTuned> ForestPredictor::optimize(const float* rows, index_t n_
   if (!supports(opt.kernel))
     throw Error(std::string("optimize: the ") + to_string(opt.kernel) + " kernel does not run on the " + to_string(m.layout) +
                 " layout");
+  const std::lock_guard<std::mutex> lock(m.gpu_mutex);
   return m.gpu->optimize(rows, n_rows, batch_sizes, output_width(opt.output), opt);
 }
 
 std::vector<ForestTrial> ForestPredictor::model_estimates(const float* rows, index_t n_rows, const ForestRunOptions& opt) {
   if (impl_->device != Device::Gpu) throw Error("the performance model describes the GPU strategies; this predictor runs on the CPU");
   if (n_rows < 1 || rows == nullptr) throw Error("model_estimates: the batch has no rows");
+  const std::lock_guard<std::mutex> lock(impl_->gpu_mutex);
   return impl_->gpu->estimates(rows, n_rows, opt);
 }
 
@@ -276,7 +280,9 @@ std::vector<ForestTrial> ForestPredictor::tune(const float* rows, index_t n_rows
   if (impl_->device != Device::Gpu) throw Error("the tuner times GPU schedules; this predictor runs on the CPU");
   if (rows == nullptr) throw Error("tune: rows is a null pointer");
   if (opt.output == ForestOutput::Leaf) throw Error("tune: the leaf output has one kernel; there is nothing to tune");
-  return impl_->gpu->tune(rows, n_rows, output_width(opt.output), opt, repeat);
+  const int width = output_width(opt.output);
+  const std::lock_guard<std::mutex> lock(impl_->gpu_mutex);
+  return impl_->gpu->tune(rows, n_rows, width, opt, repeat);
 }
 
 const AdaptiveReport& ForestPredictor::adaptive_report() const {
@@ -292,7 +298,10 @@ std::vector<index_t> ForestPredictor::schedule_rows(const float* rows, index_t n
   int max_depth = 0;
   for (int d : m.adaptive().depth) max_depth = std::max(max_depth, d);
   check_row_schedule_depth(depth, max_depth);
-  if (m.device == Device::Gpu) return m.gpu->row_order(rows, n_rows, depth, stream);
+  if (m.device == Device::Gpu) {
+    const std::lock_guard<std::mutex> lock(m.gpu_mutex);
+    return m.gpu->row_order(rows, n_rows, depth, stream);
+  }
   return forest_row_order(m.adaptive().view(), rows, n_rows, depth);
 }
 

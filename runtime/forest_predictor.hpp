@@ -87,9 +87,10 @@ struct ForestRunOptions {
   // GPU work starts after the work queued there, and the stream waits for the call's work.
   // On the GPU, rows and out may then be device memory the caller's stream writes and reads.
   stream_t stream = nullptr;
-  // GPU: a call whose kernel, schedule, rows, sizes and buffers equal the previous call's
-  // replays a CUDA graph of its launch (captured then; the last four are kept), so the GPU runs
-  // the call's event records and kernel back to back. Off: every call launches directly.
+  // GPU: a call whose kernel, schedule, rows, sizes and buffers came in at least 3 of the
+  // recent calls (the last 32 distinct ones) replays a CUDA graph of its launch (captured at its
+  // 4th), so the GPU runs the call's event records and kernel back to back. Off: every call
+  // launches directly.
   bool graph = true;
 };
 
@@ -138,8 +139,10 @@ namespace detail {
 class ForestGpu;
 }
 
-// One call at a time per predictor: its GPU buffers, events, stream and replayed graphs are its
-// own. Threads that predict side by side each take a predictor (they may share the Forest).
+// Several host threads may call one predictor at once. On the GPU its calls take turns on the
+// predictor's lock (its GPU buffers, events, stream, replayed graphs and Auto's state are one
+// set); on the CPU they run side by side (the layout is read-only). Threads whose GPU calls
+// should overlap each take a predictor (they may share the Forest).
 class ForestPredictor {
  public:
   // Builds the layout from `forest` (which need not outlive the predictor) and, on the GPU,
