@@ -34,7 +34,9 @@
 // Side effects belong in finish(): the guided inspector's probe calls descend() and leaf() too.
 #pragma once
 
+#include <string>
 #include <type_traits>
+#include <utility>
 
 #include "runtime/engine.hpp"
 
@@ -72,6 +74,33 @@ struct CustomWorkload {
   void with_sort_key(const Topology& /*tree*/, const float* /*queries*/, F&& /*f*/) const {}
 };
 
+namespace detail {
+// A tree left on the device by its GPU build hands out views whose point (octree: body) arrays
+// are null until a CPU path asks for them (topology_view()); a CPU walk over such a view would
+// read them.
+template <class T, class = void>
+struct has_point_array : std::false_type {};
+template <class T>
+struct has_point_array<T, std::void_t<decltype(std::declval<const T&>().points), decltype(std::declval<const T&>().n_points)>>
+    : std::true_type {};
+template <class T, class = void>
+struct has_body_array : std::false_type {};
+template <class T>
+struct has_body_array<T, std::void_t<decltype(std::declval<const T&>().bodies), decltype(std::declval<const T&>().n_bodies)>>
+    : std::true_type {};
+
+template <class Topology>
+void require_host_arrays(const Topology& tree, const char* who) {
+  bool missing = false;
+  if constexpr (has_point_array<Topology>::value) missing = tree.n_points > 0 && tree.points == nullptr;
+  if constexpr (has_body_array<Topology>::value) missing = missing || (tree.n_bodies > 0 && tree.bodies == nullptr);
+  if (missing)
+    throw Error(std::string(who) +
+                ": the tree's arrays are not on the host (a topology_view() of a tree built on the GPU); pass "
+                "tree.view(), which copies them once");
+}
+}  // namespace detail
+
 // Runs n_queries traversals of `v` over `tree` on the CPU (TBB threads): inspector + CPU
 // scheduler for the hybrid schedules (HybridKey's CPU twin included; auto: the input order),
 // then the executor (Independent: one task per query;
@@ -82,6 +111,7 @@ template <class Topology, class Visitor>
 TraversalStats traverse_cpu(const Topology& tree, const Visitor& v, index_t n_queries, const TraversalOptions& opt = {}) {
   if (opt.device == Device::Gpu)
     throw Error("traverse_cpu runs on the CPU; device gpu was requested (use canopy::Traverser from runtime/custom.cuh)");
+  detail::require_host_arrays(tree, "traverse_cpu");
   using W = CustomWorkload<Topology, Visitor>;
   const W w{v, "traverse_cpu"};
   EngineState state;

@@ -18,6 +18,8 @@
 #include "layouts/octree.hpp"
 #include "layouts/vp_tree.hpp"
 #include "runtime/barnes_hut.hpp"
+#include "runtime/custom.hpp"
+#include "runtime/pc_visitor.hpp"
 #include "runtime/bh_visitor.hpp"
 #include "runtime/engine.hpp"
 #include "runtime/knn.hpp"
@@ -436,6 +438,32 @@ TEST(DeviceTrees, HostTreesHaveNothingToFetch) {
   const KdTree copy = t;
   EXPECT_FALSE(copy.on_device());
   EXPECT_TRUE(same_bits(copy.boxes(), t.boxes()) && copy.point_ids() == t.point_ids());
+}
+
+// A CPU walk over a view whose arrays are still on the device (what topology_view() of a
+// GPU-built tree gives) is an Error naming the cure, not a read of null pointers.
+TEST(DeviceTrees, CpuWalkOverAViewWithoutHostArraysIsAnError) {
+  const std::vector<float> pts = test::random_points(5000, 3, 73);
+  const KdTree t = KdTree::build(pts.data(), 5000, 3, {8, Device::Cpu});
+  KdTreeView v = t.view();
+  v.points = nullptr;  // as topology_view() leaves it for a tree on the device
+  std::vector<index_t> counts(10);
+  PointCorrelationVisitor<4> pc{v, pts.data(), counts.data(), 0.01f};
+  try {
+    traverse_cpu(v, pc, 10);
+    ADD_FAILURE() << "traverse_cpu walked a view without its points";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tree.view()"), std::string::npos) << e.what();
+  }
+  pc.tree = t.view();
+  traverse_cpu(t.view(), pc, 10);  // the same walk with the host arrays: no error
+  const std::vector<float> xyz = test::random_points(3000, 3, 72);
+  const std::vector<float> mass(3000, 1.0f);
+  const Octree o = Octree::build(xyz.data(), mass.data(), 3000);
+  OctreeView ov = o.view();
+  ov.bodies = nullptr;
+  EXPECT_THROW(detail::require_host_arrays(ov, "a test"), Error);
+  EXPECT_NO_THROW(detail::require_host_arrays(o.view(), "a test"));
 }
 
 }  // namespace
