@@ -57,7 +57,7 @@ void ResidentArrays::download(const std::vector<Download>& copies) const {
   auto empty_pending = [&] {
     if (pending.slot < 0) return;
     CANOPY_CUDA_CHECK(cudaEventSynchronize(st.filled[pending.slot]));
-    std::memcpy(pending.dst, st.slot[pending.slot].get(), pending.bytes);
+    copy_on_cores(pending.dst, st.slot[pending.slot].get(), pending.bytes);
     pending.slot = -1;
   };
   int next = 0;

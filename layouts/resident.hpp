@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,6 +22,10 @@ namespace canopy {
 namespace detail {
 
 class ResidentArrays;
+// Runs the tasks on TBB's threads, side by side (layouts/resident_host.cpp).
+void run_side_by_side(const std::vector<std::function<void()>>& tasks);
+// memcpy spread over TBB's threads.
+void copy_on_cores(void* dst, const void* src, std::size_t bytes);
 // The arrays for a builder's next tree: `last`'s when no layout holds them any longer (a
 // simulation's rebuilds then allocate nothing), else new ones.
 std::shared_ptr<ResidentArrays> next_resident(std::shared_ptr<ResidentArrays>& last);
@@ -94,26 +100,35 @@ class DeviceResident {
     std::lock_guard<std::mutex> lock(fetch_->m);
     if (fetch_->done.load(std::memory_order_relaxed)) return;
     std::vector<ResidentArrays::Download> copies;
+    std::vector<std::function<void()>> allocate;
     const Tree& tree = static_cast<const Tree&>(*this);
     tree.map_view([&](const auto& v, const char* what) {
       using T = std::decay_t<decltype(v[0])>;
       auto& out = const_cast<std::vector<T>&>(v);  // a mutable member
       if (out.empty()) {
         const std::size_t bytes = resident_->bytes(what);
-        out.resize(bytes / sizeof(T));
-        copies.push_back({what, out.data(), bytes});
+        allocate.push_back([&out, bytes] { out.resize(bytes / sizeof(T)); });
+        copies.push_back({what, nullptr, bytes});
       }
-      return static_cast<const T*>(out.data());
+      return static_cast<const T*>(nullptr);
     });
     try {
+      // A fresh array's first touch (its pages, zeroed) costs as much as the copy: the arrays
+      // are allocated side by side.
+      run_side_by_side(allocate);
+      tree.map_view([&](const auto& v, const char* what) {
+        for (auto& c : copies)
+          if (std::strcmp(c.name, what) == 0) c.dst = const_cast<void*>(static_cast<const void*>(v.data()));
+        return static_cast<const std::decay_t<decltype(v[0])>*>(nullptr);
+      });
       resident_->download(copies);
     } catch (...) {
-      // A later fetch copies only what is empty: leave nothing half copied.
-      tree.map_view([&](const auto& v, const char*) {
+      // A later fetch copies only what is empty: leave nothing allocated or half copied.
+      tree.map_view([&](const auto& v, const char* what) {
         using T = std::decay_t<decltype(v[0])>;
         auto& out = const_cast<std::vector<T>&>(v);
         for (const auto& c : copies)
-          if (c.dst == out.data() && !out.empty()) std::vector<T>().swap(out);
+          if (std::strcmp(c.name, what) == 0) std::vector<T>().swap(out);
         return static_cast<const T*>(nullptr);
       });
       throw;
