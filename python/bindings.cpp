@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "core/device.hpp"
 #include "core/warnings.hpp"
@@ -383,9 +384,9 @@ class PyForest {
   // f(the predictor for `device`), under the lock: configure() may replace the predictor once
   // the lock is released.
   template <class F>
-  auto with_predictor(const std::string& device, F&& f) {
+  std::invoke_result_t<F&, ForestPredictor&> with_predictor(const std::string& device, F&& f) {
     WarningScope warnings;
-    decltype(f(std::declval<ForestPredictor&>())) r;
+    std::invoke_result_t<F&, ForestPredictor&> r;
     {
       py::gil_scoped_release free;
       const std::lock_guard<std::mutex> lock(*mutex_);
