@@ -20,34 +20,27 @@ cudaStream_t resident_stream() {
   return s;
 }
 
-// The page-locked staging of downloads (ResidentArrays::download), process-wide and made on the
-// first one: two slots, so the device fills one while the host empties the other. Never freed
-// (it may serve a download until exit); one download at a time.
+// A download's page-locked staging: two slots, so the device fills one while the host empties
+// the other. Made per download and freed after it (a tree's host copy is made once), so no
+// memory outlives the copies (a process-wide staging was a leak to the tools).
 constexpr std::size_t kStageBytes = std::size_t{8} << 20;
-struct Staging {
-  std::mutex m;
-  PinnedMemory slot[2];
-  cudaEvent_t filled[2] = {nullptr, nullptr};
-  cudaStream_t stream = nullptr;  // its own: a build's allocations (resident_stream) need not wait
-};
-Staging& staging() {
-  static Staging* const s = new Staging;
-  return *s;
-}
 
 }  // namespace
 
 void ResidentArrays::download(const std::vector<Download>& copies) const {
   if (copies.empty()) return;
-  Staging& st = staging();
-  std::lock_guard<std::mutex> lock(st.m);
-  if (!st.stream) {
-    for (int i = 0; i < 2; ++i) {
-      st.slot[i].reserve(kStageBytes, "the download staging", nullptr);
-      CANOPY_CUDA_CHECK(cudaEventCreateWithFlags(&st.filled[i], cudaEventDisableTiming));
-    }
-    CANOPY_CUDA_CHECK(cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking));
-  }
+  std::size_t largest = 0;
+  for (const Download& c : copies) largest = std::max(largest, c.bytes);
+  const std::size_t stage = std::min(kStageBytes, std::max<std::size_t>(largest, 1));
+  Stream stream;  // its own: a build's allocations (resident_stream) need not wait
+  PinnedMemory slot[2];
+  for (PinnedMemory& m : slot) m.reserve(stage, "the host copy's staging", nullptr);
+  Event filled[2];
+  // Declared last, so it runs first: no copy may still be writing a slot when it is freed.
+  struct WaitOnExit {
+    cudaStream_t s;
+    ~WaitOnExit() { cudaStreamSynchronize(s); }
+  } wait_on_exit{stream.get()};
   // The chunk in a slot that the host has yet to copy out (slot -1: none).
   struct Pending {
     char* dst = nullptr;
@@ -56,18 +49,18 @@ void ResidentArrays::download(const std::vector<Download>& copies) const {
   } pending;
   auto empty_pending = [&] {
     if (pending.slot < 0) return;
-    CANOPY_CUDA_CHECK(cudaEventSynchronize(st.filled[pending.slot]));
-    copy_on_cores(pending.dst, st.slot[pending.slot].get(), pending.bytes);
+    CANOPY_CUDA_CHECK(cudaEventSynchronize(filled[pending.slot].get()));
+    copy_on_cores(pending.dst, slot[pending.slot].get(), pending.bytes);
     pending.slot = -1;
   };
   int next = 0;
   for (const Download& c : copies) {
     const char* src = static_cast<const char*>(find(c.name));
-    for (std::size_t at = 0; at < c.bytes; at += kStageBytes) {
-      const std::size_t len = std::min(kStageBytes, c.bytes - at);
+    for (std::size_t at = 0; at < c.bytes; at += stage) {
+      const std::size_t len = std::min(stage, c.bytes - at);
       // Slot `next` is empty: the host copied it out right after the last chunk went out.
-      CANOPY_CUDA_CHECK(cudaMemcpyAsync(st.slot[next].get(), src + at, len, cudaMemcpyDeviceToHost, st.stream));
-      CANOPY_CUDA_CHECK(cudaEventRecord(st.filled[next], st.stream));
+      CANOPY_CUDA_CHECK(cudaMemcpyAsync(slot[next].get(), src + at, len, cudaMemcpyDeviceToHost, stream.get()));
+      filled[next].record(stream.get());
       empty_pending();
       pending = {static_cast<char*>(c.dst) + at, len, next};
       next ^= 1;
