@@ -78,6 +78,8 @@ if [ "${1:-}" = --thread ]; then
   normal=${CANOPY_BUILD_DIR:-build}
   out=${CANOPY_TSAN_DIR:-build-tsan}
   [ -f "$normal/tests/canopy_tests" ] || { echo "sanitize --thread: build $normal first (scripts/build.sh)" >&2; exit 2; }
+  # clang++ (Debian's clang) on a fresh machine: install-deps adds it.
+  command -v "${CANOPY_TSAN_CXX:-clang++}" > /dev/null || scripts/install-deps.sh clang
   t0=$(date +%s)
   link_flags=-fsanitize=thread
   # shellcheck disable=SC2046
