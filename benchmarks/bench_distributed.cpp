@@ -268,6 +268,202 @@ DistWorkload forest_workload(const DistConfig& c, Device device, bool partition,
   return wl;
 }
 
+// pc and knn over a kd-tree: replicated (every rank the whole tree) or partitioned.
+DistWorkload search_workload(const DistConfig& c, Device device, bool partition, bool one_needed, bool dev, int rank,
+                             int ranks, std::vector<std::shared_ptr<void>>& keep) {
+  DistWorkload w;
+  auto in = std::make_shared<Inputs>(load_inputs(c.input, /*normalise=*/true, /*split=*/false));
+  const index_t n = in->points.size(), m = in->queries.size();
+  const int dims = in->points.dims;
+  KdTreeOptions to;
+  to.device = build_device(device);
+  if (c.presort && m > 0) {
+    // The same order on every rank: the tree is built from the same queries.
+    const KdTree sorter = KdTree::build(in->queries.data(), m, dims, to);
+    const std::vector<index_t>& order = sorter.point_ids();
+    std::vector<float> sorted(in->queries.coords.size());
+    for (index_t i = 0; i < m; ++i)
+      std::copy_n(in->queries.coords.begin() + order[static_cast<std::size_t>(i)] * dims, dims, sorted.begin() + i * dims);
+    in->queries.coords.swap(sorted);
+  }
+  std::shared_ptr<KdTree> whole;  // replicate: every rank; partition: rank 0 for the check or baseline only
+  std::shared_ptr<distributed::PartitionedKdTree> part;
+  if (partition) {
+    int depth = c.top_depth;
+    if (depth == 0)
+      while ((index_t{1} << depth) < 4 * ranks) ++depth;
+    const auto budget = static_cast<std::uint64_t>(c.memory_budget_mb * 1024 * 1024);
+    part = std::make_shared<distributed::PartitionedKdTree>(MPI_COMM_WORLD, in->points.data(), n, dims, depth, to, budget);
+  }
+  if (!partition || one_needed) whole = std::make_shared<KdTree>(KdTree::build(in->points.data(), n, dims, to));
+  const KdTree& searched = partition ? part->local() : *whole;
+  w.tree_bytes = static_cast<double>(searched.bytes());
+  // --on-device: every rank holds the queries in its device memory (the calls read their share).
+  const distributed::Shard shard = distributed::parse_shard(c.shard);
+  auto dq = std::make_shared<Buffer<float>>(dev ? in->queries.coords : std::vector<float>{}, dev);
+  keep.insert(keep.end(), {in, whole, part, dq});
+  const float* q = dev ? dq->data() : in->queries.data();
+  if (c.workload == "pc") {
+    auto o = std::make_shared<PcOptions>();
+    o->device = device;
+    const Variant v = parse_variants(c.variant, /*guided=*/false).at(0);
+    o->schedule = v.schedule;
+    o->executor = v.executor;
+    // The radius from one process's tree on rank 0, the same on every rank.
+    float r = 0;
+    if (rank == 0) r = parse_radius(c.radius, whole ? *whole : searched, in->queries, c.input.seed);
+    MPI_Bcast(&r, 1, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    o->radius = r;
+    auto pc = std::make_shared<PointCorrelation>(searched, device);
+    auto one_pc = one_needed ? std::make_shared<PointCorrelation>(*whole, device) : nullptr;
+    auto res = std::make_shared<PcResult>();
+    // Replicate: the calls into buffers made once (partition returns its counts).
+    auto counts = std::make_shared<Buffer<index_t>>(partition ? 0 : static_cast<std::size_t>(m), dev);
+    auto one = std::make_shared<Buffer<index_t>>(one_needed ? static_cast<std::size_t>(m) : 0, dev);
+    keep.insert(keep.end(), {o, pc, one_pc, res, counts, one});
+    w.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
+      if (partition)
+        *res = distributed::point_correlation(MPI_COMM_WORLD, *part, *pc, q, m, *o, st, g);
+      else
+        distributed::point_correlation(MPI_COMM_WORLD, *pc, q, m, *o, counts->data(), st, g, shard);
+    };
+    w.one = [=] { one_pc->run(q, m, *o, one->data()); };
+    if (!partition) w.clear = [=] { counts->clear(); };
+    w.same = [=](distributed::Gather, index_t share) {
+      const std::size_t items = static_cast<std::size_t>(share);
+      if (!partition)
+        return same_written_rows(one->head(static_cast<std::size_t>(m)), counts->head(static_cast<std::size_t>(m)), 1,
+                                 items);
+      const std::vector<index_t>& got = res->counts;
+      return got.size() == items && equal_prefix(one->head(items), got, items);
+    };
+    w.what = "pc radius " + std::to_string(r) + ", " + c.variant;
+  } else {
+    auto o = std::make_shared<KnnOptions>();
+    o->device = device;
+    const Variant v = parse_variants(c.variant, /*guided=*/true).at(0);
+    o->schedule = v.schedule;
+    o->executor = v.executor;
+    o->k = c.k;
+    auto nn = std::make_shared<NearestNeighbors>(searched, device);
+    auto one_nn = one_needed ? std::make_shared<NearestNeighbors>(*whole, device) : nullptr;
+    auto res = std::make_shared<KnnResult>();
+    const std::size_t values = static_cast<std::size_t>(m) * static_cast<std::size_t>(std::max(c.k, 0));
+    auto idx = std::make_shared<Buffer<index_t>>(partition ? 0 : values, dev);
+    auto dist = std::make_shared<Buffer<float>>(partition ? 0 : values, dev);
+    auto one_idx = std::make_shared<Buffer<index_t>>(one_needed ? values : 0, dev);
+    auto one_dist = std::make_shared<Buffer<float>>(one_needed ? values : 0, dev);
+    keep.insert(keep.end(), {o, nn, one_nn, res, idx, dist, one_idx, one_dist});
+    const int k = c.k;
+    w.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
+      if (partition)
+        *res = distributed::nearest_neighbors(MPI_COMM_WORLD, *part, *nn, q, m, *o, st, g);
+      else
+        distributed::nearest_neighbors(MPI_COMM_WORLD, *nn, q, m, *o, idx->data(), dist->data(), st, g, shard);
+    };
+    w.one = [=] { one_nn->run(q, m, *o, one_idx->data(), one_dist->data()); };
+    if (!partition)
+      w.clear = [=] {
+        idx->clear();
+        dist->clear();
+      };
+    w.same = [=](distributed::Gather, index_t share) {
+      const std::size_t items = static_cast<std::size_t>(share) * static_cast<std::size_t>(k);
+      if (!partition) {
+        const std::vector<float> od = one_dist->head(values), gd = dist->head(values);
+        return same_written_rows(one_idx->head(values), idx->head(values), static_cast<std::size_t>(k),
+                                 static_cast<std::size_t>(share), &od, &gd);
+      }
+      const std::vector<index_t>& gi = res->indices;
+      const std::vector<float>& gd = res->distances;
+      return gi.size() == items && equal_prefix(one_idx->head(items), gi, items) &&
+             equal_prefix(one_dist->head(items), gd, items);
+    };
+    w.what = "knn k " + std::to_string(c.k) + ", " + c.variant;
+  }
+  w.items = m;
+  w.what += ", " + std::to_string(n) + " points (" + in->source + "), " + std::to_string(m) + " queries" +
+            (c.presort ? " in a spatial order" : "") + (partition ? "" : ", shard " + c.shard);
+  if (partition)
+    w.what += ", top-tree of " + std::to_string(part->leaf_owner().size()) + " leaves; the whole tree " +
+              (whole ? std::to_string(whole->bytes()) + " bytes" : std::string("not built"));
+  return w;
+}
+
+// Barnes-Hut: replicated bodies or partitioned ones.
+DistWorkload bh_workload(const DistConfig& c, Device device, bool partition, bool one_needed, int ranks,
+                         std::vector<std::shared_ptr<void>>& keep) {
+  DistWorkload w;
+  auto in = std::make_shared<Inputs>(load_inputs(c.input, /*normalise=*/true, /*split=*/false));
+  if (in->points.dims != 3) throw Error("bh: the bodies need 3 coordinates, not " + std::to_string(in->points.dims));
+  const index_t n = in->points.size();
+  const std::vector<float> mass(static_cast<std::size_t>(n), 1.0f / static_cast<float>(n));
+  OctreeOptions oo;
+  oo.device = build_device(device);
+  auto o = std::make_shared<BhOptions>();
+  o->device = device;
+  auto res = std::make_shared<BhResult>(), one = std::make_shared<BhResult>();
+  std::shared_ptr<Octree> tree;  // replicate: every rank; partition: rank 0 for the check or baseline only
+  std::shared_ptr<BarnesHut> bh;
+  std::shared_ptr<distributed::PartitionedBarnesHut> part;
+  if (partition) {
+    int depth = c.top_depth;
+    if (depth == 0)
+      while ((index_t{1} << depth) < 4 * ranks) ++depth;
+    part = std::make_shared<distributed::PartitionedBarnesHut>(MPI_COMM_WORLD, in->points.data(), mass.data(), n,
+                                                                depth, oo);
+  }
+  if (!partition || one_needed) {
+    tree = std::make_shared<Octree>(Octree::build(in->points.data(), mass.data(), n, oo));
+    bh = std::make_shared<BarnesHut>(*tree, device);
+  }
+  keep.insert(keep.end(), {in, tree, bh, part, o, res, one});
+  w.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
+    *res = partition ? part->run(*o, st, g) : distributed::barnes_hut(MPI_COMM_WORLD, *bh, *o, st, g);
+  };
+  w.one = [=] { *one = bh->run(*o); };
+  if (!partition) {
+    w.same = [=](distributed::Gather, index_t share) {
+      const std::size_t items = static_cast<std::size_t>(share) * 3;
+      return res->forces.size() == items && one->forces.size() >= items &&
+             std::memcmp(one->forces.data(), res->forces.data(), items * sizeof(float)) == 0;
+    };
+  } else {
+    // Partitioned forces are a Barnes-Hut walk over other cells: compared with one process's
+    // by their relative difference, within the opening angle's own error (median at most
+    // theta^2 / 10; one process's own median error against the direct sum is ~theta^2 / 70).
+    auto note = std::make_shared<std::string>();
+    w.note = note;
+    w.same = [=](distributed::Gather g, index_t) {
+      const std::vector<index_t>& ids = part->local_ids();
+      const bool all = res->forces.size() == one->forces.size();
+      if (!all && res->forces.size() != ids.size() * 3) return false;
+      std::vector<double> rel;
+      const std::size_t bodies = all ? one->forces.size() / 3 : ids.size();
+      for (std::size_t i = 0; i < bodies; ++i) {
+        const std::size_t at = all ? i : static_cast<std::size_t>(ids[i]);
+        double diff = 0, norm = 0;
+        for (int d = 0; d < 3; ++d) {
+          diff += std::pow(static_cast<double>(res->forces[i * 3 + d]) - one->forces[at * 3 + d], 2);
+          norm += std::pow(static_cast<double>(one->forces[at * 3 + d]), 2);
+        }
+        rel.push_back(std::sqrt(diff / std::max(norm, 1e-300)));
+      }
+      std::sort(rel.begin(), rel.end());
+      const double med = rel.empty() ? 0 : rel[rel.size() / 2], p99 = rel.empty() ? 0 : rel[(rel.size() - 1) * 99 / 100];
+      char text[200];
+      std::snprintf(text, sizeof text, "gather %s: relative difference to one process's forces: median %.3g, 99th percentile %.3g, largest %.3g",
+                    distributed::to_string(g), med, p99, rel.empty() ? 0.0 : rel.back());
+      *note += std::string(text) + "\n";
+      return med <= static_cast<double>(o->theta) * o->theta / 10;
+    };
+  }
+  w.items = n;
+  w.what = "bh theta " + std::to_string(o->theta) + ", " + std::to_string(n) + " bodies (" + in->source + ")";
+  if (partition) w.what += ", " + std::to_string(part->local_ids().size()) + " of them on rank 0";
+  return w;
+}
+
 }  // namespace
 
 int run_dist(const DistConfig& c) {
@@ -304,189 +500,9 @@ int run_dist(const DistConfig& c) {
   if (c.workload == "forest") {
     w = forest_workload(c, device, partition, one_needed, keep);
   } else if (c.workload == "pc" || c.workload == "knn") {
-    auto in = std::make_shared<Inputs>(load_inputs(c.input, /*normalise=*/true, /*split=*/false));
-    const index_t n = in->points.size(), m = in->queries.size();
-    const int dims = in->points.dims;
-    KdTreeOptions to;
-    to.device = build_device(device);
-    if (c.presort && m > 0) {
-      // The same order on every rank: the tree is built from the same queries.
-      const KdTree sorter = KdTree::build(in->queries.data(), m, dims, to);
-      const std::vector<index_t>& order = sorter.point_ids();
-      std::vector<float> sorted(in->queries.coords.size());
-      for (index_t i = 0; i < m; ++i)
-        std::copy_n(in->queries.coords.begin() + order[static_cast<std::size_t>(i)] * dims, dims, sorted.begin() + i * dims);
-      in->queries.coords.swap(sorted);
-    }
-    std::shared_ptr<KdTree> whole;  // replicate: every rank; partition: rank 0 for the check or baseline only
-    std::shared_ptr<distributed::PartitionedKdTree> part;
-    if (partition) {
-      int depth = c.top_depth;
-      if (depth == 0)
-        while ((index_t{1} << depth) < 4 * ranks) ++depth;
-      const auto budget = static_cast<std::uint64_t>(c.memory_budget_mb * 1024 * 1024);
-      part = std::make_shared<distributed::PartitionedKdTree>(MPI_COMM_WORLD, in->points.data(), n, dims, depth, to, budget);
-    }
-    if (!partition || one_needed) whole = std::make_shared<KdTree>(KdTree::build(in->points.data(), n, dims, to));
-    const KdTree& searched = partition ? part->local() : *whole;
-    w.tree_bytes = static_cast<double>(searched.bytes());
-    // --on-device: every rank holds the queries in its device memory (the calls read their share).
-    const distributed::Shard shard = distributed::parse_shard(c.shard);
-    auto dq = std::make_shared<Buffer<float>>(dev ? in->queries.coords : std::vector<float>{}, dev);
-    keep.insert(keep.end(), {in, whole, part, dq});
-    const float* q = dev ? dq->data() : in->queries.data();
-    if (c.workload == "pc") {
-      auto o = std::make_shared<PcOptions>();
-      o->device = device;
-      const Variant v = parse_variants(c.variant, /*guided=*/false).at(0);
-      o->schedule = v.schedule;
-      o->executor = v.executor;
-      // The radius from one process's tree on rank 0, the same on every rank.
-      float r = 0;
-      if (rank == 0) r = parse_radius(c.radius, whole ? *whole : searched, in->queries, c.input.seed);
-      MPI_Bcast(&r, 1, MPI_FLOAT, 0, MPI_COMM_WORLD);
-      o->radius = r;
-      auto pc = std::make_shared<PointCorrelation>(searched, device);
-      auto one_pc = one_needed ? std::make_shared<PointCorrelation>(*whole, device) : nullptr;
-      auto res = std::make_shared<PcResult>();
-      // Replicate: the calls into buffers made once (partition returns its counts).
-      auto counts = std::make_shared<Buffer<index_t>>(partition ? 0 : static_cast<std::size_t>(m), dev);
-      auto one = std::make_shared<Buffer<index_t>>(one_needed ? static_cast<std::size_t>(m) : 0, dev);
-      keep.insert(keep.end(), {o, pc, one_pc, res, counts, one});
-      w.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
-        if (partition)
-          *res = distributed::point_correlation(MPI_COMM_WORLD, *part, *pc, q, m, *o, st, g);
-        else
-          distributed::point_correlation(MPI_COMM_WORLD, *pc, q, m, *o, counts->data(), st, g, shard);
-      };
-      w.one = [=] { one_pc->run(q, m, *o, one->data()); };
-      if (!partition) w.clear = [=] { counts->clear(); };
-      w.same = [=](distributed::Gather, index_t share) {
-        const std::size_t items = static_cast<std::size_t>(share);
-        if (!partition)
-          return same_written_rows(one->head(static_cast<std::size_t>(m)), counts->head(static_cast<std::size_t>(m)), 1,
-                                   items);
-        const std::vector<index_t>& got = res->counts;
-        return got.size() == items && equal_prefix(one->head(items), got, items);
-      };
-      w.what = "pc radius " + std::to_string(r) + ", " + c.variant;
-    } else {
-      auto o = std::make_shared<KnnOptions>();
-      o->device = device;
-      const Variant v = parse_variants(c.variant, /*guided=*/true).at(0);
-      o->schedule = v.schedule;
-      o->executor = v.executor;
-      o->k = c.k;
-      auto nn = std::make_shared<NearestNeighbors>(searched, device);
-      auto one_nn = one_needed ? std::make_shared<NearestNeighbors>(*whole, device) : nullptr;
-      auto res = std::make_shared<KnnResult>();
-      const std::size_t values = static_cast<std::size_t>(m) * static_cast<std::size_t>(std::max(c.k, 0));
-      auto idx = std::make_shared<Buffer<index_t>>(partition ? 0 : values, dev);
-      auto dist = std::make_shared<Buffer<float>>(partition ? 0 : values, dev);
-      auto one_idx = std::make_shared<Buffer<index_t>>(one_needed ? values : 0, dev);
-      auto one_dist = std::make_shared<Buffer<float>>(one_needed ? values : 0, dev);
-      keep.insert(keep.end(), {o, nn, one_nn, res, idx, dist, one_idx, one_dist});
-      const int k = c.k;
-      w.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
-        if (partition)
-          *res = distributed::nearest_neighbors(MPI_COMM_WORLD, *part, *nn, q, m, *o, st, g);
-        else
-          distributed::nearest_neighbors(MPI_COMM_WORLD, *nn, q, m, *o, idx->data(), dist->data(), st, g, shard);
-      };
-      w.one = [=] { one_nn->run(q, m, *o, one_idx->data(), one_dist->data()); };
-      if (!partition)
-        w.clear = [=] {
-          idx->clear();
-          dist->clear();
-        };
-      w.same = [=](distributed::Gather, index_t share) {
-        const std::size_t items = static_cast<std::size_t>(share) * static_cast<std::size_t>(k);
-        if (!partition) {
-          const std::vector<float> od = one_dist->head(values), gd = dist->head(values);
-          return same_written_rows(one_idx->head(values), idx->head(values), static_cast<std::size_t>(k),
-                                   static_cast<std::size_t>(share), &od, &gd);
-        }
-        const std::vector<index_t>& gi = res->indices;
-        const std::vector<float>& gd = res->distances;
-        return gi.size() == items && equal_prefix(one_idx->head(items), gi, items) &&
-               equal_prefix(one_dist->head(items), gd, items);
-      };
-      w.what = "knn k " + std::to_string(c.k) + ", " + c.variant;
-    }
-    w.items = m;
-    w.what += ", " + std::to_string(n) + " points (" + in->source + "), " + std::to_string(m) + " queries" +
-              (c.presort ? " in a spatial order" : "") + (partition ? "" : ", shard " + c.shard);
-    if (partition)
-      w.what += ", top-tree of " + std::to_string(part->leaf_owner().size()) + " leaves; the whole tree " +
-                (whole ? std::to_string(whole->bytes()) + " bytes" : std::string("not built"));
+    w = search_workload(c, device, partition, one_needed, dev, rank, ranks, keep);
   } else if (c.workload == "bh") {
-    auto in = std::make_shared<Inputs>(load_inputs(c.input, /*normalise=*/true, /*split=*/false));
-    if (in->points.dims != 3) throw Error("bh: the bodies need 3 coordinates, not " + std::to_string(in->points.dims));
-    const index_t n = in->points.size();
-    const std::vector<float> mass(static_cast<std::size_t>(n), 1.0f / static_cast<float>(n));
-    OctreeOptions oo;
-    oo.device = build_device(device);
-    auto o = std::make_shared<BhOptions>();
-    o->device = device;
-    auto res = std::make_shared<BhResult>(), one = std::make_shared<BhResult>();
-    std::shared_ptr<Octree> tree;  // replicate: every rank; partition: rank 0 for the check or baseline only
-    std::shared_ptr<BarnesHut> bh;
-    std::shared_ptr<distributed::PartitionedBarnesHut> part;
-    if (partition) {
-      int depth = c.top_depth;
-      if (depth == 0)
-        while ((index_t{1} << depth) < 4 * ranks) ++depth;
-      part = std::make_shared<distributed::PartitionedBarnesHut>(MPI_COMM_WORLD, in->points.data(), mass.data(), n,
-                                                                  depth, oo);
-    }
-    if (!partition || one_needed) {
-      tree = std::make_shared<Octree>(Octree::build(in->points.data(), mass.data(), n, oo));
-      bh = std::make_shared<BarnesHut>(*tree, device);
-    }
-    keep.insert(keep.end(), {in, tree, bh, part, o, res, one});
-    w.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
-      *res = partition ? part->run(*o, st, g) : distributed::barnes_hut(MPI_COMM_WORLD, *bh, *o, st, g);
-    };
-    w.one = [=] { *one = bh->run(*o); };
-    if (!partition) {
-      w.same = [=](distributed::Gather, index_t share) {
-        const std::size_t items = static_cast<std::size_t>(share) * 3;
-        return res->forces.size() == items && one->forces.size() >= items &&
-               std::memcmp(one->forces.data(), res->forces.data(), items * sizeof(float)) == 0;
-      };
-    } else {
-      // Partitioned forces are a Barnes-Hut walk over other cells: compared with one process's
-      // by their relative difference, within the opening angle's own error (median at most
-      // theta^2 / 10; one process's own median error against the direct sum is ~theta^2 / 70).
-      auto note = std::make_shared<std::string>();
-      w.note = note;
-      w.same = [=](distributed::Gather g, index_t) {
-        const std::vector<index_t>& ids = part->local_ids();
-        const bool all = res->forces.size() == one->forces.size();
-        if (!all && res->forces.size() != ids.size() * 3) return false;
-        std::vector<double> rel;
-        const std::size_t bodies = all ? one->forces.size() / 3 : ids.size();
-        for (std::size_t i = 0; i < bodies; ++i) {
-          const std::size_t at = all ? i : static_cast<std::size_t>(ids[i]);
-          double diff = 0, norm = 0;
-          for (int d = 0; d < 3; ++d) {
-            diff += std::pow(static_cast<double>(res->forces[i * 3 + d]) - one->forces[at * 3 + d], 2);
-            norm += std::pow(static_cast<double>(one->forces[at * 3 + d]), 2);
-          }
-          rel.push_back(std::sqrt(diff / std::max(norm, 1e-300)));
-        }
-        std::sort(rel.begin(), rel.end());
-        const double med = rel.empty() ? 0 : rel[rel.size() / 2], p99 = rel.empty() ? 0 : rel[(rel.size() - 1) * 99 / 100];
-        char text[200];
-        std::snprintf(text, sizeof text, "gather %s: relative difference to one process's forces: median %.3g, 99th percentile %.3g, largest %.3g",
-                      distributed::to_string(g), med, p99, rel.empty() ? 0.0 : rel.back());
-        *note += std::string(text) + "\n";
-        return med <= static_cast<double>(o->theta) * o->theta / 10;
-      };
-    }
-    w.items = n;
-    w.what = "bh theta " + std::to_string(o->theta) + ", " + std::to_string(n) + " bodies (" + in->source + ")";
-    if (partition) w.what += ", " + std::to_string(part->local_ids().size()) + " of them on rank 0";
+    w = bh_workload(c, device, partition, one_needed, ranks, keep);
   } else {
     throw Error("--workload " + c.workload + ": pc, knn, bh or forest");
   }
