@@ -1,6 +1,7 @@
 // Decision forests in memory, and their import from XGBoost's JSON model format and from
 // Canopy's own forest JSON format (scikit-learn forests, written by scripts/export_sklearn.py;
-// docs/forest_format.md documents both). CUDA-free.
+// docs/forest_format.md documents both). CUDA-free. The importers behind Forest::load and
+// Forest::parse are io/forest_import.cpp and io/detail/model_json.*.
 //
 // Every tree is normalised on import to one convention, whatever the source:
 //   * nodes are numbered breadth-first from the root (node 0), children left before right;

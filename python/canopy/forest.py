@@ -175,7 +175,7 @@ class _Ubjson:
 
 
 def _looks_like_ubjson(data):
-    # The C++ importer's rule (layouts/forest.cpp): "{" and then a length marker.
+    # The C++ importer's rule (io/detail/model_json.hpp): "{" and then a length marker.
     return isinstance(data, (bytes, bytearray)) and len(data) >= 2 and data[:1] == b"{" and \
         data[1:2] != b"\0" and data[1:2] in (b"i", b"U", b"I", b"l", b"L", b"$", b"#")
 
