@@ -6,6 +6,8 @@
 #include <limits>
 #include <sstream>
 
+#include "core/bits.hpp"
+
 namespace canopy {
 
 std::vector<std::vector<double>> forest_node_probabilities(const Forest& f) {
@@ -35,21 +37,11 @@ std::vector<std::vector<double>> forest_node_probabilities(const Forest& f) {
   return out;
 }
 
-namespace {
-
-int bits_for(std::int64_t count) {  // fewest bits that hold 0 .. count - 1 (at least 1)
-  int b = 1;
-  while ((std::int64_t{1} << b) < count) ++b;
-  return b;
-}
-
-}  // namespace
-
 AdaptiveForest AdaptiveForest::build(const Forest& f, const AdaptiveOptions& opt) {
   AdaptiveForest a(f);
   const index_t T = a.common.n_trees;
   a.node_rearranged = opt.node_rearrangement;
-  a.feature_bits = bits_for(f.n_features());
+  a.feature_bits = bits_for(f.n_features() > 0 ? f.n_features() - 1 : 0);  // the features 0 .. n - 1
   const int child_bits = kAdaptivePayloadBits - a.feature_bits;
   if (child_bits < 1)
     throw Error("adaptive layout: " + std::to_string(f.n_features()) + " features leave no bits for child indices");

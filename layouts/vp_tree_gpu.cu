@@ -17,6 +17,7 @@
 
 #include <string>
 
+#include "core/bits.hpp"
 #include "layouts/geometry.hpp"
 #include "layouts/median_tree_gpu.cuh"
 #include "layouts/vp_tree.hpp"
@@ -143,12 +144,6 @@ __global__ void shells_kernel(Level lv, index_t m, const std::uint64_t* keys, co
 }
 
 __global__ void infinity_kernel(float* x) { *x = __int_as_float(0x7f800000); }
-
-int bits_for(index_t m) {
-  int b = 0;
-  while ((index_t{1} << b) <= m) ++b;
-  return b;
-}
 
 }  // namespace
 

@@ -8,8 +8,9 @@
 #include <map>
 #include <vector>
 
-#include "inspector/scheduling_matrix.hpp"
+#include "core/bits.hpp"
 #include "core/cuda.cuh"
+#include "inspector/scheduling_matrix.hpp"
 #include "scheduler/guided_gpu.hpp"
 
 namespace canopy {
@@ -17,13 +18,6 @@ namespace {
 
 constexpr int kBlock = 256;
 unsigned grid_for(index_t n) { return static_cast<unsigned>((n + kBlock - 1) / kBlock); }
-
-// Bits to hold every value in 0 .. max_value.
-int bits_to_hold(std::uint64_t max_value) {
-  int b = 0;
-  while (b < 64 && (max_value >> b) != 0) ++b;
-  return b;
-}
 
 // The partition's state on the device, which every level's kernels read and update.
 struct Partition {
@@ -256,8 +250,8 @@ bool DeviceGuidedScheduler::supports(const node_id* column_parent, index_t cols,
   std::map<node_id, int> leaves_per_parent;
   for (index_t c = 0; c < cols; ++c)
     if (++leaves_per_parent[column_parent[c]] > 2) return false;
-  const int fb = bits_to_hold(static_cast<std::uint64_t>(cols) + 1);
-  return 2 * fb + bits_to_hold(static_cast<std::uint64_t>(std::max<index_t>(rows, 1))) <= 64;
+  const int fb = bits_for(static_cast<std::uint64_t>(cols) + 1);
+  return 2 * fb + bits_for(static_cast<std::uint64_t>(std::max<index_t>(rows, 1))) <= 64;
 }
 
 void DeviceGuidedScheduler::run(const std::int32_t* matrix, index_t rows, index_t cols, index_t width,
@@ -281,8 +275,9 @@ void DeviceGuidedScheduler::run(const std::int32_t* matrix, index_t rows, index_
   s.host_count.reserve(1);
   copy_to_device(s.parent.get(), column_parent, static_cast<std::size_t>(cols), st);
 
-  const int fb = bits_to_hold(static_cast<std::uint64_t>(cols) + 1);
-  const int end_bit = 2 * fb + bits_to_hold(static_cast<std::uint64_t>(rows - 1));
+  const int fb = bits_for(static_cast<std::uint64_t>(cols) + 1);
+  const int end_bit = 2 * fb + bits_for(static_cast<std::uint64_t>(rows - 1));
+  // Not run_cub: the scratch space is sized once for every level's sort, scan and select (their largest).
   std::size_t sort_bytes = 0, scan_bytes = 0, select_bytes = 0;
   CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, s.keys_in.get(), s.keys_out.get(),
                                                     s.vals_in.get(), s.vals_out.get(), rows, 0, end_bit, st));

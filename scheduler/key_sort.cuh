@@ -9,18 +9,12 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/bits.hpp"
 #include "core/cuda.cuh"
 #include "inspector/device_matrix.cuh"
 #include "scheduler/device_schedule.hpp"
 
 namespace canopy {
-
-// Bits to hold every value in 0 .. max_value (at least 1, the radix sort's smallest range).
-inline int bits_for(std::uint64_t max_value) {
-  int b = 1;
-  while (b < 64 && (std::uint64_t{1} << b) <= max_value) ++b;
-  return b;
-}
 
 // The key sort's scratch memory, reused from call to call.
 struct KeySortScratch {

@@ -1,0 +1,22 @@
+// Bit widths of keys and packed fields: one rule for the radix sorts' end bits and the forest
+// layouts' packed indices, on the host and the device.
+#pragma once
+
+#include <cstdint>
+
+#include "core/types.hpp"
+
+namespace canopy {
+
+// The fewest bits, at least 1, that hold every value in 0 .. max_value: 1 for 0 and 1, b + 1 for
+// 2^b .. 2^(b+1) - 1, and 64 for every value from 2^63 to 2^64 - 1. A radix sort of keys that
+// are all <= max_value sorts the bits [0, bits_for(max_value)); a field that indexes n >= 1 items
+// (the values 0 .. n - 1) needs bits_for(n - 1). Defined for every argument (a negative signed
+// one converts to a value of 2^63 or more: 64).
+CANOPY_HD constexpr int bits_for(std::uint64_t max_value) {
+  int b = 1;
+  while (b < 64 && (std::uint64_t{1} << b) <= max_value) ++b;
+  return b;
+}
+
+}  // namespace canopy
