@@ -78,6 +78,46 @@ class Stream {
   cudaStream_t s_ = nullptr;
 };
 
+// A CUB device algorithm by its two-call protocol, on the stream the call names: call(nullptr,
+// bytes) sizes its scratch space, `temp` grows to that (a larger buffer is kept; `temp_what`
+// names it in an out-of-memory error), then call(temp.get(), bytes) runs it. `what` names the
+// algorithm in a CUDA error. For an algorithm sized once and run many times, size it by hand.
+template <class Call>
+void run_cub(const char* what, DeviceBuffer<unsigned char>& temp, const char* temp_what, cudaStream_t s,
+             const Call& call) {
+  std::size_t bytes = 0;
+  cudaError_t err = call(nullptr, bytes);
+  if (err == cudaSuccess) {
+    temp.reserve(bytes, temp_what, s);
+    err = call(temp.get(), bytes);
+  }
+  if (err != cudaSuccess) throw_cuda_error(err, what, __FILE__, __LINE__);
+}
+
+// One call's work between the caller's stream (null: none given) and Canopy's own stream `own`:
+// from construction, work queued on `own` starts after the work queued on the caller's stream so
+// far (recorded in `ready`); at destruction, on the normal path and when an exception unwinds
+// alike, the caller's stream waits for everything queued on `own` by then (recorded in
+// `finished`). The destructor never throws: should the record fail, the next CUDA call reports it.
+class CallerStream {
+ public:
+  CallerStream(cudaStream_t own, stream_t caller, Event& ready, Event& finished)
+      : own_(own), caller_(caller), finished_(finished) {
+    if (caller_) stream_wait(own_, caller_, ready);
+  }
+  CallerStream(const CallerStream&) = delete;
+  CallerStream& operator=(const CallerStream&) = delete;
+  ~CallerStream() {
+    if (!caller_) return;
+    if (cudaEventRecord(finished_.get(), own_) == cudaSuccess) cudaStreamWaitEvent(caller_, finished_.get(), 0);
+  }
+
+ private:
+  cudaStream_t own_;
+  stream_t caller_;
+  Event& finished_;
+};
+
 template <class T>
 void copy_to_device(T* dst, const T* src, std::size_t n, cudaStream_t s) {
   CANOPY_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, s));

@@ -114,6 +114,7 @@ struct DeviceMatrix {
       return;
     }
     offsets.reserve(m + 1, "the guided row offsets", s);
+    // Not run_cub: sized here with the other buffers; the scan runs later, once the sizes are known.
     CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, sizes.get(), offsets.get(), m + 1, s));
     scan_temp.reserve(scan_bytes, "the row-offset scan scratch space", s);
     host_offsets.reserve(m + 1);

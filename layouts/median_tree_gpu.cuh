@@ -505,6 +505,7 @@ void MedianGpuBuild::build(const float* pts, index_t n, int dims, int leaf_size,
   keys_.reserve(un, "the tree build's sort keys", s);
   sorted_keys_.reserve(un, "the tree build's sort keys", s);
   ids_.reserve(un, "the tree build's ids", s);
+  // Not run_cub: the scratch space is sized once for every level's sorts and scans (their largest).
   std::size_t sort_bytes = 0, scan_bytes = 0;
   CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys_.get(), sorted_keys_.get(), ids_.get(),
                                                     ids_.get(), n, 0, 32, s));

@@ -29,6 +29,7 @@
 #include <limits>
 #include <string>
 
+#include "core/bits.hpp"
 #include "core/cuda.cuh"
 #include "core/device.hpp"
 #include "layouts/octree.hpp"
@@ -342,32 +343,15 @@ __global__ void __launch_bounds__(kBlock) sum_children_kernel(NodeArrays a, inde
   if (id < n_nodes && a.nodes[id].depth == depth && a.nodes[id].n_children > 0) sum_children(a, id);
 }
 
+// What an out-of-memory error calls the CUB calls' scratch space (run_cub).
+constexpr const char* kScratch = "the octree build's scratch space";
+
 // mass[i] < 0 ? i : n, whose minimum is the first negative mass.
 struct NegativeAt {
   const float* mass;
   index_t n;
   __host__ __device__ index_t operator()(index_t i) const { return mass[i] < 0.0f ? i : n; }
 };
-
-// A CUB device algorithm by its two-call protocol, its scratch space in temp; `what` names it
-// in an error.
-template <class Call>
-void run_cub(const char* what, DeviceBuffer<unsigned char>& temp, cudaStream_t s, const Call& call) {
-  std::size_t bytes = 0;
-  cudaError_t err = call(nullptr, bytes);
-  if (err == cudaSuccess) {
-    temp.reserve(bytes, "the octree build's scratch space", s);
-    err = call(temp.get(), bytes);
-  }
-  if (err != cudaSuccess) throw_cuda_error(err, what, __FILE__, __LINE__);
-}
-
-// Bits that hold every value in 0 .. max_value (at least 1).
-int bits_for_value(std::uint64_t max_value) {
-  int b = 1;
-  while (b < 64 && (std::uint64_t{1} << b) <= max_value) ++b;
-  return b;
-}
 
 }  // namespace
 
@@ -382,7 +366,7 @@ index_t first_negative_on_device(const float* mass, index_t n) {
   first.reserve(1, "the negative mass search", s);
   found.reserve(1);
   const auto negative_at = thrust::make_transform_iterator(thrust::counting_iterator<index_t>(0), NegativeAt{mass, n});
-  run_cub("cub::DeviceReduce::Min (the first negative mass)", temp, s, [&](void* t, std::size_t& bytes) {
+  run_cub("cub::DeviceReduce::Min (the first negative mass)", temp, kScratch, s, [&](void* t, std::size_t& bytes) {
     return cub::DeviceReduce::Min(t, bytes, negative_at, first.get(), n, s);
   });
   copy_to_host(found.get(), first.get(), 1, s);
@@ -491,7 +475,7 @@ Octree OctreeGpuBuilder::build(const float* xyz, const float* mass, index_t n, c
   path_key_kernel<<<blocks_for(n), kBlock, 0, s>>>(d_xyz, n, root.get(), max_depth, keys.get(), input_order.get());
   CANOPY_CUDA_CHECK_LAUNCH("path_key_kernel");
   // Radix sort is stable: bodies with equal paths keep their input order.
-  run_cub("cub::DeviceRadixSort::SortPairs (the octree paths)", temp, s, [&](void* t, std::size_t& bytes) {
+  run_cub("cub::DeviceRadixSort::SortPairs (the octree paths)", temp, kScratch, s, [&](void* t, std::size_t& bytes) {
     return cub::DeviceRadixSort::SortPairs(t, bytes, keys.get(), sorted_keys.get(), input_order.get(),
                                            sorted_ids.get(), n, 0, 3 * max_depth, s);
   });
@@ -506,7 +490,7 @@ Octree OctreeGpuBuilder::build(const float* xyz, const float* mass, index_t n, c
   node_starts_kernel<<<blocks_for(n), kBlock, 0, s>>>(sorted_keys.get(), n, options.leaf_size, max_depth,
                                                       leaf_depths.get(), starts.get(), summary.get());
   CANOPY_CUDA_CHECK_LAUNCH("node_starts_kernel");
-  run_cub("cub::DeviceScan::InclusiveSum (the octree node ids)", temp, s, [&](void* t, std::size_t& bytes) {
+  run_cub("cub::DeviceScan::InclusiveSum (the octree node ids)", temp, kScratch, s, [&](void* t, std::size_t& bytes) {
     return cub::DeviceScan::InclusiveSum(t, bytes, starts.get(), nodes_through.get(), n, s);
   });
   index_t n_nodes = 0;
@@ -530,8 +514,8 @@ Octree OctreeGpuBuilder::build(const float* xyz, const float* mass, index_t n, c
   bodies.reserve(un * 4, "the octree bodies", s);
   leaf_key_kernel<<<blocks_for(n), kBlock, 0, s>>>(sorted_ids.get(), nodes_through.get(), n, leaf_of_body.get());
   CANOPY_CUDA_CHECK_LAUNCH("leaf_key_kernel");
-  const int leaf_bits = bits_for_value(static_cast<std::uint64_t>(n_nodes - 1));
-  run_cub("cub::DeviceRadixSort::SortPairs (the octree leaves)", temp, s, [&](void* t, std::size_t& bytes) {
+  const int leaf_bits = bits_for(static_cast<std::uint64_t>(n_nodes - 1));
+  run_cub("cub::DeviceRadixSort::SortPairs (the octree leaves)", temp, kScratch, s, [&](void* t, std::size_t& bytes) {
     return cub::DeviceRadixSort::SortPairs(t, bytes, leaf_of_body.get(), sorted_leaves.get(), input_order.get(),
                                            tree_ids.get(), n, 0, leaf_bits, s);
   });
@@ -571,7 +555,7 @@ Octree OctreeGpuBuilder::build(const float* xyz, const float* mass, index_t n, c
   shape_nodes_kernel<<<blocks_for(n_nodes), kBlock, 0, s>>>(arrays, root.get(), n_nodes, summary.get());
   CANOPY_CUDA_CHECK_LAUNCH("shape_nodes_kernel");
   // An inner node's links follow those of every node before it in depth-first order.
-  run_cub("cub::DeviceScan::ExclusiveSum (the octree links)", temp, s, [&](void* t, std::size_t& bytes) {
+  run_cub("cub::DeviceScan::ExclusiveSum (the octree links)", temp, kScratch, s, [&](void* t, std::size_t& bytes) {
     return cub::DeviceScan::ExclusiveSum(t, bytes, links.get(), link_first.get(), n_nodes, s);
   });
   link_children_kernel<<<blocks_for(n_nodes), kBlock, 0, s>>>(arrays, n_nodes);

@@ -211,6 +211,7 @@ VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTr
   using LeftIt = thrust::transform_iterator<LeftOf, thrust::counting_iterator<index_t>>;
   using InnerIt = thrust::transform_iterator<InnerCount, thrust::counting_iterator<index_t>>;
   const int max_bits = 32 + bits_for(widest);
+  // Not run_cub: the scratch space is sized once for every level's sorts and scans (their largest).
   std::size_t sort_bytes = 0, scan_bytes = 0, rank_bytes = 0, start_bytes = 0;
   CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys.get(), sorted_keys.get(), ids[0].get(),
                                                     sorted_ids.get(), n, 0, max_bits, s));

@@ -104,9 +104,11 @@ class Traverser {
         : g_(g), host_(host), device_(device) {}
     std::size_t tree_bytes() const override { return 0; }
     void run(const W& w, const CallData& call, const TraversalOptions& opt, TraversalStats& st) override {
-      CallerStream caller(g_, opt.stream);
-      run_on_gpu(g_, w, host_, device_, call, opt, DeviceFootprint{}, st);
-      caller.release();
+      {
+        // Its destructor, at the end of this block or on an error, makes the caller's stream wait.
+        const CallerStream caller(g_.stream.get(), opt.stream, g_.caller_ready, g_.done);
+        run_on_gpu(g_, w, host_, device_, call, opt, DeviceFootprint{}, st);
+      }
       g_.stream.sync();
     }
 

@@ -70,22 +70,6 @@ struct GpuResources {
   }
 };
 
-// The caller's stream (opt.stream) around a call: the call's work waits for the caller's, and,
-// at the end, the caller's stream for the call's.
-class CallerStream {
- public:
-  CallerStream(GpuResources& g, stream_t caller) : g_(g), caller_(caller) {
-    if (caller_) g_.stream.wait_for(caller_, g_.caller_ready);
-  }
-  void release() {
-    if (caller_) stream_wait(caller_, g_.stream.get(), g_.done);
-  }
-
- private:
-  GpuResources& g_;
-  stream_t caller_;
-};
-
 // Device bytes of a call's fixed data: the tree's, and the queries' and results' per query.
 struct DeviceFootprint {
   std::size_t tree = 0;
@@ -201,25 +185,27 @@ class BuiltinGpuPart final : public GpuPart<W> {
 
   void run(const W& w, const CallData& call, const TraversalOptions& opt, TraversalStats& st) override {
     const cudaStream_t s = g_.stream.get();
-    CallerStream caller(g_, opt.stream);
-    const std::size_t n = static_cast<std::size_t>(call.n);
-    CallData d = call;
-    const std::size_t query_floats = n * static_cast<std::size_t>(w.query_dims);
-    if (query_floats > 0 && !is_device_pointer(call.queries)) {
-      queries_.reserve(query_floats, "the queries", s);
-      copy_to_device(queries_.get(), call.queries, query_floats, s);
-      d.queries = queries_.get();
+    {
+      // Its destructor, at the end of this block or on an error, makes the caller's stream wait.
+      const CallerStream caller(s, opt.stream, g_.caller_ready, g_.done);
+      const std::size_t n = static_cast<std::size_t>(call.n);
+      CallData d = call;
+      const std::size_t query_floats = n * static_cast<std::size_t>(w.query_dims);
+      if (query_floats > 0 && !is_device_pointer(call.queries)) {
+        queries_.reserve(query_floats, "the queries", s);
+        copy_to_device(queries_.get(), call.queries, query_floats, s);
+        d.queries = queries_.get();
+      }
+      for (int i = 0; i < 2; ++i) {
+        if (w.output_bytes[i] == 0 || is_device_pointer(call.outputs[i])) continue;
+        outputs_[i].reserve(n * w.output_bytes[i], "the results", s);
+        d.outputs[i] = outputs_[i].get();
+      }
+      const DeviceFootprint fp{device_.bytes(), w.query_dims * sizeof(float) + w.output_bytes[0] + w.output_bytes[1]};
+      run_on_gpu(g_, w, host_, device_.view(), d, opt, fp, st);
+      for (int i = 0; i < 2; ++i)
+        if (d.outputs[i] != call.outputs[i]) copy_to_host(static_cast<unsigned char*>(call.outputs[i]), outputs_[i].get(), n * w.output_bytes[i], s);
     }
-    for (int i = 0; i < 2; ++i) {
-      if (w.output_bytes[i] == 0 || is_device_pointer(call.outputs[i])) continue;
-      outputs_[i].reserve(n * w.output_bytes[i], "the results", s);
-      d.outputs[i] = outputs_[i].get();
-    }
-    const DeviceFootprint fp{device_.bytes(), w.query_dims * sizeof(float) + w.output_bytes[0] + w.output_bytes[1]};
-    run_on_gpu(g_, w, host_, device_.view(), d, opt, fp, st);
-    for (int i = 0; i < 2; ++i)
-      if (d.outputs[i] != call.outputs[i]) copy_to_host(static_cast<unsigned char*>(call.outputs[i]), outputs_[i].get(), n * w.output_bytes[i], s);
-    caller.release();
     g_.stream.sync();
   }
 

@@ -51,12 +51,11 @@ void sort_key_pairs(const Key* keys, const index_t* ids, std::uint64_t max_key, 
   k.keys_out.reserve(static_cast<std::size_t>(n) * sizeof(Key), "the sort keys", s);
   Key* sorted = reinterpret_cast<Key*>(k.keys_out.get());
   const int end_bit = bits_for(max_key);
-  std::size_t temp_bytes = 0;
-  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, sorted, ids, order, n, 0, end_bit, s));
-  k.temp.reserve(temp_bytes, "the sort scratch space", s);
   // Radix sort is stable: queries with equal keys keep their input order.
-  CANOPY_CUDA_CHECK(
-      cub::DeviceRadixSort::SortPairs(k.temp.get(), temp_bytes, keys, sorted, ids, order, n, 0, end_bit, s));
+  run_cub("cub::DeviceRadixSort::SortPairs (the key sort)", k.temp, "the sort scratch space", s,
+          [&](void* t, std::size_t& bytes) {
+            return cub::DeviceRadixSort::SortPairs(t, bytes, keys, sorted, ids, order, n, 0, end_bit, s);
+          });
   if (!heads) return;
   key_heads_kernel<<<static_cast<unsigned>((n + kKeyBlock - 1) / kKeyBlock), kKeyBlock, 0, s>>>(sorted, n, heads);
   CANOPY_CUDA_CHECK_LAUNCH("key_heads_kernel");

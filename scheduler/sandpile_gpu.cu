@@ -95,15 +95,12 @@ void DeviceSandpile::run(const std::uint64_t* matrix, index_t rows, index_t word
     const int end_bit = 64 - __builtin_clzll(vary);
     gather_word_kernel<<<grid_for(rows), kBlock, 0, s>>>(matrix, words, w, cur, rows, m.keys_in.get());
     CANOPY_CUDA_CHECK_LAUNCH("gather_word_kernel");
-    std::size_t temp_bytes = 0;
-    CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(nullptr, temp_bytes, m.keys_in.get(),
-                                                                m.keys_out.get(), cur, other, rows, begin_bit,
-                                                                end_bit, s));
-    m.temp.reserve(temp_bytes, "the device sandpile scratch space", s);
     // Radix sort is stable: rows equal in this word keep the order the lower words gave them.
-    CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(m.temp.get(), temp_bytes, m.keys_in.get(),
-                                                                m.keys_out.get(), cur, other, rows, begin_bit,
-                                                                end_bit, s));
+    run_cub("cub::DeviceRadixSort::SortPairsDescending (the sandpile order)", m.temp,
+            "the device sandpile scratch space", s, [&](void* t, std::size_t& bytes) {
+              return cub::DeviceRadixSort::SortPairsDescending(t, bytes, m.keys_in.get(), m.keys_out.get(), cur,
+                                                               other, rows, begin_bit, end_bit, s);
+            });
     std::swap(cur, other);
   }
   if (cur != order) copy_device_to_device(order, cur, static_cast<std::size_t>(rows), s);

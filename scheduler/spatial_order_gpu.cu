@@ -69,12 +69,11 @@ void SpatialOrder::Gpu::sort(const std::vector<std::int32_t>& dim, const std::ve
                                               s->ids.get());
   CANOPY_CUDA_CHECK_LAUNCH("cell_kernel");
   // Radix sort is stable: the queries of a cell keep their input order.
-  std::size_t temp_bytes = 0;
-  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, s->keys.get(), s->sorted_keys.get(),
-                                                    s->ids.get(), s->order.get(), n, 0, depth, st));
-  s->temp.reserve(temp_bytes, "the spatial order's sort scratch", st);
-  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s->temp.get(), temp_bytes, s->keys.get(), s->sorted_keys.get(),
-                                                    s->ids.get(), s->order.get(), n, 0, depth, st));
+  run_cub("cub::DeviceRadixSort::SortPairs (the spatial order)", s->temp, "the spatial order's sort scratch", st,
+          [&](void* t, std::size_t& bytes) {
+            return cub::DeviceRadixSort::SortPairs(t, bytes, s->keys.get(), s->sorted_keys.get(), s->ids.get(),
+                                                   s->order.get(), n, 0, depth, st);
+          });
   s->stream.sync();
 }
 

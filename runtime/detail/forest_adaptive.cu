@@ -246,13 +246,12 @@ void AdaptiveSteps::schedule_rows(int depth, gpu::AdaptiveBatch* b) {
   k.keys = keys_.get();
   k.index = index_.get();
   launch_forest_row_keys(view_, k, stream_);
-  std::size_t temp = 0;
   const int end_bit = k.key_trees * depth;
-  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp, keys_.get(), keys_sorted_.get(), index_.get(),
-                                                    order_.get(), n_rows, 0, end_bit, stream_));
-  sort_temp_.reserve(temp, "the row-schedule sort", stream_);
-  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp_.get(), temp, keys_.get(), keys_sorted_.get(),
-                                                    index_.get(), order_.get(), n_rows, 0, end_bit, stream_));
+  run_cub("cub::DeviceRadixSort::SortPairs (the row schedule)", sort_temp_, "the row-schedule sort", stream_,
+          [&](void* t, std::size_t& bytes) {
+            return cub::DeviceRadixSort::SortPairs(t, bytes, keys_.get(), keys_sorted_.get(), index_.get(),
+                                                   order_.get(), n_rows, 0, end_bit, stream_);
+          });
   const std::size_t values = n * static_cast<std::size_t>(features);
   rows_sorted_.reserve(values, "the rows in execution order", stream_);
   launch_gather_rows(b->rows, order_.get(), n_rows, features, rows_sorted_.get(), stream_);

@@ -20,17 +20,6 @@ GpuLimits current_gpu_limits() {
   return g;
 }
 
-CallerStream::CallerStream(cudaStream_t own, stream_t caller, Event& ready, Event& finished)
-    : own_(own), caller_(caller), finished_(finished) {
-  if (caller_) stream_wait(own_, caller_, ready);
-}
-
-CallerStream::~CallerStream() {
-  if (!caller_) return;
-  // A destructor must not throw: should the record fail, the next CUDA call reports it.
-  if (cudaEventRecord(finished_.get(), own_) == cudaSuccess) cudaStreamWaitEvent(caller_, finished_.get(), 0);
-}
-
 std::vector<ForestTrial> ForestGpu::estimates(const float*, index_t, const ForestRunOptions&) {
   throw Error("the performance model needs the adaptive layout");
 }

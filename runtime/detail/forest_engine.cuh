@@ -27,22 +27,6 @@ struct GpuLimits {
 };
 GpuLimits current_gpu_limits();
 
-// One call's GPU work between the caller's stream (ForestRunOptions::stream; null: none) and
-// the engine's: the engine's stream starts after the work queued there, and when the call
-// ends, by an error too, the caller's stream waits for everything the call queued.
-class CallerStream {
- public:
-  CallerStream(cudaStream_t own, stream_t caller, Event& ready, Event& finished);
-  CallerStream(const CallerStream&) = delete;
-  CallerStream& operator=(const CallerStream&) = delete;
-  ~CallerStream();
-
- private:
-  cudaStream_t own_;
-  stream_t caller_;
-  Event& finished_;
-};
-
 // Per row: the outputs the adaptive strategies sum, and the bytes of one carried partial sum.
 inline int sums_outputs(const ForestCommonView& c) { return c.leaf_width > 0 ? c.leaf_width : c.n_groups; }
 inline std::size_t carry_size(const ForestCommonView& c) { return c.leaf_width > 0 ? sizeof(double) : sizeof(float); }
