@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <set>
 #include <utility>
 #include <vector>
 
+#include "core/bits.hpp"
 #include "inspector/inspector.hpp"
 #include "layouts/ball_tree.hpp"
 #include "layouts/kdtree.hpp"
@@ -379,6 +381,7 @@ TEST(AutoChoiceGpu, PicksOnceAndRemembersThePickPerSizeClass) {
   const std::vector<float> qs = test::random_points(big, 3, 5);
   const float radius = test::radius_for(tree, std::vector<float>(qs.begin(), qs.begin() + 30000), 8);
   PointCorrelation pc(tree, Device::Gpu);
+  AutoPick small{ScheduleKind::Auto, ExecutorKind::Auto};  // the 3,000-query class's pick
   for (index_t n : {big, index_t{3000}}) {
     PcOptions ref;
     ref.radius = radius;
@@ -404,12 +407,56 @@ TEST(AutoChoiceGpu, PicksOnceAndRemembersThePickPerSizeClass) {
     const PcResult fourth = pc.run(qs.data(), n, o);
     EXPECT_EQ(fourth.schedule_kind, third.schedule_kind);
     EXPECT_EQ(fourth.executor_kind, third.executor_kind);
+    small = {third.schedule_kind, third.executor_kind};
   }
-  // Another tree of the same shape reuses the pick (a simulation's rebuilt tree).
-  PointCorrelation again(tree, Device::Gpu);
+  // Another tree of the same shape, built over other points (a simulation's rebuilt tree), reuses
+  // the pick: no trial, the same kinds, and its own tree's results.
+  const std::vector<float> moved = test::clustered_points(20000, 3, 6);
+  ASSERT_NE(moved, pts);
+  const KdTree rebuilt = KdTree::build(moved.data(), 20000, 3);
+  ASSERT_EQ(rebuilt.height(), tree.height());
+  ASSERT_EQ(rebuilt.node_count(), tree.node_count());
+  ASSERT_NE(rebuilt.points(), tree.points()) << "a different tree";
+  PointCorrelation again(rebuilt, Device::Gpu);
+  PcOptions ref;
+  ref.radius = radius;
+  ref.schedule = ScheduleKind::InputOrder;
+  ref.executor = ExecutorKind::Independent;
+  const std::vector<index_t> want = again.run(qs.data(), 3000, ref).counts;
+  ASSERT_NE(want, pc.run(qs.data(), 3000, ref).counts) << "the other tree should count other neighbours";
   PcOptions o;
   o.radius = radius;
-  EXPECT_EQ(again.run(qs.data(), 3000, o).auto_trial_ms, 0.0);
+  const PcResult r = again.run(qs.data(), 3000, o);
+  EXPECT_EQ(r.auto_trial_ms, 0.0);
+  EXPECT_EQ(r.schedule_kind, small.schedule);
+  EXPECT_EQ(r.executor_kind, small.executor);
+  EXPECT_EQ(r.counts, want);
+}
+
+// bits_for, the radix sorts' end bit and the packed fields' width: the fewest bits (at least 1)
+// that hold 0 .. max_value, for every 64-bit argument.
+TEST(BitsFor, FewestBitsThatHoldEveryValueUpToTheArgument) {
+  EXPECT_EQ(bits_for(0), 1);
+  EXPECT_EQ(bits_for(1), 1);
+  EXPECT_EQ(bits_for(2), 2);
+  EXPECT_EQ(bits_for(3), 2);
+  EXPECT_EQ(bits_for(4), 3);
+  for (int b = 1; b < 64; ++b) {
+    const std::uint64_t p = std::uint64_t{1} << b;
+    EXPECT_EQ(bits_for(p - 1), b) << "2^" << b << " - 1";
+    EXPECT_EQ(bits_for(p), b + 1) << "2^" << b;
+    EXPECT_EQ(bits_for(p + 1), b + 1) << "2^" << b << " + 1";
+  }
+  EXPECT_EQ(bits_for(std::uint64_t{1} << 63), 64);
+  EXPECT_EQ(bits_for((std::uint64_t{1} << 63) - 1), 63);
+  EXPECT_EQ(bits_for(~std::uint64_t{0}), 64);
+  static_assert(bits_for(255) == 8 && bits_for(256) == 9, "usable in constant expressions");
+  // Every value up to the argument fits, and the argument itself needs the last bit.
+  for (std::uint64_t m : {std::uint64_t{5}, std::uint64_t{1000}, std::uint64_t{1} << 40}) {
+    const int b = bits_for(m);
+    EXPECT_EQ(m >> b, 0u);
+    EXPECT_NE(m >> (b - 1), 0u);
+  }
 }
 
 }  // namespace
