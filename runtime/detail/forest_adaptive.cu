@@ -277,15 +277,28 @@ class AdaptiveForestGpu final : public ForestGpu {
       const ForestTuner::Plan plan = tuner_.plan(n_rows, opt);
       ForestRunOptions run = opt;
       run.schedule = plan.knobs;
-      ForestTrialRuns trials;
-      trials.runs = plan.trials;
-      engine_.predict(rows, n_rows, out, width, f64, plan.kernel, run, times, trials.runs.empty() ? nullptr : &trials);
-      times->tuning = plan.tuning;
-      if (!trials.runs.empty()) {
-        for (double ms : trials.ms)
-          if (std::isfinite(ms)) times->tuning_ms += ms;
-        tuner_.record(plan, times->kernel_ms, trials.ms);
+      run.graph = opt.graph && plan.graph;
+      ForestTrialRuns preview = plan.preview;
+      ForestTrialRuns* trials = preview.runs.empty() ? nullptr : &preview;
+      try {
+        engine_.predict(rows, n_rows, out, width, f64, plan.kernel, run, times, trials);
+      } catch (const CudaError&) {
+        throw;
+      } catch (const Error&) {
+        if (!plan.candidate_call) throw;
+        // A candidate this batch cannot take after all: dropped, and the call runs the choice.
+        tuner_.record(plan, n_rows, INFINITY, {});
+        run.schedule = plan.choice.knobs;
+        engine_.predict(rows, n_rows, out, width, f64, plan.choice.kernel, run, times);
+        times->tuning = ForestTuning::Refining;
+        return;
       }
+      times->tuning = plan.tuning;
+      // The call's own kernel was the trial when it ran a candidate.
+      times->tuning_ms = plan.candidate_call ? times->kernel_ms : 0;
+      for (double ms : preview.ms)
+        if (std::isfinite(ms)) times->tuning_ms += ms;
+      tuner_.record(plan, n_rows, times->kernel_ms, preview.ms);
       return;
     }
     engine_.predict(rows, n_rows, out, width, f64, opt.kernel, opt, times);

@@ -54,18 +54,26 @@ std::vector<Knob> refine_knobs(ForestKernel k) {
   }
 }
 
-// Auto's online tuning. A candidate's first trial call warms it up (its kernel may load
-// lazily), the next kTrialSamples are paired with the choice: both run after the call's kernel
-// on its rows, in alternating order, and the candidate's time over the choice's is one sample.
-// A candidate whose samples all exceed kRejectRatio is dropped early; the step's best median
-// replaces the choice when below kMoveRatio.
+// Auto's online tuning. A candidate is previewed after a choice call's kernel: once on one row
+// (its kernel may load lazily), then it and the choice on the same rows. A knob's preview at a
+// batch of up to kPreviewWholeAbove rows takes a sixteenth of them, and more than
+// kPreviewReject times the choice there drops the candidate; a strategy's (which may win only
+// at full size), and any at larger batches, takes them all and is its first sample. Then the
+// candidate runs in place of the choice on calls that alternate with choice calls; each of its
+// times over the choice's estimate at that batch size (from the choice's recent calls) is one
+// sample, kTrialSamples in all. A candidate whose samples all exceed kRejectRatio is dropped
+// early; the step's best median replaces the choice when below kMoveRatio.
 constexpr int kTrialSamples = 3;
 constexpr double kRejectRatio = 1.5;
-// A strategy whose warm-up alone took more than kHopeless times the call's kernel (plus what
-// loading a kernel may cost the first time) is dropped at once: at a batch size where it
-// cannot win, one run of it can cost ten times the call.
+constexpr double kPreviewReject = 2.0;
+constexpr index_t kPreviewShare = 16;
+constexpr index_t kPreviewWholeAbove = index_t{1} << 16;
+// A strategy more than kHopeless times slower than the choice is hopeless on the far side of
+// this class too (hopeless()).
 constexpr double kHopeless = 3.0;
-constexpr double kLoadAllowanceMs = 0.25;
+// The choice's recent calls kept per class, and how many a comparison needs.
+constexpr std::size_t kBaseCalls = 16;
+constexpr std::size_t kBaseMin = 3;
 constexpr double kMoveRatio = 0.98;
 constexpr int kSweeps = 3;
 // A never-seen class with no tuned neighbour: shared data below this batch size, direct above
@@ -81,6 +89,29 @@ int size_class(index_t n_rows) {
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// The choice's kernel time at `rows`, from its recent calls (rows, ms): their median when they
+// were all about this size, else a line through them (Theil-Sen: the median of the pairwise
+// slopes, robust to the odd slow call), kept above a quarter of the median.
+double estimate_at(const std::vector<std::pair<double, double>>& calls, double rows) {
+  std::vector<double> ms, slopes;
+  double lo = INFINITY, hi = 0;
+  for (const auto& [n, t] : calls) {
+    ms.push_back(t);
+    lo = std::min(lo, n);
+    hi = std::max(hi, n);
+  }
+  const double median = median_of(ms);
+  if (hi <= lo * 1.05) return median;
+  for (std::size_t i = 0; i < calls.size(); ++i)
+    for (std::size_t j = i + 1; j < calls.size(); ++j)
+      if (calls[i].first != calls[j].first)
+        slopes.push_back((calls[j].second - calls[i].second) / (calls[j].first - calls[i].first));
+  const double slope = median_of(slopes);
+  std::vector<double> at;
+  for (const auto& [n, t] : calls) at.push_back(t - slope * n);
+  return std::max(median_of(at) + slope * rows, 0.25 * median);
 }
 
 }  // namespace
@@ -202,8 +233,9 @@ bool ForestTuner::next_step(ClassState& s, index_t n_rows, const ForestRunOption
       }
     }
     s.candidates = std::move(kept);
-    s.runs.assign(s.candidates.size(), 0);
+    s.previewed.assign(s.candidates.size(), 0);
     s.ratios.assign(s.candidates.size(), {});
+    s.seen.assign(s.candidates.size(), {});
     s.next = 0;
     if (!s.candidates.empty()) return true;
   }
@@ -225,8 +257,10 @@ ForestTuner::Plan ForestTuner::plan(index_t n_rows, const ForestRunOptions& opt)
   ClassState& s = state(p.key, n_rows, opt);
   p.kernel = s.choice.kernel;
   p.knobs = s.choice.knobs;
+  p.choice = s.choice;
   p.tuning = s.tuning;
   if (s.done || !opt.online_tuning || n_rows < 1) return p;
+  p.graph = false;
   if (s.fresh) {  // a class's first call costs what its prior costs, nothing more
     s.fresh = false;
     return p;
@@ -234,8 +268,9 @@ ForestTuner::Plan ForestTuner::plan(index_t n_rows, const ForestRunOptions& opt)
   // The next candidate still to time in this step, round robin; a new step when none is left.
   auto pending = [&](std::size_t i) {
     const std::vector<double>& r = s.ratios[i];
-    return s.runs[i] <= kTrialSamples && (r.empty() || *std::min_element(r.begin(), r.end()) <= kRejectRatio);
+    return static_cast<int>(r.size()) < kTrialSamples && (r.empty() || *std::min_element(r.begin(), r.end()) <= kRejectRatio);
   };
+  auto drop = [&](std::size_t i) { s.ratios[i].assign(kTrialSamples, INFINITY); };
   for (;;) {
     if (s.candidates.empty()) {
       bool more = false;
@@ -248,7 +283,9 @@ ForestTuner::Plan ForestTuner::plan(index_t n_rows, const ForestRunOptions& opt)
         finish(p.key, s);
         p.kernel = s.choice.kernel;  // (the step just decided may have moved it)
         p.knobs = s.choice.knobs;
+        p.choice = s.choice;
         p.tuning = ForestTuning::Tuned;
+        p.graph = true;
         return p;
       }
     }
@@ -259,36 +296,49 @@ ForestTuner::Plan ForestTuner::plan(index_t n_rows, const ForestRunOptions& opt)
       ++tried;
     }
     if (tried < s.candidates.size()) {
-      s.next = (i + 1) % s.candidates.size();
-      const AdaptiveSteps& steps = engine_.steps();
       const ForestChoice& c = s.candidates[i];
+      std::pair<ForestKernel, ForestSchedule> cand;
       try {
-        const std::pair<ForestKernel, ForestSchedule> cand{c.kernel, steps.resolve(c.kernel, c.knobs, n_rows)};
-        const std::pair<ForestKernel, ForestSchedule> mine{s.choice.kernel,
-                                                            steps.resolve(s.choice.kernel, s.choice.knobs, n_rows)};
-        if (s.runs[i] == 0) {
-          p.trials = {cand};  // the warm-up: the candidate alone
-          p.candidate_at = 0;
-        } else if (s.runs[i] % 2) {
-          p.trials = {cand, mine};
-          p.candidate_at = 0;
-        } else {
-          p.trials = {mine, cand};
-          p.candidate_at = 1;
-        }
+        cand = {c.kernel, engine_.steps().resolve(c.kernel, c.knobs, n_rows)};
       } catch (const Error&) {
-        s.runs[i] = kTrialSamples + 1;  // does not resolve for this batch: dropped
-        s.ratios[i].assign(1, INFINITY);
+        drop(i);  // does not resolve for this batch
         continue;
       }
-      p.kernel = s.choice.kernel;
-      p.knobs = s.choice.knobs;
       p.candidate = i;
       p.step = s.step * 16 + s.sweep;
-      p.tuning = ForestTuning::Refining;
+      p.choice = s.choice;
+      p.kernel = s.choice.kernel;
+      p.knobs = s.choice.knobs;
+      p.tuning = s.tuning;
+      s.next = i;
+      if (!s.previewed[i]) {  // the choice runs, the preview after it
+        std::pair<ForestKernel, ForestSchedule> mine;
+        try {
+          mine = {s.choice.kernel, engine_.steps().resolve(s.choice.kernel, s.choice.knobs, n_rows)};
+        } catch (const Error&) {
+          return p;  // (not reached: the choice resolved when its step began)
+        }
+        const bool whole = s.step == 1 || n_rows > kPreviewWholeAbove;
+        const index_t m = whole ? n_rows : std::max<index_t>(1, n_rows / kPreviewShare);
+        p.preview.runs = {cand, cand, mine};
+        p.preview.rows = {1, m, m};
+        p.choice_sample = true;
+        p.tuning = ForestTuning::Refining;
+      } else if (s.base.size() < kBaseMin || !s.candidate_turn) {
+        p.choice_sample = true;
+        s.candidate_turn = true;
+      } else {  // the candidate runs in the choice's place
+        p.kernel = c.kernel;
+        p.knobs = c.knobs;
+        p.candidate_call = true;
+        p.tuning = ForestTuning::Refining;
+        s.candidate_turn = false;
+        s.next = (i + 1) % s.candidates.size();
+      }
       return p;
     }
-    // Every candidate of the step is timed: the best median moves the choice.
+    // Every candidate of the step is timed: the best median moves the choice, whose calls so
+    // far become the choice's recent calls.
     std::size_t best = s.candidates.size();
     double best_ratio = kMoveRatio;
     for (std::size_t j = 0; j < s.candidates.size(); ++j) {
@@ -302,48 +352,59 @@ ForestTuner::Plan ForestTuner::plan(index_t n_rows, const ForestRunOptions& opt)
     if (best < s.candidates.size()) {
       const bool strategy = s.step == 1;
       s.choice = s.candidates[best];
+      s.base = s.seen[best];
       if (!strategy) s.moved = true;
     }
     s.candidates.clear();
   }
 }
 
-void ForestTuner::record(const Plan& p, double call_ms, const std::vector<double>& trial_ms) {
-  if (p.candidate_at < 0) return;
+void ForestTuner::record(const Plan& p, index_t n_rows, double call_ms, const std::vector<double>& preview_ms) {
   const auto it = classes_.find(p.key);
   if (it == classes_.end()) return;
   ClassState& s = it->second;
   if (s.done || p.step != s.step * 16 + s.sweep || p.candidate >= s.candidates.size()) return;
+  if (s.choice.kernel != p.choice.kernel || !(s.choice.knobs == p.choice.knobs)) return;
   const std::size_t i = p.candidate;
-  const double cand = trial_ms.at(static_cast<std::size_t>(p.candidate_at));
-  ++s.runs[i];
-  auto drop = [&] {
-    s.runs[i] = kTrialSamples + 1;
-    s.ratios[i].assign(1, INFINITY);
-  };
-  if (!std::isfinite(cand)) return drop();  // it cannot run here
-  const bool strategy = s.step == 1;
-  const ForestKernel k = s.candidates[i].kernel;
-  const int cls = std::get<0>(p.key), depth = std::get<1>(p.key);
-  auto lost = [&] {  // a strategy hopeless here is hopeless on the far side too
-    if (!strategy) return;
+  const double rows = static_cast<double>(n_rows);
+  auto drop = [&] { s.ratios[i].assign(kTrialSamples, INFINITY); };
+  if (p.choice_sample && std::isfinite(call_ms) && call_ms > 0) {
+    s.base.emplace_back(rows, call_ms);
+    if (s.base.size() > kBaseCalls) s.base.erase(s.base.begin());
+  }
+  auto lost = [&](double ratio) {  // a strategy hopeless here is hopeless on the far side too
+    const ForestKernel k = s.candidates[i].kernel;
+    if (s.step != 1 || !(ratio > kHopeless)) return;
+    const int cls = std::get<0>(p.key), depth = std::get<1>(p.key);
     const auto at = lost_at_.find({depth, k});
     if (at == lost_at_.end())
       lost_at_[{depth, k}] = cls;
     else
       at->second = k == ForestKernel::SharedData ? std::min(at->second, cls) : std::max(at->second, cls);
   };
-  if (p.trials.size() < 2) {  // the warm-up
-    if (strategy && call_ms > 0 && cand > kHopeless * call_ms + kLoadAllowanceMs) {
-      lost();
+  auto sample = [&](double ratio, double ms) {
+    s.ratios[i].push_back(ratio);
+    s.seen[i].emplace_back(rows, ms);
+    if (ratio > kHopeless) {
+      lost(ratio);
       drop();
     }
-    return;
+  };
+  if (!p.preview.runs.empty()) {
+    if (preview_ms.size() < 3 || !std::isfinite(preview_ms[1])) return drop();  // it cannot run here
+    s.previewed[i] = 1;
+    if (!(std::isfinite(preview_ms[2]) && preview_ms[2] > 0)) return;
+    const double ratio = preview_ms[1] / preview_ms[2];
+    if (p.preview.rows[1] < n_rows) {  // (not the class's size: the hopeless rule waits)
+      if (ratio > kPreviewReject) drop();
+      return;
+    }
+    return sample(ratio, preview_ms[1]);
   }
-  const double mine = trial_ms.at(static_cast<std::size_t>(1 - p.candidate_at));
-  if (!(std::isfinite(mine) && mine > 0)) return;
-  s.ratios[i].push_back(cand / mine);
-  if (cand / mine > kHopeless) lost();
+  if (!p.candidate_call) return;
+  if (!std::isfinite(call_ms)) return drop();
+  if (s.base.size() < kBaseMin || !(call_ms > 0)) return;
+  sample(call_ms / estimate_at(s.base, rows), call_ms);
 }
 
 bool ForestTuner::settled(index_t n_rows, const ForestRunOptions& opt) const {

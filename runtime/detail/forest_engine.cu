@@ -180,6 +180,7 @@ void ForestEngine<Layout>::run_trials(const Batch& b, const ForestTrialRuns* tri
     while (trial_events_.size() < 2 * trials->runs.size()) trial_events_.emplace_back();
     trial_ran_.assign(trials->runs.size(), 0);
     for (std::size_t i = 0; i < trials->runs.size(); ++i) {
+      t.n_rows = i < trials->rows.size() && trials->rows[i] > 0 ? std::min(b.n_rows, trials->rows[i]) : b.n_rows;
       trial_events_[2 * i].record(stream());
       try {
         steps_.run(t, trials->runs[i].first, trials->runs[i].second);

@@ -16,6 +16,7 @@
 #include "executor/forest_kernels.cuh"
 #include "layouts/device_copy.hpp"
 #include "runtime/detail/forest_engine.hpp"
+#include "runtime/detail/forest_trials.hpp"
 
 namespace canopy {
 namespace detail {
@@ -75,14 +76,6 @@ class AdaptiveSteps {
 struct NoSteps {
   template <class... Args>
   explicit NoSteps(const Args&...) {}
-};
-
-// Auto's trial inside a call (adaptive layout): after the call's kernel, these schedules run on
-// the same rows into a scratch buffer, each timed alone with CUDA events (ms: +inf when one
-// could not run: a launch this forest or batch cannot take).
-struct ForestTrialRuns {
-  std::vector<std::pair<ForestKernel, ForestSchedule>> runs;  // resolved schedules
-  std::vector<double> ms;
 };
 
 // What one call's launch depends on besides the engine's forest (GraphReplay's key). Calls with

@@ -17,6 +17,7 @@
 
 #include "layouts/forest_adaptive.hpp"
 #include "runtime/detail/forest_choices.hpp"
+#include "runtime/detail/forest_trials.hpp"
 #include "runtime/forest_predictor.hpp"
 #include "scheduler/forest_model.hpp"
 #include "scheduler/forest_rows.hpp"
@@ -39,22 +40,29 @@ class ForestTuner {
   // The engine must outlive the tuner. file: where tuned choices are read and kept.
   ForestTuner(ForestEngine<AdaptiveForest>& engine, ForestChoiceFile file);
 
-  // Auto's plan for one call of n_rows: the schedule the call runs and, while its size class
-  // is being tuned (opt.online_tuning), the trial runs it times after its kernel.
+  // Auto's plan for one call of n_rows. While its size class is being tuned
+  // (opt.online_tuning), a call either runs the class's choice (its time joins the choice's
+  // recent times) or runs a candidate schedule in its place: every schedule gives the same
+  // bits, so the call is the trial and costs only the difference. Before its first such call a
+  // candidate is previewed after a choice call's kernel: run once on one row (its kernel may
+  // load lazily), then it and the choice on a sixteenth of the rows; one far slower there is
+  // dropped without ever running a whole batch.
   struct Plan {
-    ForestKernel kernel = ForestKernel::Direct;
-    ForestSchedule knobs;  // unresolved
+    ForestKernel kernel = ForestKernel::Direct;  // what the call runs: the choice or a candidate
+    ForestSchedule knobs;                        // unresolved
+    ForestChoice choice;                         // the class's choice (a failed candidate's fallback)
     ForestTuning tuning = ForestTuning::Prior;
-    std::vector<std::pair<ForestKernel, ForestSchedule>> trials;  // resolved: [candidate, choice] or the reverse
-    int candidate_at = -1;  // trials[candidate_at] is the candidate; -1: no trial
+    bool graph = true;            // false while the class is tuned: its calls' times must compare alike
+    bool candidate_call = false;  // kernel/knobs is candidate `candidate`
+    bool choice_sample = false;   // the call runs the choice of a class being tuned: its time is kept
+    ForestTrialRuns preview;      // resolved: the candidate on 1 and m rows, the choice on m
     std::tuple<int, int, bool> key;
     std::size_t candidate = 0;  // its index in the class's current step
     int step = 0;               // the step it belongs to
   };
   Plan plan(index_t n_rows, const ForestRunOptions& opt);
-  // The call's own kernel time and its trial runs' times (ms, +inf: could not run), in
-  // plan.trials' order.
-  void record(const Plan& plan, double call_ms, const std::vector<double>& trial_ms);
+  // The call's kernel time (+inf: the candidate could not run) and its preview's times (if any).
+  void record(const Plan& plan, index_t n_rows, double call_ms, const std::vector<double>& preview_ms);
   // The class of n_rows is tuned (or online tuning could not go on).
   bool settled(index_t n_rows, const ForestRunOptions& opt) const;
 
@@ -94,14 +102,18 @@ class ForestTuner {
     ForestTuning tuning = ForestTuning::Prior;
     bool done = false;    // no more trials (tuned, or tuning could not go on)
     bool fresh = true;    // no call yet: the first runs the prior alone
-    // The current step: candidates, each timed against the choice in paired trial runs.
+    // The current step: candidates, each run in place of the choice on kTrialSamples calls
+    // and compared with the choice's recent calls of like size.
     int step = 0;         // 0: none yet; 1: the strategies; 2 + k: knob axis k of a sweep
     int sweep = 0;
     bool moved = false;   // a knob moved in this sweep
     std::vector<ForestChoice> candidates;
-    std::vector<int> runs;                     // trial calls per candidate (the first warms up)
-    std::vector<std::vector<double>> ratios;   // candidate / choice, per paired call
+    std::vector<char> previewed;
+    std::vector<std::vector<double>> ratios;  // candidate / the choice's estimate, per call
+    std::vector<std::vector<std::pair<double, double>>> seen;  // its calls: (rows, kernel ms)
     std::size_t next = 0;
+    bool candidate_turn = false;              // choice and candidate calls alternate
+    std::vector<std::pair<double, double>> base;  // the choice's recent calls: (rows, kernel ms)
   };
   ClassState& state(const std::tuple<int, int, bool>& key, index_t n_rows, const ForestRunOptions& opt);
   ForestChoice prior(const std::tuple<int, int, bool>& key, index_t n_rows, const ForestRunOptions& opt) const;
