@@ -97,8 +97,8 @@ struct ForestRunOptions {
 // Where a call's strategy and schedule came from.
 enum class ForestTuning {
   Fixed,     // named by the caller (or the layout has one kernel; the CPU)
-  Prior,     // Auto, a size class not tuned yet: the nearest tuned class's choice, else the rule
-  Refining,  // Auto, the class being tuned on the calls' batches: this call timed one other schedule
+  Prior,     // Auto, a size class not tuned yet: its choice so far (the prior: the nearest tuned class's choice, else the rule)
+  Refining,  // Auto, the class being tuned on the calls' batches: this call ran or previewed another schedule
   Tuned,     // Auto, the class's tuned choice (online, optimize() or the cache)
 };
 const char* to_string(ForestTuning t);
@@ -108,7 +108,7 @@ struct ForestTimes {
   double schedule_ms = 0;  // GPU: inspector + sort of the rows (row scheduling), CUDA events
   double kernel_ms = 0;    // GPU: the kernel (CUDA events); CPU: the executor (wall clock)
   double download_ms = 0;  // GPU: the predictions back (CUDA events)
-  double tuning_ms = 0;    // GPU: Auto's trial of another schedule in this call (CUDA events)
+  double tuning_ms = 0;    // GPU: Auto's trial of another schedule in this call: its kernel or preview (CUDA events)
   double total_ms = 0;     // wall clock of the whole predict() call
   ForestLayout layout = ForestLayout::Csr;     // the predictor's layout (Auto resolved)
   ForestKernel kernel = ForestKernel::Direct;  // the kernel that ran (Auto resolved)

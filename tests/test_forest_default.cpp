@@ -111,8 +111,9 @@ TEST(ForestDefault, Float64OutputIsScikitLearnsBits) {
         index_t differ = 0;
         for (std::size_t i = 0; i < wide.size(); ++i) differ += static_cast<float>(wide[i]) != narrow[i];
         EXPECT_EQ(differ, 0) << to_string(out) << ": the double output rounds to the float output";
-        if (c.margin)
+        if (c.margin) {
           for (std::size_t i = 0; i < wide.size(); ++i) ASSERT_EQ(wide[i], static_cast<double>(narrow[i]));
+        }
       }
       std::vector<double> leaf(static_cast<std::size_t>(d.n_rows * f.n_trees()));
       ForestRunOptions opt;

@@ -254,7 +254,9 @@ TEST(Threads, OneBarnesHutOnTheGpuEqualsSerialCalls) {
 // first CPU call (any thread's) copies its host arrays.
 void objects_over_a_shared_tree(Device device) {
   const KdTree tree = kd_tree(device);
-  if (device == Device::Gpu) ASSERT_TRUE(tree.on_device());
+  if (device == Device::Gpu) {
+    ASSERT_TRUE(tree.on_device());
+  }
   expect_threads_equal_serial(kVariants, [&](int v) {
     const Device where = v % 2 ? Device::Cpu : device;
     Bytes b;

@@ -160,7 +160,8 @@ ForestSchedule AdaptiveSteps::resolve(ForestKernel k, const ForestSchedule& in, 
                             static_cast<std::size_t>(host_->tree_begin.back()) * sizeof(ForestNode));
       break;
     case ForestKernel::SharedData: resolve_shared_data(s, view_, n_rows, gpu_); break;
-    default: throw Error(std::string("the ") + to_string(k) + " kernel does not run on the adaptive layout");
+    case ForestKernel::Hybrid:
+    case ForestKernel::Auto: throw Error(std::string("the ") + to_string(k) + " kernel does not run on the adaptive layout");
   }
   return s;
 }
@@ -225,7 +226,8 @@ void AdaptiveSteps::run(const gpu::AdaptiveBatch& b, ForestKernel k, const Fores
       }
       return;
     }
-    default: throw Error(std::string("the ") + to_string(k) + " kernel does not run on the adaptive layout");
+    case ForestKernel::Hybrid:
+    case ForestKernel::Auto: throw Error(std::string("the ") + to_string(k) + " kernel does not run on the adaptive layout");
   }
 }
 

@@ -49,9 +49,13 @@ std::vector<Knob> refine_knobs(ForestKernel k) {
       return {values(&ForestSchedule::interleaved, {0, 1}), values(&ForestSchedule::tree_group, {1, 2, 4, 8, 16, 32, 64}),
               block_walks, values(&ForestSchedule::top_rows, {0, 1, 3, 7, 15})};
     }
-    default:
+    case ForestKernel::SharedForest:
+    case ForestKernel::SplitSharedForest:
       return {values(&ForestSchedule::block_threads, {64, 128, 256}), walks};
+    case ForestKernel::Hybrid:
+    case ForestKernel::Auto: break;  // not adaptive strategies: nothing to refine
   }
+  return {};
 }
 
 // Auto's online tuning. A candidate is previewed after a choice call's kernel: once on one row

@@ -49,7 +49,9 @@ void launch_seed_kernel(const View& v, const gpu::ForestBatch& b, ForestKernel k
           throw Error("the hybrid kernel needs the hierarchical layout");
         break;
       case ForestKernel::SharedData: gpu::launch_forest_shared_data<Sums>(v, b, sm_count, stream); break;
-      default:
+      case ForestKernel::SharedForest:
+      case ForestKernel::SplitSharedForest:
+      case ForestKernel::Auto:
         throw Error(std::string("the ") + to_string(kernel) + " strategy needs the adaptive layout");
     }
   });

@@ -28,8 +28,9 @@ ForestKernel kernel_of(ForestStrategy s) {
     case ForestStrategy::SharedData: return ForestKernel::SharedData;
     case ForestStrategy::SharedForest: return ForestKernel::SharedForest;
     case ForestStrategy::SplitSharedForest: return ForestKernel::SplitSharedForest;
-    default: return ForestKernel::Direct;
+    case ForestStrategy::Direct: return ForestKernel::Direct;
   }
+  return ForestKernel::Direct;  // (every strategy is named above: -Wswitch flags a new one)
 }
 
 // One schedule to time: its strategy and parameters (resolved).
@@ -269,7 +270,10 @@ ForestShape ForestTuner::shape(ForestKernel k, index_t n_rows) const {
       sh.chain_steps = passes * rounds * most;
       break;
     }
-    default: {
+    case ForestKernel::SharedForest:
+    case ForestKernel::SplitSharedForest:
+    case ForestKernel::Hybrid:
+    case ForestKernel::Auto: {  // (shape() is asked about adaptive strategies only)
       sh.strategy = k == ForestKernel::SharedForest ? ForestStrategy::SharedForest : ForestStrategy::SplitSharedForest;
       sh.smem_conflict = profile_->smem_conflict;
       sh.rows_in_smem = true;
