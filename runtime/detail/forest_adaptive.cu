@@ -374,25 +374,43 @@ class AdaptiveForestGpu final : public ForestGpu {
   }
 
  private:
-  // The priors' kernels run once on one row here, so that the first call does not pay for
-  // loading them (CUDA loads a kernel on its first launch: 7-9 ms for the first forest call of
-  // a process on an H100) or for its first buffers.
+  // Every strategy's kernels run once on one row here, each instance Auto may try (walks per
+  // thread, rows per thread, row staging), so that no call pays for loading one: CUDA loads a
+  // kernel on its first launch (7-9 ms for the first forest call of a process on an H100, a
+  // fraction of a millisecond for each later instance).
   void warm_up() {
     const std::vector<float> row(static_cast<std::size_t>(engine_.view().common.n_features), 0.0f);
     std::vector<float> out(static_cast<std::size_t>(std::max(sums_outputs(engine_.view().common), 1)));
     ForestRunOptions opt;
     opt.output = ForestOutput::Margin;
     opt.graph = false;
-    for (ForestKernel k : {ForestKernel::SharedData, ForestKernel::Direct}) {
+    auto run = [&](ForestKernel k, const ForestSchedule& knobs) {
+      opt.schedule = knobs;
       ForestTimes times;
       try {
         engine_.predict(row.data(), 1, out.data(), static_cast<int>(out.size()), false, k, opt, &times);
       } catch (const CudaError&) {
         throw;
       } catch (const Error&) {
-        // a strategy this forest cannot take: nothing to load
+        // a strategy or schedule this forest cannot take: nothing to load
       }
+    };
+    for (int walks : {1, 2, 4}) {
+      ForestSchedule s;
+      s.tree_interleave = walks;
+      run(ForestKernel::SharedData, s);
     }
+    for (ForestKernel k : {ForestKernel::Direct, ForestKernel::SharedForest, ForestKernel::SplitSharedForest})
+      for (int rows : {1, 2, 4})
+        for (int trees : {1, 2})
+          for (int cache : {0, 1}) {
+            if (cache == 1 && k != ForestKernel::Direct) continue;
+            ForestSchedule s;
+            s.rows_per_thread = rows;
+            s.tree_interleave = trees;
+            if (k == ForestKernel::Direct) s.cache_rows = cache;
+            run(k, s);
+          }
   }
 
   ForestEngine<AdaptiveForest> engine_;

@@ -59,15 +59,19 @@ std::vector<Knob> refine_knobs(ForestKernel k) {
 }
 
 // Auto's online tuning. A candidate is previewed after a choice call's kernel: once on one row
-// (its kernel may load lazily), then it and the choice on the same rows. A knob's preview at a
-// batch of up to kPreviewWholeAbove rows takes a sixteenth of them, and more than
-// kPreviewReject times the choice there drops the candidate; a strategy's (which may win only
-// at full size), and any at larger batches, takes them all and is its first sample. Then the
-// candidate runs in place of the choice on calls that alternate with choice calls; each of its
-// times over the choice's estimate at that batch size (from the choice's recent calls) is one
-// sample, kTrialSamples in all. A candidate whose samples all exceed kRejectRatio is dropped
-// early; the step's best median replaces the choice when below kMoveRatio.
-constexpr int kTrialSamples = 3;
+// (its kernel may load lazily: the predictor loads the strategies' kernels when it is made, so
+// this is a launch), then on the class's preview size, a sixteenth of its smallest batch; the
+// choice's time at that size is measured once per choice. More than kPreviewReject times the
+// choice there drops the candidate, and so does more than kRejectRatio times the choice's
+// time at the call's own size (a larger batch cannot take less time: a thread-per-row
+// strategy's walk of every tree, a fraction of a millisecond, shows in its first preview). At batches over kPreviewWholeAbove rows the preview runs it
+// and the choice on all the call's rows instead (a strategy may win only at full size), its
+// first sample. Then the candidate runs in place of the choice on calls that alternate with
+// choice calls; each of its times over the choice's estimate at that batch size (from the
+// choice's recent calls) is one sample, kTrialSamples in all. A candidate whose samples all
+// exceed kRejectRatio is dropped early; the step's best median replaces the choice when below
+// kMoveRatio.
+constexpr int kTrialSamples = 5;
 constexpr double kRejectRatio = 1.5;
 constexpr double kPreviewReject = 2.0;
 constexpr index_t kPreviewShare = 16;
@@ -322,10 +326,14 @@ ForestTuner::Plan ForestTuner::plan(index_t n_rows, const ForestRunOptions& opt)
         } catch (const Error&) {
           return p;  // (not reached: the choice resolved when its step began)
         }
-        const bool whole = s.step == 1 || n_rows > kPreviewWholeAbove;
-        const index_t m = whole ? n_rows : std::max<index_t>(1, n_rows / kPreviewShare);
-        p.preview.runs = {cand, cand, mine};
-        p.preview.rows = {1, m, m};
+        const bool whole = n_rows > kPreviewWholeAbove;
+        const index_t m = whole ? n_rows : std::max<index_t>(1, (index_t{1} << std::get<0>(p.key)) / kPreviewShare);
+        p.preview.runs = {cand, cand};
+        p.preview.rows = {1, m};
+        if (whole || !(s.choice_preview_ms > 0)) {
+          p.preview.runs.push_back(mine);
+          p.preview.rows.push_back(m);
+        }
         p.choice_sample = true;
         p.tuning = ForestTuning::Refining;
       } else if (s.base.size() < kBaseMin || !s.candidate_turn) {
@@ -357,6 +365,7 @@ ForestTuner::Plan ForestTuner::plan(index_t n_rows, const ForestRunOptions& opt)
       const bool strategy = s.step == 1;
       s.choice = s.candidates[best];
       s.base = s.seen[best];
+      s.choice_preview_ms = 0;
       if (!strategy) s.moved = true;
     }
     s.candidates.clear();
@@ -395,11 +404,23 @@ void ForestTuner::record(const Plan& p, index_t n_rows, double call_ms, const st
     }
   };
   if (!p.preview.runs.empty()) {
-    if (preview_ms.size() < 3 || !std::isfinite(preview_ms[1])) return drop();  // it cannot run here
+    if (preview_ms.size() < 2 || !std::isfinite(preview_ms[1])) return drop();  // it cannot run here
     s.previewed[i] = 1;
-    if (!(std::isfinite(preview_ms[2]) && preview_ms[2] > 0)) return;
-    const double ratio = preview_ms[1] / preview_ms[2];
-    if (p.preview.rows[1] < n_rows) {  // (not the class's size: the hopeless rule waits)
+    const bool whole = p.preview.rows[1] >= n_rows;
+    if (!whole && preview_ms.size() > 2 && std::isfinite(preview_ms[2]) && preview_ms[2] > 0)
+      s.choice_preview_ms = preview_ms[2];
+    const double mine = whole ? (preview_ms.size() > 2 ? preview_ms[2] : 0) : s.choice_preview_ms;
+    if (!(std::isfinite(mine) && mine > 0)) return;
+    const double ratio = preview_ms[1] / mine;
+    if (!whole) {
+      // More rows never take less time: slower on m rows than the choice on the call's n
+      // (its estimate, else this call's kernel) is slower at n too, the hopeless rule's
+      // evidence as well. Else the heuristic: far slower than the choice on the same m rows.
+      const double at_n = s.base.size() >= kBaseMin ? estimate_at(s.base, rows) : call_ms;
+      if (std::isfinite(at_n) && at_n > 0 && preview_ms[1] > kRejectRatio * at_n) {
+        lost(preview_ms[1] / at_n);
+        return drop();
+      }
       if (ratio > kPreviewReject) drop();
       return;
     }

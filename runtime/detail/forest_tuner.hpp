@@ -44,8 +44,7 @@ class ForestTuner {
   // (opt.online_tuning), a call either runs the class's choice (its time joins the choice's
   // recent times) or runs a candidate schedule in its place: every schedule gives the same
   // bits, so the call is the trial and costs only the difference. Before its first such call a
-  // candidate is previewed after a choice call's kernel: run once on one row (its kernel may
-  // load lazily), then it and the choice on a sixteenth of the rows; one far slower there is
+  // candidate is previewed after a choice call's kernel on a few rows; one far slower there is
   // dropped without ever running a whole batch.
   struct Plan {
     ForestKernel kernel = ForestKernel::Direct;  // what the call runs: the choice or a candidate
@@ -55,7 +54,7 @@ class ForestTuner {
     bool graph = true;            // false while the class is tuned: its calls' times must compare alike
     bool candidate_call = false;  // kernel/knobs is candidate `candidate`
     bool choice_sample = false;   // the call runs the choice of a class being tuned: its time is kept
-    ForestTrialRuns preview;      // resolved: the candidate on 1 and m rows, the choice on m
+    ForestTrialRuns preview;      // resolved: the candidate on 1 and m rows (and the choice on m)
     std::tuple<int, int, bool> key;
     std::size_t candidate = 0;  // its index in the class's current step
     int step = 0;               // the step it belongs to
@@ -114,6 +113,7 @@ class ForestTuner {
     std::size_t next = 0;
     bool candidate_turn = false;              // choice and candidate calls alternate
     std::vector<std::pair<double, double>> base;  // the choice's recent calls: (rows, kernel ms)
+    double choice_preview_ms = 0;                 // the choice at the class's preview size (0: not yet)
   };
   ClassState& state(const std::tuple<int, int, bool>& key, index_t n_rows, const ForestRunOptions& opt);
   ForestChoice prior(const std::tuple<int, int, bool>& key, index_t n_rows, const ForestRunOptions& opt) const;
