@@ -1,5 +1,5 @@
 // Bit widths of keys and packed fields: one rule for the radix sorts' end bits and the forest
-// layouts' packed indices, on the host and the device.
+// layouts' packed indices, on the host and the device; and Auto's size classes.
 #pragma once
 
 #include <cstdint>
@@ -18,5 +18,9 @@ CANOPY_HD constexpr int bits_for(std::uint64_t max_value) {
   while (b < 64 && (std::uint64_t{1} << b) <= max_value) ++b;
   return b;
 }
+
+// Auto's batch-size (and tree-size) class: c for the counts 2^c .. 2^(c+1) - 1 (0 for 0 and 1).
+// The traversal engine's picks and the forest tuner's choices share it.
+CANOPY_HD constexpr int size_class(std::uint64_t n) { return bits_for(n) - 1; }
 
 }  // namespace canopy

@@ -52,7 +52,7 @@ void Memory<MemoryKind::Device>::reserve(std::size_t bytes, const char* what, st
     ptr_ = nullptr;
     std::size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    throw Error(std::string("not enough GPU memory for ") + what + ": it needs " + mib(bytes) + ", " + mib(free_b) +
+    throw OutOfMemory(std::string("not enough GPU memory for ") + what + ": it needs " + mib(bytes) + ", " + mib(free_b) +
                 " of " + mib(total_b) + " are free");
   }
   if (err != cudaSuccess) throw_cuda_error(err, "cudaMallocAsync", __FILE__, __LINE__);

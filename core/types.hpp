@@ -35,6 +35,13 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// The GPU (or the caller's memory budget) has not the memory a call needs; what() says what
+// was to be allocated and how much is free. Python raises MemoryError for it.
+class OutOfMemory : public Error {
+ public:
+  explicit OutOfMemory(const std::string& what) : Error(what) {}
+};
+
 // A CUDA call failed; what() names the call and CUDA's message.
 class CudaError : public Error {
  public:

@@ -416,17 +416,15 @@ class PyForest {
 
 PYBIND11_MODULE(_canopy, m) {
   m.doc() = "Canopy's C++ core; use the canopy package, not this module";
-  // Canopy's errors name the parameter, file or line: ValueError, and MemoryError when the GPU
-  // lacks the memory (the message says so).
+  // Canopy's errors name the parameter, file or line: ValueError, and MemoryError for
+  // OutOfMemory (the GPU, or the memory budget, lacks what a call needs).
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const OutOfMemory& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
     } catch (const Error& e) {
-      const std::string what = e.what();
-      if (what.find("not enough GPU memory") != std::string::npos || what.find("memory budget") != std::string::npos)
-        PyErr_SetString(PyExc_MemoryError, e.what());
-      else
-        PyErr_SetString(PyExc_ValueError, e.what());
+      PyErr_SetString(PyExc_ValueError, e.what());
     }
   });
   m.def("gpu_available", &gpu_available);

@@ -4,6 +4,8 @@
 #include <mutex>
 #include <string>
 
+#include "core/bits.hpp"
+
 namespace canopy {
 
 TraversalStats begin_call(const TraversalOptions& opt, Device held, const char* who, int height, int default_depth,
@@ -160,11 +162,6 @@ std::vector<AutoEntry>& auto_picks() {
   static std::vector<AutoEntry> picks;
   return picks;
 }
-int scale_of(index_t n) {
-  int s = 0;
-  while ((index_t{1} << s) < n) ++s;
-  return s;
-}
 }  // namespace
 
 bool AutoChoice::Key::operator==(const Key& o) const {
@@ -178,8 +175,8 @@ AutoChoice::Key AutoChoice::key(std::size_t workload, int height, index_t tree_s
   Key k;
   k.workload = workload;
   k.height = height;
-  k.tree_scale = scale_of(tree_size);
-  k.scale = scale_of(n);
+  k.tree_scale = size_class(static_cast<std::uint64_t>(std::max<index_t>(tree_size, 0)));
+  k.scale = size_class(static_cast<std::uint64_t>(std::max<index_t>(n, 0)));
   k.device = static_cast<int>(device);
   k.schedule = static_cast<int>(opt.schedule);
   k.executor = static_cast<int>(opt.executor);
@@ -227,14 +224,14 @@ index_t budget_batch(const TraversalOptions& opt, index_t n, std::size_t tree_by
   if (opt.memory_budget == 0 || n == 0) return n;
   const std::size_t budget = opt.memory_budget;
   if (tree_bytes >= budget)
-    throw Error("the tree needs " + mib(tree_bytes) + " of GPU memory, more than the memory budget (memory_budget = " +
+    throw OutOfMemory("the tree needs " + mib(tree_bytes) + " of GPU memory, more than the memory budget (memory_budget = " +
                 mib(budget) + ")");
   // While the queries and results fit, the matrix is what gets chunked (plan_run).
   if (tree_bytes + static_cast<std::size_t>(n) * per_query_bytes <= budget) return n;
   const std::size_t each = per_query_bytes + matrix_bytes_per_query;
   const index_t batch = static_cast<index_t>((budget - tree_bytes) / each);
   if (batch < 1)
-    throw Error("one query needs " + std::to_string(each) + " bytes of GPU memory and only " +
+    throw OutOfMemory("one query needs " + std::to_string(each) + " bytes of GPU memory and only " +
                 std::to_string(budget - tree_bytes) + " bytes of the memory budget are left after the tree");
   return batch;
 }

@@ -602,6 +602,7 @@ TEST(Pipeline, RunPlansChunkWithinTheBudgetAndNameTheSizesWhenNothingFits) {
   o.memory_budget = (2 << 20) + 50;
   EXPECT_THROW(plan_run(o, 1000, 1 << 20, 2 << 20, 100, 1 << 30), Error);
   o.memory_budget = 1 << 19;
+  EXPECT_THROW(plan_run(o, 1000, 1 << 20, 2 << 20, 100, 1 << 30), OutOfMemory);
   try {
     plan_run(o, 1000, 1 << 20, 2 << 20, 100, 1 << 30);
     ADD_FAILURE();

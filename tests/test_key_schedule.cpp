@@ -459,5 +459,18 @@ TEST(BitsFor, FewestBitsThatHoldEveryValueUpToTheArgument) {
   }
 }
 
+// Auto's size class (traversal picks and forest choices alike): the counts 2^c .. 2^(c+1) - 1
+// share class c, checked against a plain count of halvings.
+TEST(BitsFor, SizeClassIsThePowerOfTwoBelow) {
+  EXPECT_EQ(size_class(0), 0);
+  EXPECT_EQ(size_class(1), 0);
+  for (std::uint64_t n : {std::uint64_t{2}, std::uint64_t{3}, std::uint64_t{100}, std::uint64_t{1023}, std::uint64_t{1024},
+                          std::uint64_t{10000}, std::uint64_t{1} << 40, ~std::uint64_t{0}}) {
+    int halvings = 0;
+    for (std::uint64_t m = n; m > 1; m >>= 1) ++halvings;
+    EXPECT_EQ(size_class(n), halvings) << n;
+  }
+}
+
 }  // namespace
 }  // namespace canopy

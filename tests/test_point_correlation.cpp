@@ -205,6 +205,7 @@ TEST(RuntimeErrors, NotEnoughGpuMemoryNamesTheBuffer) {
   CANOPY_REQUIRE_GPU();
   const std::string e = error_of([] { test::allocate_device_bytes(std::size_t{1} << 52, "a 4 PiB buffer"); });
   EXPECT_NE(e.find("not enough GPU memory for a 4 PiB buffer"), std::string::npos) << e;
+  EXPECT_THROW(test::allocate_device_bytes(std::size_t{1} << 52, "a 4 PiB buffer"), OutOfMemory);  // typed: Python's MemoryError
   test::allocate_device_bytes(1 << 20, "a small buffer");  // the device still works afterwards
 }
 

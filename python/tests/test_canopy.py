@@ -199,3 +199,15 @@ def test_torch_tensors_come_back_as_torch_tensors(cloud):
         f = canopy.barnes_hut(torch.as_tensor(points, device=dev), torch.ones(len(points), device=dev))
         assert isinstance(f, torch.Tensor) and f.device.type == dev and tuple(f.shape) == (len(points), 3)
         np.testing.assert_allclose(f.cpu().numpy(), hf, rtol=1e-4, atol=1e-6)  # GPU and CPU sums round apart
+
+
+def test_out_of_memory_is_memory_error(cloud):
+    # OutOfMemory, typed in C++ (a memory budget smaller than the tree): MemoryError naming it.
+    if not canopy.gpu_available():
+        pytest.skip("no GPU: " + canopy.gpu_description())
+    points, queries = cloud
+    tree = canopy.KDTree(points)
+    with pytest.raises(MemoryError, match="memory budget"):
+        tree.query(queries, k=4, device="gpu", memory_budget=1024)
+    with pytest.raises(ValueError):  # other errors stay ValueError
+        tree.query(queries, k=4, device="gpu", schedule="hybrid", depth=99)

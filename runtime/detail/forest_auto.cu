@@ -6,6 +6,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/bits.hpp"
 #include "core/warnings.hpp"
 #include "runtime/detail/forest_engine.cuh"
 #include "runtime/detail/forest_tuner.hpp"
@@ -88,11 +89,7 @@ constexpr int kSweeps = 3;
 // (every model measured moved from the one to the other between 10^4 and 10^6 rows).
 constexpr index_t kPriorDirectRows = index_t{1} << 18;
 
-int size_class(index_t n_rows) {
-  int c = 0;
-  while ((index_t{2} << c) <= n_rows) ++c;
-  return c;
-}
+int size_class(index_t n_rows) { return canopy::size_class(static_cast<std::uint64_t>(std::max<index_t>(n_rows, 0))); }
 
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
