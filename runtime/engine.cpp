@@ -271,9 +271,9 @@ RunPlan plan_run(const TraversalOptions& opt, index_t n, std::size_t tree_bytes,
   const std::string what = budgeted ? "the memory budget (memory_budget = " + mib(budget) + ")"
                                     : "the GPU's free memory (" + mib(budget) + ")";
   if (budgeted && tree_bytes > budget)
-    throw Error("the tree needs " + mib(tree_bytes) + " of GPU memory, more than " + what);
+    throw OutOfMemory("the tree needs " + mib(tree_bytes) + " of GPU memory, more than " + what);
   if (budgeted && fixed_bytes > budget)
-    throw Error("the tree, queries and results need " + mib(fixed_bytes) + " of GPU memory, more than " + what +
+    throw OutOfMemory("the tree, queries and results need " + mib(fixed_bytes) + " of GPU memory, more than " + what +
                 "; pass fewer queries per call");
   const std::size_t room = budgeted ? budget - fixed_bytes : free_bytes;
   const index_t fit = per_query_bytes ? static_cast<index_t>(room / per_query_bytes) : n;
@@ -282,7 +282,7 @@ RunPlan plan_run(const TraversalOptions& opt, index_t n, std::size_t tree_bytes,
   p.pipelined = opt.pipeline || 2 * fit < n;
   if (!p.pipelined) return p;
   if (fit < 1)
-    throw Error("the scheduling matrix needs " + std::to_string(per_query_bytes) + " bytes per query and only " +
+    throw OutOfMemory("the scheduling matrix needs " + std::to_string(per_query_bytes) + " bytes per query and only " +
                 std::to_string(room) + " bytes of " + what + " are left after the tree, queries and results");
   p.chunk = opt.chunk > 0 ? opt.chunk : std::max<index_t>(65536, (n + 7) / 8);
   p.chunk = std::max<index_t>(1, std::min({p.chunk, n, fit}));
