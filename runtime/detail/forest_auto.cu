@@ -59,19 +59,19 @@ std::vector<Knob> refine_knobs(ForestKernel k) {
   return {};
 }
 
-// Auto's online tuning. A candidate is previewed after a choice call's kernel: once on one row
-// (its kernel may load lazily: the predictor loads the strategies' kernels when it is made, so
-// this is a launch), then on the class's preview size, a sixteenth of its smallest batch; the
-// choice's time at that size is measured once per choice. More than kPreviewReject times the
-// choice there drops the candidate, and so does more than kRejectRatio times the choice's
-// time at the call's own size (a larger batch cannot take less time: a thread-per-row
-// strategy's walk of every tree, a fraction of a millisecond, shows in its first preview). At batches over kPreviewWholeAbove rows the preview runs it
-// and the choice on all the call's rows instead (a strategy may win only at full size), its
-// first sample. Then the candidate runs in place of the choice on calls that alternate with
-// choice calls; each of its times over the choice's estimate at that batch size (from the
-// choice's recent calls) is one sample, kTrialSamples in all. A candidate whose samples all
-// exceed kRejectRatio is dropped early; the step's best median replaces the choice when below
-// kMoveRatio.
+// Auto's online tuning. A candidate is previewed after a choice call's kernel: once on one row (a
+// kernel loads on its first launch; the predictor's warm-up loads every instance, so this is a ~10
+// us safety net for one it missed), then on the class's preview size, a sixteenth of its smallest
+// batch; the choice's time at that size is measured once per choice. More than kPreviewReject times
+// the choice there drops the candidate, and so does more than kRejectRatio times the choice's time
+// at the call's own size (a larger batch cannot take less time: a thread-per-row strategy's walk of
+// every tree, a fraction of a millisecond, shows in its first preview). At batches over
+// kPreviewWholeAbove rows the preview runs it and the choice on all the call's rows instead (a
+// strategy may win only at full size), its first sample. Then the candidate runs in place of the
+// choice on calls that alternate with choice calls; each of its times over the choice's estimate at
+// that batch size (from the choice's recent calls) is one sample, kTrialSamples in all. A candidate
+// whose samples all exceed kRejectRatio is dropped early; the step's best median replaces the
+// choice when below kMoveRatio.
 constexpr int kTrialSamples = 5;
 constexpr double kRejectRatio = 1.5;
 constexpr double kPreviewReject = 2.0;
@@ -260,9 +260,12 @@ ForestTuner::Plan ForestTuner::plan(index_t n_rows, const ForestRunOptions& opt)
   Plan p;
   p.key = {size_class(n_rows), opt.row_schedule_depth, opt.schedule.is_default()};
   ClassState& s = state(p.key, n_rows, opt);
-  p.kernel = s.choice.kernel;
-  p.knobs = s.choice.knobs;
-  p.choice = s.choice;
+  auto run_choice = [&] {  // (again wherever a step just decided may have moved the choice)
+    p.kernel = s.choice.kernel;
+    p.knobs = s.choice.knobs;
+    p.choice = s.choice;
+  };
+  run_choice();
   p.tuning = s.tuning;
   if (s.done || !opt.online_tuning || n_rows < 1) return p;
   p.graph = false;
@@ -286,9 +289,7 @@ ForestTuner::Plan ForestTuner::plan(index_t n_rows, const ForestRunOptions& opt)
       }
       if (!more) {
         finish(p.key, s);
-        p.kernel = s.choice.kernel;  // (the step just decided may have moved it)
-        p.knobs = s.choice.knobs;
-        p.choice = s.choice;
+        run_choice();
         p.tuning = ForestTuning::Tuned;
         p.graph = true;
         return p;
@@ -311,24 +312,16 @@ ForestTuner::Plan ForestTuner::plan(index_t n_rows, const ForestRunOptions& opt)
       }
       p.candidate = i;
       p.step = s.step * 16 + s.sweep;
-      p.choice = s.choice;
-      p.kernel = s.choice.kernel;
-      p.knobs = s.choice.knobs;
+      run_choice();
       p.tuning = s.tuning;
       s.next = i;
       if (!s.previewed[i]) {  // the choice runs, the preview after it
-        std::pair<ForestKernel, ForestSchedule> mine;
-        try {
-          mine = {s.choice.kernel, engine_.steps().resolve(s.choice.kernel, s.choice.knobs, n_rows)};
-        } catch (const Error&) {
-          return p;  // (not reached: the choice resolved when its step began)
-        }
         const bool whole = n_rows > kPreviewWholeAbove;
         const index_t m = whole ? n_rows : std::max<index_t>(1, (index_t{1} << std::get<0>(p.key)) / kPreviewShare);
         p.preview.runs = {cand, cand};
         p.preview.rows = {1, m};
-        if (whole || !(s.choice_preview_ms > 0)) {
-          p.preview.runs.push_back(mine);
+        if (whole || !(s.choice_preview_ms > 0)) {  // the choice on the same rows (it resolved when its step began)
+          p.preview.runs.emplace_back(s.choice.kernel, engine_.steps().resolve(s.choice.kernel, s.choice.knobs, n_rows));
           p.preview.rows.push_back(m);
         }
         p.choice_sample = true;
