@@ -59,21 +59,26 @@ std::vector<Knob> refine_knobs(ForestKernel k) {
   return {};
 }
 
-// Auto's online tuning. A candidate is previewed after a choice call's kernel: once on one row (a
-// kernel loads on its first launch; the predictor's warm-up loads every instance, so this is a ~10
-// us safety net for one it missed), then on the class's preview size, a sixteenth of its smallest
-// batch; the choice's time at that size is measured once per choice. More than kPreviewReject times
+// Auto's online tuning. A candidate is previewed after a choice call's kernel on the class's preview
+// size, a sixteenth of its smallest batch (the predictor's warm-up has loaded every kernel
+// instance); the choice's time at that size is measured once per choice. More than kPreviewReject times
 // the choice there drops the candidate, and so does more than kRejectRatio times the choice's time
 // at the call's own size (a larger batch cannot take less time: a thread-per-row strategy's walk of
 // every tree, a fraction of a millisecond, shows in its first preview). At batches over
 // kPreviewWholeAbove rows the preview runs it and the choice on all the call's rows instead (a
-// strategy may win only at full size), its first sample. Then the candidate runs in place of the
+// strategy may win only at full size), its first sample. A preview is itself a cost on the call's
+// path (a thread-per-row strategy's walk of every tree, whatever the rows), so what it showed
+// holds for larger batches too: a schedule slower on m rows than kRejectRatio times the choice
+// at n >= m is dropped there without running (floor_above). Then the candidate runs in place of the
 // choice on calls that alternate with choice calls; each of its times over the choice's estimate at
-// that batch size (from the choice's recent calls) is one sample, kTrialSamples in all. A candidate
-// whose samples all exceed kRejectRatio is dropped early; the step's best median replaces the
-// choice when below kMoveRatio.
+// that batch size (from the choice's recent calls) is one sample, kTrialSamples in all; the step's
+// best median replaces the choice when below kMoveRatio. A candidate stops early once it cannot
+// win: a sample over kRejectRatio, two over kUnlikelyRatio (the other three would all have to be
+// below kMoveRatio), or a majority at or over kMoveRatio (its median cannot get below it). A losing
+// candidate's calls are the tail a serving process sees while a class is tuned.
 constexpr int kTrialSamples = 5;
-constexpr double kRejectRatio = 1.5;
+constexpr double kRejectRatio = 1.3;
+constexpr double kUnlikelyRatio = 1.12;
 constexpr double kPreviewReject = 2.0;
 constexpr index_t kPreviewShare = 16;
 constexpr index_t kPreviewWholeAbove = index_t{1} << 16;
@@ -123,6 +128,14 @@ double estimate_at(const std::vector<std::pair<double, double>>& calls, double r
 
 ForestTuner::ForestTuner(ForestEngine<AdaptiveForest>& engine, ForestChoiceFile file)
     : engine_(engine), file_(std::move(file)) {}
+
+double ForestTuner::floor_above(const ForestChoice& c, int depth, index_t n_rows) const {
+  double most = 0;
+  for (const Previewed& p : previews_)
+    if (p.depth == depth && p.rows <= n_rows && p.schedule.kernel == c.kernel && p.schedule.knobs == c.knobs)
+      most = std::max(most, p.ms);
+  return most;
+}
 
 bool ForestTuner::hopeless(ForestKernel k, int size_class, int depth) const {
   const auto it = lost_at_.find({depth, k});
@@ -206,6 +219,10 @@ bool ForestTuner::next_step(ClassState& s, index_t n_rows, const ForestRunOption
     if (s.step == 0) {
       s.step = 1;
       const int cls = size_class(n_rows);
+      // A prior from a neighbour class brings that class's knobs, which may suit this batch size
+      // far worse than the strategy's defaults do (a 100-row class's rows per pass at 10,000
+      // rows: 28% slower, and no single knob's move out of it was faster): the defaults first.
+      if (auto_knobs && !s.choice.knobs.is_default()) s.candidates.push_back({s.choice.kernel, ForestSchedule{}});
       for (ForestKernel k : kAdaptiveStrategies)
         if (k != s.choice.kernel && !hopeless(k, cls, opt.row_schedule_depth))
           s.candidates.push_back({k, auto_knobs ? ForestSchedule{} : opt.schedule});
@@ -274,10 +291,7 @@ ForestTuner::Plan ForestTuner::plan(index_t n_rows, const ForestRunOptions& opt)
     return p;
   }
   // The next candidate still to time in this step, round robin; a new step when none is left.
-  auto pending = [&](std::size_t i) {
-    const std::vector<double>& r = s.ratios[i];
-    return static_cast<int>(r.size()) < kTrialSamples && (r.empty() || *std::min_element(r.begin(), r.end()) <= kRejectRatio);
-  };
+  auto pending = [&](std::size_t i) { return static_cast<int>(s.ratios[i].size()) < kTrialSamples; };
   auto drop = [&](std::size_t i) { s.ratios[i].assign(kTrialSamples, INFINITY); };
   for (;;) {
     if (s.candidates.empty()) {
@@ -315,11 +329,19 @@ ForestTuner::Plan ForestTuner::plan(index_t n_rows, const ForestRunOptions& opt)
       run_choice();
       p.tuning = s.tuning;
       s.next = i;
+      if (!s.previewed[i] && s.base.size() < kBaseMin) {  // the choice's times first: previews compare with them
+        p.choice_sample = true;
+        return p;
+      }
       if (!s.previewed[i]) {  // the choice runs, the preview after it
+        if (floor_above(c, opt.row_schedule_depth, n_rows) > kRejectRatio * estimate_at(s.base, static_cast<double>(n_rows))) {
+          drop(i);  // slower on fewer rows elsewhere than the choice here
+          continue;
+        }
         const bool whole = n_rows > kPreviewWholeAbove;
         const index_t m = whole ? n_rows : std::max<index_t>(1, (index_t{1} << std::get<0>(p.key)) / kPreviewShare);
-        p.preview.runs = {cand, cand};
-        p.preview.rows = {1, m};
+        p.preview.runs = {cand};
+        p.preview.rows = {m};
         if (whole || !(s.choice_preview_ms > 0)) {  // the choice on the same rows (it resolved when its step began)
           p.preview.runs.emplace_back(s.choice.kernel, engine_.steps().resolve(s.choice.kernel, s.choice.knobs, n_rows));
           p.preview.rows.push_back(m);
@@ -386,35 +408,36 @@ void ForestTuner::record(const Plan& p, index_t n_rows, double call_ms, const st
       at->second = k == ForestKernel::SharedData ? std::min(at->second, cls) : std::max(at->second, cls);
   };
   auto sample = [&](double ratio, double ms) {
-    s.ratios[i].push_back(ratio);
+    std::vector<double>& r = s.ratios[i];
+    r.push_back(ratio);
     s.seen[i].emplace_back(rows, ms);
-    if (ratio > kHopeless) {
-      lost(ratio);
-      drop();
-    }
+    if (ratio > kHopeless) lost(ratio);
+    const auto over = [&](double x) { return std::count_if(r.begin(), r.end(), [x](double v) { return !(v < x); }); };
+    if (ratio > kRejectRatio || over(kUnlikelyRatio) >= 2 || over(kMoveRatio) > kTrialSamples / 2) drop();
   };
   if (!p.preview.runs.empty()) {
-    if (preview_ms.size() < 2 || !std::isfinite(preview_ms[1])) return drop();  // it cannot run here
+    if (preview_ms.empty() || !std::isfinite(preview_ms[0])) return drop();  // it cannot run here
     s.previewed[i] = 1;
-    const bool whole = p.preview.rows[1] >= n_rows;
-    if (!whole && preview_ms.size() > 2 && std::isfinite(preview_ms[2]) && preview_ms[2] > 0)
-      s.choice_preview_ms = preview_ms[2];
-    const double mine = whole ? (preview_ms.size() > 2 ? preview_ms[2] : 0) : s.choice_preview_ms;
+    previews_.push_back({s.candidates[i], std::get<1>(p.key), p.preview.rows[0], preview_ms[0]});
+    const bool whole = p.preview.rows[0] >= n_rows;
+    if (!whole && preview_ms.size() > 1 && std::isfinite(preview_ms[1]) && preview_ms[1] > 0)
+      s.choice_preview_ms = preview_ms[1];
+    const double mine = whole ? (preview_ms.size() > 1 ? preview_ms[1] : 0) : s.choice_preview_ms;
     if (!(std::isfinite(mine) && mine > 0)) return;
-    const double ratio = preview_ms[1] / mine;
+    const double ratio = preview_ms[0] / mine;
     if (!whole) {
       // More rows never take less time: slower on m rows than the choice on the call's n
       // (its estimate, else this call's kernel) is slower at n too, the hopeless rule's
       // evidence as well. Else the heuristic: far slower than the choice on the same m rows.
       const double at_n = s.base.size() >= kBaseMin ? estimate_at(s.base, rows) : call_ms;
-      if (std::isfinite(at_n) && at_n > 0 && preview_ms[1] > kRejectRatio * at_n) {
-        lost(preview_ms[1] / at_n);
+      if (std::isfinite(at_n) && at_n > 0 && preview_ms[0] > kRejectRatio * at_n) {
+        lost(preview_ms[0] / at_n);
         return drop();
       }
       if (ratio > kPreviewReject) drop();
       return;
     }
-    return sample(ratio, preview_ms[1]);
+    return sample(ratio, preview_ms[0]);
   }
   if (!p.candidate_call) return;
   if (!std::isfinite(call_ms)) return drop();

@@ -54,7 +54,7 @@ class ForestTuner {
     bool graph = true;            // false while the class is tuned: its calls' times must compare alike
     bool candidate_call = false;  // kernel/knobs is candidate `candidate`
     bool choice_sample = false;   // the call runs the choice of a class being tuned: its time is kept
-    ForestTrialRuns preview;      // resolved: the candidate on 1 and m rows (and the choice on m)
+    ForestTrialRuns preview;      // resolved: the candidate on m rows (and the choice on m)
     std::tuple<int, int, bool> key;
     std::size_t candidate = 0;  // its index in the class's current step
     int step = 0;               // the step it belongs to
@@ -126,6 +126,17 @@ class ForestTuner {
   // class where it lost by more than kHopeless. Its trials are skipped there.
   bool hopeless(ForestKernel k, int size_class, int depth) const;
   std::map<std::pair<int, ForestKernel>, int> lost_at_;
+  // Every preview's time, per schedule (its kernel, the knobs before resolution) and row depth:
+  // more rows never take less time, so it bounds that schedule's time at larger batches.
+  struct Previewed {
+    ForestChoice schedule;
+    int depth;
+    index_t rows;
+    double ms;
+  };
+  std::vector<Previewed> previews_;
+  // The longest preview of c at depth on at most n_rows rows (0: none).
+  double floor_above(const ForestChoice& c, int depth, index_t n_rows) const;
 
   ForestChoiceFile file_;
   ForestChoiceMap stored_;  // the file's entries for this GPU, and what was tuned since
