@@ -401,6 +401,13 @@ struct OctreeGpuBuilder::Impl {
   DeviceBuffer<float> cubes, com;
   DeviceBuffer<double> sums;
   DeviceBuffer<node_id> child_ids;
+
+  // Steps 1-4: the root cell, the bodies' paths sorted, each leaf's depth and the node ids.
+  // Returns the node count; the counts of the summary in `counts`.
+  index_t paths(const float* d_xyz, index_t n, const OctreeOptions& options, Summary& counts);
+  // Steps 5-7: the bodies in leaf order, the nodes, their links and sums. Returns the height.
+  int shape(const float* d_xyz, const float* d_mass, index_t n, int max_depth, index_t n_nodes,
+            const Summary& counts);
 };
 
 OctreeGpuBuilder::OctreeGpuBuilder() = default;
@@ -414,47 +421,16 @@ Octree Octree::build_on_gpu(const float* xyz, const float* mass, index_t n, cons
   return builder.build(xyz, mass, n, options, stats);
 }
 
-Octree OctreeGpuBuilder::build(const float* xyz, const float* mass, index_t n, const OctreeOptions& options,
-                               GpuBuildStats* stats) {
-  detail::check_octree_arguments(xyz, mass, n, options);
-  if (!gpu_available()) throw Error("octree: build_on_gpu needs a CUDA device: " + gpu_description());
-  const detail::BodyMemory where{is_device_pointer(xyz), is_device_pointer(mass)};
-  detail::check_bodies(xyz, mass, n, options, where);
-  const int max_depth = options.max_depth;
-  const std::size_t un = static_cast<std::size_t>(n);
-
-  if (!impl_) impl_ = std::make_unique<Impl>();
-  Impl& b = *impl_;
-  Stream& stream = b.stream;
+index_t OctreeGpuBuilder::Impl::paths(const float* d_xyz, index_t n, const OctreeOptions& options,
+                                      Summary& counts) {
   const cudaStream_t s = stream.get();
-  Event &t0 = b.t0, &t1 = b.t1, &t2 = b.t2, &t3 = b.t3;
-  auto& xyz_copy = b.xyz_copy;
-  auto& mass_copy = b.mass_copy;
-  t0.record(s);
-  const float* d_xyz = xyz;
-  const float* d_mass = mass;
-  if (!where.xyz_on_device) {
-    xyz_copy.reserve(un * 3, "the octree build's coordinates", s);
-    copy_to_device(xyz_copy.get(), xyz, un * 3, s);
-    d_xyz = xyz_copy.get();
-  }
-  if (!where.mass_on_device) {
-    mass_copy.reserve(un, "the octree build's masses", s);
-    copy_to_device(mass_copy.get(), mass, un, s);
-    d_mass = mass_copy.get();
-  }
-  t1.record(s);
-
-  auto& temp = b.temp;
-  auto& summary = b.summary;
-  auto& host_summary = b.host_summary;
+  const std::size_t un = static_cast<std::size_t>(n);
+  const int max_depth = options.max_depth;
   summary.reserve(1, "the octree build's summary", s);
   host_summary.reserve(1);
   CANOPY_CUDA_CHECK(cudaMemsetAsync(summary.get(), 0, sizeof(Summary), s));
 
   // 1. The root cell.
-  auto& partial_boxes = b.partial_boxes;
-  auto& root = b.root;
   const int box_blocks = static_cast<int>(std::min<index_t>(blocks_for(n), kBoxBlocks));
   partial_boxes.reserve(static_cast<std::size_t>(box_blocks), "the octree build's bounding boxes", s);
   root.reserve(1, "the octree root cell", s);
@@ -464,10 +440,6 @@ Octree OctreeGpuBuilder::build(const float* xyz, const float* mass, index_t n, c
   CANOPY_CUDA_CHECK_LAUNCH("root_kernel");
 
   // 2-3. The paths, sorted.
-  auto& keys = b.keys;
-  auto& sorted_keys = b.sorted_keys;
-  auto& input_order = b.input_order;
-  auto& sorted_ids = b.sorted_ids;
   keys.reserve(un, "the octree build's keys", s);
   sorted_keys.reserve(un, "the octree build's keys", s);
   input_order.reserve(un, "the octree build's ids", s);
@@ -481,9 +453,6 @@ Octree OctreeGpuBuilder::build(const float* xyz, const float* mass, index_t n, c
   });
 
   // 4. Leaf depths and node ids.
-  auto& leaf_depths = b.leaf_depths;
-  auto& starts = b.starts;
-  auto& nodes_through = b.nodes_through;
   leaf_depths.reserve(un, "the octree build's leaf depths", s);
   starts.reserve(un, "the octree build's node starts", s);
   nodes_through.reserve(un, "the octree build's node starts", s);
@@ -498,16 +467,19 @@ Octree OctreeGpuBuilder::build(const float* xyz, const float* mass, index_t n, c
   copy_to_host(host_summary.get(), summary.get(), 1, s);
   stream.sync();
   if (n_nodes > std::numeric_limits<node_id>::max()) throw detail::too_many_nodes(n_nodes);
-  const Summary counts = *host_summary.get();
+  counts = *host_summary.get();
+  return n_nodes;
+}
+
+int OctreeGpuBuilder::Impl::shape(const float* d_xyz, const float* d_mass, index_t n, int max_depth, index_t n_nodes,
+                                  const Summary& counts) {
+  const cudaStream_t s = stream.get();
+  const std::size_t un = static_cast<std::size_t>(n);
   // child_ids: n_children - 1 per inner node, which adds up to leaves - 1.
   const std::size_t n_links = static_cast<std::size_t>(counts.leaves - 1);
   const std::size_t un_nodes = static_cast<std::size_t>(n_nodes);
 
   // 5. Each leaf's bodies in input order: ids in input order, stably sorted by leaf.
-  auto& leaf_of_body = b.leaf_of_body;
-  auto& sorted_leaves = b.sorted_leaves;
-  auto& tree_ids = b.tree_ids;
-  auto& bodies = b.bodies;
   leaf_of_body.reserve(un, "the octree build's leaf keys", s);
   sorted_leaves.reserve(un, "the octree build's leaf keys", s);
   tree_ids.reserve(un, "the octree body ids", s);
@@ -523,18 +495,8 @@ Octree OctreeGpuBuilder::build(const float* xyz, const float* mass, index_t n, c
   gather_bodies_kernel<<<blocks_for(n), kBlock, 0, s>>>(d_xyz, d_mass, tree_ids.get(), n, bodies4);
   CANOPY_CUDA_CHECK_LAUNCH("gather_bodies_kernel");
 
-  // 6. The nodes.
-  auto& nodes = b.nodes;
-  auto& node_pos = b.node_pos;
-  auto& node_end = b.node_end;
-  auto& links = b.links;
-  auto& link_first = b.link_first;
-  auto& cubes = b.cubes;
-  auto& com = b.com;
-  auto& sums = b.sums;
-  auto& child_ids = b.child_ids;
-  // Node arrays grow with a quarter to spare: moving bodies change the node count a little
-  // from step to step, and a rebuild should not reallocate for that.
+  // 6. The nodes. Node arrays grow with a quarter to spare: moving bodies change the node count
+  // a little from step to step, and a rebuild should not reallocate for that.
   auto grow = [&](auto& buffer, std::size_t count, const char* what) {
     if (buffer.capacity() < count) buffer.reserve(count + count / 4, what, s);
   };
@@ -567,6 +529,42 @@ Octree OctreeGpuBuilder::build(const float* xyz, const float* mass, index_t n, c
     sum_children_kernel<<<blocks_for(n_nodes), kBlock, 0, s>>>(arrays, n_nodes, depth);
     CANOPY_CUDA_CHECK_LAUNCH("sum_children_kernel");
   }
+  return height;
+}
+
+Octree OctreeGpuBuilder::build(const float* xyz, const float* mass, index_t n, const OctreeOptions& options,
+                               GpuBuildStats* stats) {
+  detail::check_octree_arguments(xyz, mass, n, options);
+  if (!gpu_available()) throw Error("octree: build_on_gpu needs a CUDA device: " + gpu_description());
+  const detail::BodyMemory where{is_device_pointer(xyz), is_device_pointer(mass)};
+  detail::check_bodies(xyz, mass, n, options, where);
+  const int max_depth = options.max_depth;
+  const std::size_t un = static_cast<std::size_t>(n);
+
+  if (!impl_) impl_ = std::make_unique<Impl>();
+  Impl& b = *impl_;
+  Stream& stream = b.stream;
+  const cudaStream_t s = stream.get();
+  Event &t0 = b.t0, &t1 = b.t1, &t2 = b.t2, &t3 = b.t3;
+  t0.record(s);
+  const float* d_xyz = xyz;
+  const float* d_mass = mass;
+  if (!where.xyz_on_device) {
+    b.xyz_copy.reserve(un * 3, "the octree build's coordinates", s);
+    copy_to_device(b.xyz_copy.get(), xyz, un * 3, s);
+    d_xyz = b.xyz_copy.get();
+  }
+  if (!where.mass_on_device) {
+    b.mass_copy.reserve(un, "the octree build's masses", s);
+    copy_to_device(b.mass_copy.get(), mass, un, s);
+    d_mass = b.mass_copy.get();
+  }
+  t1.record(s);
+  Summary counts{};
+  const index_t n_nodes = b.paths(d_xyz, n, options, counts);
+  const int height = b.shape(d_xyz, d_mass, n, max_depth, n_nodes, counts);
+  const std::size_t n_links = static_cast<std::size_t>(counts.leaves - 1);
+  const std::size_t un_nodes = static_cast<std::size_t>(n_nodes);
   t2.record(s);
 
   // 8. The tree stays on the device: its arrays copied into memory the tree owns (these buffers
@@ -582,12 +580,12 @@ Octree OctreeGpuBuilder::build(const float* xyz, const float* mass, index_t n, c
     const char* name;
     const void* data;
     std::size_t bytes;
-  } kept[] = {{"the octree nodes", nodes.get(), un_nodes * sizeof(OctNode)},
-                {"the octree child lists", child_ids.get(), n_links * sizeof(node_id)},
-                {"the octree centres of mass", com.get(), un_nodes * 4 * sizeof(float)},
-                {"the octree cells", cubes.get(), un_nodes * 4 * sizeof(float)},
-                {"the octree bodies", bodies.get(), un * 4 * sizeof(float)},
-                {"the octree body ids", tree_ids.get(), un * sizeof(index_t)}};
+  } kept[] = {{"the octree nodes", b.nodes.get(), un_nodes * sizeof(OctNode)},
+                {"the octree child lists", b.child_ids.get(), n_links * sizeof(node_id)},
+                {"the octree centres of mass", b.com.get(), un_nodes * 4 * sizeof(float)},
+                {"the octree cells", b.cubes.get(), un_nodes * 4 * sizeof(float)},
+                {"the octree bodies", b.bodies.get(), un * 4 * sizeof(float)},
+                {"the octree body ids", b.tree_ids.get(), un * sizeof(index_t)}};
   for (const auto& a : kept) {
     void* dst = resident->add(a.name, a.bytes, s);
     if (a.bytes > 0) CANOPY_CUDA_CHECK(cudaMemcpyAsync(dst, a.data, a.bytes, cudaMemcpyDeviceToDevice, s));
@@ -595,13 +593,13 @@ Octree OctreeGpuBuilder::build(const float* xyz, const float* mass, index_t n, c
   t2.record(s);
   tree.nodes_.resize(un_nodes);
   tree.child_ids_.resize(n_links);
-  copy_to_host(tree.nodes_.data(), nodes.get(), un_nodes, s);
-  if (n_links > 0) copy_to_host(tree.child_ids_.data(), child_ids.get(), n_links, s);
-  copy_to_host(host_summary.get(), summary.get(), 1, s);
+  copy_to_host(tree.nodes_.data(), b.nodes.get(), un_nodes, s);
+  if (n_links > 0) copy_to_host(tree.child_ids_.data(), b.child_ids.get(), n_links, s);
+  copy_to_host(b.host_summary.get(), b.summary.get(), 1, s);
   t3.record(s);
   stream.sync();
-  if (host_summary.get()->largest_leaf > 0)
-    throw detail::too_many_coincident_bodies(static_cast<index_t>(host_summary.get()->largest_leaf));
+  if (b.host_summary.get()->largest_leaf > 0)
+    throw detail::too_many_coincident_bodies(static_cast<index_t>(b.host_summary.get()->largest_leaf));
   tree.keep_on_device(std::move(resident), n);
   if (stats) {
     stats->upload_ms = (where.xyz_on_device && where.mass_on_device) ? 0.0 : t1.since(t0);

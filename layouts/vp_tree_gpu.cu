@@ -145,6 +145,65 @@ __global__ void shells_kernel(Level lv, index_t m, const std::uint64_t* keys, co
 
 __global__ void infinity_kernel(float* x) { *x = __int_as_float(0x7f800000); }
 
+// The tree's own arrays, set as VpTree::build sets them before its recursion.
+struct VpArrays {
+  DeviceBuffer<float> vantages, mu, shell_lo, shell_hi;
+  DeviceBuffer<node_id> parent;
+  VpArrays(std::size_t nn, int stride, cudaStream_t s) {
+    vantages.reserve(nn * stride, "the vp-tree vantage points", s);
+    mu.reserve(nn, "the vp-tree split radii", s);
+    parent.reserve(nn, "the vp-tree parents", s);
+    shell_lo.reserve(nn, "the vp-tree shells", s);
+    shell_hi.reserve(nn, "the vp-tree shells", s);
+    CANOPY_CUDA_CHECK(cudaMemsetAsync(vantages.get(), 0, nn * stride * sizeof(float), s));
+    CANOPY_CUDA_CHECK(cudaMemsetAsync(mu.get(), 0, nn * sizeof(float), s));
+    CANOPY_CUDA_CHECK(cudaMemsetAsync(parent.get(), 0xff, nn * sizeof(node_id), s));  // kNoNode
+    CANOPY_CUDA_CHECK(cudaMemsetAsync(shell_lo.get(), 0, nn * sizeof(float), s));
+    infinity_kernel<<<1, 1, 0, s>>>(shell_hi.get());  // the root's; every other node's parent writes it
+    CANOPY_CUDA_CHECK_LAUNCH("infinity_kernel");
+  }
+};
+
+using LeftIt = thrust::transform_iterator<LeftOf, thrust::counting_iterator<index_t>>;
+using InnerIt = thrust::transform_iterator<InnerCount, thrust::counting_iterator<index_t>>;
+
+// The level loop's working arrays: the ids (double-buffered), keys, flags, scans and the level
+// records, and one scratch space for every level's sorts and scans.
+struct VpWork {
+  DeviceBuffer<index_t> ids[2], sorted_ids, before, rank, start, node_of[2];
+  DeviceBuffer<std::uint64_t> keys, sorted_keys;
+  DeviceBuffer<unsigned long long> hop, vantage;
+  DeviceBuffer<std::uint8_t> left;
+  DeviceBuffer<double> sums[2];
+  DeviceBuffer<unsigned char> temp;
+  std::size_t sort_bytes = 0, scan_bytes = 0, rank_bytes = 0, start_bytes = 0;
+  VpWork(index_t n, index_t widest, cudaStream_t s) {
+    const std::size_t un = static_cast<std::size_t>(n), uw = static_cast<std::size_t>(widest);
+    for (auto& x : ids) x.reserve(un, "the vp-tree build's ids", s);
+    for (auto& x : node_of) x.reserve(un, "the vp-tree build's node map", s);
+    sorted_ids.reserve(un, "the vp-tree build's ids", s);
+    before.reserve(un, "the vp-tree build's scan", s);
+    keys.reserve(un, "the vp-tree build's sort keys", s);
+    sorted_keys.reserve(un, "the vp-tree build's sort keys", s);
+    left.reserve(un, "the vp-tree build's split flags", s);
+    rank.reserve(uw, "the vp-tree build's levels", s);
+    start.reserve(uw, "the vp-tree build's levels", s);
+    hop.reserve(uw, "the vp-tree build's levels", s);
+    vantage.reserve(uw, "the vp-tree build's levels", s);
+    const int max_bits = 32 + bits_for(widest);
+    // Not run_cub: the scratch space is sized once for every level's sorts and scans (their largest).
+    CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys.get(), sorted_keys.get(), ids[0].get(),
+                                                      sorted_ids.get(), n, 0, max_bits, s));
+    CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(
+        nullptr, scan_bytes, LeftIt(thrust::counting_iterator<index_t>(0), LeftOf{nullptr, nullptr}), before.get(), n, s));
+    CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, rank_bytes, rank.get(), rank.get(), widest, s));
+    CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(
+        nullptr, start_bytes, InnerIt(thrust::counting_iterator<index_t>(0), InnerCount{nullptr, nullptr}), start.get(),
+        widest, s));
+    temp.reserve(std::max({sort_bytes, scan_bytes, rank_bytes, start_bytes}), "the vp-tree build's scratch space", s);
+  }
+};
+
 }  // namespace
 
 VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTreeOptions& options,
@@ -167,65 +226,20 @@ VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTr
 
   const SizeTable subtree = b.size_table(in.counter);
 
-  // The tree's own arrays, set as VpTree::build sets them before its recursion.
-  DeviceBuffer<float> vantages, mu, shell_lo, shell_hi, padded, centroids;
-  DeviceBuffer<node_id> parent;
   b.nodes.reserve(nn, "the tree nodes", s);
-  vantages.reserve(nn * stride, "the vp-tree vantage points", s);
-  mu.reserve(nn, "the vp-tree split radii", s);
-  parent.reserve(nn, "the vp-tree parents", s);
-  shell_lo.reserve(nn, "the vp-tree shells", s);
-  shell_hi.reserve(nn, "the vp-tree shells", s);
-  CANOPY_CUDA_CHECK(cudaMemsetAsync(vantages.get(), 0, nn * stride * sizeof(float), s));
-  CANOPY_CUDA_CHECK(cudaMemsetAsync(mu.get(), 0, nn * sizeof(float), s));
-  CANOPY_CUDA_CHECK(cudaMemsetAsync(parent.get(), 0xff, nn * sizeof(node_id), s));  // kNoNode
-  CANOPY_CUDA_CHECK(cudaMemsetAsync(shell_lo.get(), 0, nn * sizeof(float), s));
-  infinity_kernel<<<1, 1, 0, s>>>(shell_hi.get());  // the root's; every other node's parent writes it
-  CANOPY_CUDA_CHECK_LAUNCH("infinity_kernel");
-
+  VpArrays a(nn, stride, s);
+  DeviceBuffer<float> padded, centroids;
   padded.reserve(un * stride, "the vp-tree build's padded points", s);
   pad_rows_kernel<<<grid(n), kBlockSize, 0, s>>>(pts, n, dims, stride, padded.get());
   CANOPY_CUDA_CHECK_LAUNCH("pad_rows_kernel");
   centroids.reserve(uw * stride, "the vp-tree build's centroids", s);
-
-  // Working arrays: the ids (double-buffered), keys, flags, scans and the level records.
-  DeviceBuffer<index_t> ids[2], sorted_ids, before, rank, start, node_of[2];
-  DeviceBuffer<std::uint64_t> keys, sorted_keys;
-  DeviceBuffer<unsigned long long> hop, vantage;
-  DeviceBuffer<std::uint8_t> left;
-  DeviceBuffer<double> sums[2];
-  DeviceBuffer<unsigned char> temp;
-  for (auto& x : ids) x.reserve(un, "the vp-tree build's ids", s);
-  for (auto& x : node_of) x.reserve(un, "the vp-tree build's node map", s);
-  sorted_ids.reserve(un, "the vp-tree build's ids", s);
-  before.reserve(un, "the vp-tree build's scan", s);
-  keys.reserve(un, "the vp-tree build's sort keys", s);
-  sorted_keys.reserve(un, "the vp-tree build's sort keys", s);
-  left.reserve(un, "the vp-tree build's split flags", s);
-  rank.reserve(uw, "the vp-tree build's levels", s);
-  start.reserve(uw, "the vp-tree build's levels", s);
-  hop.reserve(uw, "the vp-tree build's levels", s);
-  vantage.reserve(uw, "the vp-tree build's levels", s);
+  VpWork w(n, widest, s);
   Level lv[2];
   b.levels_from_root(uw, n, lv);
-  using LeftIt = thrust::transform_iterator<LeftOf, thrust::counting_iterator<index_t>>;
-  using InnerIt = thrust::transform_iterator<InnerCount, thrust::counting_iterator<index_t>>;
-  const int max_bits = 32 + bits_for(widest);
-  // Not run_cub: the scratch space is sized once for every level's sorts and scans (their largest).
-  std::size_t sort_bytes = 0, scan_bytes = 0, rank_bytes = 0, start_bytes = 0;
-  CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys.get(), sorted_keys.get(), ids[0].get(),
-                                                    sorted_ids.get(), n, 0, max_bits, s));
-  CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(
-      nullptr, scan_bytes, LeftIt(thrust::counting_iterator<index_t>(0), LeftOf{nullptr, nullptr}), before.get(), n, s));
-  CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, rank_bytes, rank.get(), rank.get(), widest, s));
-  CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(
-      nullptr, start_bytes, InnerIt(thrust::counting_iterator<index_t>(0), InnerCount{nullptr, nullptr}), start.get(),
-      widest, s));
-  temp.reserve(std::max({sort_bytes, scan_bytes, rank_bytes, start_bytes}), "the vp-tree build's scratch space", s);
 
-  iota_kernel<<<grid(n), kBlockSize, 0, s>>>(n, ids[0].get());
+  iota_kernel<<<grid(n), kBlockSize, 0, s>>>(n, w.ids[0].get());
   CANOPY_CUDA_CHECK_LAUNCH("iota_kernel");
-  CANOPY_CUDA_CHECK(cudaMemsetAsync(node_of[0].get(), 0, un * sizeof(index_t), s));  // all in the root
+  CANOPY_CUDA_CHECK(cudaMemsetAsync(w.node_of[0].get(), 0, un * sizeof(index_t), s));  // all in the root
 
   int at = 0;
   dispatch_dims(dims, [&](auto width) {
@@ -234,51 +248,51 @@ VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTr
       const index_t m = levels.nodes[depth];
       const std::size_t um = static_cast<std::size_t>(m);
       const Level& here = lv[at];
-      index_t* cur = ids[at].get();
+      index_t* cur = w.ids[at].get();
       vp_node_kernel<<<grid(m), kBlockSize, 0, s>>>(here, m, static_cast<int>(depth), leaf_size, subtree,
                                                     b.nodes.get());
       CANOPY_CUDA_CHECK_LAUNCH("vp_node_kernel");
       if (levels.inner[depth] == 0) break;
       const index_t largest = levels.largest[depth];
       const index_t per = (largest + kSumChunk - 1) / kSumChunk, threads = m * per;
-      level_centroids(here, m, largest, cur, pts, dims, sums, centroids.get(), false, s);
-      CANOPY_CUDA_CHECK(cudaMemsetAsync(hop.get(), 0, um * sizeof(unsigned long long), s));
-      CANOPY_CUDA_CHECK(cudaMemsetAsync(vantage.get(), 0, um * sizeof(unsigned long long), s));
+      level_centroids(here, m, largest, cur, pts, dims, w.sums, centroids.get(), false, s);
+      CANOPY_CUDA_CHECK(cudaMemsetAsync(w.hop.get(), 0, um * sizeof(unsigned long long), s));
+      CANOPY_CUDA_CHECK(cudaMemsetAsync(w.vantage.get(), 0, um * sizeof(unsigned long long), s));
       farthest_kernel<M><<<grid(threads), kBlockSize, 0, s>>>(here, m, per, cur, padded.get(), centroids.get(),
-                                                              nullptr, hop.get());
+                                                              nullptr, w.hop.get());
       CANOPY_CUDA_CHECK_LAUNCH("farthest_kernel");
-      farthest_kernel<M><<<grid(threads), kBlockSize, 0, s>>>(here, m, per, cur, padded.get(), nullptr, hop.get(),
-                                                              vantage.get());
+      farthest_kernel<M><<<grid(threads), kBlockSize, 0, s>>>(here, m, per, cur, padded.get(), nullptr, w.hop.get(),
+                                                              w.vantage.get());
       CANOPY_CUDA_CHECK_LAUNCH("farthest_kernel");
-      vp_keys_kernel<M><<<grid(n), kBlockSize, 0, s>>>(here, n, m, node_of[at].get(), cur, padded.get(),
-                                                       vantage.get(), keys.get(), vantages.get());
+      vp_keys_kernel<M><<<grid(n), kBlockSize, 0, s>>>(here, n, m, w.node_of[at].get(), cur, padded.get(),
+                                                       w.vantage.get(), w.keys.get(), a.vantages.get());
       CANOPY_CUDA_CHECK_LAUNCH("vp_keys_kernel");
-      std::size_t bytes = sort_bytes;
-      CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.get(), bytes, keys.get(), sorted_keys.get(), cur,
-                                                        sorted_ids.get(), n, 0, 32 + bits_for(m), s));
-      bytes = start_bytes;
+      std::size_t bytes = w.sort_bytes;
+      CANOPY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(w.temp.get(), bytes, w.keys.get(), w.sorted_keys.get(), cur,
+                                                        w.sorted_ids.get(), n, 0, 32 + bits_for(m), s));
+      bytes = w.start_bytes;
       CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(
-          temp.get(), bytes, InnerIt(thrust::counting_iterator<index_t>(0), InnerCount{here.count, here.split}),
-          start.get(), m, s));
-      inside_flags_kernel<<<grid(n), kBlockSize, 0, s>>>(here, n, m, sorted_keys.get(), sorted_ids.get(), start.get(),
-                                                         left.get());
+          w.temp.get(), bytes, InnerIt(thrust::counting_iterator<index_t>(0), InnerCount{here.count, here.split}),
+          w.start.get(), m, s));
+      inside_flags_kernel<<<grid(n), kBlockSize, 0, s>>>(here, n, m, w.sorted_keys.get(), w.sorted_ids.get(), w.start.get(),
+                                                         w.left.get());
       CANOPY_CUDA_CHECK_LAUNCH("inside_flags_kernel");
-      shells_kernel<<<grid(m), kBlockSize, 0, s>>>(here, m, sorted_keys.get(), start.get(), b.nodes.get(), mu.get(),
-                                                   parent.get(), shell_lo.get(), shell_hi.get());
+      shells_kernel<<<grid(m), kBlockSize, 0, s>>>(here, m, w.sorted_keys.get(), w.start.get(), b.nodes.get(), a.mu.get(),
+                                                   a.parent.get(), a.shell_lo.get(), a.shell_hi.get());
       CANOPY_CUDA_CHECK_LAUNCH("shells_kernel");
       // The next level's records, and the split itself: the kd-tree's stable partition.
-      inner_flags_kernel<<<grid(m), kBlockSize, 0, s>>>(here, m, rank.get());
+      inner_flags_kernel<<<grid(m), kBlockSize, 0, s>>>(here, m, w.rank.get());
       CANOPY_CUDA_CHECK_LAUNCH("inner_flags_kernel");
-      bytes = rank_bytes;
-      CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.get(), bytes, rank.get(), rank.get(), m, s));
-      children_kernel<<<grid(m), kBlockSize, 0, s>>>(here, m, rank.get(), b.nodes.get(), lv[1 - at]);
+      bytes = w.rank_bytes;
+      CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(w.temp.get(), bytes, w.rank.get(), w.rank.get(), m, s));
+      children_kernel<<<grid(m), kBlockSize, 0, s>>>(here, m, w.rank.get(), b.nodes.get(), lv[1 - at]);
       CANOPY_CUDA_CHECK_LAUNCH("children_kernel");
-      bytes = scan_bytes;
+      bytes = w.scan_bytes;
       CANOPY_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(
-          temp.get(), bytes, LeftIt(thrust::counting_iterator<index_t>(0), LeftOf{cur, left.get()}), before.get(), n,
+          w.temp.get(), bytes, LeftIt(thrust::counting_iterator<index_t>(0), LeftOf{cur, w.left.get()}), w.before.get(), n,
           s));
-      partition_kernel<<<grid(n), kBlockSize, 0, s>>>(here, n, node_of[at].get(), left.get(), before.get(), cur,
-                                                      ids[1 - at].get(), rank.get(), node_of[1 - at].get());
+      partition_kernel<<<grid(n), kBlockSize, 0, s>>>(here, n, w.node_of[at].get(), w.left.get(), w.before.get(), cur,
+                                                      w.ids[1 - at].get(), w.rank.get(), w.node_of[1 - at].get());
       CANOPY_CUDA_CHECK_LAUNCH("partition_kernel");
       at = 1 - at;
     }
@@ -287,7 +301,7 @@ VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTr
   // Each leaf's range is already ascending: the stable partitions kept every range so.
   b.point_ids.reserve(un, "the tree point ids", s);
   b.tree_points.reserve(un * stride, "the tree points", s);
-  CANOPY_CUDA_CHECK(cudaMemcpyAsync(b.point_ids.get(), ids[at].get(), un * sizeof(index_t), cudaMemcpyDeviceToDevice, s));
+  CANOPY_CUDA_CHECK(cudaMemcpyAsync(b.point_ids.get(), w.ids[at].get(), un * sizeof(index_t), cudaMemcpyDeviceToDevice, s));
   tree_points_kernel<<<grid(n), kBlockSize, 0, s>>>(pts, n, dims, stride, b.point_ids.get(), b.tree_points.get());
   CANOPY_CUDA_CHECK_LAUNCH("tree_points_kernel");
 
@@ -296,11 +310,11 @@ VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTr
   tree.leaf_size_ = leaf_size;
   tree.height_ = in.height;
   tree.keep_on_device(b.keep(tree.nodes_,
-                              {{"the vp-tree vantage points", vantages.get(), nn * stride * sizeof(float)},
-                               {"the vp-tree split radii", mu.get(), nn * sizeof(float)},
-                               {"the vp-tree parents", parent.get(), nn * sizeof(node_id)},
-                               {"the vp-tree shells (low ends)", shell_lo.get(), nn * sizeof(float)},
-                               {"the vp-tree shells (high ends)", shell_hi.get(), nn * sizeof(float)}},
+                              {{"the vp-tree vantage points", a.vantages.get(), nn * stride * sizeof(float)},
+                               {"the vp-tree split radii", a.mu.get(), nn * sizeof(float)},
+                               {"the vp-tree parents", a.parent.get(), nn * sizeof(node_id)},
+                               {"the vp-tree shells (low ends)", a.shell_lo.get(), nn * sizeof(float)},
+                               {"the vp-tree shells (high ends)", a.shell_hi.get(), nn * sizeof(float)}},
                               on_device, stats),
                       n);
   return tree;
