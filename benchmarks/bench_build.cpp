@@ -120,6 +120,18 @@ Row measure(const char* name, int repeat, CpuBuild cpu_build, GpuBuild gpu_build
   return r;
 }
 
+// A tree built by Tree::build on the CPU and Tree::build_on_gpu from the same options (ball, vp).
+template <class Tree, class Options>
+Row measure_static(const char* name, const BuildConfig& c, const PointSet& ps) {
+  const index_t n = ps.size();
+  Options o;
+  o.leaf_size = c.leaf_size;
+  o.device = Device::Cpu;
+  return measure<Tree>(
+      name, c.repeat, [&] { return Tree::build(ps.data(), n, ps.dims, o); },
+      [&](GpuBuildStats* st) { return Tree::build_on_gpu(ps.data(), n, ps.dims, o, st); });
+}
+
 }  // namespace
 
 int run_build(const BuildConfig& c) {
@@ -162,19 +174,9 @@ int run_build(const BuildConfig& c) {
           "kd", c.repeat, [&] { return KdTree::build(ps.data(), n, ps.dims, o); },
           [&](GpuBuildStats* st) { return builder.build(ps.data(), n, ps.dims, o, st); }));
     } else if (t == "ball") {
-      BallTreeOptions o;
-      o.leaf_size = c.leaf_size;
-      o.device = Device::Cpu;
-      add(measure<BallTree>(
-          "ball", c.repeat, [&] { return BallTree::build(ps.data(), n, ps.dims, o); },
-          [&](GpuBuildStats* st) { return BallTree::build_on_gpu(ps.data(), n, ps.dims, o, st); }));
+      add(measure_static<BallTree, BallTreeOptions>("ball", c, ps));
     } else if (t == "vp") {
-      VpTreeOptions o;
-      o.leaf_size = c.leaf_size;
-      o.device = Device::Cpu;
-      add(measure<VpTree>(
-          "vp", c.repeat, [&] { return VpTree::build(ps.data(), n, ps.dims, o); },
-          [&](GpuBuildStats* st) { return VpTree::build_on_gpu(ps.data(), n, ps.dims, o, st); }));
+      add(measure_static<VpTree, VpTreeOptions>("vp", c, ps));
     } else if (t == "octree") {
       if (ps.dims < 3) throw Error("--trees octree needs 3 coordinates; the points have " + std::to_string(ps.dims));
       std::vector<float> xyz(static_cast<std::size_t>(n) * 3);

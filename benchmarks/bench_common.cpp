@@ -369,10 +369,10 @@ nlohmann::json suite_json(const Suite& s) {
   return out;
 }
 
-void write_json(const std::string& path, const nlohmann::json& j) {
+void write_json(const std::string& path, const nlohmann::json& j, int indent) {
   std::ofstream out(path);
   if (!out) throw Error("--json " + path + ": cannot open for writing");
-  out << j.dump(2) << "\n";
+  out << j.dump(indent) << "\n";
 }
 
 void add_input_options(CLI::App& app, InputConfig& c, const InputHelp& help) {

@@ -104,7 +104,8 @@ int suite_depth(const Suite& s, int fallback);
 // "device: gpu, <name>" or which CPU executors run and why.
 void print_device_line(Device used, Device requested);
 nlohmann::json suite_json(const Suite& s);
-void write_json(const std::string& path, const nlohmann::json& j);
+// The --json file: j dumped with `indent` spaces a level; throws where it cannot be opened.
+void write_json(const std::string& path, const nlohmann::json& j, int indent = 2);
 
 // FNV-1a over 64-bit words: the checksum of result vectors that are not counts.
 std::uint64_t hash_words(const std::vector<std::uint64_t>& words);

@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -172,21 +171,13 @@ class ForestBench {
   }
 
   void write_json() const {
-    nlohmann::json j;
-    j["workload"] = "forest";
-    j["model"] = c_.model;
-    j["model_description"] = w_.forest.describe();
+    nlohmann::json j = forest_json_header("forest", c_, w_);
     j["trees"] = w_.forest.n_trees();
     j["nodes"] = w_.forest.n_nodes();
     j["max_depth"] = w_.forest.max_depth();
-    j["data"] = c_.data;
-    j["rows_in_file"] = w_.data.n_rows;
-    j["features"] = w_.data.n_features;
-    j["output"] = c_.output;
     j["repeat"] = c_.repeat;
     j["subtree_depth"] = c_.subtree_depth;
     j["root_depth"] = c_.root_depth;
-    j["gpu"] = gpu_available() ? gpu_description() : std::string("none");
     j["layouts"] = layouts_json_;
     j["skipped"] = skipped_;
     j["variants"] = nlohmann::json::array();
@@ -199,9 +190,7 @@ class ForestBench {
       if (r.quality >= 0) v[quality_name()] = r.quality;
       j["variants"].push_back(v);
     }
-    std::ofstream f(c_.json);
-    if (!f) throw Error("--json " + c_.json + ": cannot open for writing");
-    f << j.dump(2) << "\n";
+    bench::write_json(c_.json, j);  // the shared writer, not this member
   }
 
   bool all_ran() const { return skipped_.empty(); }
@@ -328,6 +317,17 @@ void add_forest_input_options(CLI::App& app, ForestInputs& c) {
   app.add_option("--graph", c.graph, "GPU: on replays a repeated call's launch as a CUDA graph (ForestRunOptions::graph), off launches every call")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+}
+
+nlohmann::json forest_json_header(const char* workload, const ForestInputs& c, const ForestWorkload& w) {
+  return {{"workload", workload},
+          {"model", c.model},
+          {"model_description", w.forest.describe()},
+          {"data", c.data},
+          {"rows_in_file", w.data.n_rows},
+          {"features", w.data.n_features},
+          {"output", c.output},
+          {"gpu", gpu_available() ? gpu_description() : std::string("none")}};
 }
 
 ForestWorkload load_forest_workload(const ForestInputs& c) {

@@ -2,6 +2,8 @@
 // and data file loaded and checked, and the batches cut from the file; forest-serve's options.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,6 +33,9 @@ struct ForestWorkload {
   double load_ms = 0, read_ms = 0;
 };
 ForestWorkload load_forest_workload(const ForestInputs& c);
+// The --json keys forest and forest-serve share: workload, model, model_description, data,
+// rows_in_file, features, output, gpu.
+nlohmann::json forest_json_header(const char* workload, const ForestInputs& c, const ForestWorkload& w);
 
 // A batch of n rows: the file's rows, then (past its end) copies of them. jitter > 0 makes the
 // copies a smoothed bootstrap: each feature moved by jitter x its standard deviation x a

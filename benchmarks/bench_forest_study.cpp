@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -414,11 +413,7 @@ int run_forest_study(const ForestStudyConfig& c) {
   }
   std::printf("\n%s\n", all_identical ? "every variant's predictions are bit-identical to csr direct's"
                                       : "SOME VARIANTS DIFFER from csr direct");
-  if (!c.json.empty()) {
-    std::ofstream f(c.json);
-    if (!f) throw Error("--json " + c.json + ": cannot open for writing");
-    f << j.dump(2) << "\n";
-  }
+  if (!c.json.empty()) write_json(c.json, j);
   return all_identical ? 0 : 2;
 }
 

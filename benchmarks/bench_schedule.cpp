@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <random>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include <tbb/task_arena.h>
 
 #include "benchmarks/bench.hpp"
+#include "benchmarks/bench_common.hpp"
 #include "scheduler/schedule.hpp"
 
 namespace canopy {
@@ -90,9 +90,7 @@ int run_schedule(const ScheduleConfig& c) {
                      {"top_leaves", c.top_leaves}, {"density", c.density},
                      {"repeat", c.repeat},     {"threads", tbb::this_task_arena::max_concurrency()},
                      {"key_sort_median_ms", key_med}};
-    std::ofstream out(c.json);
-    if (!out) throw Error("--json " + c.json + ": cannot open for writing");
-    out << j.dump(2) << "\n";
+    write_json(c.json, j);
   }
   return 0;
 }

@@ -22,37 +22,75 @@
 
 #include <cstdio>
 #include <exception>
+#include <functional>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "benchmarks/bench.hpp"
 #include "benchmarks/bench_forest.hpp"
 
+namespace {
+
+// A subcommand and how it runs; its config lives as long as the run closure.
+struct Subcommand {
+  CLI::App* cmd;
+  std::function<int()> run;
+};
+
+// Registers `name` with add_options bound to `config`; run(config, cmd) runs it after parsing.
+template <class Config, class Run>
+void add_subcommand(CLI::App& app, std::vector<Subcommand>& subs, const char* name, const char* help,
+                    void (*add_options)(CLI::App&, Config&), Run run, Config config = Config{}) {
+  auto cfg = std::make_shared<Config>(std::move(config));
+  CLI::App* cmd = app.add_subcommand(name, help);
+  add_options(*cmd, *cfg);
+  subs.push_back({cmd, [cfg, cmd, run] { return run(*cfg, *cmd); }});
+}
+
+// The workload's run function as is.
+template <class Config>
+auto plain(int (*run)(const Config&)) {
+  return [run](Config& c, CLI::App&) { return run(c); };
+}
+
+// pc and the traversal workloads pick their defaults by whether the point source and --repeat
+// were given on the command line.
+template <class Config>
+auto with_given(int (*run)(const Config&)) {
+  return [run](Config& c, CLI::App& cmd) {
+    c.source_given = cmd.count("--points") + cmd.count("--generate") > 0;
+    c.repeat_given = cmd.count("--repeat") > 0;
+    return run(c);
+  };
+}
+
+void print_error(const std::exception& e) {
+  std::fflush(stdout);  // what was printed before the error comes first
+  std::fprintf(stderr, "canopy-bench: error: %s\n", e.what());
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  namespace cb = canopy::bench;
   // Every line of every table reaches a pipe or a file as it is printed: a crash (a signal ends
   // the process without flushing stdio) keeps the rows printed before it.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"canopy-bench: hybrid CPU-GPU scheduling of tree traversals"};
   app.require_subcommand(0, 1);
 
-  canopy::bench::PcConfig pc;
-  CLI::App* pc_cmd = app.add_subcommand("pc", "point correlation on a kd-tree (the default)");
-  canopy::bench::add_pc_options(*pc_cmd, pc);
-
-  canopy::bench::ScheduleConfig sc;
-  CLI::App* sc_cmd = app.add_subcommand("schedule", "the sandpile scheduler alone on a random matrix");
-  canopy::bench::add_schedule_options(*sc_cmd, sc);
-
-  canopy::bench::BuildConfig bc;
-  CLI::App* bc_cmd = app.add_subcommand("build", "tree builds on the CPU and the GPU, checked equal bit for bit");
-  canopy::bench::add_build_options(*bc_cmd, bc);
-
-  canopy::bench::E2eConfig ec;
-  CLI::App* ec_cmd = app.add_subcommand("e2e", "build + query end to end on the GPU, data on the device");
-  canopy::bench::add_e2e_options(*ec_cmd, ec);
-
-  canopy::bench::StepsConfig stc;
-  CLI::App* st_cmd = app.add_subcommand("steps", "Barnes-Hut time steps on the GPU: rebuild + forces + leapfrog");
-  canopy::bench::add_steps_options(*st_cmd, stc);
+  std::vector<Subcommand> subs;  // subs[0], pc, also runs when no subcommand is given
+  add_subcommand(app, subs, "pc", "point correlation on a kd-tree (the default)", cb::add_pc_options, with_given(cb::run_pc));
+  add_subcommand(app, subs, "schedule", "the sandpile scheduler alone on a random matrix", cb::add_schedule_options,
+                 plain(cb::run_schedule));
+  add_subcommand(app, subs, "build", "tree builds on the CPU and the GPU, checked equal bit for bit", cb::add_build_options,
+                 plain(cb::run_build));
+  add_subcommand(app, subs, "e2e", "build + query end to end on the GPU, data on the device", cb::add_e2e_options,
+                 plain(cb::run_e2e));
+  add_subcommand(app, subs, "steps", "Barnes-Hut time steps on the GPU: rebuild + forces + leapfrog", cb::add_steps_options,
+                 plain(cb::run_steps));
 
   // The other tree-traversal workloads share one option set.
   const char* traversal_names[][2] = {{"nn", "nearest neighbour on a kd-tree"},
@@ -60,73 +98,46 @@ int main(int argc, char** argv) {
                                       {"bt", "nearest neighbour on a ball tree"},
                                       {"vp", "nearest neighbour on a vantage-point tree"},
                                       {"bh", "Barnes-Hut forces on an octree (--theta, --softening)"}};
-  canopy::bench::TraversalBenchConfig tc[5];
-  CLI::App* tc_cmd[5];
-  for (int i = 0; i < 5; ++i) {
-    tc[i].workload = traversal_names[i][0];
-    tc_cmd[i] = app.add_subcommand(traversal_names[i][0], traversal_names[i][1]);
-    canopy::bench::add_traversal_options(*tc_cmd[i], tc[i]);
+  for (const auto& t : traversal_names) {
+    cb::TraversalBenchConfig tc;
+    tc.workload = t[0];
+    add_subcommand(app, subs, t[0], t[1], cb::add_traversal_options, with_given(cb::run_traversal), tc);
   }
 
-  canopy::bench::QualityConfig qc;
-  CLI::App* qc_cmd = app.add_subcommand("quality", "schedules against the MST lower bound on the optimal schedule");
-  canopy::bench::add_quality_options(*qc_cmd, qc);
-
-  canopy::bench::ForestBenchConfig fc;
-  CLI::App* fc_cmd = app.add_subcommand("forest", "decision-forest inference (XGBoost / scikit-learn models)");
-  canopy::bench::add_forest_options(*fc_cmd, fc);
-
-  canopy::bench::ForestStudyConfig fs;
-  CLI::App* fs_cmd = app.add_subcommand("forest-study", "forest strategies, performance model, tuner and techniques (GPU)");
-  canopy::bench::add_forest_study_options(*fs_cmd, fs);
-
-  canopy::bench::ForestServeConfig fsv;
-  CLI::App* fsv_cmd = app.add_subcommand("forest-serve", "the default forest call under random batch sizes, cold and warm cache");
-  canopy::bench::add_forest_serve_options(*fsv_cmd, fsv);
+  add_subcommand(app, subs, "quality", "schedules against the MST lower bound on the optimal schedule",
+                 cb::add_quality_options, plain(cb::run_quality));
+  add_subcommand(app, subs, "forest", "decision-forest inference (XGBoost / scikit-learn models)", cb::add_forest_options,
+                 plain(cb::run_forest));
+  add_subcommand(app, subs, "forest-study", "forest strategies, performance model, tuner and techniques (GPU)",
+                 cb::add_forest_study_options, plain(cb::run_forest_study));
+  add_subcommand(app, subs, "forest-serve", "the default forest call under random batch sizes, cold and warm cache",
+                 cb::add_forest_serve_options, plain(cb::run_forest_serve));
 
 #if defined(CANOPY_WITH_MPI)
-  canopy::bench::DistConfig dc;
+  cb::DistConfig dc;
   dc.input.generate = "uniform:400000:3";
-  CLI::App* dc_cmd = app.add_subcommand("dist", "pc, knn or forest over MPI ranks (run under mpirun)");
-  canopy::bench::add_dist_options(*dc_cmd, dc);
+  auto run_dist = [&argc, &argv](cb::DistConfig& c, CLI::App& cmd) {
+    if (cmd.count("--points") > 0) c.input.generate.clear();
+    MPI_Init(&argc, &argv);
+    int rc = 1;
+    try {
+      rc = cb::run_dist(c);
+    } catch (const std::exception& e) {
+      print_error(e);
+    }
+    MPI_Finalize();
+    return rc;
+  };
+  add_subcommand(app, subs, "dist", "pc, knn or forest over MPI ranks (run under mpirun)", cb::add_dist_options, run_dist,
+                 dc);
 #endif
   CLI11_PARSE(app, argc, argv);
-  pc.source_given = pc_cmd->count("--points") + pc_cmd->count("--generate") > 0;
-  pc.repeat_given = pc_cmd->count("--repeat") > 0;
-  for (int i = 0; i < 5; ++i) {
-    tc[i].source_given = tc_cmd[i]->count("--points") + tc_cmd[i]->count("--generate") > 0;
-    tc[i].repeat_given = tc_cmd[i]->count("--repeat") > 0;
-  }
   try {
-#if defined(CANOPY_WITH_MPI)
-    if (*dc_cmd) {
-      if (dc_cmd->count("--points") > 0) dc.input.generate.clear();
-      MPI_Init(&argc, &argv);
-      int rc = 1;
-      try {
-        rc = canopy::bench::run_dist(dc);
-      } catch (const std::exception& e) {
-        std::fflush(stdout);
-        std::fprintf(stderr, "canopy-bench: error: %s\n", e.what());
-      }
-      MPI_Finalize();
-      return rc;
-    }
-#endif
-    for (int i = 0; i < 5; ++i)
-      if (*tc_cmd[i]) return canopy::bench::run_traversal(tc[i]);
-    if (*sc_cmd) return canopy::bench::run_schedule(sc);
-    if (*bc_cmd) return canopy::bench::run_build(bc);
-    if (*ec_cmd) return canopy::bench::run_e2e(ec);
-    if (*st_cmd) return canopy::bench::run_steps(stc);
-    if (*qc_cmd) return canopy::bench::run_quality(qc);
-    if (*fc_cmd) return canopy::bench::run_forest(fc);
-    if (*fs_cmd) return canopy::bench::run_forest_study(fs);
-    if (*fsv_cmd) return canopy::bench::run_forest_serve(fsv);
-    return canopy::bench::run_pc(pc);
+    for (const Subcommand& s : subs)
+      if (*s.cmd) return s.run();
+    return subs[0].run();
   } catch (const std::exception& e) {
-    std::fflush(stdout);  // what was printed before the error comes first
-    std::fprintf(stderr, "canopy-bench: error: %s\n", e.what());
+    print_error(e);
     return 1;
   }
 }

@@ -8,10 +8,10 @@ the 8 nearest. Prints one markdown row per library (median of --repeat calls aft
   e2e_baselines.py --points covtype_points_254k.csv.gz --columns 0-6 --workload knn
 """
 import argparse
-import statistics
-import time
 
 import numpy as np
+
+from bench_timing import timed  # scripts/ is on sys.path when a script here runs
 
 
 def load(args):
@@ -32,16 +32,6 @@ def load(args):
     if kind != "uniform":
         raise SystemExit("--generate: uniform:N:D only")
     return np.random.default_rng(args.seed).random((int(n), int(dims)), dtype=np.float32)
-
-
-def timed(call, repeat):
-    call()  # warm-up
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def main():

@@ -54,6 +54,18 @@ def ratio(r, limit=None):
     return f"{r:.3f}" + (" ✗" if limit is not None and r > limit else "")
 
 
+def study_batches(names, studies):
+    """(model name, batch) over every study's batches, in order: each table's rows."""
+    for name, s in zip(names, studies):
+        for b in s["batches"]:
+            yield name, b
+
+
+def by_variant(batch):
+    """A batch's strategy rows by variant name."""
+    return {x["variant"]: x for x in batch["strategies"]}
+
+
 def main(paths):
     studies = [json.load(open(p)) for p in paths]
     names = [stem(s["model"]) for s in studies]
@@ -62,55 +74,52 @@ def main(paths):
     print("| model | batch | csr direct | direct | shared data | shared forest | split shared forest | default (choice) | "
           "auto (choice) | tuned | nvForest | default / tuned | default / nvForest |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for name, s in zip(names, studies):
-        for b in s["batches"]:
-            v = {x["variant"]: x for x in b["strategies"]}
-            cells = [rate(v["csr direct"]["rows_per_s"])]
-            for k in STRATEGIES:
-                cells.append(rate(v[k]["rows_per_s"]) if k in v else "n/a")
-            d = v.get("default")
-            cells.append(f"{rate(d['rows_per_s'])} ({d['kernel']})" if d else "-")
-            a = v["auto"]
-            cells.append(f"{rate(a['rows_per_s'])} ({a['kernel']})")
-            cells.append(rate(v["tuned"]["rows_per_s"]))
-            fil = FIL.get(name, {}).get(b["batch"])
-            cells.append(rate(fil) if fil else "-")
-            cells.append(ratio(v["tuned"]["rows_per_s"] / d["rows_per_s"], 1.10) if d else "-")
-            cells.append(f"{d['rows_per_s'] / fil:.2f}x" if d and fil else "-")
-            print(f"| {name} | {b['batch']:,} | " + " | ".join(cells) + " |")
+    for name, b in study_batches(names, studies):
+        v = by_variant(b)
+        cells = [rate(v["csr direct"]["rows_per_s"])]
+        for k in STRATEGIES:
+            cells.append(rate(v[k]["rows_per_s"]) if k in v else "n/a")
+        d = v.get("default")
+        cells.append(f"{rate(d['rows_per_s'])} ({d['kernel']})" if d else "-")
+        a = v["auto"]
+        cells.append(f"{rate(a['rows_per_s'])} ({a['kernel']})")
+        cells.append(rate(v["tuned"]["rows_per_s"]))
+        fil = FIL.get(name, {}).get(b["batch"])
+        cells.append(rate(fil) if fil else "-")
+        cells.append(ratio(v["tuned"]["rows_per_s"] / d["rows_per_s"], 1.10) if d else "-")
+        cells.append(f"{d['rows_per_s'] / fil:.2f}x" if d and fil else "-")
+        print(f"| {name} | {b['batch']:,} | " + " | ".join(cells) + " |")
 
     print("\n### The default call (a fresh ForestPredictor(forest), ForestRunOptions{} but the output)\n")
     print("| model | batch | layout | strategy | schedule | calls to settle | first call | trials | built in | "
           "whole call (rows on the host) | default / tuned | default / auto |")
     print("| --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for name, s in zip(names, studies):
-        for b in s["batches"]:
-            v = {x["variant"]: x for x in b["strategies"]}
-            d = v.get("default")
-            if not d:
-                continue
-            settle = f"{d['settle_calls']}" + ("" if d.get("settled", True) else " (not settled)")
-            print(f"| {name} | {b['batch']:,} | {d.get('layout', '-')} | {d['kernel']} | {d['schedule'] or '-'} | {settle} | "
-                  f"{d['first_call_ms']:.2f} ms ({d['first_tuning']}) | {d.get('settle_tuning_ms', 0):.2f} ms | "
-                  f"{d.get('build_ms', 0):.0f} ms | {dur(d['call_ms'])} | "
-                  f"{ratio(d['ms'] / v['tuned']['ms'], 1.10)} | {d['ms'] / v['auto']['ms']:.3f} |")
+    for name, b in study_batches(names, studies):
+        v = by_variant(b)
+        d = v.get("default")
+        if not d:
+            continue
+        settle = f"{d['settle_calls']}" + ("" if d.get("settled", True) else " (not settled)")
+        print(f"| {name} | {b['batch']:,} | {d.get('layout', '-')} | {d['kernel']} | {d['schedule'] or '-'} | {settle} | "
+              f"{d['first_call_ms']:.2f} ms ({d['first_tuning']}) | {d.get('settle_tuning_ms', 0):.2f} ms | "
+              f"{d.get('build_ms', 0):.0f} ms | {dur(d['call_ms'])} | "
+              f"{ratio(d['ms'] / v['tuned']['ms'], 1.10)} | {d['ms'] / v['auto']['ms']:.3f} |")
 
     print("\n### The performance model\n")
     print("| model | batch | auto / best strategy | auto / tuned | Canopy's model order | paper's equations' order | measured order |")
     print("| --- | ---: | ---: | ---: | --- | --- | --- |")
     within, within_tuned, cases, gains = 0, 0, 0, []
-    for name, s in zip(names, studies):
-        for b in s["batches"]:
-            r = b["auto_over_best"]
-            cases += 1
-            within += r <= 1.10
-            rt = b.get("auto_over_tuned")  # older files lack it
-            within_tuned += rt is not None and rt <= 1.10
-            if b["batch"] == 1000000:
-                gains.append(b["auto_speedup_over_csr_direct"])
-            tuned = "-" if rt is None else f"{rt:.3f}{'' if rt <= 1.10 else ' ✗'}"
-            print(f"| {name} | {b['batch']:,} | {r:.3f}{'' if r <= 1.10 else ' ✗'} | {tuned} | {b['model_order']} | "
-                  f"{b['paper_order']} | {b['measured_order']} |")
+    for name, b in study_batches(names, studies):
+        r = b["auto_over_best"]
+        cases += 1
+        within += r <= 1.10
+        rt = b.get("auto_over_tuned")  # older files lack it
+        within_tuned += rt is not None and rt <= 1.10
+        if b["batch"] == 1000000:
+            gains.append(b["auto_speedup_over_csr_direct"])
+        tuned = "-" if rt is None else f"{rt:.3f}{'' if rt <= 1.10 else ' ✗'}"
+        print(f"| {name} | {b['batch']:,} | {r:.3f}{'' if r <= 1.10 else ' ✗'} | {tuned} | {b['model_order']} | "
+              f"{b['paper_order']} | {b['measured_order']} |")
     print(f"\nauto within 10% of the best strategy in {within} of {cases} cases, of tuned in {within_tuned}; "
           f"auto over csr direct at 1,000,000 rows: {', '.join(f'{g:.2f}x' for g in gains)}, "
           f"geometric mean {math.exp(sum(math.log(g) for g in gains) / max(len(gains), 1)):.2f}x\n")
@@ -119,25 +128,23 @@ def main(paths):
     techniques = [t["variant"] for t in studies[0]["batches"][0]["techniques"]][1:]
     print("| model | batch | " + " | ".join(techniques) + " |")
     print("| --- | ---: | " + " | ".join("---:" for _ in techniques) + " |")
-    for name, s in zip(names, studies):
-        for b in s["batches"]:
-            g = {t["variant"]: t["gain"] for t in b["techniques"]}
-            print(f"| {name} | {b['batch']:,} | " + " | ".join(f"{g[t]:.2f}x" for t in techniques) + " |")
+    for name, b in study_batches(names, studies):
+        g = {t["variant"]: t["gain"] for t in b["techniques"]}
+        print(f"| {name} | {b['batch']:,} | " + " | ".join(f"{g[t]:.2f}x" for t in techniques) + " |")
 
     print("\n### Row scheduling (inspector + sort + gather included in the time)\n")
     print("| model | batch | nodes per warp, input order | scheduled | " +
           " | ".join(f"{k} without / with" for k in STRATEGIES) + " |")
     print("| --- | ---: | ---: | ---: | " + " | ".join("---" for _ in STRATEGIES) + " |")
-    for name, s in zip(names, studies):
-        for b in s["batches"]:
-            rs = b["row_scheduling"]
-            per = {x["strategy"]: x for x in rs["per_strategy"]}
-            cells = []
-            for k in STRATEGIES:
-                x = per.get(k)
-                cells.append(f"{x['ms_without']:.3f} / {x['ms_with']:.3f} ms" if x else "n/a")
-            print(f"| {name} | {b['batch']:,} | {rs['nodes_per_warp_without']:.0f} | {rs['nodes_per_warp_with']:.0f} | " +
-                  " | ".join(cells) + " |")
+    for name, b in study_batches(names, studies):
+        rs = b["row_scheduling"]
+        per = {x["strategy"]: x for x in rs["per_strategy"]}
+        cells = []
+        for k in STRATEGIES:
+            x = per.get(k)
+            cells.append(f"{x['ms_without']:.3f} / {x['ms_with']:.3f} ms" if x else "n/a")
+        print(f"| {name} | {b['batch']:,} | {rs['nodes_per_warp_without']:.0f} | {rs['nodes_per_warp_with']:.0f} | " +
+              " | ".join(cells) + " |")
 
     print("\n### Tree rearrangement\n")
     print("| model | SimHash + LSH + order | CV of per-thread depth sums, model order | rearranged | adaptive layout |")
@@ -162,7 +169,7 @@ def runs_table(paths):
         for i, b in enumerate(studies[0]["batches"]):
             autos, defaults, tuned, ratios, dratios = [], [], [], [], []
             for s in studies:
-                v = {x["variant"]: x for x in s["batches"][i]["strategies"]}
+                v = by_variant(s["batches"][i])
                 autos.append((v["auto"]["rows_per_s"], v["auto"]["kernel"]))
                 tuned.append(v["tuned"]["rows_per_s"])
                 ratios.append(v["tuned"]["rows_per_s"] / v["auto"]["rows_per_s"])

@@ -16,11 +16,11 @@ import gzip
 import json
 import os
 import pickle
-import statistics
-import time
 
 import numpy as np
 import xgboost as xgb
+
+from bench_timing import timed  # scripts/ is on sys.path when a script here runs
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -34,16 +34,6 @@ def read_rows(path):
 def batch(X, n):
     reps = -(-n // X.shape[0])
     return np.ascontiguousarray(np.tile(X, (reps, 1))[:n])
-
-
-def timed(fn, repeat):
-    fn()
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append((time.perf_counter() - t0) * 1000.0)
-    return statistics.median(ts)
 
 
 def main():
