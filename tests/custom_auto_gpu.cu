@@ -1,18 +1,15 @@
-#include "runtime/custom.cuh"
 #include "tests/custom_auto.hpp"
+#include "tests/interval_device.cuh"
 
 namespace canopy {
 namespace test {
 
-struct CountGpu::Impl {
-  const GraphTree<Interval>& tree;
-  Traverser t;  // first: its stream frees the buffers below
-  DeviceGraphTree<Interval> dtree;
+struct CountGpu::Impl : IntervalDevice {  // the base first: its stream frees the buffers below
   std::size_t n;
   DeviceBuffer<float> xs;
   DeviceBuffer<std::int32_t> counts;
   DeviceBuffer<std::uint32_t> hist;
-  Impl(const GraphTree<Interval>& g, const std::vector<float>& x) : tree(g), dtree(g, t.stream()), n(x.size()) {
+  Impl(const GraphTree<Interval>& g, const std::vector<float>& x) : IntervalDevice(g), n(x.size()) {
     const cudaStream_t s = t.stream();
     xs.reserve(n, "xs", s);
     counts.reserve(n, "counts", s);

@@ -1,18 +1,14 @@
-#include "runtime/custom.cuh"
-#include "tests/interval_tree.hpp"
+#include "tests/interval_device.cuh"
 
 namespace canopy {
 namespace test {
 
-struct IntervalGpu::Impl {
-  const GraphTree<Interval>& tree;
-  Traverser t;  // first: its stream frees the buffers below
-  DeviceGraphTree<Interval> dtree;
+struct IntervalGpu::Impl : IntervalDevice {  // the base first: its stream frees the buffers below
   DeviceBuffer<float> xs;
   DeviceBuffer<std::int64_t> sums;
   DeviceBuffer<std::int32_t> counts, lengths;
   DeviceBuffer<node_id> trace;
-  explicit Impl(const GraphTree<Interval>& g) : tree(g), dtree(g, t.stream()) {}
+  explicit Impl(const GraphTree<Interval>& g) : IntervalDevice(g) {}
 
   template <bool Guided>
   IntervalRun run(const std::vector<float>& x, const TraversalOptions& opt, int capacity) {

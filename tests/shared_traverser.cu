@@ -1,14 +1,11 @@
-#include "runtime/custom.cuh"
+#include "tests/interval_device.cuh"
 #include "tests/shared_traverser.hpp"
 
 namespace canopy {
 namespace test {
 
-struct SharedTraverser::Impl {
-  const GraphTree<Interval>& tree;
-  Traverser t;  // first: its stream frees the device tree
-  DeviceGraphTree<Interval> dtree;
-  explicit Impl(const GraphTree<Interval>& g) : tree(g), dtree(g, t.stream()) {}
+struct SharedTraverser::Impl : IntervalDevice {
+  using IntervalDevice::IntervalDevice;
 
   template <bool Guided>
   IntervalResults run(const std::vector<float>& x, TraversalOptions opt) {

@@ -1,17 +1,33 @@
 // The reference for SpatialOrder's cells (scheduler/spatial_order.hpp), independent of its heap:
 // each query's cell found by walking the kd-tree itself, and the stable sort by it. Used by the
-// unit tests and the MPI tests of spatial shards.
+// unit tests and the MPI tests of spatial shards, with the clustered points both take.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "layouts/kdtree.hpp"
 
 namespace canopy {
 namespace test {
+
+// Points in blobs of `blob` consecutive points, each Gaussian (sigma) around a centre drawn
+// uniformly in the unit cube; the same on every rank for a seed.
+inline std::vector<float> blob_points(index_t n, int dims, unsigned seed, float sigma, index_t blob) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, sigma);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> centre(static_cast<std::size_t>(dims)), p;
+  for (index_t i = 0; i < n; ++i) {
+    if (i % blob == 0)
+      for (float& c : centre) c = u(rng);
+    for (int d = 0; d < dims; ++d) p.push_back(centre[static_cast<std::size_t>(d)] + g(rng));
+  }
+  return p;
+}
 
 // The cell of q: `depth` steps of the tree's descent (ties go left, as find_leaf), the path's
 // bits left to right; a leaf met sooner continues left.

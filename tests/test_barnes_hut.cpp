@@ -23,6 +23,7 @@
 #include "tests/gpu_trace.hpp"
 #include "tests/test_errors.hpp"
 #include "tests/test_util.hpp"
+#include "tests/tree_walk.hpp"
 
 namespace canopy {
 namespace {
@@ -91,16 +92,10 @@ void check_invariants(const Octree& tree, const Bodies& b, const OctreeOptions& 
   ASSERT_EQ(tree.max_depth(), opt.max_depth);
 
   // Every body appears exactly once in tree order, with its own coordinates and mass.
-  std::vector<int> seen(static_cast<std::size_t>(n), 0);
-  for (index_t i = 0; i < n; ++i) {
-    const index_t id = v.body_ids[i];
-    ASSERT_GE(id, 0);
-    ASSERT_LT(id, n);
-    ++seen[id];
+  ASSERT_NO_FATAL_FAILURE(test::expect_each_input_once(v.body_ids, n, "body", [&](index_t i, index_t id) {
     for (int a = 0; a < 3; ++a) ASSERT_EQ(v.body(i)[a], b.xyz[id * 3 + a]);
     ASSERT_EQ(v.body(i)[3], b.mass[id]);
-  }
-  for (index_t id = 0; id < n; ++id) ASSERT_EQ(seen[id], 1) << "body " << id;
+  }));
 
   // Depth-first walk: every node once, child 0 is n + 1, later children follow in increasing
   // id and octant order, leaves tile the tree order left to right, cubes hold their bodies and
@@ -205,13 +200,16 @@ void check_invariants(const Octree& tree, const Bodies& b, const OctreeOptions& 
   }
 }
 
+// A named body set of the checks below and what its check takes besides (options, softening).
+template <class Param>
+struct BodyCase {
+  const char* name;
+  Bodies b;
+  Param param;
+};
+
 TEST(Octree, Invariants) {
-  struct Case {
-    const char* name;
-    Bodies b;
-    OctreeOptions opt;
-  };
-  std::vector<Case> cases;
+  std::vector<BodyCase<OctreeOptions>> cases;
   cases.push_back({"plummer", plummer(5000, 1), {}});
   cases.push_back({"uniform", uniform(5000, 2), {}});
   cases.push_back({"clustered", clustered(4000, 3), {}});
@@ -225,10 +223,10 @@ TEST(Octree, Invariants) {
   Bodies offset = clustered(1000, 10);
   for (float& x : offset.xyz) x += 1000.0f;
   cases.push_back({"offset leaf 1", offset, {1, 20}});
-  for (const Case& c : cases) {
+  for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    const Octree tree = Octree::build(c.b.xyz.data(), c.b.mass.data(), c.b.size(), c.opt);
-    check_invariants(tree, c.b, c.opt);
+    const Octree tree = Octree::build(c.b.xyz.data(), c.b.mass.data(), c.b.size(), c.param);
+    check_invariants(tree, c.b, c.param);
   }
 }
 
@@ -312,27 +310,22 @@ TEST(BarnesHut, ForcesMatchTheDirectSum) {
   // Per-body relative error of monopole-only Barnes-Hut. Measured at theta 0.5: RMS 3.6e-3
   // (Plummer), 5.9e-3 (uniform), 6.3e-3 (clustered), max 3e-2..7e-2. Theta 0 opens every
   // cell, so only float summation separates it from the double direct sum: RMS 8e-7, max 8e-6.
-  struct Case {
-    const char* name;
-    Bodies b;
-    float eps2;
-  };
-  std::vector<Case> cases;
+  std::vector<BodyCase<float>> cases;  // the softening eps2
   cases.push_back({"plummer", plummer(2000, 21), 1e-4f});
   cases.push_back({"uniform", uniform(2000, 22), 1e-6f});
   cases.push_back({"clustered", clustered(2000, 23), 1e-4f});  // unequal and zero masses, duplicates
-  for (const Case& c : cases) {
+  for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    const std::vector<float> ref = direct_forces(c.b.xyz.data(), c.b.mass.data(), c.b.size(), c.eps2);
+    const std::vector<float> ref = direct_forces(c.b.xyz.data(), c.b.mass.data(), c.b.size(), c.param);
     const Octree tree = Octree::build(c.b.xyz.data(), c.b.mass.data(), c.b.size());
-    const Errors half = relative_errors(bh_forces(tree, c.b, 0.5f, c.eps2), ref);
+    const Errors half = relative_errors(bh_forces(tree, c.b, 0.5f, c.param), ref);
     EXPECT_LT(half.rms, 1e-2);
     EXPECT_LT(half.max, 1e-1);
-    const Errors exact = relative_errors(bh_forces(tree, c.b, 0.0f, c.eps2), ref);
+    const Errors exact = relative_errors(bh_forces(tree, c.b, 0.0f, c.param), ref);
     EXPECT_LT(exact.rms, 1e-5);
     EXPECT_LT(exact.max, 1e-4);
     // A wider opening angle is coarser (measured RMS 3e-2..4.5e-2 at theta 1).
-    const Errors wide = relative_errors(bh_forces(tree, c.b, 1.0f, c.eps2), ref);
+    const Errors wide = relative_errors(bh_forces(tree, c.b, 1.0f, c.param), ref);
     EXPECT_LT(half.rms, wide.rms);
     EXPECT_LT(wide.rms, 1e-1);
   }
@@ -541,11 +534,7 @@ TEST(BarnesHut, MortonKey) {
 }
 
 TEST(Plummer, GeneratorIsSeededAndHasThePlummerProfile) {
-  const PointSet a = generate("plummer:20000", 3), b = generate("plummer:20000", 3), c = generate("plummer:20000", 4);
-  EXPECT_EQ(a.size(), 20000);
-  EXPECT_EQ(a.dims, 3);
-  EXPECT_EQ(a.coords, b.coords);
-  EXPECT_NE(a.coords, c.coords);
+  const PointSet a = test::expect_seeded_set("plummer:20000", 20000, 3);
   EXPECT_EQ(a.coords, generate_plummer(20000, 3).coords);
   std::vector<double> r;
   for (index_t i = 0; i < a.size(); ++i) {
@@ -709,9 +698,7 @@ TEST(BhApi, GpuWarpNodeCountsEqualTheEmulator) {
   BarnesHut bh(tree, Device::Gpu);
   for (ExecutorKind e : {ExecutorKind::MaskLockstep, ExecutorKind::FsmLockstep})
     for (ScheduleKind s : kSchedules) {
-      BhOptions opt;
-      opt.executor = e;
-      opt.schedule = s;
+      BhOptions opt = test::options_on<BhOptions>(Device::Auto, s, e);  // the default device
       opt.count_nodes = true;
       opt.gpu_count_nodes = true;
       const BhResult r = bh.run(opt);

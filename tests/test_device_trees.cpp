@@ -86,18 +86,12 @@ std::vector<TraversalOptions> gpu_options() {
   std::vector<TraversalOptions> all;
   for (ScheduleKind s : kSchedules)
     for (ExecutorKind e : kExecutors) {
-      TraversalOptions o;
-      o.device = Device::Gpu;
-      o.schedule = s;
-      o.executor = e;
+      TraversalOptions o = test::options_on(Device::Gpu, s, e);
       o.keep_schedule = true;
       o.gpu_count_nodes = e != ExecutorKind::Independent;
       all.push_back(o);
     }
-  TraversalOptions o;
-  o.device = Device::Gpu;
-  o.schedule = ScheduleKind::Hybrid;
-  o.executor = ExecutorKind::FsmLockstep;
+  TraversalOptions o = test::options_on(Device::Gpu, ScheduleKind::Hybrid, ExecutorKind::FsmLockstep);
   o.pipeline = true;
   o.chunk = 512;
   o.keep_schedule = true;
@@ -118,11 +112,8 @@ std::vector<TraversalOptions> gpu_options() {
 std::vector<TraversalOptions> host_options(bool every = true) {
   std::vector<TraversalOptions> all;
   if (!every) {
-    TraversalOptions o;
-    o.schedule = ScheduleKind::Hybrid;
-    o.executor = ExecutorKind::FsmLockstep;
+    TraversalOptions o = test::options_on(Device::Gpu, ScheduleKind::Hybrid, ExecutorKind::FsmLockstep);
     o.count_nodes = true;
-    o.device = Device::Gpu;
     all.push_back(o);
     o.device = Device::Cpu;
     o.keep_schedule = true;
@@ -131,20 +122,14 @@ std::vector<TraversalOptions> host_options(bool every = true) {
   }
   for (ScheduleKind s : {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::HybridKey})
     for (ExecutorKind e : kExecutors) {
-      TraversalOptions o;
-      o.device = Device::Gpu;
-      o.schedule = s;
-      o.executor = e;
+      TraversalOptions o = test::options_on(Device::Gpu, s, e);
       o.count_nodes = true;
       o.gpu_count_nodes = e != ExecutorKind::Independent;
       all.push_back(o);
     }
   for (ScheduleKind s : kSchedules)
     for (ExecutorKind e : kExecutors) {
-      TraversalOptions o;
-      o.device = Device::Cpu;
-      o.schedule = s;
-      o.executor = e;
+      TraversalOptions o = test::options_on(Device::Cpu, s, e);
       o.keep_schedule = true;
       o.count_nodes = true;
       all.push_back(o);
@@ -300,21 +285,35 @@ TEST(DeviceTrees, BarnesHutTakesEveryOption) {
   }
 }
 
+// The same points built into a kd-tree on the CPU (the reference) and one the GPU build leaves
+// on the device (each built in place: no copy or move between them and the test).
+struct CpuAndGpuTrees {
+  KdTree cpu, gpu;
+};
+CpuAndGpuTrees cpu_and_gpu_trees(const std::vector<float>& pts) {
+  return {KdTree::build(pts.data(), kPoints, 3, {8, Device::Cpu}), KdTree::build(pts.data(), kPoints, 3)};
+}
+
+// The k-NN options of the checks below: k neighbours in the Hybrid schedule.
+KnnOptions hybrid_knn(int k) {
+  KnnOptions o;
+  o.k = k;
+  o.schedule = ScheduleKind::Hybrid;
+  return o;
+}
+
 // A copy (and a copy-assignment) of a tree on the device: the host copy made once, the copy
 // still reading the device arrays on the GPU, its results the CPU tree's.
 TEST(DeviceTrees, CopiesOfTreesOnTheDevice) {
   CANOPY_REQUIRE_GPU();
   const std::vector<float> pts = test::random_points(kPoints, 3, 69), queries = test::random_points(kQueries, 3, 70);
-  const KdTree cpu = KdTree::build(pts.data(), kPoints, 3, {8, Device::Cpu});
-  const KdTree gpu = KdTree::build(pts.data(), kPoints, 3);
+  const auto [cpu, gpu] = cpu_and_gpu_trees(pts);
   ASSERT_FALSE(gpu.host_ready());
   const KdTree copy = gpu;
   KdTree assigned = KdTree::build(pts.data(), 1000, 3, {8, Device::Cpu});
   assigned = gpu;
   EXPECT_TRUE(gpu.host_ready());
-  KnnOptions o;
-  o.k = 3;
-  o.schedule = ScheduleKind::Hybrid;
+  KnnOptions o = hybrid_knn(3);
   o.executor = ExecutorKind::FsmLockstep;
   o.count_nodes = true;
   const KnnResult want = NearestNeighbors(cpu, Device::Gpu).run(queries.data(), kQueries, o);
@@ -338,12 +337,9 @@ TEST(DeviceTrees, CopiesOfTreesOnTheDevice) {
 TEST(DeviceTrees, ScheduleQualityOverTreesOnTheDevice) {
   CANOPY_REQUIRE_GPU();
   const std::vector<float> pts = test::clustered_points(kPoints, 3, 71), queries = test::random_points(kQueries, 3, 72);
-  const KdTree cpu = KdTree::build(pts.data(), kPoints, 3, {8, Device::Cpu});
-  const KdTree gpu = KdTree::build(pts.data(), kPoints, 3);
+  const auto [cpu, gpu] = cpu_and_gpu_trees(pts);
   ASSERT_FALSE(gpu.host_ready());
-  KnnOptions o;
-  o.k = 4;
-  o.schedule = ScheduleKind::Hybrid;
+  KnnOptions o = hybrid_knn(4);
   o.keep_schedule = true;
   const KnnResult r = NearestNeighbors(gpu, Device::Gpu).run(queries.data(), kQueries, o);
   ASSERT_EQ(r.schedule.order.size(), static_cast<std::size_t>(kQueries));
@@ -384,8 +380,7 @@ TEST(DeviceTrees, ScheduleQualityOverTreesOnTheDevice) {
 TEST(DeviceTrees, CustomTraversalOverATreeOnTheDevice) {
   CANOPY_REQUIRE_GPU();
   const std::vector<float> pts = test::random_points(kPoints, 3, 75), queries = test::random_points(kQueries, 3, 76);
-  const KdTree cpu = KdTree::build(pts.data(), kPoints, 3, {8, Device::Cpu});
-  const KdTree gpu = KdTree::build(pts.data(), kPoints, 3);
+  const auto [cpu, gpu] = cpu_and_gpu_trees(pts);
   ASSERT_TRUE(gpu.on_device());
   PcOptions reference;
   reference.radius = 0.05f;

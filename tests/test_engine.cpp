@@ -155,9 +155,7 @@ TEST(PipelineGpu, PipelinedResultsEqualUnpipelinedBitForBitForEveryWorkloadAndCh
   CANOPY_REQUIRE_GPU();
   Apis apis;
   for (Workload& w : apis.workloads()) {
-    TraversalOptions base;
-    base.device = Device::Gpu;
-    base.schedule = ScheduleKind::Hybrid;
+    const TraversalOptions base = test::options_on(Device::Gpu, ScheduleKind::Hybrid);
     const Words reference = w.run(base, nullptr);
     // Hybrid with ramped and with equal chunks; the device schedulers do not ramp.
     const std::pair<ScheduleKind, bool> runs[] = {{ScheduleKind::Hybrid, true},
@@ -230,9 +228,7 @@ TEST(PipelineGpu, ABudgetTooSmallForTheMatrixChunksAndOneTooSmallForTheTreeIsAnE
   CANOPY_REQUIRE_GPU();
   Apis apis;
   Workload pc = apis.workloads()[0];
-  TraversalOptions o;
-  o.device = Device::Gpu;
-  o.schedule = ScheduleKind::Hybrid;
+  TraversalOptions o = test::options_on(Device::Gpu, ScheduleKind::Hybrid);
   o.depth = 8;
   const Words reference = pc.run(o, nullptr);
   const std::size_t fixed = objects().pc_tree.bytes() + 1500 * (7 * sizeof(float) + sizeof(index_t));
@@ -256,9 +252,7 @@ TEST(PipelineGpu, QueriesAndResultsThatDoNotFitTheBudgetRunInBatches) {
   CANOPY_REQUIRE_GPU();
   Apis apis;
   std::vector<Workload> w = apis.workloads();
-  TraversalOptions o;
-  o.device = Device::Gpu;
-  o.schedule = ScheduleKind::Hybrid;
+  TraversalOptions o = test::options_on(Device::Gpu, ScheduleKind::Hybrid);
   o.depth = 8;
   const Words pc_ref = w[0].run(o, nullptr), knn_ref = w[1].run(o, nullptr);
   const std::size_t pc_row = pipeline_bytes_per_query(ScheduleKind::Hybrid, false, TopTree::build(objects().pc_tree.view(), 8).size());
@@ -524,9 +518,7 @@ TEST(Pipeline, ResultsLandInTheCallersHostBuffers) { results_land_in_the_callers
 TEST(Pipeline, OnTheCpuThePipelineOptionChangesNothing) {
   Apis apis;
   for (Workload& w : apis.workloads()) {
-    TraversalOptions o;
-    o.device = Device::Cpu;
-    o.schedule = ScheduleKind::Hybrid;
+    TraversalOptions o = test::options_on(Device::Cpu, ScheduleKind::Hybrid);
     const Words reference = w.run(o, nullptr);
     o.pipeline = true;
     o.chunk = 31;
@@ -540,9 +532,7 @@ void auto_depth_picks_a_candidate_and_remembers_it(Device device) {
   Apis apis;
   for (Workload& w : apis.workloads()) {
     SCOPED_TRACE(w.name);
-    TraversalOptions o;
-    o.device = device;
-    o.schedule = ScheduleKind::Hybrid;
+    TraversalOptions o = test::options_on(device, ScheduleKind::Hybrid);
     o.executor = ExecutorKind::FsmLockstep;  // depth auto's trial is per executor
     const Words reference = w.run(o, nullptr);
     o.depth = kAutoDepth;

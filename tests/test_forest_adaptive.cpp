@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <random>
+#include <utility>
 
 #include "executor/forest_eval.hpp"
 #include "layouts/forest_adaptive.hpp"
@@ -336,51 +338,35 @@ ForestSchedule three_parts(const Forest& f, bool wide) {
 std::vector<Variant> variants(bool wide) {
   std::vector<Variant> v;
   auto add = [&](ForestKernel k, ForestSchedule s, const std::string& n) { v.push_back({k, s, n}); };
+  // A schedule that sets the knobs named, the others left to the engine.
+  using S = ForestSchedule;
+  auto knobs = [](std::initializer_list<std::pair<int S::*, int>> set) {
+    S s;
+    for (const auto& k : set) s.*k.first = k.second;
+    return s;
+  };
   add(ForestKernel::Direct, {}, "direct");
-  ForestSchedule s;
-  s.cache_rows = 1;
-  s.block_threads = 64;
-  add(ForestKernel::Direct, s, "direct cached 64");
+  add(ForestKernel::Direct, knobs({{&S::cache_rows, 1}, {&S::block_threads, 64}}), "direct cached 64");
   if (!wide) {
-    s = {};
-    s.rows_per_thread = 4;
-    s.tree_interleave = 1;
-    add(ForestKernel::Direct, s, "direct 4x1");
-    s.rows_per_thread = 2;
-    s.tree_interleave = 2;
-    s.cache_rows = 1;
-    add(ForestKernel::Direct, s, "direct 2x2 cached");
+    add(ForestKernel::Direct, knobs({{&S::rows_per_thread, 4}, {&S::tree_interleave, 1}}), "direct 4x1");
+    add(ForestKernel::Direct, knobs({{&S::rows_per_thread, 2}, {&S::tree_interleave, 2}, {&S::cache_rows, 1}}),
+        "direct 2x2 cached");
   }
   add(ForestKernel::SharedData, {}, "shared-data");
-  s = {};
-  s.tree_group = 3;
-  s.rows_per_block = 7;
-  s.block_threads = 96;
-  add(ForestKernel::SharedData, s, "shared-data 3/7/96");
+  add(ForestKernel::SharedData, knobs({{&S::tree_group, 3}, {&S::rows_per_block, 7}, {&S::block_threads, 96}}),
+      "shared-data 3/7/96");
   // Passes of 40 rows (the last one 20) whose walks outnumber the threads, one walk at a time;
   // and two at a time over a block of one warp.
-  s = {};
-  s.tree_group = 40;
-  s.rows_per_block = 100;
-  s.block_threads = 64;
-  s.tree_interleave = 1;
-  add(ForestKernel::SharedData, s, "shared-data 40/100/64 x1");
-  s = {};
-  s.tree_group = 5;
-  s.block_threads = 32;
-  s.tree_interleave = 2;
-  add(ForestKernel::SharedData, s, "shared-data 5/32 x2");
+  add(ForestKernel::SharedData,
+      knobs({{&S::tree_group, 40}, {&S::rows_per_block, 100}, {&S::block_threads, 64}, {&S::tree_interleave, 1}}),
+      "shared-data 40/100/64 x1");
+  add(ForestKernel::SharedData, knobs({{&S::tree_group, 5}, {&S::block_threads, 32}, {&S::tree_interleave, 2}}),
+      "shared-data 5/32 x2");
   // Both node orders whatever the rows per pass; 3 staged rows under passes of 5.
-  s = {};
-  s.tree_group = 1;
-  s.interleaved = 0;
-  add(ForestKernel::SharedData, s, "shared-data tree-major, 1 row");
-  s = {};
-  s.tree_group = 5;
-  s.interleaved = 1;
-  s.top_rows = 3;
-  s.tree_interleave = 4;
-  add(ForestKernel::SharedData, s, "shared-data interleaved, 3 rows staged, 5 rows");
+  add(ForestKernel::SharedData, knobs({{&S::tree_group, 1}, {&S::interleaved, 0}}), "shared-data tree-major, 1 row");
+  add(ForestKernel::SharedData,
+      knobs({{&S::tree_group, 5}, {&S::interleaved, 1}, {&S::top_rows, 3}, {&S::tree_interleave, 4}}),
+      "shared-data interleaved, 3 rows staged, 5 rows");
   add(ForestKernel::SplitSharedForest, {}, "split");
   add(ForestKernel::SplitSharedForest, {}, "split in three");  // the schedule is made per forest
   add(ForestKernel::Auto, {}, "auto");

@@ -15,21 +15,14 @@
 #include "runtime/schedule_quality.hpp"
 #include "tests/interval_tree.hpp"
 #include "tests/require_gpu.hpp"
+#include "tests/test_errors.hpp"
 
 namespace canopy {
 namespace {
 
 using test::Interval;
 using test::IntervalVisitor;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 GraphTreeShape flatten(const std::vector<std::vector<index_t>>& children) {
   return GraphTree<int>::from_children(children, [](index_t) { return 0; }).shape();
@@ -223,31 +216,35 @@ std::vector<TraversalOptions> all_options(int height) {
   return out;
 }
 
-TEST(CustomTraversal, CpuUnguidedResultsAndVisitsEqualTheRecursiveReferenceUnderEverySchedule) {
-  const GraphTree<Interval> t = test::build_interval_tree(test::random_interval_tree(4000, 7, 11));
-  const std::vector<float> xs = random_points(1500, 5);
+// A CPU run of each of all_options() over tree t and points xs: its counts and sums are the
+// recursive reference's, and check(run, reference) checks the rest (a fatal failure ends it).
+template <bool Guided, class Check>
+void expect_cpu_runs_equal_reference(const GraphTree<Interval>& t, const std::vector<float>& xs, Check check) {
   const Reference ref = reference(t, xs);
   for (const TraversalOptions& o : all_options(t.height())) {
     SCOPED_TRACE(std::string(to_string(o.schedule)) + " " + to_string(o.executor) + " depth " + std::to_string(o.depth));
-    const CpuRun<false> r(t, xs, o);
+    const CpuRun<Guided> r(t, xs, o);
     EXPECT_EQ(r.counts, ref.counts);
     EXPECT_EQ(r.sums, ref.sums);
+    ASSERT_NO_FATAL_FAILURE(check(r, ref));
+  }
+}
+
+TEST(CustomTraversal, CpuUnguidedResultsAndVisitsEqualTheRecursiveReferenceUnderEverySchedule) {
+  const GraphTree<Interval> t = test::build_interval_tree(test::random_interval_tree(4000, 7, 11));
+  const std::vector<float> xs = random_points(1500, 5);
+  expect_cpu_runs_equal_reference<false>(t, xs, [&](const CpuRun<false>& r, const Reference& ref) {
     for (index_t q = 0; q < static_cast<index_t>(xs.size()); ++q) ASSERT_EQ(r.visits(q), ref.visits[q]) << "query " << q;
     expect_permutation(r.stats.schedule.order, static_cast<index_t>(xs.size()));
     EXPECT_EQ(r.stats.warp_nodes.size(), (xs.size() + 31) / 32);
-  }
+  });
 }
 
 TEST(CustomTraversal, CpuGuidedResultsEqualTheReferenceOnTreesWiderThanEightChildren) {
   const GraphTree<Interval> t = test::build_interval_tree(test::random_interval_tree(4000, 12, 13));
   ASSERT_GT(t.max_children(), 8);
   const std::vector<float> xs = random_points(1500, 6);
-  const Reference ref = reference(t, xs);
-  for (const TraversalOptions& o : all_options(t.height())) {
-    SCOPED_TRACE(std::string(to_string(o.schedule)) + " " + to_string(o.executor) + " depth " + std::to_string(o.depth));
-    const CpuRun<true> r(t, xs, o);
-    EXPECT_EQ(r.counts, ref.counts);
-    EXPECT_EQ(r.sums, ref.sums);
+  expect_cpu_runs_equal_reference<true>(t, xs, [&](const CpuRun<true>& r, const Reference& ref) {
     // Reordered children, same set of nodes.
     for (index_t q = 0; q < 50; ++q) {
       std::vector<node_id> a = r.visits(q), b = ref.visits[q];
@@ -256,7 +253,7 @@ TEST(CustomTraversal, CpuGuidedResultsEqualTheReferenceOnTreesWiderThanEightChil
       ASSERT_EQ(a, b) << "query " << q;
     }
     expect_permutation(r.stats.schedule.order, static_cast<index_t>(xs.size()));
-  }
+  });
 }
 
 TEST(CustomTraversal, TheSandpileOnAUserTreeNeedsFewerNodesPerWarpThanInputOrder) {

@@ -10,6 +10,7 @@
 #include "layouts/kdtree.hpp"
 #include "tests/test_errors.hpp"
 #include "tests/test_util.hpp"
+#include "tests/tree_walk.hpp"
 
 namespace canopy {
 namespace {
@@ -19,15 +20,9 @@ void check_invariants(const KdTree& tree, const std::vector<float>& pts, index_t
   const KdTreeView v = tree.view();
   ASSERT_EQ(v.n_points, n);
   // Every input point appears exactly once, with its own coordinates.
-  std::vector<int> seen(static_cast<std::size_t>(n), 0);
-  for (index_t i = 0; i < n; ++i) {
-    const index_t id = v.point_ids[i];
-    ASSERT_GE(id, 0);
-    ASSERT_LT(id, n);
-    ++seen[id];
+  ASSERT_NO_FATAL_FAILURE(test::expect_each_input_once(v.point_ids, n, "point", [&](index_t i, index_t id) {
     for (int d = 0; d < dims; ++d) ASSERT_EQ(v.point(i)[d], pts[id * dims + d]);
-  }
-  for (index_t id = 0; id < n; ++id) ASSERT_EQ(seen[id], 1) << "point " << id;
+  }));
 
   // Walk the tree recursively: ranges of leaves tile [0, n) left to right, boxes hold their
   // points and are tight, depths are consistent, children follow the depth-first layout.
@@ -45,11 +40,7 @@ void check_invariants(const KdTree& tree, const std::vector<float>& pts, index_t
     max_depth = std::max(max_depth, depth);
     Range r;
     if (v.is_leaf(nd)) {
-      EXPECT_EQ(v.nodes[nd].first, next_point) << "leaves must tile the points left to right";
-      EXPECT_GE(v.nodes[nd].count, 1);
-      EXPECT_LE(v.nodes[nd].count, leaf_size);
-      r = {v.nodes[nd].first, v.nodes[nd].first + v.nodes[nd].count};
-      next_point = r.end;
+      r = test::expect_next_leaf<Range>(v, nd, leaf_size, next_point);
     } else {
       EXPECT_EQ(v.child(nd, 0), nd + 1);
       EXPECT_GT(v.child(nd, 1), nd + 1);

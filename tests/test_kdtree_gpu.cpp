@@ -210,6 +210,21 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
+// What a failed comparison of two builds names: the input, its size and the leaf size.
+std::string build_label(const std::string& what, index_t n, int dims, int leaf_size) {
+  return what + " (n " + std::to_string(n) + ", dims " + std::to_string(dims) + ", leaf " + std::to_string(leaf_size) +
+         ")";
+}
+
+// The arrays a ball tree and a vp-tree both have, the GPU build's against the CPU's, as bits.
+template <class Tree>
+void expect_same_metric_arrays(const Tree& gpu, const Tree& cpu, const std::string& at) {
+  ASSERT_EQ(gpu.height(), cpu.height()) << at;
+  ASSERT_TRUE(same_bits(gpu.nodes(), cpu.nodes())) << at << ": nodes";
+  ASSERT_EQ(gpu.point_ids(), cpu.point_ids()) << at;
+  ASSERT_TRUE(same_bits(gpu.points(), cpu.points())) << at << ": points";
+}
+
 void expect_gpu_ball_equals_cpu(const std::vector<float>& p, index_t n, int dims, int leaf_size,
                                 const std::string& what) {
   BallTreeOptions o;
@@ -217,12 +232,8 @@ void expect_gpu_ball_equals_cpu(const std::vector<float>& p, index_t n, int dims
   o.device = Device::Cpu;
   const BallTree cpu = BallTree::build(p.data(), n, dims, o);
   const BallTree gpu = BallTree::build_on_gpu(p.data(), n, dims, o);
-  const std::string at = what + " (n " + std::to_string(n) + ", dims " + std::to_string(dims) + ", leaf " +
-                         std::to_string(leaf_size) + ")";
-  ASSERT_EQ(gpu.height(), cpu.height()) << at;
-  ASSERT_TRUE(same_bits(gpu.nodes(), cpu.nodes())) << at << ": nodes";
-  ASSERT_EQ(gpu.point_ids(), cpu.point_ids()) << at;
-  ASSERT_TRUE(same_bits(gpu.points(), cpu.points())) << at << ": points";
+  const std::string at = build_label(what, n, dims, leaf_size);
+  ASSERT_NO_FATAL_FAILURE(expect_same_metric_arrays(gpu, cpu, at));
   for (std::size_t i = 0; i < cpu.centres().size(); ++i)
     ASSERT_EQ(std::memcmp(&gpu.centres()[i], &cpu.centres()[i], sizeof(float)), 0)
         << at << ": centre of node " << i / padded_dims(dims) << ", " << gpu.centres()[i] << " against "
@@ -232,17 +243,23 @@ void expect_gpu_ball_equals_cpu(const std::vector<float>& p, index_t n, int dims
         << at << ": radius of node " << i << ", " << gpu.radii()[i] << " against " << cpu.radii()[i];
 }
 
+// The inputs both metric trees' GPU builds are checked on, each handed to
+// check(points, n, dims, leaf size, what); the seeds run from `seed` to seed + 2.
+template <class Check>
+void check_metric_tree_inputs(std::uint64_t seed, Check check) {
+  for (index_t n : {1, 2, 7, 8, 9, 1000, 65537}) check(test::clustered_points(n, 5, seed), n, 5, 8, "clustered");
+  for (int dims : {1, 2, 3, 8, 16}) check(test::random_points(20000, dims, seed + 1), 20000, dims, 8, "dims");
+  for (int leaf : {1, 32}) check(test::random_points(5000, 3, seed + 2), 5000, 3, leaf, "leaf sizes");
+  check(tied_points(20000, 3, 3), 20000, 3, 8, "ties and signed zeros");
+  const PointSet cov = test::real_points("covtype_4k.csv", "0-6");
+  check(cov.coords, cov.size(), cov.dims, 8, "covtype");
+}
+
 TEST(BallTreeGpu, EqualsTheCpuTree) {
   CANOPY_REQUIRE_GPU();
-  for (index_t n : {1, 2, 7, 8, 9, 1000, 65537})
-    expect_gpu_ball_equals_cpu(test::clustered_points(n, 5, 13), n, 5, 8, "clustered");
-  for (int dims : {1, 2, 3, 8, 16}) expect_gpu_ball_equals_cpu(test::random_points(20000, dims, 14), 20000, dims, 8, "dims");
-  for (int leaf : {1, 32}) expect_gpu_ball_equals_cpu(test::random_points(5000, 3, 15), 5000, 3, leaf, "leaf sizes");
-  expect_gpu_ball_equals_cpu(tied_points(20000, 3, 3), 20000, 3, 8, "ties and signed zeros");
+  check_metric_tree_inputs(13, expect_gpu_ball_equals_cpu);
   const PointSet u = generate("uniform:1000003:3", 16);  // nodes of many fold blocks
   expect_gpu_ball_equals_cpu(u.coords, u.size(), u.dims, 8, "uniform:1000003:3");
-  const PointSet cov = test::real_points("covtype_4k.csv", "0-6");
-  expect_gpu_ball_equals_cpu(cov.coords, cov.size(), cov.dims, 8, "covtype");
 }
 
 TEST(BallTreeGpu, BadInputGivesTheCpuBuildsErrors) {
@@ -270,12 +287,8 @@ void expect_gpu_vp_equals_cpu(const std::vector<float>& p, index_t n, int dims, 
   }
   const VpTree gpu = VpTree::build_on_gpu(from_device ? d : p.data(), n, dims, o);
   if (d) test::device_free(d);
-  const std::string at = what + " (n " + std::to_string(n) + ", dims " + std::to_string(dims) + ", leaf " +
-                         std::to_string(leaf_size) + ")";
-  ASSERT_EQ(gpu.height(), cpu.height()) << at;
-  ASSERT_TRUE(same_bits(gpu.nodes(), cpu.nodes())) << at << ": nodes";
-  ASSERT_EQ(gpu.point_ids(), cpu.point_ids()) << at;
-  ASSERT_TRUE(same_bits(gpu.points(), cpu.points())) << at << ": points";
+  const std::string at = build_label(what, n, dims, leaf_size);
+  ASSERT_NO_FATAL_FAILURE(expect_same_metric_arrays(gpu, cpu, at));
   ASSERT_EQ(gpu.parent(), cpu.parent()) << at;
   auto expect_bits = [&](const std::vector<float>& g, const std::vector<float>& c, const char* name) {
     ASSERT_EQ(g.size(), c.size()) << at << ": " << name;
@@ -291,19 +304,15 @@ void expect_gpu_vp_equals_cpu(const std::vector<float>& p, index_t n, int dims, 
 
 TEST(VpTreeGpu, EqualsTheCpuTree) {
   CANOPY_REQUIRE_GPU();
-  for (index_t n : {1, 2, 7, 8, 9, 1000, 65537})
-    expect_gpu_vp_equals_cpu(test::clustered_points(n, 5, 23), n, 5, 8, "clustered");
-  for (int dims : {1, 2, 3, 8, 16}) expect_gpu_vp_equals_cpu(test::random_points(20000, dims, 24), 20000, dims, 8, "dims");
-  for (int leaf : {1, 32}) expect_gpu_vp_equals_cpu(test::random_points(5000, 3, 25), 5000, 3, leaf, "leaf sizes");
+  check_metric_tree_inputs(23, [](const std::vector<float>& p, index_t n, int dims, int leaf, const std::string& what) {
+    expect_gpu_vp_equals_cpu(p, n, dims, leaf, what);
+  });
   // Many equal points: equal distances everywhere, the vantage point among its duplicates.
-  expect_gpu_vp_equals_cpu(tied_points(20000, 3, 3), 20000, 3, 8, "ties and signed zeros");
   expect_gpu_vp_equals_cpu(std::vector<float>(3000 * 2, 1.5f), 3000, 2, 8, "all points equal");
   for (const char* spec : {"uniform:1000003:3", "uniform:200000:7", "plummer:100000"}) {
     const PointSet g = generate(spec, 26);
     expect_gpu_vp_equals_cpu(g.coords, g.size(), g.dims, 8, spec);
   }
-  const PointSet cov = test::real_points("covtype_4k.csv", "0-6");
-  expect_gpu_vp_equals_cpu(cov.coords, cov.size(), cov.dims, 8, "covtype");
   expect_gpu_vp_equals_cpu(test::random_points(30000, 4, 27), 30000, 4, 8, "device input", true);
 }
 

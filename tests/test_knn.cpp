@@ -60,11 +60,8 @@ void expect_all_variants_exact(const std::vector<float>& points, const std::vect
   const index_t m = static_cast<index_t>(queries.size()) / dims;
   for (ExecutorKind e : kExecutors) {
     for (ScheduleKind s : kSchedules) {
-      KnnOptions opt;
+      KnnOptions opt = test::options_on<KnnOptions>(device, s, e);
       opt.k = k;
-      opt.device = device;
-      opt.executor = e;
-      opt.schedule = s;
       opt.depth = depth;
       const KnnResult r = nn.run(queries.data(), m, opt);
       ASSERT_EQ(r.indices, ref.indices) << to_string(nn.tree_kind()) << " dims " << dims << " k " << k << " "
@@ -379,18 +376,29 @@ void reference_visits(const View& tree, const V& v, typename V::State& s, node_i
   for (int i = 0; i < tree.child_count(n); ++i) reference_visits(tree, v, s, tree.child(n, visit_rank_child(first, i)), out);
 }
 
-template <class Tree>
-void guided_soundness(int dims) {
-  const std::vector<float> points = test::clustered_points(2000, dims, 30 + dims);
-  const std::vector<float> queries = make_queries(points, dims, 300, 31 + dims);
-  const index_t m = 300;
-  const int k = 8;
+// The k-NN workload the guided checks below walk: n clustered points (seed `seed`), m queries
+// near them (seed + 1), the tree over the points and its visitor of k (the width a template
+// argument), handed to f(points, queries, tree, view, visitor).
+template <class Tree, class F>
+void on_knn_workload(int dims, index_t n, index_t m, int k, std::uint64_t seed, F&& f) {
+  const std::vector<float> points = test::clustered_points(n, dims, seed);
+  const std::vector<float> queries = make_queries(points, dims, m, seed + 1);
   const Tree tree = build_tree<Tree>(points, dims);
   const auto view = tree.view();
   std::vector<float> dist(m * k);
   std::vector<index_t> index(m * k);
   dispatch_dims(dims, [&](auto md) {
-    const auto v = make_knn_visitor<decltype(md)::value>(view, queries.data(), k, dist.data(), index.data());
+    f(points, queries, tree, view, make_knn_visitor<decltype(md)::value>(view, queries.data(), k, dist.data(), index.data()));
+  });
+}
+
+template <class Tree>
+void guided_soundness(int dims) {
+  const index_t m = 300;
+  const int k = 8;
+  on_knn_workload<Tree>(dims, 2000, m, k, 30 + dims, [&](const std::vector<float>& points,
+                                                          const std::vector<float>& queries, const Tree& tree,
+                                                          const auto& view, const auto& v) {
     // Schedules: input, reversed, random, guided, greedy-leaf sorted.
     std::vector<std::vector<index_t>> orders(5, std::vector<index_t>(m));
     std::iota(orders[0].begin(), orders[0].end(), 0);
@@ -508,15 +516,9 @@ void reference_row(const View& tree, const TopTreeView& top, const V& v, typenam
 
 template <class Tree>
 void guided_inspector_rows(int dims, int k) {
-  const std::vector<float> points = test::clustered_points(3000, dims, 40 + dims);
-  const std::vector<float> queries = make_queries(points, dims, 400, 41 + dims);
   const index_t m = 400;
-  const Tree tree = build_tree<Tree>(points, dims);
-  const auto view = tree.view();
-  std::vector<float> dist(m * k);
-  std::vector<index_t> index(m * k);
-  dispatch_dims(dims, [&](auto md) {
-    const auto v = make_knn_visitor<decltype(md)::value>(view, queries.data(), k, dist.data(), index.data());
+  on_knn_workload<Tree>(dims, 3000, m, k, 40 + dims, [&](const std::vector<float>&, const std::vector<float>& queries,
+                                                          const Tree& tree, const auto& view, const auto& v) {
     for (int depth : {1, 4, 7}) {
      for (GuidedProbe probe : {GuidedProbe::Full, GuidedProbe::Lean, GuidedProbe::None}) {
       for (index_t cap : {0, 1, 3}) {

@@ -18,6 +18,7 @@
 #include "io/dataset.hpp"
 #include "runtime/pc_visitor.hpp"
 #include "tests/test_errors.hpp"
+#include "tests/tree_walk.hpp"
 
 namespace canopy {
 namespace {
@@ -153,11 +154,7 @@ std::vector<Range> check_layout(const View& v, int tree_height, const std::vecto
     if (v.is_leaf(nd)) {
       EXPECT_EQ(v.child_count(nd), 0);
       EXPECT_EQ(v.nodes[nd].split_dim, -1);
-      EXPECT_EQ(v.nodes[nd].first, next_point) << "leaves must tile the points left to right";
-      EXPECT_GE(v.nodes[nd].count, 1);
-      EXPECT_LE(v.nodes[nd].count, leaf_size);
-      r = {v.nodes[nd].first, v.nodes[nd].first + v.nodes[nd].count};
-      next_point = r.end;
+      r = test::expect_next_leaf<Range>(v, nd, leaf_size, next_point);
     } else {
       EXPECT_EQ(v.child_count(nd), 2);
       EXPECT_EQ(v.nodes[nd].count, 0);

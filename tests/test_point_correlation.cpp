@@ -12,6 +12,7 @@
 
 #include "gpu_trace.hpp"
 #include "runtime/point_correlation.hpp"
+#include "test_errors.hpp"
 #include "test_util.hpp"
 
 namespace canopy {
@@ -159,14 +160,7 @@ TEST(CountsEqualBruteForceEdge, LargeBatchAcrossWarpsAndBlocks) {
   }
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 TEST(RuntimeErrors, BadOptionsAndQueries) {
   const std::vector<float> pts = test::random_points(500, 2, 4);

@@ -19,18 +19,7 @@
 namespace canopy {
 namespace {
 
-std::vector<float> clustered(index_t n, int dims, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> g(0.0f, 0.03f);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  std::vector<float> c(static_cast<std::size_t>(dims)), p;
-  for (index_t i = 0; i < n; ++i) {
-    if (i % 50 == 0)
-      for (float& x : c) x = u(rng);
-    for (int d = 0; d < dims; ++d) p.push_back(c[static_cast<std::size_t>(d)] + g(rng));
-  }
-  return p;
-}
+std::vector<float> clustered(index_t n, int dims, unsigned seed) { return test::blob_points(n, dims, seed, 0.03f, 50); }
 
 TEST(SpatialOrder, IsTheStableSortOfTheTreesTopCells) {
   const int dims = 3;

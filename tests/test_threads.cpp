@@ -111,6 +111,17 @@ TraversalOptions options(int v, Device device) {
 }
 constexpr int kVariants = 8;
 
+// The variants of a workload's call on one object the threads share: run(v, o) calls it with
+// variant v's options o (their traversal part from options()) and gives the bytes to compare.
+template <class Opts, class Run>
+void expect_variants_equal_serial(Device device, Run run) {
+  expect_threads_equal_serial(kVariants, [&](int v) {
+    Opts o;
+    static_cast<TraversalOptions&>(o) = options(v, device);
+    return run(v, o);
+  });
+}
+
 KdTree kd_tree(Device build) {
   KdTreeOptions o;
   o.device = build;
@@ -120,9 +131,7 @@ KdTree kd_tree(Device build) {
 void pc_on_one_object(Device device) {
   const KdTree tree = kd_tree(device);
   PointCorrelation pc(tree, device);
-  expect_threads_equal_serial(kVariants, [&](int v) {
-    PcOptions o;
-    static_cast<TraversalOptions&>(o) = options(v, device);
+  expect_variants_equal_serial<PcOptions>(device, [&](int v, PcOptions& o) {
     o.radius = v % 2 ? 0.05f : 0.12f;
     const std::vector<float>& q = points().queries[v % 2];
     Bytes b;
@@ -134,9 +143,7 @@ void pc_on_one_object(Device device) {
 void knn_on_one_object(Device device) {
   const KdTree tree = kd_tree(device);
   NearestNeighbors nn(tree, device);
-  expect_threads_equal_serial(kVariants, [&](int v) {
-    KnnOptions o;
-    static_cast<TraversalOptions&>(o) = options(v, device);
+  expect_variants_equal_serial<KnnOptions>(device, [&](int v, KnnOptions& o) {
     o.k = 1 + v % 5;
     const std::vector<float>& q = points().queries[v % 2];
     const KnnResult r = nn.run(q.data(), points().n(v % 2), o);
@@ -156,9 +163,7 @@ void bh_on_one_object(Device device) {
   oo.device = device;
   const Octree tree = Octree::build(xyz.data(), mass.data(), n, oo);
   BarnesHut bh(tree, device);
-  expect_threads_equal_serial(kVariants, [&](int v) {
-    BhOptions o;
-    static_cast<TraversalOptions&>(o) = options(v, device);
+  expect_variants_equal_serial<BhOptions>(device, [&](int v, BhOptions& o) {
     o.theta = v % 2 ? 0.5f : 0.8f;
     // Every other variant a range of the bodies (run(opt, first, count, forces)).
     const index_t first = v % 2 ? 0 : 100 + 37 * v, count = v % 2 ? n : 600;

@@ -16,6 +16,7 @@
 #include "io/dataset.hpp"
 #include "core/device.hpp"
 #include "core/device_buffer.hpp"
+#include "runtime/options.hpp"
 #include "runtime/pc_visitor.hpp"
 #include "scheduler/schedule.hpp"
 
@@ -67,6 +68,17 @@ inline PointSet real_points(const std::string& file, const std::string& columns)
   return ps;
 }
 
+// A generator spec's set, checked to be n points of `dims` and seeded: the same set again for the
+// same seed (3), another for another (4).
+inline PointSet expect_seeded_set(const std::string& spec, index_t n, int dims) {
+  const PointSet a = generate(spec, 3), b = generate(spec, 3), c = generate(spec, 4);
+  EXPECT_EQ(a.size(), n) << spec;
+  EXPECT_EQ(a.dims, dims) << spec;
+  EXPECT_EQ(a.coords, b.coords) << spec;
+  EXPECT_NE(a.coords, c.coords) << spec;
+  return a;
+}
+
 // The workload's distances on unpadded rows (copied into 16-wide zero-padded arrays, which
 // give the same value as any narrower padding).
 inline float ref_point_distance2(const float* q, const float* p, int dims) {
@@ -99,6 +111,17 @@ inline std::vector<index_t> brute_force_counts(const std::vector<float>& points,
 inline float radius_for(const KdTree& tree, const std::vector<float>& queries, double mean) {
   return estimate_radius(tree, queries.data(), static_cast<index_t>(queries.size()) / tree.dims(), mean, 3, 512);
 }
+// Options (a workload's, or the traversal's own) naming a call's device, schedule and executor
+// (Auto, the default, unless named); the callers set the rest.
+template <class Options = TraversalOptions>
+Options options_on(Device d, ScheduleKind s, ExecutorKind e = ExecutorKind::Auto) {
+  Options o;
+  o.device = d;
+  o.schedule = s;
+  o.executor = e;
+  return o;
+}
+
 // A steady-state call: call() allocates and frees no device or pinned memory (memory_events()).
 inline void expect_allocates_nothing(const std::function<void()>& call) {
   const MemoryEvents before = memory_events();

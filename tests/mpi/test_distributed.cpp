@@ -38,19 +38,7 @@ int rank_count() {
 }
 
 // The same points on every rank: a fixed seed, clustered so that counts vary.
-std::vector<float> points(index_t n, int dims, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> g(0.0f, 0.05f);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  std::vector<float> centre(static_cast<std::size_t>(dims));
-  std::vector<float> p;
-  for (index_t i = 0; i < n; ++i) {
-    if (i % 64 == 0)
-      for (float& c : centre) c = u(rng);
-    for (int d = 0; d < dims; ++d) p.push_back(centre[static_cast<std::size_t>(d)] + g(rng));
-  }
-  return p;
-}
+std::vector<float> points(index_t n, int dims, unsigned seed) { return test::blob_points(n, dims, seed, 0.05f, 64); }
 
 TEST(Distributed, SharesCoverEveryItemOnceInOrder) {
   for (index_t n : {0, 1, 2, 5, 100, 101, 1000003})
@@ -340,21 +328,48 @@ std::vector<T> expected_after(distributed::Gather g, const std::vector<T>& one, 
   return std::vector<T>(one.begin() + s.begin * width, one.begin() + (s.begin + s.count) * width);
 }
 
+// A kd-tree over the first n points of p, the point-correlation and k-NN calls on it, and their
+// results in one process for m queries: what each rank's share is checked against.
+struct OneProcess {
+  OneProcess(const std::vector<float>& p, index_t n, const float* q, index_t m, float radius, int k)
+      : tree(KdTree::build(p.data(), n, 3)), pc(tree, Device::Cpu), nn(tree, Device::Cpu) {
+    po.radius = radius;
+    ko.k = k;
+    one_pc = pc.run(q, m, po);
+    one_nn = nn.run(q, m, ko);
+  }
+  const KdTree tree;
+  PointCorrelation pc;
+  NearestNeighbors nn;
+  PcOptions po;
+  KnnOptions ko;
+  PcResult one_pc;
+  KnnResult one_nn;
+};
+
+// The caller's buffers after the calls into them (-5 where nothing was written): query i's
+// one-process counts, k neighbours and distances where held(i), else untouched.
+template <class Held>
+void expect_held_results(const std::vector<index_t>& counts, const std::vector<index_t>& idx,
+                         const std::vector<float>& dist, const OneProcess& one, index_t m, int k, Held held) {
+  for (index_t i = 0; i < m; ++i) {
+    const bool h = held(i);
+    ASSERT_EQ(counts[static_cast<std::size_t>(i)], h ? one.one_pc.counts[static_cast<std::size_t>(i)] : -5) << i;
+    for (index_t j = i * k; j < i * k + k; ++j) {
+      ASSERT_EQ(idx[static_cast<std::size_t>(j)], h ? one.one_nn.indices[static_cast<std::size_t>(j)] : -5) << i;
+      ASSERT_EQ(dist[static_cast<std::size_t>(j)], h ? one.one_nn.distances[static_cast<std::size_t>(j)] : -5.0f) << i;
+    }
+  }
+}
+
 // Every gather mode of every call: rank 0 or every rank holds everything, or each its share,
 // equal to the one-process slice; the bytes moved follow (nothing for Local).
 TEST(Distributed, GatherModesLeaveEachRankItsResults) {
   using distributed::Gather;
   const std::vector<float> p = points(4000, 3, 31);
   const std::vector<float> q = points(1001, 3, 32);
-  const KdTree tree = KdTree::build(p.data(), 4000, 3);
-  PointCorrelation pc(tree, Device::Cpu);
-  NearestNeighbors nn(tree, Device::Cpu);
-  PcOptions po;
-  po.radius = 0.05f;
-  KnnOptions ko;
-  ko.k = 5;
-  const PcResult one_pc = pc.run(q.data(), 1001, po);
-  const KnnResult one_nn = nn.run(q.data(), 1001, ko);
+  OneProcess one(p, 4000, q.data(), 1001, 0.05f, 5);
+  auto& [tree, pc, nn, po, ko, one_pc, one_nn] = one;
   std::vector<float> mass(4000, 1.0f);
   const Octree oct = Octree::build(p.data(), mass.data(), 4000);
   BarnesHut bh(oct, Device::Cpu);
@@ -405,16 +420,9 @@ TEST(Distributed, GatherModesLeaveEachRankItsResults) {
 TEST(Distributed, CallsIntoBuffersFillWhatEachRankHolds) {
   using distributed::Gather;
   const std::vector<float> p = points(3000, 3, 51);
-  const KdTree tree = KdTree::build(p.data(), 3000, 3);
-  PointCorrelation pc(tree, Device::Cpu);
-  NearestNeighbors nn(tree, Device::Cpu);
-  PcOptions po;
-  po.radius = 0.05f;
-  KnnOptions ko;
-  ko.k = 4;
   const index_t m = 777;
-  const PcResult one_pc = pc.run(p.data(), m, po);
-  const KnnResult one_nn = nn.run(p.data(), m, ko);
+  OneProcess one(p, 3000, p.data(), m, 0.05f, 4);
+  auto& [tree, pc, nn, po, ko, one_pc, one_nn] = one;
   const distributed::Share mine = distributed::share_of(m, this_rank(), rank_count());
   for (Gather g : {Gather::All, Gather::Root, Gather::Local}) {
     SCOPED_TRACE(distributed::to_string(g));
@@ -425,14 +433,8 @@ TEST(Distributed, CallsIntoBuffersFillWhatEachRankHolds) {
       distributed::point_correlation(MPI_COMM_WORLD, pc, p.data(), m, po, counts.data(), nullptr, g);
       distributed::nearest_neighbors(MPI_COMM_WORLD, nn, p.data(), m, ko, idx.data(), dist.data(), nullptr, g);
     }
-    for (index_t i = 0; i < m; ++i) {
-      const bool held = all || (i >= mine.begin && i < mine.begin + mine.count);
-      ASSERT_EQ(counts[static_cast<std::size_t>(i)], held ? one_pc.counts[static_cast<std::size_t>(i)] : -5) << i;
-      for (index_t j = i * 4; j < i * 4 + 4; ++j) {
-        ASSERT_EQ(idx[static_cast<std::size_t>(j)], held ? one_nn.indices[static_cast<std::size_t>(j)] : -5) << i;
-        ASSERT_EQ(dist[static_cast<std::size_t>(j)], held ? one_nn.distances[static_cast<std::size_t>(j)] : -5.0f) << i;
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_held_results(
+        counts, idx, dist, one, m, 4, [&](index_t i) { return all || (i >= mine.begin && i < mine.begin + mine.count); }));
   }
 }
 
@@ -451,15 +453,8 @@ TEST(Distributed, SpatialShardsRunRunsOfTheCellOrderAndEqualOneProcess) {
   std::vector<float> q;
   for (index_t i = 0; i < m; ++i)
     q.insert(q.end(), p.begin() + perm[static_cast<std::size_t>(i)] * 3, p.begin() + perm[static_cast<std::size_t>(i)] * 3 + 3);
-  const KdTree tree = KdTree::build(p.data(), 4000, 3);
-  PointCorrelation pc(tree, Device::Cpu);
-  NearestNeighbors nn(tree, Device::Cpu);
-  PcOptions po;
-  po.radius = 0.04f;
-  KnnOptions ko;
-  ko.k = 3;
-  const PcResult one_pc = pc.run(q.data(), m, po);
-  const KnnResult one_nn = nn.run(q.data(), m, ko);
+  OneProcess one(p, 4000, q.data(), m, 0.04f, 3);
+  auto& [tree, pc, nn, po, ko, one_pc, one_nn] = one;
   // The reference cut: each query's cell by its descent, a stable sort, this rank's run.
   const int depth = distributed::spatial_shard_depth(tree, rank_count());
   ASSERT_GE(depth, 1);
@@ -482,14 +477,8 @@ TEST(Distributed, SpatialShardsRunRunsOfTheCellOrderAndEqualOneProcess) {
       distributed::nearest_neighbors(MPI_COMM_WORLD, nn, q.data(), m, ko, idx.data(), dist.data(), &st, g,
                                      Shard::Spatial);
     }
-    for (index_t i = 0; i < m; ++i) {
-      const bool held = all || own[static_cast<std::size_t>(i)];
-      ASSERT_EQ(counts[static_cast<std::size_t>(i)], held ? one_pc.counts[static_cast<std::size_t>(i)] : -5) << i;
-      for (index_t j = i * 3; j < i * 3 + 3; ++j) {
-        ASSERT_EQ(idx[static_cast<std::size_t>(j)], held ? one_nn.indices[static_cast<std::size_t>(j)] : -5) << i;
-        ASSERT_EQ(dist[static_cast<std::size_t>(j)], held ? one_nn.distances[static_cast<std::size_t>(j)] : -5.0f) << i;
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_held_results(counts, idx, dist, one, m, 3,
+                                                [&](index_t i) { return all || own[static_cast<std::size_t>(i)]; }));
   }
   // A rank's run is a region: with two ranks or more, rank 0's queries lie in lower cells than
   // the last rank's (one cell at most is shared at a boundary).
