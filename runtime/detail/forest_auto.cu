@@ -59,23 +59,23 @@ std::vector<Knob> refine_knobs(ForestKernel k) {
   return {};
 }
 
-// Auto's online tuning. A candidate is previewed after a choice call's kernel on the class's preview
-// size, a sixteenth of its smallest batch (the predictor's warm-up has loaded every kernel
-// instance); the choice's time at that size is measured once per choice. More than kPreviewReject times
-// the choice there drops the candidate, and so does more than kRejectRatio times the choice's time
-// at the call's own size (a larger batch cannot take less time: a thread-per-row strategy's walk of
-// every tree, a fraction of a millisecond, shows in its first preview). At batches over
-// kPreviewWholeAbove rows the preview runs it and the choice on all the call's rows instead (a
-// strategy may win only at full size), its first sample. A preview is itself a cost on the call's
-// path (a thread-per-row strategy's walk of every tree, whatever the rows), so what it showed
-// holds for larger batches too: a schedule slower on m rows than kRejectRatio times the choice
-// at n >= m is dropped there without running (floor_above). Then the candidate runs in place of the
-// choice on calls that alternate with choice calls; each of its times over the choice's estimate at
-// that batch size (from the choice's recent calls) is one sample, kTrialSamples in all; the step's
-// best median replaces the choice when below kMoveRatio. A candidate stops early once it cannot
-// win: a sample over kRejectRatio, two over kUnlikelyRatio (the other three would all have to be
-// below kMoveRatio), or a majority at or over kMoveRatio (its median cannot get below it). A losing
-// candidate's calls are the tail a serving process sees while a class is tuned.
+// Auto's online tuning. A candidate is previewed after a choice call's kernel on the class's
+// preview size, a sixteenth of its smallest batch (the predictor's warm-up has loaded every
+// kernel instance); the choice's time at that size is measured once per choice. More than
+// kPreviewReject times the choice there drops the candidate, and so does more than kRejectRatio
+// times the choice's time at the call's own size: a larger batch cannot take less time. A preview
+// is itself on the call's path (a thread-per-row strategy walks every tree, a fraction of a
+// millisecond, whatever the rows), so what it showed is reused: a schedule slower on m rows than
+// kRejectRatio times the choice at n >= m is dropped there without running (floor_above). At
+// batches over kPreviewWholeAbove rows the preview runs it and the choice on all the call's rows
+// instead (a strategy may win only at full size), its first sample. Then the candidate runs in
+// place of the choice on calls that alternate with choice calls; each of its times over the
+// choice's estimate at that batch size (from the choice's recent calls) is one sample,
+// kTrialSamples in all; the step's best median replaces the choice when below kMoveRatio. A
+// candidate stops early once it cannot win: a sample over kRejectRatio, two over kUnlikelyRatio
+// (the other three would all have to be below kMoveRatio), or a majority at or over kMoveRatio
+// (its median cannot get below it). A losing candidate's calls are the tail a serving process
+// sees while a class is tuned.
 constexpr int kTrialSamples = 5;
 constexpr double kRejectRatio = 1.3;
 constexpr double kUnlikelyRatio = 1.12;
@@ -334,7 +334,8 @@ ForestTuner::Plan ForestTuner::plan(index_t n_rows, const ForestRunOptions& opt)
         return p;
       }
       if (!s.previewed[i]) {  // the choice runs, the preview after it
-        if (floor_above(c, opt.row_schedule_depth, n_rows) > kRejectRatio * estimate_at(s.base, static_cast<double>(n_rows))) {
+        const double at_n = estimate_at(s.base, static_cast<double>(n_rows));
+        if (floor_above(c, opt.row_schedule_depth, n_rows) > kRejectRatio * at_n) {
           drop(i);  // slower on fewer rows elsewhere than the choice here
           continue;
         }

@@ -1,7 +1,7 @@
 // Internal: Auto over the adaptive layout's GPU engine, Tahoe's performance model and a small
 // auto-tuner. Auto plans each call: a batch-size class it has not tuned runs a prior at once
-// and, call by call, times other schedules on the calls' own batches (paired with the choice
-// so far) until the class settles; the choice then persists (ForestChoiceFile). The model
+// and, call by call, runs other schedules in some calls' place (compared with the choice's
+// recent calls) until the class settles; the choice then persists (ForestChoiceFile). The model
 // reads the GPU's hardware parameters (measured once, cached on disk), the warp emulator's
 // coalescing ratios and each strategy's calibrated times (both from the first batch it sees);
 // the tuner times a grid of schedules around the model's choice. CUDA-free. Auto's part is in
