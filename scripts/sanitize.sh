@@ -20,6 +20,8 @@
 #   CANOPY_ASAN_DIR     build folder (default: build-asan; --ci: build-asan-ci)
 #   CANOPY_TSAN_DIR     build folder of --thread (default: build-tsan)
 #   CANOPY_TSAN_CXX     its compiler (default: clang++; g++ works too)
+#   CANOPY_TSAN_SHARDS  --thread: run the suite as this many GoogleTest shards at once (default 1;
+#                       the whole CPU suite takes over an hour in one process on 2 cores)
 #   CANOPY_CUDA_ARCHS   CUDA architectures (default: 90, the H100)
 #   CANOPY_ASAN_BUILD_ONLY=1   configure and build, run nothing
 # Only host code is instrumented; device code runs as in a normal build.
@@ -90,7 +92,28 @@ if [ "${1:-}" = --thread ]; then
   # exitcode: a report fails the run at exit (every report is printed first).
   export TSAN_OPTIONS="suppressions=$root/scripts/tsan.supp:print_suppressions=0:second_deadlock_stack=1:exitcode=66${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
   # Left out for time, as in --ci (its code runs in the smaller CountsEqualBruteForce cases).
-  "$out/canopy_tests" --gtest_brief=1 --gtest_filter="${CANOPY_SANITIZE_FILTER:--CountsEqualBruteForceEdge.LargeBatchAcrossWarpsAndBlocks}" "$@"
+  filter=${CANOPY_SANITIZE_FILTER:--CountsEqualBruteForceEdge.LargeBatchAcrossWarpsAndBlocks}
+  shards=${CANOPY_TSAN_SHARDS:-1}
+  if [ "$shards" -gt 1 ]; then
+    # GoogleTest's sharding: each process runs every shards-th test; logs in $out/shard-*.log.
+    rc=0
+    pids=()
+    for ((i = 0; i < shards; ++i)); do
+      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$out/canopy_tests" --gtest_brief=1 --gtest_filter="$filter" "$@" \
+        > "$out/shard-$i.log" 2>&1 &
+      pids+=($!)
+    done
+    for ((i = 0; i < shards; ++i)); do
+      wait "${pids[$i]}" || { rc=1; echo "sanitize --thread: shard $i failed (exit $?): $out/shard-$i.log" >&2; }
+    done
+    # A shard's "[  PASSED  ] N tests." is its last word on what finished.
+    cat "$out"/shard-*.log | awk '/^\[  PASSED  \] [0-9]/{p+=$4} /^\[  SKIPPED \] [0-9]/{s+=$4} /^\[  FAILED  \] [A-Z]/{f++}
+      END{print "sanitize --thread: " p+0 " passed, " s+0 " skipped, " f+0 " failed"}'
+    grep -l 'WARNING: ThreadSanitizer' "$out"/shard-*.log >&2 && rc=1
+    echo "sanitize --thread: $shards shards under ThreadSanitizer took $(($(date +%s) - t1)) s"
+    exit $rc
+  fi
+  "$out/canopy_tests" --gtest_brief=1 --gtest_filter="$filter" "$@"
   echo "sanitize --thread: the GoogleTest suite under ThreadSanitizer took $(($(date +%s) - t1)) s"
   exit 0
 fi
