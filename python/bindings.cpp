@@ -1,7 +1,8 @@
 // canopy._canopy: the C++ side of the Python package. It takes raw addresses (host or device
-// memory, what numpy's and __cuda_array_interface__'s data pointers give) so that the Python
+// memory: a numpy array itself, or a CUDA array's data pointer as an int) so that the Python
 // side (python/canopy/__init__.py, forest.py) decides conversions and output allocation once, for numpy and
 // for CUDA arrays alike; the GIL is released while Canopy works.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -29,11 +30,36 @@
 namespace py = pybind11;
 using namespace canopy;
 
+// An array's address as the Python side passes it: a numpy array (its data pointer, read here:
+// numpy's ctypes.data costs a serving loop's call about 0.6 us each), or an int (a device pointer).
+struct Address {
+  void* p = nullptr;
+};
+
+namespace pybind11::detail {
+template <>
+struct type_caster<Address> {
+  PYBIND11_TYPE_CASTER(Address, const_name("Address"));
+  bool load(handle src, bool) {
+    if (isinstance<array>(src)) {
+      value.p = const_cast<void*>(reinterpret_borrow<array>(src).data());
+      return true;
+    }
+    if (!PyLong_Check(src.ptr())) return false;
+    value.p = reinterpret_cast<void*>(static_cast<std::uintptr_t>(PyLong_AsUnsignedLongLong(src.ptr())));
+    if (!PyErr_Occurred()) return true;
+    PyErr_Clear();
+    return false;
+  }
+  static handle cast(const Address&, return_value_policy, handle) { return none().release(); }
+};
+}  // namespace pybind11::detail
+
 namespace {
 
 template <class T>
-T* at(std::uintptr_t p) {
-  return reinterpret_cast<T*>(p);
+T* at(Address a) {
+  return static_cast<T*>(a.p);
 }
 
 // An enum from its to_string() name; the error lists the names.
@@ -88,7 +114,7 @@ py::dict stats_dict(const TraversalStats& st) {
 // the GIL). The sizes never wait for a call.
 class PointIndex {
  public:
-  PointIndex(const std::string& kind, std::uintptr_t points, index_t n, int dims, int leaf_size, const std::string& device)
+  PointIndex(const std::string& kind, Address points, index_t n, int dims, int leaf_size, const std::string& device)
       : device_(parse_device(device)) {
     py::gil_scoped_release free;
     if (kind == "kd") build<KdTreeOptions>(kd_, at<const float>(points), n, dims, leaf_size);
@@ -114,7 +140,7 @@ class PointIndex {
     knn_ = std::make_unique<NearestNeighbors>(*tree, device_);
   }
 
-  py::dict knn(std::uintptr_t queries, index_t n, int k, std::uintptr_t indices, std::uintptr_t distances,
+  py::dict knn(Address queries, index_t n, int k, Address indices, Address distances,
                const py::dict& kw) {
     KnnOptions o;
     static_cast<TraversalOptions&>(o) = traversal_options(kw);
@@ -127,7 +153,7 @@ class PointIndex {
     return stats_dict(st);
   }
 
-  py::dict count(std::uintptr_t queries, index_t n, float r, std::uintptr_t counts, const py::dict& kw) {
+  py::dict count(Address queries, index_t n, float r, Address counts, const py::dict& kw) {
     if (!kd_) throw Error("radius counts (query_ball_point) run over a KDTree; this tree is a ball or vp tree");
     PcOptions o;
     static_cast<TraversalOptions&>(o) = traversal_options(kw);
@@ -158,7 +184,7 @@ class PointIndex {
   std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();
 };
 
-py::dict barnes_hut(std::uintptr_t positions, std::uintptr_t masses, index_t n, std::uintptr_t forces, float theta,
+py::dict barnes_hut(Address positions, Address masses, index_t n, Address forces, float theta,
                     float softening, int leaf_size, const py::dict& kw) {
   BhOptions o;
   static_cast<TraversalOptions&>(o) = traversal_options(kw);
@@ -278,6 +304,20 @@ PyRunOptions run_options(const std::string& output, const py::dict& kw) {
   return o;
 }
 
+// What a forest call ran (Forest.last_stats): kept as the C++ values, the names made when read, so
+// that a serving loop's call does not pay for a dict it never looks at.
+struct ForestCallStats {
+  ForestTimes times;
+  Device device = Device::Cpu;
+  py::dict as_dict() const {
+    py::dict d;
+    for (const char* k : kFields) d[k] = py::cast(*this).attr(k);
+    return d;
+  }
+  static constexpr const char* kFields[] = {"device",    "layout",      "kernel",    "schedule",  "tuning",  "graph",
+                                            "upload_ms", "kernel_ms",   "download_ms", "tuning_ms", "total_ms"};
+};
+
 // A forest and, made on first use per device, its predictor. The GIL is released while Canopy
 // works, so calls from several Python threads take turns on the forest's lock (taken without
 // the GIL: a warning raised inside a call needs the GIL back), which also guards the
@@ -327,37 +367,24 @@ class PyForest {
   }
 
   // out: [n][width(output)] float32, or float64 when `f64` (Margin, Prob, Class).
-  py::dict predict(std::uintptr_t rows, index_t n, std::uintptr_t out, bool f64, const std::string& output,
-                   const py::dict& kw) {
+  ForestCallStats predict(Address rows, index_t n, Address out, bool f64, const std::string& output,
+                          const py::dict& kw) {
     WarningScope warnings;
     const PyRunOptions o = run_options(output, kw);
-    ForestTimes t;
-    Device where;
+    ForestCallStats stats;
     {
       py::gil_scoped_release free;
       const std::lock_guard<std::mutex> lock(*mutex_);
       ForestPredictor& p = predictor_locked(o.device);
-      t = f64 ? p.predict_f64(at<const float>(rows), n, at<double>(out), o.run)
-              : p.predict(at<const float>(rows), n, at<float>(out), o.run);
-      where = p.device();
+      stats.times = f64 ? p.predict_f64(at<const float>(rows), n, at<double>(out), o.run)
+                        : p.predict(at<const float>(rows), n, at<float>(out), o.run);
+      stats.device = p.device();
     }
     warnings.raise_pending();
-    py::dict d;
-    d["device"] = to_string(where);
-    d["layout"] = to_string(t.layout);
-    d["kernel"] = to_string(t.kernel);
-    d["schedule"] = t.schedule.describe();
-    d["tuning"] = to_string(t.tuning);
-    d["graph"] = t.graph;
-    d["upload_ms"] = t.upload_ms;
-    d["kernel_ms"] = t.kernel_ms;
-    d["download_ms"] = t.download_ms;
-    d["tuning_ms"] = t.tuning_ms;
-    d["total_ms"] = t.total_ms;
-    return d;
+    return stats;
   }
 
-  py::list optimize(std::uintptr_t rows, index_t n, const std::vector<index_t>& batch_sizes, const py::dict& kw) {
+  py::list optimize(Address rows, index_t n, const std::vector<index_t>& batch_sizes, const py::dict& kw) {
     WarningScope warnings;
     const PyRunOptions o = run_options("prob", kw);
     std::vector<ForestTuned> tuned;
@@ -431,7 +458,7 @@ PYBIND11_MODULE(_canopy, m) {
   m.def("gpu_description", &gpu_description);
 
   py::class_<PointIndex>(m, "PointIndex")
-      .def(py::init<const std::string&, std::uintptr_t, index_t, int, int, const std::string&>())
+      .def(py::init<const std::string&, Address, index_t, int, int, const std::string&>())
       .def_property_readonly("dims", &PointIndex::dims)
       .def_property_readonly("size", &PointIndex::size)
       .def_property_readonly("height", &PointIndex::height)
@@ -440,6 +467,20 @@ PYBIND11_MODULE(_canopy, m) {
       .def("knn", &PointIndex::knn)
       .def("count", &PointIndex::count);
   m.def("barnes_hut", &barnes_hut);
+
+  py::class_<ForestCallStats>(m, "ForestCallStats")
+      .def_property_readonly("device", [](const ForestCallStats& s) { return to_string(s.device); })
+      .def_property_readonly("layout", [](const ForestCallStats& s) { return to_string(s.times.layout); })
+      .def_property_readonly("kernel", [](const ForestCallStats& s) { return to_string(s.times.kernel); })
+      .def_property_readonly("schedule", [](const ForestCallStats& s) { return s.times.schedule.describe(); })
+      .def_property_readonly("tuning", [](const ForestCallStats& s) { return to_string(s.times.tuning); })
+      .def_property_readonly("graph", [](const ForestCallStats& s) { return s.times.graph; })
+      .def_property_readonly("upload_ms", [](const ForestCallStats& s) { return s.times.upload_ms; })
+      .def_property_readonly("kernel_ms", [](const ForestCallStats& s) { return s.times.kernel_ms; })
+      .def_property_readonly("download_ms", [](const ForestCallStats& s) { return s.times.download_ms; })
+      .def_property_readonly("tuning_ms", [](const ForestCallStats& s) { return s.times.tuning_ms; })
+      .def_property_readonly("total_ms", [](const ForestCallStats& s) { return s.times.total_ms; })
+      .def("as_dict", &ForestCallStats::as_dict);
 
   py::class_<PyForest>(m, "Forest")
       .def_static("parse", &PyForest::parse)

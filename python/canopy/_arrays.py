@@ -12,13 +12,19 @@ def _on_device(x):
     return False
 
 
+_cupy_module = None
+
+
 def _cupy():
-    try:
-        import cupy
-    except ImportError as e:  # a CUDA array without cupy: say what is needed
-        raise ValueError("CUDA arrays need cupy to hold Canopy's results on the device "
-                         "(pass a numpy array instead)") from e
-    return cupy
+    global _cupy_module
+    if _cupy_module is None:  # (an import statement per call costs a serving loop's call ~0.5 us)
+        try:
+            import cupy
+        except ImportError as e:  # a CUDA array without cupy: say what is needed
+            raise ValueError("CUDA arrays need cupy to hold Canopy's results on the device "
+                             "(pass a numpy array instead)") from e
+        _cupy_module = cupy
+    return _cupy_module
 
 
 class _Input:
@@ -55,7 +61,7 @@ class _Input:
         self.array = xp.ascontiguousarray(a, dtype=xp.float32)  # no copy when already so
         self.xp = xp
         self.n, self.dims = self.array.shape
-        self.ptr = self.array.data.ptr if self.device else self.array.ctypes.data
+        self.ptr = self.array.data.ptr if self.device else self.array  # (see empty)
 
     def _ready(self, x, width):
         """Rows already as Canopy reads them (a numpy or cupy float32 C-ordered 2-d array)."""
@@ -71,12 +77,14 @@ class _Input:
         self.torch = self.single = False
         self.array = x
         self.n, self.dims = x.shape
-        self.ptr = x.data.ptr if self.device else x.ctypes.data
+        self.ptr = x.data.ptr if self.device else x
         return True
 
     def empty(self, shape, dtype):
+        """A result array and its address for the C++ side: the numpy array itself (the binding
+        reads its data pointer), or a device array's pointer."""
         out = self.xp.empty(shape, dtype=dtype)
-        return out, (out.data.ptr if self.device else out.ctypes.data)
+        return out, (out.data.ptr if self.device else out)
 
     def result(self, a):
         """A result in the input's kind of array: torch in, torch out (no copy, DLPack)."""

@@ -17,7 +17,6 @@ import gzip
 import json
 import os
 import struct
-import types
 
 import numpy as np
 
@@ -244,6 +243,27 @@ def _names(values, limit=20):
     return f"[{shown}{', ...' if len(values) > limit else ''}]"
 
 
+class ForestStats:
+    """What a forest call ran (Forest.last_stats): device, layout, kernel, schedule, tuning, graph,
+    upload_ms, kernel_ms, download_ms, tuning_ms, total_ms. The C++ values, named when read:
+    a serving loop's call does not pay for fields it never looks at. vars() gives them all."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, c):
+        self._c = c
+
+    def __getattr__(self, name):
+        return getattr(self._c, name)
+
+    @property
+    def __dict__(self):
+        return self._c.as_dict()
+
+    def __repr__(self):
+        return "ForestStats(" + ", ".join(f"{k}={v!r}" for k, v in self._c.as_dict().items()) + ")"
+
+
 class _ClassifierOnly:
     """A method or attribute classifiers have and regressors lack (hasattr is False there), as
     scikit-learn's predict_proba and classes_."""
@@ -256,7 +276,7 @@ class _ClassifierOnly:
     def __get__(self, obj, cls):
         if obj is None:
             return self
-        if not obj._core.is_classifier:
+        if not obj._classifier:
             raise AttributeError(f"'{self.name}': this forest is a regressor ({obj.objective})")
         return self.fn.__get__(obj, cls)
 
@@ -344,8 +364,13 @@ class Forest:
         self._default_rounds = default_rounds
         self._device, self._layout, self._cache_dir = device, layout, cache_dir
         self._core = _canopy.Forest.parse(data, name)
+        # Read by every call: asked of the C++ forest once.
+        self._n_features = self._core.n_features
+        self._xgb, self._classifier = self._core.is_xgboost, self._core.is_classifier
+        self._objective = self._core.objective
         self._core.configure(layout, cache_dir)
         self._subsets = {}
+        self._widths = {}  # (C++ forest, output): columns of the output
         self._starts = None
         self.last_stats = None
 
@@ -384,7 +409,7 @@ class Forest:
     def objective(self):
         """XGBoost's objective ("binary:logistic", "multi:softprob", "multi:softmax",
         "reg:squarederror"), or "forest classifier" / "forest regressor" (scikit-learn)."""
-        return self._core.objective
+        return self._objective
 
     @property
     def n_trees(self):
@@ -458,7 +483,7 @@ class Forest:
 
     def _forest(self, iteration_range):
         """The C++ forest of a call: the whole model, or the trees of some rounds (cached)."""
-        if not self._core.is_xgboost:
+        if not self._xgb:
             if iteration_range is not None:
                 raise ValueError("iteration_range: scikit-learn forests have no boosting rounds "
                                  "(XGBoost models only)")
@@ -515,23 +540,27 @@ class Forest:
                          f"(the model's: {_names(model)})")
 
     def _rows(self, X, validate_features):
-        if _is_dataframe(X):
-            if validate_features:
-                self._check_columns(list(X.columns))
-            X = _frame_values(X)
-        elif type(X).__module__.split(".")[0] == "pandas" and hasattr(X, "to_numpy"):  # a Series: one row
-            X = X.to_numpy(dtype=np.float32, na_value=np.nan)
+        if type(X) is not np.ndarray:  # (a serving loop's numpy rows skip the pandas checks)
+            if _is_dataframe(X):
+                if validate_features:
+                    self._check_columns(list(X.columns))
+                X = _frame_values(X)
+            elif type(X).__module__.split(".")[0] == "pandas" and hasattr(X, "to_numpy"):  # a Series: one row
+                X = X.to_numpy(dtype=np.float32, na_value=np.nan)
         rows = _Input(X, "X", rows_ok_1d=True, numeric=True)
-        if rows.dims != self.n_features_in_:
-            raise ValueError(f"X: {rows.dims} columns, the model has {self.n_features_in_} features")
+        if rows.dims != self._n_features:
+            raise ValueError(f"X: {rows.dims} columns, the model has {self._n_features} features")
         return rows
 
     def _run(self, call, X, output, iteration_range, validate_features, options, f64=False):
         opts = _run_options(call, options, self._device)
         core = self._forest(iteration_range)
         rows = self._rows(X, validate_features)
-        out, op = rows.empty((rows.n, core.width(output)), np.float64 if f64 else np.float32)
-        self.last_stats = types.SimpleNamespace(**core.predict(rows.ptr, rows.n, op, f64, output, opts))
+        width = self._widths.get((core, output))
+        if width is None:
+            width = self._widths[(core, output)] = core.width(output)
+        out, op = rows.empty((rows.n, width), np.float64 if f64 else np.float32)
+        self.last_stats = ForestStats(core.predict(rows.ptr, rows.n, op, f64, output, opts))
         return rows, out
 
     @staticmethod
@@ -555,8 +584,8 @@ class Forest:
         """Class probabilities (n, n_classes), as the model's predict_proba: XGBoost's float32
         (binary: [1 - p, p] as XGBClassifier forms them; multi:softmax: scipy's softmax of the
         margins, as XGBClassifier), scikit-learn's float64, bit for bit. Regressors have none."""
-        xgb = self._core.is_xgboost
-        obj = self.objective
+        xgb = self._xgb
+        obj = self._objective
         if obj == "multi:softmax":
             rows, m = self._run("predict_proba", X, "margin", iteration_range, validate_features, options)
             xp = rows.xp  # scipy.special.softmax, the same operations
@@ -589,9 +618,9 @@ class Forest:
             return self._finish(rows, out)
         if not isinstance(output_margin, (bool, np.bool_)):
             raise TypeError(f"output_margin: True or False is needed, not {type(output_margin).__name__}")
-        xgb = self._core.is_xgboost
-        obj = self.objective
-        if output_margin or not self._core.is_classifier:
+        xgb = self._xgb
+        obj = self._objective
+        if output_margin or not self._classifier:
             kind = "margin" if output_margin and xgb else "prob"
             rows, out = self._run(call, X, kind, iteration_range, validate_features, options, f64=not xgb)
             if out.shape[1] == 1:
@@ -616,7 +645,7 @@ class Forest:
         """The leaf each row reaches in each tree, (n, trees): scikit-learn's apply (node ids,
         int64) or XGBoost's pred_leaf (float32; one tree: (n,), as XGBoost)."""
         rows, out = self._run("apply", X, "leaf", iteration_range, validate_features, options)
-        if not self._core.is_xgboost:
+        if not self._xgb:
             out = out.astype(np.int64)
         elif out.shape[1] == 1:
             out = out[:, 0]
