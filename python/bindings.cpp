@@ -2,7 +2,6 @@
 // memory: a numpy array itself, or a CUDA array's data pointer as an int) so that the Python
 // side (python/canopy/__init__.py, forest.py) decides conversions and output allocation once, for numpy and
 // for CUDA arrays alike; the GIL is released while Canopy works.
-#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -41,11 +40,18 @@ template <>
 struct type_caster<Address> {
   PYBIND11_TYPE_CASTER(Address, const_name("Address"));
   bool load(handle src, bool) {
-    if (isinstance<array>(src)) {
-      value.p = const_cast<void*>(reinterpret_borrow<array>(src).data());
+    if (!PyLong_Check(src.ptr())) {
+      // The buffer protocol, not pybind11's numpy API: any numpy version (the Python side passes
+      // C-ordered arrays it keeps alive through the call).
+      Py_buffer view;
+      if (PyObject_GetBuffer(src.ptr(), &view, PyBUF_ANY_CONTIGUOUS) != 0) {
+        PyErr_Clear();
+        return false;
+      }
+      value.p = view.buf;
+      PyBuffer_Release(&view);
       return true;
     }
-    if (!PyLong_Check(src.ptr())) return false;
     value.p = reinterpret_cast<void*>(static_cast<std::uintptr_t>(PyLong_AsUnsignedLongLong(src.ptr())));
     if (!PyErr_Occurred()) return true;
     PyErr_Clear();
