@@ -15,25 +15,43 @@
 
 namespace canopy {
 
+// The depth-first stack of the top-tree walks below: nodes with their depths, since a walk stops
+// at depth top.depth - 1 as well as at a leaf.
+template <class Topology>
+struct TopTreeStack {
+  struct Entry {
+    node_id node;
+    int depth;
+  };
+  node_id node[Topology::kMaxStack];
+  std::int8_t depth[Topology::kMaxStack];
+  int sp = 0;
+
+  CANOPY_HD bool empty() const { return sp == 0; }
+  CANOPY_HD void push(node_id n, int d) {
+    node[sp] = n;
+    depth[sp] = static_cast<std::int8_t>(d);
+    ++sp;
+  }
+  CANOPY_HD Entry pop() {
+    --sp;
+    return {node[sp], depth[sp]};
+  }
+};
+
 // Writes one whole row (every word, zeros included) for query q. Unguided traversals reach
 // top-leaves left to right, so bits arrive in ascending column order and each word is stored
 // once; an out-of-order column (a visitor that is not unguided) falls back to read-modify-write.
 template <class Topology, class Visitor>
 CANOPY_HD inline void inspect_row(const Topology& tree, const TopTreeView& top, const Visitor& v,
                                   index_t q, std::uint64_t* row, index_t n_words) {
-  node_id stack[Topology::kMaxStack];
-  std::int8_t depth[Topology::kMaxStack];
-  int sp = 0;
-  stack[sp] = 0;
-  depth[sp] = 0;
-  ++sp;
+  TopTreeStack<Topology> stack;
+  stack.push(0, 0);
   auto s = v.init(q);
   index_t word = 0;        // words below this one are stored
   std::uint64_t bits = 0;  // pending bits of `word`
-  while (sp > 0) {
-    --sp;
-    const node_id n = stack[sp];
-    const int d = depth[sp];
+  while (!stack.empty()) {
+    const auto [n, d] = stack.pop();
     if (!v.descend(s, n)) continue;
     if (d == top.depth - 1 || tree.is_leaf(n)) {
       const index_t c = top.column(n);
@@ -49,11 +67,7 @@ CANOPY_HD inline void inspect_row(const Topology& tree, const TopTreeView& top, 
       }
       continue;
     }
-    for (int i = tree.child_count(n) - 1; i >= 0; --i) {
-      stack[sp] = tree.child(n, i);
-      depth[sp] = static_cast<std::int8_t>(d + 1);
-      ++sp;
-    }
+    for (int i = tree.child_count(n) - 1; i >= 0; --i) stack.push(tree.child(n, i), d + 1);
   }
   for (; word < n_words; ++word) {
     row[word] = bits;
@@ -75,18 +89,12 @@ CANOPY_HD inline void inspect_row(const Topology& tree, const TopTreeView& top, 
 template <class Topology, class Visitor>
 CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeView& top, const Visitor& v,
                                             index_t q, std::int32_t* row, index_t width, GuidedProbe probe) {
-  node_id stack[Topology::kMaxStack];
-  std::int8_t depth[Topology::kMaxStack];
-  int sp = 0;
-  stack[sp] = 0;
-  depth[sp] = 0;
-  ++sp;
+  TopTreeStack<Topology> stack;
+  stack.push(0, 0);
   auto s = v.init(q);
   index_t len = 0;
-  while (sp > 0) {
-    --sp;
-    node_id n = stack[sp];
-    const int d = depth[sp];
+  while (!stack.empty()) {
+    auto [n, d] = stack.pop();
     if (!v.descend(s, n)) continue;
     if (d == top.depth - 1 || tree.is_leaf(n)) {
       row[len++] = static_cast<std::int32_t>(top.column(n));
@@ -119,11 +127,7 @@ CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeV
       continue;
     }
     const int first = preferred_child(v, s, n);
-    for (int i = tree.child_count(n) - 1; i >= 0; --i) {
-      stack[sp] = tree.child(n, visit_rank_child(first, i));
-      depth[sp] = static_cast<std::int8_t>(d + 1);
-      ++sp;
-    }
+    for (int i = tree.child_count(n) - 1; i >= 0; --i) stack.push(tree.child(n, visit_rank_child(first, i)), d + 1);
   }
   if (len < width) row[len] = kRowEnd;
   return len;
@@ -161,26 +165,17 @@ CANOPY_HD inline index_t inspect_row_guided(const Topology& tree, const TopTreeV
 template <class Topology, class Visitor>
 CANOPY_HD inline node_id first_top_leaf(const Topology& tree, const TopTreeView& top, const Visitor& v, index_t q,
                                         bool reverse) {
-  node_id stack[Topology::kMaxStack];
-  std::int8_t depth[Topology::kMaxStack];
-  int sp = 0;
-  stack[sp] = 0;
-  depth[sp] = 0;
-  ++sp;
+  TopTreeStack<Topology> stack;
+  stack.push(0, 0);
   auto s = v.init(q);
-  while (sp > 0) {
-    --sp;
-    const node_id n = stack[sp];
-    const int d = depth[sp];
+  while (!stack.empty()) {
+    const auto [n, d] = stack.pop();
     if (!v.descend(s, n)) continue;
     if (d == top.depth - 1 || tree.is_leaf(n)) return n;
     const int count = tree.child_count(n);
     const int first = reverse ? 0 : home_child(v, s, n);
-    for (int i = count - 1; i >= 0; --i) {  // pushed last = visited first
-      stack[sp] = tree.child(n, reverse ? count - 1 - i : visit_rank_child(first, i));
-      depth[sp] = static_cast<std::int8_t>(d + 1);
-      ++sp;
-    }
+    for (int i = count - 1; i >= 0; --i)  // pushed last = visited first
+      stack.push(tree.child(n, reverse ? count - 1 - i : visit_rank_child(first, i)), d + 1);
   }
   return kNoNode;
 }
