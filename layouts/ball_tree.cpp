@@ -102,9 +102,7 @@ BallTree BallTree::build(const float* points, index_t n, int dims, const BallTre
   const index_t n_nodes = in.n_nodes;
 
   BallTree tree;
-  tree.dims_ = dims;
-  tree.leaf_size_ = options.leaf_size;
-  tree.height_ = in.height;
+  tree.set_shape(dims, options.leaf_size, in.height);
   const int stride = padded_dims(dims);
   tree.nodes_.resize(static_cast<std::size_t>(n_nodes));
   tree.centres_.assign(static_cast<std::size_t>(n_nodes) * stride, 0.0f);

@@ -48,14 +48,8 @@ class BallTree : public PointTree<BallTree, BallTreeView> {
   static BallTree build_on_gpu(const float* points, index_t n, int dims, const BallTreeOptions& options = {},
                                GpuBuildStats* stats = nullptr);
 
-  const std::vector<float>& centres() const {  // padded, see BallTreeView
-    fetch_host();
-    return centres_;
-  }
-  const std::vector<float>& radii() const {
-    fetch_host();
-    return radii_;
-  }
+  const std::vector<float>& centres() const { return host(centres_); }  // padded, see BallTreeView
+  const std::vector<float>& radii() const { return host(radii_); }
 
   template <class Map>
   BallTreeView map_view(Map&& map) const {

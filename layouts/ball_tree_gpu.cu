@@ -44,7 +44,6 @@ BallTree BallTree::build_on_gpu(const float* points, index_t n, int dims, const 
   const std::string prefix = "ball tree: ";
   check_gpu_build(prefix, points, n, dims, options.leaf_size);
   MedianGpuBuild b;
-  const bool on_device = is_device_pointer(points);
   detail::MedianTreeInput in{};
   const float* pts = b.start(prefix, points, n, dims, options.leaf_size, in);
 
@@ -52,9 +51,7 @@ BallTree BallTree::build_on_gpu(const float* points, index_t n, int dims, const 
   const int stride = padded_dims(dims);
   DeviceBuffer<float> centres, radii, padded;
   DeviceBuffer<double> sums[2];
-  padded.reserve(static_cast<std::size_t>(n) * stride, "the ball-tree build's padded points", s);
-  pad_rows_kernel<<<grid(n), kBlockSize, 0, s>>>(pts, n, dims, stride, padded.get());
-  CANOPY_CUDA_CHECK_LAUNCH("pad_rows_kernel");
+  pad_rows(pts, n, dims, padded, "the ball-tree build's padded points", s);
   centres.reserve(static_cast<std::size_t>(in.n_nodes) * stride, "the ball-tree centres", s);
   radii.reserve(static_cast<std::size_t>(in.n_nodes), "the ball-tree radii", s);
   CANOPY_CUDA_CHECK(cudaMemsetAsync(radii.get(), 0, static_cast<std::size_t>(in.n_nodes) * sizeof(float), s));
@@ -70,14 +67,11 @@ BallTree BallTree::build_on_gpu(const float* points, index_t n, int dims, const 
             CANOPY_CUDA_CHECK_LAUNCH("radii_kernel");
           });
   BallTree tree;
-  tree.dims_ = dims;
-  tree.leaf_size_ = options.leaf_size;
-  tree.height_ = in.height;
+  tree.set_shape(dims, options.leaf_size, in.height);
   const std::size_t nn = static_cast<std::size_t>(in.n_nodes);
   tree.keep_on_device(b.keep(tree.nodes_,
                               {{"the ball-tree centres", centres.get(), nn * stride * sizeof(float)},
-                               {"the ball-tree radii", radii.get(), nn * sizeof(float)}},
-                              on_device, stats),
+                               {"the ball-tree radii", radii.get(), nn * sizeof(float)}}, stats),
                       n);
   return tree;
 }

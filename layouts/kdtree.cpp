@@ -99,9 +99,6 @@ KdTree KdTree::build(const float* points, index_t n, int dims, const KdTreeOptio
   if (n <= 0) throw Error("kd-tree: the point set is empty (0 points)");
   detail::check_points("kd-tree: ", points, n, dims, options.leaf_size);
 
-  KdTree tree;
-  tree.dims_ = dims;
-  tree.leaf_size_ = options.leaf_size;
   std::vector<index_t> ids(static_cast<std::size_t>(n));
   std::iota(ids.begin(), ids.end(), index_t{0});
 
@@ -112,7 +109,8 @@ KdTree KdTree::build(const float* points, index_t n, int dims, const KdTreeOptio
   const int height = detail::median_height(n, options.leaf_size);
   if (height > KdTreeView::kMaxStack - 1)
     throw Error("kd-tree: height " + std::to_string(height) + " exceeds the rope-stack limit");
-  tree.height_ = height;
+  KdTree tree;
+  tree.set_shape(dims, options.leaf_size, height);
   tree.nodes_.resize(static_cast<std::size_t>(n_nodes));
   tree.boxes_.assign(static_cast<std::size_t>(n_nodes) * 2 * stride, 0.0f);
   Builder b{points, dims, stride, options.leaf_size, ids, tree.nodes_, tree.boxes_, counter};

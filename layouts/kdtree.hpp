@@ -48,10 +48,7 @@ class KdTree : public PointTree<KdTree, KdTreeView> {
   static KdTree build_on_gpu(const float* points, index_t n, int dims, const KdTreeOptions& options = {},
                              GpuBuildStats* stats = nullptr);
 
-  const std::vector<float>& boxes() const {
-    fetch_host();
-    return boxes_;
-  }  // padded, see KdTreeView
+  const std::vector<float>& boxes() const { return host(boxes_); }  // padded, see KdTreeView
 
   template <class Map>
   KdTreeView map_view(Map&& map) const {

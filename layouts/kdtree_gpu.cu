@@ -40,7 +40,6 @@ KdTree KdTreeGpuBuilder::build(const float* points, index_t n, int dims, const K
   if (!gpu_available()) throw Error("kd-tree: build_on_gpu needs a CUDA device: " + gpu_description());
   if (!impl_) impl_ = std::make_unique<Impl>();
   MedianGpuBuild& b = impl_->core;
-  const bool on_device = is_device_pointer(points);
   const float* pts = b.upload(prefix, points, n, dims);
 
   detail::NodeCounter counter{options.leaf_size, {}};
@@ -50,13 +49,10 @@ KdTree KdTreeGpuBuilder::build(const float* points, index_t n, int dims, const K
     throw Error("kd-tree: height " + std::to_string(height) + " exceeds the rope-stack limit");
   b.build(pts, n, dims, options.leaf_size, counter, false, [](const Level&, index_t, index_t, const index_t*, cudaStream_t) {});
   KdTree tree;
-  tree.dims_ = dims;
-  tree.leaf_size_ = options.leaf_size;
-  tree.height_ = height;
+  tree.set_shape(dims, options.leaf_size, height);
   tree.keep_on_device(b.keep(tree.nodes_,
                               {{"the kd-tree boxes", b.boxes.get(),
-                                static_cast<std::size_t>(n_nodes) * 2 * padded_dims(dims) * sizeof(float)}},
-                              on_device, stats),
+                                static_cast<std::size_t>(n_nodes) * 2 * padded_dims(dims) * sizeof(float)}}, stats),
                        n);
   return tree;
 }

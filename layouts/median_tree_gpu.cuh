@@ -81,6 +81,25 @@ struct Lists {
   index_t* ord[kMaxDims + 1];
 };
 
+// Node j of the level's record: a leaf holds its points, an inner node (split at split_dim) names
+// child 1, which follows child 0's subtree of c / 2 points.
+__device__ inline KdNode level_node(const Level& lv, index_t j, int depth, int leaf_size, SizeTable subtree,
+                                    std::int16_t split_dim) {
+  const index_t b = lv.begin[j], c = lv.count[j];
+  KdNode node;
+  node.depth = static_cast<std::int16_t>(depth);
+  if (c <= leaf_size) {
+    node.first = b;
+    node.count = static_cast<std::int32_t>(c);
+    node.split_dim = -1;
+  } else {
+    node.first = lv.id[j] + 1 + subtree(c / 2);
+    node.count = 0;
+    node.split_dim = split_dim;
+  }
+  return node;
+}
+
 // Each node of the level: its box from the ends of its lists, its split dimension, its record.
 __global__ void node_kernel(Level lv, index_t m, int depth, Lists lists, const float* points, int dims, int stride,
                             int leaf_size, SizeTable subtree, KdNode* nodes, float* boxes) {
@@ -96,19 +115,8 @@ __global__ void node_kernel(Level lv, index_t m, int depth, Lists lists, const f
     hi[d] = detail::canonical_zero(points[lists.ord[d][b + c - 1] * dims + d]);
     if (d > 0 && hi[d] - lo[d] > hi[dim] - lo[dim]) dim = d;
   }
-  KdNode node;
-  node.depth = static_cast<std::int16_t>(depth);
-  if (c <= leaf_size) {
-    node.first = b;
-    node.count = static_cast<std::int32_t>(c);
-    node.split_dim = -1;
-    lv.split[j] = -1;
-  } else {
-    node.first = at + 1 + subtree(c / 2);
-    node.count = 0;
-    node.split_dim = static_cast<std::int16_t>(dim);
-    lv.split[j] = static_cast<std::int16_t>(dim);
-  }
+  const KdNode node = level_node(lv, j, depth, leaf_size, subtree, static_cast<std::int16_t>(dim));
+  lv.split[j] = node.split_dim;
   nodes[at] = node;
 }
 
@@ -291,6 +299,14 @@ __global__ void pad_rows_kernel(const float* pts, index_t n, int dims, int strid
   if (i >= n) return;
   for (int d = 0; d < stride; ++d) padded[i * stride + d] = d < dims ? pts[i * dims + d] : 0.0f;
 }
+// The same into `padded`, reserved here (`what` names it in an out-of-memory error).
+inline void pad_rows(const float* pts, index_t n, int dims, DeviceBuffer<float>& padded, const char* what,
+                     cudaStream_t s) {
+  const int stride = padded_dims(dims);
+  padded.reserve(static_cast<std::size_t>(n) * stride, what, s);
+  pad_rows_kernel<<<grid(n), kBlockSize, 0, s>>>(pts, n, dims, stride, padded.get());
+  CANOPY_CUDA_CHECK_LAUNCH("pad_rows_kernel");
+}
 
 // Nodes per level and inner nodes per level, from the sizes alone.
 struct LevelSizes {
@@ -345,7 +361,8 @@ class MedianGpuBuild {
     const std::size_t total = static_cast<std::size_t>(n) * dims;
     t0.record(s);
     const float* pts = points;
-    if (!is_device_pointer(points)) {
+    uploaded_ = !is_device_pointer(points);
+    if (uploaded_) {
       input_.reserve(total, "the tree build's points", s);
       copy_to_device(input_.get(), points, total, s);
       pts = input_.get();
@@ -440,7 +457,7 @@ class MedianGpuBuild {
   // engines cut top-trees from them); waits for the copies and fills stats (upload: none for
   // device input; download: the nodes').
   std::shared_ptr<detail::ResidentArrays> keep(std::vector<KdNode>& nodes_out, std::initializer_list<Array> extra,
-                                              bool on_device, GpuBuildStats* stats) {
+                                              GpuBuildStats* stats) {
     const cudaStream_t s = stream.get();
     std::shared_ptr<detail::ResidentArrays> resident = detail::next_resident(last_resident_);
     const std::size_t un = static_cast<std::size_t>(n_);
@@ -458,7 +475,7 @@ class MedianGpuBuild {
     t3.record(s);
     stream.sync();
     if (stats) {
-      stats->upload_ms = on_device ? 0.0 : t1.since(t0);
+      stats->upload_ms = uploaded_ ? t1.since(t0) : 0.0;
       stats->build_ms = t2.since(t1);
       stats->download_ms = t3.since(t2);
     }
@@ -468,6 +485,7 @@ class MedianGpuBuild {
  private:
   index_t n_ = 0;
   int stride_ = 0;
+  bool uploaded_ = false;  // the last upload() copied host points
   std::shared_ptr<detail::ResidentArrays> last_resident_;  // the last tree's arrays (keep)
   DeviceBuffer<float> input_;
   DeviceBuffer<index_t> table_sizes_, table_nodes_;

@@ -98,22 +98,10 @@ class Octree : public detail::DeviceResident<Octree> {
 
   const std::vector<OctNode>& nodes() const { return nodes_; }
   const std::vector<node_id>& child_ids() const { return child_ids_; }
-  const std::vector<float>& com() const {  // [nodes][4]
-    fetch_host();
-    return com_;
-  }
-  const std::vector<float>& cubes() const {  // [nodes][4]
-    fetch_host();
-    return cubes_;
-  }
-  const std::vector<float>& bodies() const {  // [n][4], tree order
-    fetch_host();
-    return bodies_;
-  }
-  const std::vector<index_t>& body_ids() const {
-    fetch_host();
-    return body_ids_;
-  }
+  const std::vector<float>& com() const { return host(com_); }  // [nodes][4]
+  const std::vector<float>& cubes() const { return host(cubes_); }  // [nodes][4]
+  const std::vector<float>& bodies() const { return host(bodies_); }  // [n][4], tree order
+  const std::vector<index_t>& body_ids() const { return host(body_ids_); }
 
   template <class Map>
   OctreeView map_view(Map&& map) const {

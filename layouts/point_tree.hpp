@@ -79,14 +79,8 @@ class PointTree : public detail::DeviceResident<Tree> {
   Device built_on() const { return built_on_; }  // where its build ran (Cpu or Gpu)
 
   const std::vector<KdNode>& nodes() const { return nodes_; }
-  const std::vector<float>& points() const {  // padded, tree order
-    this->fetch_host();
-    return points_;
-  }
-  const std::vector<index_t>& point_ids() const {
-    this->fetch_host();
-    return point_ids_;
-  }
+  const std::vector<float>& points() const { return this->host(points_); }  // padded, tree order
+  const std::vector<index_t>& point_ids() const { return this->host(point_ids_); }
 
  protected:
   // The shared part of a view, its arrays mapped (map_view).
@@ -102,6 +96,13 @@ class PointTree : public detail::DeviceResident<Tree> {
     v.stride = padded_dims(dims_);
     v.height = height_;
     return v;
+  }
+
+  // A build's sizes, the same for a CPU and a GPU build.
+  void set_shape(int dims, int leaf_size, int height) {
+    dims_ = dims;
+    leaf_size_ = leaf_size;
+    height_ = height;
   }
 
   // After a GPU build has filled `resident` (and the nodes): the tree is on the device.

@@ -70,8 +70,8 @@ class ResidentArrays {
 
 // What a layout left on the device by its GPU build shares (PointTree, Octree), as a base of the
 // layout `Tree`, whose map_view lists its arrays: the resident arrays, and the host copies made
-// on first use. The layout's host vectors are `mutable` for that one fill; it calls fetch_host()
-// before handing any of them out. Copying such a layout makes the host copies first.
+// on first use. The layout's host vectors are `mutable` for that one fill; it hands them out
+// through host(), which fetches first. Copying such a layout makes the host copies first.
 template <class Tree>
 class DeviceResident {
  public:
@@ -134,6 +134,12 @@ class DeviceResident {
       throw;
     }
     fetch_->done.store(true, std::memory_order_release);
+  }
+  // One of the layout's host arrays for an accessor: copied from the device first where needed.
+  template <class T>
+  const std::vector<T>& host(const std::vector<T>& array) const {
+    fetch_host();
+    return array;
   }
   // The layout's view of what is on the host now, copying nothing: null for the arrays of a
   // layout on the device that have not been copied yet. Under the fetch's lock: another thread's

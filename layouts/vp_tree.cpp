@@ -142,9 +142,7 @@ VpTree VpTree::build(const float* points, index_t n, int dims, const VpTreeOptio
   detail::MedianTreeInput in = detail::prepare_median_tree("vp-tree", points, n, dims, options.leaf_size);
 
   VpTree tree;
-  tree.dims_ = dims;
-  tree.leaf_size_ = options.leaf_size;
-  tree.height_ = in.height;
+  tree.set_shape(dims, options.leaf_size, in.height);
   const int stride = padded_dims(dims);
 
   std::vector<float> key(static_cast<std::size_t>(n), 0.0f);

@@ -62,26 +62,11 @@ class VpTree : public PointTree<VpTree, VpTreeView> {
   static VpTree build_on_gpu(const float* points, index_t n, int dims, const VpTreeOptions& options = {},
                              GpuBuildStats* stats = nullptr);
 
-  const std::vector<float>& vantages() const {
-    fetch_host();
-    return vantages_;
-  }  // padded, see VpTreeView
-  const std::vector<float>& mu() const {
-    fetch_host();
-    return mu_;
-  }
-  const std::vector<node_id>& parent() const {
-    fetch_host();
-    return parent_;
-  }
-  const std::vector<float>& shell_lo() const {
-    fetch_host();
-    return shell_lo_;
-  }
-  const std::vector<float>& shell_hi() const {
-    fetch_host();
-    return shell_hi_;
-  }
+  const std::vector<float>& vantages() const { return host(vantages_); }  // padded, see VpTreeView
+  const std::vector<float>& mu() const { return host(mu_); }
+  const std::vector<node_id>& parent() const { return host(parent_); }
+  const std::vector<float>& shell_lo() const { return host(shell_lo_); }
+  const std::vector<float>& shell_hi() const { return host(shell_hi_); }
 
   template <class Map>
   VpTreeView map_view(Map&& map) const {

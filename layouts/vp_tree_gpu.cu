@@ -37,21 +37,9 @@ __device__ index_t far_id(unsigned long long k) { return static_cast<index_t>(0x
 __global__ void vp_node_kernel(Level lv, index_t m, int depth, int leaf_size, SizeTable subtree, KdNode* nodes) {
   const index_t j = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
   if (j >= m) return;
-  const index_t b = lv.begin[j], c = lv.count[j];
-  const node_id at = lv.id[j];
-  KdNode node;
-  node.depth = static_cast<std::int16_t>(depth);
-  if (c <= leaf_size) {
-    node.first = b;
-    node.count = static_cast<std::int32_t>(c);
-    node.split_dim = -1;
-  } else {
-    node.first = at + 1 + subtree(c / 2);
-    node.count = 0;
-    node.split_dim = 0;
-  }
+  const KdNode node = level_node(lv, j, depth, leaf_size, subtree, 0);
   lv.split[j] = node.split_dim;
-  nodes[at] = node;
+  nodes[lv.id[j]] = node;
 }
 
 // One thread per (inner node, chunk): the chunk's point farthest from the node's `from` point
@@ -211,7 +199,6 @@ VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTr
   const std::string prefix = "vp-tree: ";
   check_gpu_build(prefix, points, n, dims, options.leaf_size);
   MedianGpuBuild b;
-  const bool on_device = is_device_pointer(points);
   detail::MedianTreeInput in{};
   const float* pts = b.start(prefix, points, n, dims, options.leaf_size, in);
   b.set_shape(n, dims, in.n_nodes);
@@ -229,9 +216,7 @@ VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTr
   b.nodes.reserve(nn, "the tree nodes", s);
   VpArrays a(nn, stride, s);
   DeviceBuffer<float> padded, centroids;
-  padded.reserve(un * stride, "the vp-tree build's padded points", s);
-  pad_rows_kernel<<<grid(n), kBlockSize, 0, s>>>(pts, n, dims, stride, padded.get());
-  CANOPY_CUDA_CHECK_LAUNCH("pad_rows_kernel");
+  pad_rows(pts, n, dims, padded, "the vp-tree build's padded points", s);
   centroids.reserve(uw * stride, "the vp-tree build's centroids", s);
   VpWork w(n, widest, s);
   Level lv[2];
@@ -306,16 +291,13 @@ VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTr
   CANOPY_CUDA_CHECK_LAUNCH("tree_points_kernel");
 
   VpTree tree;
-  tree.dims_ = dims;
-  tree.leaf_size_ = leaf_size;
-  tree.height_ = in.height;
+  tree.set_shape(dims, leaf_size, in.height);
   tree.keep_on_device(b.keep(tree.nodes_,
                               {{"the vp-tree vantage points", a.vantages.get(), nn * stride * sizeof(float)},
                                {"the vp-tree split radii", a.mu.get(), nn * sizeof(float)},
                                {"the vp-tree parents", a.parent.get(), nn * sizeof(node_id)},
                                {"the vp-tree shells (low ends)", a.shell_lo.get(), nn * sizeof(float)},
-                               {"the vp-tree shells (high ends)", a.shell_hi.get(), nn * sizeof(float)}},
-                              on_device, stats),
+                               {"the vp-tree shells (high ends)", a.shell_hi.get(), nn * sizeof(float)}}, stats),
                       n);
   return tree;
 }
