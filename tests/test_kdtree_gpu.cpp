@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "tests/require_gpu.hpp"
 #include "tests/stream_probe.hpp"
 #include "tests/test_util.hpp"
+#include "tests/tree_walk.hpp"
 
 namespace canopy {
 namespace {
@@ -121,22 +121,10 @@ std::string error_of(F&& f) {
   return "no error";
 }
 
-void expect_same_tree(const KdTree& gpu, const KdTree& cpu, const std::string& what) {
-  ASSERT_EQ(gpu.height(), cpu.height()) << what;
-  ASSERT_EQ(gpu.node_count(), cpu.node_count()) << what;
-  for (node_id n = 0; n < cpu.node_count(); ++n) {
-    const KdNode& g = gpu.nodes()[n];
-    const KdNode& c = cpu.nodes()[n];
-    ASSERT_TRUE(g.first == c.first && g.count == c.count && g.split_dim == c.split_dim && g.depth == c.depth)
-        << what << ": node " << n << " (" << g.first << ", " << g.count << ", " << g.split_dim << ", " << g.depth
-        << ") against (" << c.first << ", " << c.count << ", " << c.split_dim << ", " << c.depth << ")";
-  }
-  ASSERT_EQ(gpu.point_ids(), cpu.point_ids()) << what;
-  // Bitwise: signed zeros and padding included.
-  ASSERT_EQ(gpu.boxes().size(), cpu.boxes().size()) << what;
-  ASSERT_EQ(std::memcmp(gpu.boxes().data(), cpu.boxes().data(), cpu.boxes().size() * sizeof(float)), 0) << what;
-  ASSERT_EQ(gpu.points().size(), cpu.points().size()) << what;
-  ASSERT_EQ(std::memcmp(gpu.points().data(), cpu.points().data(), cpu.points().size() * sizeof(float)), 0) << what;
+// What a failed comparison of two builds names: the input, its size and the leaf size.
+std::string build_label(const std::string& what, index_t n, int dims, int leaf_size) {
+  return what + " (n " + std::to_string(n) + ", dims " + std::to_string(dims) + ", leaf " + std::to_string(leaf_size) +
+         ")";
 }
 
 void expect_gpu_equals_cpu(const std::vector<float>& p, index_t n, int dims, int leaf_size, const std::string& what) {
@@ -146,8 +134,7 @@ void expect_gpu_equals_cpu(const std::vector<float>& p, index_t n, int dims, int
   const KdTree cpu = KdTree::build(p.data(), n, dims, o);
   GpuBuildStats st;
   const KdTree gpu = KdTree::build_on_gpu(p.data(), n, dims, o, &st);
-  expect_same_tree(gpu, cpu, what + " (n " + std::to_string(n) + ", dims " + std::to_string(dims) + ", leaf " +
-                                 std::to_string(leaf_size) + ")");
+  test::expect_same_tree(gpu, cpu, build_label(what, n, dims, leaf_size));
   EXPECT_GT(st.build_ms, 0.0);
 }
 
@@ -188,7 +175,7 @@ TEST(KdTreeGpu, BuildsFromDevicePoints) {
   GpuBuildStats st;
   const KdTree gpu = KdTree::build_on_gpu(static_cast<const float*>(d), 20000, 3, {}, &st);
   test::device_free(d);
-  expect_same_tree(gpu, KdTree::build(p.data(), 20000, 3, {8, Device::Cpu}), "device input");
+  test::expect_same_tree(gpu, KdTree::build(p.data(), 20000, 3, {8, Device::Cpu}), "device input");
   EXPECT_EQ(st.upload_ms, 0.0);
 }
 
@@ -205,26 +192,6 @@ TEST(KdTreeGpu, BadInputGivesTheCpuBuildsErrors) {
             error_of([&] { KdTree::build(p.data(), 10, 3, {0}); }));
 }
 
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-// What a failed comparison of two builds names: the input, its size and the leaf size.
-std::string build_label(const std::string& what, index_t n, int dims, int leaf_size) {
-  return what + " (n " + std::to_string(n) + ", dims " + std::to_string(dims) + ", leaf " + std::to_string(leaf_size) +
-         ")";
-}
-
-// The arrays a ball tree and a vp-tree both have, the GPU build's against the CPU's, as bits.
-template <class Tree>
-void expect_same_metric_arrays(const Tree& gpu, const Tree& cpu, const std::string& at) {
-  ASSERT_EQ(gpu.height(), cpu.height()) << at;
-  ASSERT_TRUE(same_bits(gpu.nodes(), cpu.nodes())) << at << ": nodes";
-  ASSERT_EQ(gpu.point_ids(), cpu.point_ids()) << at;
-  ASSERT_TRUE(same_bits(gpu.points(), cpu.points())) << at << ": points";
-}
-
 void expect_gpu_ball_equals_cpu(const std::vector<float>& p, index_t n, int dims, int leaf_size,
                                 const std::string& what) {
   BallTreeOptions o;
@@ -232,15 +199,7 @@ void expect_gpu_ball_equals_cpu(const std::vector<float>& p, index_t n, int dims
   o.device = Device::Cpu;
   const BallTree cpu = BallTree::build(p.data(), n, dims, o);
   const BallTree gpu = BallTree::build_on_gpu(p.data(), n, dims, o);
-  const std::string at = build_label(what, n, dims, leaf_size);
-  ASSERT_NO_FATAL_FAILURE(expect_same_metric_arrays(gpu, cpu, at));
-  for (std::size_t i = 0; i < cpu.centres().size(); ++i)
-    ASSERT_EQ(std::memcmp(&gpu.centres()[i], &cpu.centres()[i], sizeof(float)), 0)
-        << at << ": centre of node " << i / padded_dims(dims) << ", " << gpu.centres()[i] << " against "
-        << cpu.centres()[i];
-  for (std::size_t i = 0; i < cpu.radii().size(); ++i)
-    ASSERT_EQ(std::memcmp(&gpu.radii()[i], &cpu.radii()[i], sizeof(float)), 0)
-        << at << ": radius of node " << i << ", " << gpu.radii()[i] << " against " << cpu.radii()[i];
+  test::expect_same_tree(gpu, cpu, build_label(what, n, dims, leaf_size));
 }
 
 // The inputs both metric trees' GPU builds are checked on, each handed to
@@ -271,8 +230,7 @@ TEST(BallTreeGpu, BadInputGivesTheCpuBuildsErrors) {
   EXPECT_EQ(error_of([&] { BallTree::build_on_gpu(p.data(), 10, 0); }), error_of([&] { BallTree::build(p.data(), 10, 0); }));
 }
 
-// Every array of a vp-tree, compared as bits (a shell or mu one ulp off would still prune right
-// and hide a different summation or distance).
+// The GPU vp-tree against the CPU's, from host or device points.
 void expect_gpu_vp_equals_cpu(const std::vector<float>& p, index_t n, int dims, int leaf_size, const std::string& what,
                               bool from_device = false) {
   VpTreeOptions o;
@@ -287,19 +245,7 @@ void expect_gpu_vp_equals_cpu(const std::vector<float>& p, index_t n, int dims, 
   }
   const VpTree gpu = VpTree::build_on_gpu(from_device ? d : p.data(), n, dims, o);
   if (d) test::device_free(d);
-  const std::string at = build_label(what, n, dims, leaf_size);
-  ASSERT_NO_FATAL_FAILURE(expect_same_metric_arrays(gpu, cpu, at));
-  ASSERT_EQ(gpu.parent(), cpu.parent()) << at;
-  auto expect_bits = [&](const std::vector<float>& g, const std::vector<float>& c, const char* name) {
-    ASSERT_EQ(g.size(), c.size()) << at << ": " << name;
-    for (std::size_t i = 0; i < c.size(); ++i)
-      ASSERT_EQ(std::memcmp(&g[i], &c[i], sizeof(float)), 0)
-          << at << ": " << name << " entry " << i << ", " << g[i] << " against " << c[i];
-  };
-  expect_bits(gpu.vantages(), cpu.vantages(), "vantage points");
-  expect_bits(gpu.mu(), cpu.mu(), "mu");
-  expect_bits(gpu.shell_lo(), cpu.shell_lo(), "shell_lo");
-  expect_bits(gpu.shell_hi(), cpu.shell_hi(), "shell_hi");
+  test::expect_same_tree(gpu, cpu, build_label(what, n, dims, leaf_size));
 }
 
 TEST(VpTreeGpu, EqualsTheCpuTree) {
@@ -356,8 +302,7 @@ TEST(TreeBuildDevice, AutoPicksTheGpuForLargeInputsWhenOneIsPresent) {
   }
   const KdTree cpu = KdTree::build(p.data(), big, 3, {8, Device::Cpu});
   const KdTree gpu = KdTree::build(p.data(), big, 3);
-  EXPECT_TRUE(same_bits(gpu.nodes(), cpu.nodes()) && same_bits(gpu.boxes(), cpu.boxes()) &&
-              gpu.point_ids() == cpu.point_ids());
+  test::expect_same_tree(gpu, cpu, "Device::Auto over the size threshold");
   EXPECT_EQ(KdTree::build(p.data(), 10, 3, {8, Device::Gpu}).built_on(), Device::Gpu);
   // Points in device memory: the GPU build, even below the size threshold; a CPU build refuses.
   float* d = static_cast<float*>(test::device_alloc(p.size() * sizeof(float)));

@@ -18,39 +18,17 @@
 #include "io/dataset.hpp"
 #include "runtime/pc_visitor.hpp"
 #include "tests/test_errors.hpp"
+#include "tests/test_points.hpp"
 #include "tests/tree_walk.hpp"
 
 namespace canopy {
 namespace {
 
-// ---- inputs (local, so this file needs no GPU-side sources) --------------------------------
+// ---- inputs (tests/test_points.hpp and local: no GPU-side sources) ---------------------------
 
-std::vector<float> uniform_points(index_t n, int dims, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  std::vector<float> p(static_cast<std::size_t>(n) * dims);
-  for (float& x : p) x = u(rng);
-  return p;
-}
-
-// Gaussian blobs with exact duplicates of earlier points mixed in.
+// Tighter blobs and more duplicates than the suite's default: more ties for the splits.
 std::vector<float> clustered_points(index_t n, int dims, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> g(0.0f, 0.03f);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  std::vector<float> centres(static_cast<std::size_t>(6) * dims);
-  for (float& c : centres) c = u(rng);
-  std::vector<float> p(static_cast<std::size_t>(n) * dims);
-  for (index_t i = 0; i < n; ++i) {
-    if (i > 0 && i % 7 == 0) {
-      const index_t j = static_cast<index_t>(rng() % static_cast<std::uint64_t>(i));
-      std::copy(p.begin() + j * dims, p.begin() + (j + 1) * dims, p.begin() + i * dims);
-      continue;
-    }
-    const int c = static_cast<int>(rng() % 6);
-    for (int d = 0; d < dims; ++d) p[i * dims + d] = centres[c * dims + d] + g(rng);
-  }
-  return p;
+  return test::clustered_points(n, dims, seed, {6, 0.03f, 7});
 }
 
 // Points a + t u on one line, t on a coarse grid so many coincide.
@@ -89,11 +67,11 @@ const char* kind_name(Kind k) {
 }
 std::vector<float> make_points(Kind k, int dims, index_t& n) {
   switch (k) {
-    case Kind::kUniform: n = 3001; return uniform_points(n, dims, 11 + dims);
+    case Kind::kUniform: n = 3001; return test::random_points(n, dims, 11 + dims);
     case Kind::kClustered: n = 2500; return clustered_points(n, dims, 12 + dims);
     case Kind::kIdentical: n = 300; return std::vector<float>(static_cast<std::size_t>(n) * dims, 0.375f);
     case Kind::kLine: n = 1000; return line_points(n, dims, 13 + dims);
-    case Kind::kOne: n = 1; return uniform_points(n, dims, 14 + dims);
+    case Kind::kOne: n = 1; return test::random_points(n, dims, 14 + dims);
   }
   return {};
 }
@@ -370,7 +348,7 @@ TEST(MetricTrees, IdenticalPointsStillGiveALogarithmicHeight) {
 TEST(VpTree, RootVantageIsTwoHopsFromTheCentroid) {
   for (int dims : {2, 7}) {
     const index_t n = 1000;
-    const std::vector<float> pts = uniform_points(n, dims, 31);
+    const std::vector<float> pts = test::random_points(n, dims, 31);
     const VpTree tree = VpTree::build(pts.data(), n, dims);
     const int stride = padded_dims(dims);
     std::vector<double> sum(stride, 0.0);
@@ -444,8 +422,8 @@ TEST(MetricTrees, NearestNeighbourSearchWithTheBoundsIsExact) {
     for (Kind kind : {Kind::kUniform, Kind::kClustered}) {
       const index_t n = 5000;
       const bool uniform = kind == Kind::kUniform;
-      const std::vector<float> pts = uniform ? uniform_points(n, dims, 41) : clustered_points(n, dims, 42);
-      const std::vector<float> queries = uniform ? uniform_points(200, dims, 43) : clustered_points(200, dims, 44);
+      const std::vector<float> pts = uniform ? test::random_points(n, dims, 41) : clustered_points(n, dims, 42);
+      const std::vector<float> queries = uniform ? test::random_points(200, dims, 43) : clustered_points(200, dims, 44);
       const BallTree ball = BallTree::build(pts.data(), n, dims);
       const VpTree vp = VpTree::build(pts.data(), n, dims);
       const int stride = padded_dims(dims);
@@ -479,14 +457,6 @@ TEST(MetricTrees, BuildDoesNotDependOnThreadCount) {
   const index_t n = 50000;
   for (int dims : {3, 7}) {
     const std::vector<float> pts = clustered_points(n, dims, 5 + dims);
-    auto same_nodes = [](const std::vector<KdNode>& a, const std::vector<KdNode>& b) {
-      if (a.size() != b.size()) return false;
-      for (std::size_t i = 0; i < a.size(); ++i)
-        if (a[i].first != b[i].first || a[i].count != b[i].count || a[i].split_dim != b[i].split_dim ||
-            a[i].depth != b[i].depth)
-          return false;
-      return true;
-    };
     BallTree b1, b4;
     VpTree v1, v4;
     tbb::task_arena one(1), four(4);
@@ -498,25 +468,15 @@ TEST(MetricTrees, BuildDoesNotDependOnThreadCount) {
       b4 = BallTree::build(pts.data(), n, dims);
       v4 = VpTree::build(pts.data(), n, dims);
     });
-    EXPECT_TRUE(same_nodes(b1.nodes(), b4.nodes()));
-    EXPECT_EQ(b1.centres(), b4.centres());
-    EXPECT_EQ(b1.radii(), b4.radii());
-    EXPECT_EQ(b1.points(), b4.points());
-    EXPECT_EQ(b1.point_ids(), b4.point_ids());
-    EXPECT_TRUE(same_nodes(v1.nodes(), v4.nodes()));
-    EXPECT_EQ(v1.vantages(), v4.vantages());
-    EXPECT_EQ(v1.mu(), v4.mu());
-    EXPECT_EQ(v1.parent(), v4.parent());
-    EXPECT_EQ(v1.shell_lo(), v4.shell_lo());
-    EXPECT_EQ(v1.shell_hi(), v4.shell_hi());
-    EXPECT_EQ(v1.points(), v4.points());
-    EXPECT_EQ(v1.point_ids(), v4.point_ids());
+    const std::string at = "dims " + std::to_string(dims) + ", one thread and four";
+    test::expect_same_tree(b1, b4, at);
+    test::expect_same_tree(v1, v4, at);
   }
 }
 
 template <class Build>
 void expect_clear_errors(Build build) {
-  const std::vector<float> pts = uniform_points(10, 2, 1);
+  const std::vector<float> pts = test::random_points(10, 2, 1);
   EXPECT_NE(test::error_of([&] { build(pts.data(), 0, 2, 8); }).find("n = 0"), std::string::npos);
   EXPECT_NE(test::error_of([&] { build(pts.data(), 5, 0, 8); }).find("dims = 0"), std::string::npos);
   EXPECT_NE(test::error_of([&] { build(pts.data(), 1, 17, 8); }).find("dims = 17"), std::string::npos);

@@ -12,6 +12,7 @@
 
 #include "layouts/kdtree.hpp"
 #include "require_gpu.hpp"
+#include "tests/test_points.hpp"
 #include "runtime/point_correlation.hpp"
 #include "io/dataset.hpp"
 #include "core/device.hpp"
@@ -31,34 +32,6 @@ inline std::string data_path(const std::string& name) { return std::string(CANOP
 inline bool under_tool() {
   const char* v = std::getenv("CANOPY_UNDER_TOOL");
   return v && *v && std::string(v) != "0";
-}
-
-inline std::vector<float> random_points(index_t n, int dims, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  std::vector<float> p(static_cast<std::size_t>(n) * dims);
-  for (float& x : p) x = u(rng);
-  return p;
-}
-
-// Clustered points (Gaussian blobs) with exact duplicates mixed in: the shapes real data has.
-inline std::vector<float> clustered_points(index_t n, int dims, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> g(0.0f, 0.05f);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  std::vector<float> centres(static_cast<std::size_t>(8) * dims);
-  for (float& c : centres) c = u(rng);
-  std::vector<float> p(static_cast<std::size_t>(n) * dims);
-  for (index_t i = 0; i < n; ++i) {
-    if (i > 0 && i % 17 == 0) {  // a duplicate of an earlier point
-      const index_t j = static_cast<index_t>(u(rng) * static_cast<float>(i)) % i;
-      std::copy(p.begin() + j * dims, p.begin() + (j + 1) * dims, p.begin() + i * dims);
-      continue;
-    }
-    const int c = static_cast<int>(u(rng) * 8) % 8;
-    for (int d = 0; d < dims; ++d) p[i * dims + d] = centres[c * dims + d] + g(rng);
-  }
-  return p;
 }
 
 // A small subset of a real set, normalised to the unit cube like the benchmark does.
