@@ -409,28 +409,51 @@ TEST(AutoChoiceGpu, PicksOnceAndRemembersThePickPerSizeClass) {
     EXPECT_EQ(fourth.executor_kind, third.executor_kind);
     small = {third.schedule_kind, third.executor_kind};
   }
-  // Another tree of the same shape, built over other points (a simulation's rebuilt tree), reuses
-  // the pick: no trial, the same kinds, and its own tree's results.
+  // The picks are kept per tree shape (height and size class), not per tree object
+  // (AutoChoice, docs/api.md): another tree of the same shape, built over other points (a
+  // simulation's rebuilt tree), runs the 3,000-query class's settled pick on its first calls,
+  // with its own tree's results; a pick kept per object would run the prior, then a trial.
   const std::vector<float> moved = test::clustered_points(20000, 3, 6);
   ASSERT_NE(moved, pts);
   const KdTree rebuilt = KdTree::build(moved.data(), 20000, 3);
   ASSERT_EQ(rebuilt.height(), tree.height());
   ASSERT_EQ(rebuilt.node_count(), tree.node_count());
   ASSERT_NE(rebuilt.points(), tree.points()) << "a different tree";
+  const auto reference = [&](PointCorrelation& api, index_t n) {
+    PcOptions ref;
+    ref.radius = radius;
+    ref.schedule = ScheduleKind::InputOrder;
+    ref.executor = ExecutorKind::Independent;
+    return api.run(qs.data(), n, ref).counts;
+  };
   PointCorrelation again(rebuilt, Device::Gpu);
-  PcOptions ref;
-  ref.radius = radius;
-  ref.schedule = ScheduleKind::InputOrder;
-  ref.executor = ExecutorKind::Independent;
-  const std::vector<index_t> want = again.run(qs.data(), 3000, ref).counts;
-  ASSERT_NE(want, pc.run(qs.data(), 3000, ref).counts) << "the other tree should count other neighbours";
+  const std::vector<index_t> want = reference(again, 3000);
+  ASSERT_NE(want, reference(pc, 3000)) << "the other tree should count other neighbours";
   PcOptions o;
   o.radius = radius;
-  const PcResult r = again.run(qs.data(), 3000, o);
-  EXPECT_EQ(r.auto_trial_ms, 0.0);
-  EXPECT_EQ(r.schedule_kind, small.schedule);
-  EXPECT_EQ(r.executor_kind, small.executor);
-  EXPECT_EQ(r.counts, want);
+  for (int call = 0; call < 2; ++call) {
+    const PcResult r = again.run(qs.data(), 3000, o);
+    EXPECT_EQ(r.auto_trial_ms, 0.0) << "call " << call;
+    EXPECT_EQ(r.schedule_kind, small.schedule) << "call " << call;
+    EXPECT_EQ(r.executor_kind, small.executor) << "call " << call;
+    EXPECT_EQ(r.counts, want) << "call " << call;
+  }
+  // A tree of another shape (fewer levels, another size class) has picks of its own: its first
+  // call runs the prior, its second pays for a trial. A pick kept per workload alone would reuse
+  // the settled one on both.
+  const std::vector<float> fewer = test::clustered_points(2500, 3, 7);
+  const KdTree small_tree = KdTree::build(fewer.data(), 2500, 3);
+  ASSERT_LT(small_tree.height(), tree.height());
+  PointCorrelation other(small_tree, Device::Gpu);
+  const std::vector<index_t> other_want = reference(other, 3000);
+  const PcResult prior = other.run(qs.data(), 3000, o);
+  EXPECT_EQ(prior.auto_trial_ms, 0.0);
+  EXPECT_EQ(prior.schedule_kind, ScheduleKind::LeafSort) << "the prior";
+  EXPECT_EQ(prior.executor_kind, ExecutorKind::FsmLockstep) << "the prior";
+  EXPECT_EQ(prior.counts, other_want);
+  const PcResult trial = other.run(qs.data(), 3000, o);
+  EXPECT_GT(trial.auto_trial_ms, 0.0) << "a new shape's second call pays for its own trial";
+  EXPECT_EQ(trial.counts, other_want);
 }
 
 // bits_for, the radix sorts' end bit and the packed fields' width: the fewest bits (at least 1)
