@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Compares the base_*.json and new_*.json files of scripts/gpu-compare.sh: per case and variant,
-the total and execute times (new / base) and whether the checksums agree.
+the total and execute times (new / base) and whether the checksums agree; for forest-study
+files, each batch's variants' times and whether both runs' predictions equal csr direct's.
     scripts/compare_bench.py DIR"""
 import glob
 import json
@@ -14,6 +15,15 @@ for base_path in sorted(glob.glob(os.path.join(folder, "base_*.json"))):
     base = json.load(open(base_path))
     new = json.load(open(os.path.join(folder, "new_" + case + ".json")))
     print(case)
+    if "batches" in base:  # forest-study: per batch and variant, the time and bit-identity to csr direct
+        for bb, nb in zip(base["batches"], new["batches"]):
+            for b, n in zip(bb["strategies"], nb["strategies"]):
+                assert b["variant"] == n["variant"], (b["variant"], n["variant"])
+                ratio = n["ms"] / b["ms"]
+                worst = max(worst, abs(ratio - 1))
+                same = "identical" if b.get("identical", True) and n.get("identical", True) else "NOT IDENTICAL"
+                print(f"  {bb['batch']:>8} {b['variant']:22s} {b['ms']:9.4f} -> {n['ms']:9.4f} ms ({ratio:.3f}), {same}")
+        continue
     for b, n in zip(base["variants"], new["variants"]):
         assert b["name"] == n["name"], (b["name"], n["name"])
         ratio = n["total_ms"] / b["total_ms"]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: builds two source trees (e.g. the last release and the working tree, each
-# a `git archive` unpacked into an ignored folder) and runs the standard driver cases on both,
+# a `git archive` unpacked into an ignored folder) and runs the standard driver cases (pc, knn,
+# bh on two inputs each; forest-study on a test model) on both,
 # alternately case by case so that drift on a shared machine hits both alike; the JSON files go
 # to one archive in $OUT (or out/). scripts/compare_bench.py then compares them, here.
 #   scripts/gpu-compare.sh BASE_SRC NEW_SRC [TBB_PREFIX]
@@ -27,6 +28,13 @@ for c in "pc_covtype pc $cov --columns 0-6" "pc_uniform pc --generate uniform:40
   for t in base new; do
     /tmp/canopy-$t/benchmarks/canopy-bench "$@" --shuffle 1 --variants all --json "$out/${t}_$name.json" > /dev/null 2>&1
   done
+done
+# The forest engine: forest-study's variants on a test model (each variant's `identical` says
+# whether its predictions equal csr direct's, bit for bit).
+f=$new_src/tests/data/forest
+for t in base new; do
+  /tmp/canopy-$t/benchmarks/canopy-bench forest-study --model "$f/xgb_higgs.json" --data "$f/higgs_rows.csv" \
+    --label label --batch 100,10000,100000 --repeat 5 --json "$out/${t}_forest_xgb_higgs.json" > /dev/null 2>&1
 done
 tar -czf "$out/compare.tgz" -C "$out" $(cd "$out" && ls base_*.json new_*.json) && rm -f "$out"/base_*.json "$out"/new_*.json
 echo "results in $out/compare.tgz"
