@@ -377,60 +377,157 @@ TraversalStats run_fixed(const W& w, const typename W::View& view, Device held, 
 
 }  // namespace detail
 
-// A whole call of workload w over its tree `view` (host pointers), on the device `held` the
-// caller's object was made for (gpu: its GPU side): checks the call's data, resolves depth auto
-// by a trial, splits queries and results that do not fit the memory budget into batches, and runs
-// each on the CPU or the GPU.
-template <class W>
-TraversalStats run_call(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
-                        const CallData& call, const TraversalOptions& opt);
+// A call's options resolved once, before anything runs (detail::plan_call). Trials run plans of
+// fixed options (detail::fixed_plan), so no run re-enters the resolution or re-checks its data.
+struct CallPlan {
+  TraversalOptions opt;        // schedule, executor and depth fixed
+  Device where = Device::Cpu;  // the CPU if asked for, else the device the object was made for
+  index_t batch = 0;           // queries per memory-budget batch (the call's n: one run)
+  double depth_trial_ms = 0;   // depth auto's trial, run while planning
+  // Auto on a shape's second call: the call under the prior, then every candidate's trial
+  // (sampled: on kAutoSample queries, the prior's schedule kept for them) at trial_depth (the
+  // caller's depth; auto: 0), the fastest remembered under auto_key.
+  bool auto_trial = false, trial_sampled = false;
+  int trial_depth = 0;
+  AutoChoice::Key auto_key;
+  std::vector<AutoPick> candidates;
+};
 
 namespace detail {
 
-// An Auto call: the settled pick; on a shape's first call the prior (the first candidate) alone;
-// on its second the call under the prior followed by the trial of every candidate (kAutoSample),
-// whose fastest is remembered, settled, for the calls that follow. A workload that may not rerun
-// its visitor (workload_rerunnable) runs the prior on every call: no trial, nothing remembered.
-template <class W>
-TraversalStats run_auto(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
-                        const CallData& call, const TraversalOptions& opt) {
-  const Device where = opt.device == Device::Cpu ? Device::Cpu : held;
-  const std::vector<AutoPick> candidates = auto_candidates(opt, where, W::kSortKey, W::kGuided);
-  TraversalOptions o = opt;
-  auto take = [&](AutoPick p) {
-    o.schedule = p.schedule;
-    o.executor = p.executor;
-  };
-  if (candidates.size() == 1 || call.n == 0 || !workload_rerunnable_v<W>) {
-    take(candidates.front());
-    return run_call(w, view, held, gpu, state, call, o);
-  }
-  const AutoChoice::Key key = AutoChoice::key(typeid(W).hash_code(), W::topology(view).height,
-                                              tree_size_for_key<W>(view, state), call.n, where, opt);
-  AutoPick pick{};
-  bool settled = false;
-  const bool known = AutoChoice::find(key, &pick, &settled);
-  if (known && settled) {
-    take(pick);
-    return run_call(w, view, held, gpu, state, call, o);
-  }
-  if (!known) {
-    AutoChoice::remember(key, candidates.front(), false);
-    take(candidates.front());
-    return run_call(w, view, held, gpu, state, call, o);
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  const index_t n = call.n;
-  const bool sampled = w.query_dims > 0 && n > kAutoSample;
-  take(candidates.front());
-  o.keep_schedule = opt.keep_schedule || sampled;
-  TraversalStats st = run_call(w, view, held, gpu, state, call, o);
-  const double call_ms = ms_since(t0);
+inline Device call_device(const TraversalOptions& opt, Device held) {
+  return opt.device == Device::Cpu ? Device::Cpu : held;
+}
 
+// Finishes a plan whose schedule, executor and depth are fixed: HybridKey's depth 0 becomes the
+// key depth for n queries; queries and results that do not fit the memory budget beside the tree
+// run in batches, each leaving room for its whole matrix.
+template <class W>
+void finish_plan(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state, index_t n,
+                 CallPlan& p) {
+  const int height = W::topology(view).height;
+  TraversalOptions& opt = p.opt;
+  if (opt.schedule == ScheduleKind::HybridKey && opt.depth == 0 && n > 0)
+    opt.depth = std::min(height, workload_key_depth(w, view, state, n));
+  p.batch = n;
+  if (!(opt.memory_budget > 0 && opt.device != Device::Cpu && held == Device::Gpu && w.query_dims > 0 &&
+        opt.depth >= 0 && opt.depth <= height))
+    return;
+  const TraversalStats st = begin_call(opt, held, w.name, height, w.default_depth, W::kGuided, W::kBuiltinTree);
+  const TopTree top = TopTree::build(W::topology(view), st.depth);
+  const std::size_t per_query = w.query_dims * sizeof(float) + w.output_bytes[0] + w.output_bytes[1];
+  p.batch = budget_batch(
+      opt, n, gpu->tree_bytes(), per_query,
+      pipeline_bytes_per_query(opt.schedule, W::kGuided, W::kGuided ? st.rows.width(top.size()) : top.size()));
+}
+
+// The plan of a trial's fixed options (no Auto, no depth auto) for n queries.
+template <class W>
+CallPlan fixed_plan(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
+                    index_t n, const TraversalOptions& opt) {
+  CallPlan p;
+  p.opt = opt;
+  p.where = call_device(opt, held);
+  finish_plan(w, view, held, gpu, state, n, p);
+  return p;
+}
+
+// Runs a plan: one fixed run, or one per memory-budget batch.
+template <class W>
+TraversalStats run_plan(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
+                        const CallData& call, const CallPlan& p) {
+  if (p.batch >= call.n) return run_fixed(w, view, held, gpu, state, call, p.opt);
+  TraversalStats all;
+  for (index_t a = 0; a < call.n; a += p.batch) {
+    CallData part = call;
+    part.n = std::min(p.batch, call.n - a);
+    part.queries = call.queries + a * w.query_dims;
+    for (int i = 0; i < 2; ++i)
+      if (call.outputs[i]) part.outputs[i] = static_cast<unsigned char*>(call.outputs[i]) + a * w.output_bytes[i];
+    append_batch(all, run_fixed(w, view, held, gpu, state, part, p.opt), a, a == 0);
+  }
+  return all;
+}
+
+// Auto's pick: the settled one; on a shape's first call the prior (the first candidate), left
+// there unsettled; on its second the prior, the trial to follow the call. A workload that may not
+// rerun its visitor (workload_rerunnable) runs the prior on every call: no trial, nothing
+// remembered.
+template <class W>
+void plan_auto(const W& w, const typename W::View& view, EngineState& state, index_t n, CallPlan& p) {
+  if (p.opt.schedule != ScheduleKind::Auto && p.opt.executor != ExecutorKind::Auto) return;
+  p.candidates = auto_candidates(p.opt, p.where, W::kSortKey, W::kGuided);
+  AutoPick pick = p.candidates.front();
+  if (p.candidates.size() > 1 && n > 0 && workload_rerunnable_v<W>) {
+    p.auto_key = AutoChoice::key(typeid(W).hash_code(), W::topology(view).height, tree_size_for_key<W>(view, state),
+                                 n, p.where, p.opt);
+    AutoPick known{};
+    bool settled = false;
+    if (!AutoChoice::find(p.auto_key, &known, &settled))
+      AutoChoice::remember(p.auto_key, pick, false);
+    else if (settled)
+      pick = known;
+    else
+      p.auto_trial = true;
+  }
+  p.trial_depth = p.opt.depth == kAutoDepth ? 0 : p.opt.depth;
+  p.trial_sampled = p.auto_trial && w.query_dims > 0 && n > kAutoSample;
+  p.opt.schedule = pick.schedule;
+  p.opt.executor = pick.executor;
+  p.opt.keep_schedule = p.opt.keep_schedule || p.trial_sampled;  // the sorted candidates' sample
+}
+
+// Depth auto: AutoDepth's choice, by a trial of fixed plans on a sample of the call. A workload
+// that may not rerun its visitor gets depth 0's choice, untried (the trial would rerun it on the
+// caller's data).
+template <class W>
+void plan_depth_auto(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
+                     const CallData& call, CallPlan& p) {
+  if (p.opt.depth != kAutoDepth) return;
+  if (!workload_rerunnable_v<W>) {
+    p.opt.depth = 0;
+    return;
+  }
+  const TraversalOptions opt = p.opt;
+  const std::vector<float> staged = host_copy_of_queries(call.queries, call.n, w.query_dims, opt.stream);
+  const float* queries = staged.empty() ? call.queries : staged.data();
+  // Every trial runs the same sample, gathered once, into one set of scratch results.
+  TrialCall t;
+  p.opt.depth = state.auto_depth.choose(
+      opt, p.where, call.n, W::topology(view).height, uncapped_default_depth(w, view, state, call.n, opt, p.where),
+      [&](int d, const std::vector<index_t>& rows) {
+        if (!t.out) t = trial_call(w, call, queries, &rows);
+        const CallPlan trial = fixed_plan(w, view, held, gpu, state, t.data.n, trial_options(opt, d));
+        return run_ms(run_plan(w, view, held, gpu, state, t.data, trial));
+      },
+      &p.depth_trial_ms);
+}
+
+// A checked call's plan: Auto's pick, then depth auto (under the pick), then HybridKey's key
+// depth and the memory-budget batches (under the depth).
+template <class W>
+CallPlan plan_call(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
+                   const CallData& call, const TraversalOptions& opt) {
+  CallPlan p;
+  p.opt = opt;
+  p.where = call_device(opt, held);
+  plan_auto(w, view, state, call.n, p);
+  plan_depth_auto(w, view, held, gpu, state, call, p);
+  finish_plan(w, view, held, gpu, state, call.n, p);
+  return p;
+}
+
+// Auto's trial, after the call (st: the call under the prior): every candidate on the call's
+// data or its samples, warmed up, then timed twice unless its warm-up is over twice the best so
+// far; the fastest is remembered, settled, for the calls that follow.
+template <class W>
+void run_auto_trial(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
+                    const CallData& call, const CallPlan& p, const TraversalStats& st) {
+  const index_t n = call.n;
   // The trial's data: samples of the call (gathered on the host), or the call itself.
   TrialCall in_order, sorted;
-  if (sampled) {
-    const std::vector<float> staged = host_copy_of_queries(call.queries, n, w.query_dims, opt.stream);
+  if (p.trial_sampled) {
+    const std::vector<float> staged = host_copy_of_queries(call.queries, n, w.query_dims, p.opt.stream);
     const float* queries = staged.empty() ? call.queries : staged.data();
     const std::vector<index_t> a = block_sample(nullptr, n, kAutoSample, kAutoBlocks);
     const std::vector<index_t> b = block_sample(st.schedule.order.data(), n, kAutoSample, kAutoBlocks);
@@ -440,17 +537,17 @@ TraversalStats run_auto(const W& w, const typename W::View& view, Device held, G
     in_order = trial_call(w, call, nullptr, nullptr);
   }
   // A sample runs at the whole call's depth: its blocks have the call's density.
-  const int depth = opt.depth == kAutoDepth ? 0 : opt.depth;
   const int full_key_depth = workload_key_depth(w, view, state, n);
   double best = 0;
-  pick = candidates.front();
-  for (const AutoPick& c : candidates) {
-    TraversalOptions t = trial_options(opt, depth);
+  AutoPick pick = p.candidates.front();
+  for (const AutoPick& c : p.candidates) {
+    TraversalOptions t = trial_options(p.opt, p.trial_depth);
     t.schedule = c.schedule;
     t.executor = c.executor;
-    if (c.schedule == ScheduleKind::HybridKey && depth == 0) t.depth = full_key_depth;
-    const TrialCall& s = sampled && c.schedule != ScheduleKind::InputOrder ? sorted : in_order;
-    auto once = [&] { return run_ms(run_call(w, view, held, gpu, state, s.data, t)); };
+    if (c.schedule == ScheduleKind::HybridKey && p.trial_depth == 0) t.depth = full_key_depth;
+    const TrialCall& s = p.trial_sampled && c.schedule != ScheduleKind::InputOrder ? sorted : in_order;
+    const CallPlan trial = fixed_plan(w, view, held, gpu, state, s.data.n, t);
+    auto once = [&] { return run_ms(run_plan(w, view, held, gpu, state, s.data, trial)); };
     double ms = once();  // warm-up (buffers sized), and a first measure
     if (best == 0 || ms < 2 * best) ms = std::min(once(), once());
     if (best == 0 || ms < best) {
@@ -458,75 +555,29 @@ TraversalStats run_auto(const W& w, const typename W::View& view, Device held, G
       pick = c;
     }
   }
-  AutoChoice::remember(key, pick);
-  st.auto_trial_ms = ms_since(t0) - call_ms;
-  if (!opt.keep_schedule) st.schedule = Schedule{};
-  return st;
+  AutoChoice::remember(p.auto_key, pick);
 }
 
 }  // namespace detail
 
+// A whole call of workload w over its tree `view` (host pointers), on the device `held` the
+// caller's object was made for (gpu: its GPU side): checks the call's data once, resolves its
+// options into a plan (Auto, depth auto by a trial, the memory-budget batches), runs the plan on
+// the CPU or the GPU, then Auto's trial where the plan has one.
 template <class W>
 TraversalStats run_call(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
                         const CallData& call, const TraversalOptions& opt) {
   detail::check_call(w, call, opt);
-  if (opt.schedule == ScheduleKind::Auto || opt.executor == ExecutorKind::Auto)
-    return detail::run_auto(w, view, held, gpu, state, call, opt);
-  const int height = W::topology(view).height;
-  if (opt.schedule == ScheduleKind::HybridKey && opt.depth == 0 && call.n > 0) {
-    TraversalOptions o = opt;
-    o.depth = std::min(height, detail::workload_key_depth(w, view, state, call.n));
-    return run_call(w, view, held, gpu, state, call, o);
+  const CallPlan p = detail::plan_call(w, view, held, gpu, state, call, opt);
+  TraversalStats st = detail::run_plan(w, view, held, gpu, state, call, p);
+  st.depth_trial_ms = p.depth_trial_ms;
+  if (p.auto_trial) {
+    const auto t0 = std::chrono::steady_clock::now();
+    detail::run_auto_trial(w, view, held, gpu, state, call, p, st);
+    st.auto_trial_ms = ms_since(t0);
+    if (!opt.keep_schedule) st.schedule = Schedule{};
   }
-  if (opt.depth == kAutoDepth && !workload_rerunnable_v<W>) {
-    // No trial (it would rerun the visitor on the caller's data): depth 0's choice.
-    TraversalOptions o = opt;
-    o.depth = 0;
-    return run_call(w, view, held, gpu, state, call, o);
-  }
-  if (opt.depth == kAutoDepth) {
-    const Device where = opt.device == Device::Cpu ? Device::Cpu : held;
-    const std::vector<float> staged = detail::host_copy_of_queries(call.queries, call.n, w.query_dims, opt.stream);
-    const float* queries = staged.empty() ? call.queries : staged.data();
-    double trial_ms = 0;
-    // Every trial runs the same sample, gathered once, into one set of scratch results.
-    detail::TrialCall t;
-    TraversalOptions chosen = opt;
-    chosen.depth = state.auto_depth.choose(
-        opt, where, call.n, height, detail::uncapped_default_depth(w, view, state, call.n, opt, where),
-        [&](int d, const std::vector<index_t>& rows) {
-          if (!t.out) t = detail::trial_call(w, call, queries, &rows);
-          return run_ms(run_call(w, view, held, gpu, state, t.data, trial_options(opt, d)));
-        },
-        &trial_ms);
-    TraversalStats st = run_call(w, view, held, gpu, state, call, chosen);
-    st.depth_trial_ms = trial_ms;
-    return st;
-  }
-  if (opt.memory_budget > 0 && opt.device != Device::Cpu && held == Device::Gpu && w.query_dims > 0 &&
-      opt.depth >= 0 && opt.depth <= height) {
-    // Queries and results that do not fit the budget beside the tree: one call per batch, each
-    // leaving room for its whole matrix.
-    const TraversalStats plan = begin_call(opt, held, w.name, height, w.default_depth, W::kGuided, W::kBuiltinTree);
-    const TopTree top = TopTree::build(W::topology(view), plan.depth);
-    const std::size_t per_query = w.query_dims * sizeof(float) + w.output_bytes[0] + w.output_bytes[1];
-    const index_t batch = budget_batch(
-        opt, call.n, gpu->tree_bytes(), per_query,
-        pipeline_bytes_per_query(opt.schedule, W::kGuided, W::kGuided ? plan.rows.width(top.size()) : top.size()));
-    if (batch < call.n) {
-      TraversalStats all;
-      for (index_t a = 0; a < call.n; a += batch) {
-        CallData part = call;
-        part.n = std::min(batch, call.n - a);
-        part.queries = call.queries + a * w.query_dims;
-        for (int i = 0; i < 2; ++i)
-          if (call.outputs[i]) part.outputs[i] = static_cast<unsigned char*>(call.outputs[i]) + a * w.output_bytes[i];
-        append_batch(all, detail::run_fixed(w, view, held, gpu, state, part, opt), a, a == 0);
-      }
-      return all;
-    }
-  }
-  return detail::run_fixed(w, view, held, gpu, state, call, opt);
+  return st;
 }
 
 namespace detail {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -23,6 +24,7 @@
 #include "tests/interval_tree.hpp"
 #include "tests/require_gpu.hpp"
 #include "tests/stream_probe.hpp"
+#include "tests/test_errors.hpp"
 #include "tests/test_util.hpp"
 
 namespace canopy {
@@ -558,6 +560,79 @@ TEST(AutoDepth, PicksACandidateDepthGivesTheSameResultsAndRemembersItsChoiceCpu)
 TEST(AutoDepthGpu, PicksACandidateDepthGivesTheSameResultsAndRemembersItsChoice) {
   CANOPY_REQUIRE_GPU();
   auto_depth_picks_a_candidate_and_remembers_it(Device::Gpu);
+}
+
+// Auto, depth auto and a memory budget together give the fixed options' results on the shape's
+// first call (the prior), its second (the trial, on the GPU where Auto has several candidates)
+// and its third (the settled pick).
+void auto_depth_auto_and_a_budget_give_the_fixed_results(Device device) {
+  AutoChoice::forget_all();
+  Apis apis;
+  std::vector<Workload> ws = apis.workloads();
+  const std::size_t pc_data = 7 * sizeof(float) + sizeof(index_t);
+  const std::size_t knn_data = 7 * sizeof(float) + 5 * (sizeof(float) + sizeof(index_t));
+  // Half the queries and results beside the tree: batches on the GPU (Barnes-Hut holds its bodies).
+  const std::vector<std::size_t> budgets{
+      objects().pc_tree.bytes() + 750 * pc_data, objects().kd.bytes() + 750 * knn_data,
+      objects().ball.bytes() + 750 * knn_data, objects().vp.bytes() + 750 * knn_data, std::size_t{1} << 30};
+  ASSERT_EQ(budgets.size(), ws.size());
+  for (std::size_t i = 0; i < ws.size(); ++i) {
+    SCOPED_TRACE(ws[i].name);
+    const Words reference =
+        ws[i].run(test::options_on(device, ScheduleKind::InputOrder, ExecutorKind::Independent), nullptr);
+    for (ScheduleKind s : {ScheduleKind::Auto, ScheduleKind::Hybrid, ScheduleKind::HybridKey}) {
+      TraversalOptions o = test::options_on(device, s);
+      o.depth = kAutoDepth;
+      o.memory_budget = budgets[i];
+      for (int call = 1; call <= 3; ++call) {
+        TraversalStats st;
+        EXPECT_EQ(ws[i].run(o, &st), reference) << "schedule " << static_cast<int>(s) << ", call " << call;
+        EXPECT_EQ(st.auto_trial_ms > 0, device == Device::Gpu && call == 2) << "call " << call;
+        if (s == ScheduleKind::Hybrid && call == 1) {
+          EXPECT_GT(st.depth_trial_ms, 0.0);
+        }
+      }
+    }
+  }
+}
+
+TEST(AutoPlan, AutoDepthAutoAndABudgetGiveTheFixedOptionsResultsCpu) {
+  auto_depth_auto_and_a_budget_give_the_fixed_results(Device::Cpu);
+}
+
+TEST(AutoPlanGpu, AutoDepthAutoAndABudgetGiveTheFixedOptionsResults) {
+  CANOPY_REQUIRE_GPU();
+  auto_depth_auto_and_a_budget_give_the_fixed_results(Device::Gpu);
+}
+
+// A call's data is checked before its options resolve: a bad query is an error under Auto (the
+// shape's second call included, whose trial would run) and under depth auto.
+void bad_queries_are_an_error_however_the_options_resolve(Device device) {
+  AutoChoice::forget_all();
+  Apis apis;
+  std::vector<float> bad = inputs().pc_queries;
+  bad[700 * 7 + 3] = std::nanf("");
+  for (ScheduleKind s : {ScheduleKind::Auto, ScheduleKind::Hybrid, ScheduleKind::HybridKey})
+    for (int depth : {0, kAutoDepth}) {
+      SCOPED_TRACE("schedule " + std::to_string(static_cast<int>(s)) + ", depth " + std::to_string(depth));
+      PcOptions o;
+      static_cast<TraversalOptions&>(o) = test::options_on(device, s);
+      o.depth = depth;
+      o.radius = objects().radius;
+      apis.pc.run(inputs().pc_queries.data(), 1500, o);  // the shape's first call
+      const std::string e = test::error_of([&] { apis.pc.run(bad.data(), 1500, o); });
+      EXPECT_HAS(e, "query 700 has a non-finite coordinate");
+      EXPECT_HAS(e, "in dimension 3");
+    }
+}
+
+TEST(AutoPlan, BadQueriesAreAnErrorUnderAutoAndDepthAutoCpu) {
+  bad_queries_are_an_error_however_the_options_resolve(Device::Cpu);
+}
+
+TEST(AutoPlanGpu, BadQueriesAreAnErrorUnderAutoAndDepthAuto) {
+  CANOPY_REQUIRE_GPU();
+  bad_queries_are_an_error_however_the_options_resolve(Device::Gpu);
 }
 
 TEST(Pipeline, ChunksRampUpByDoublingFromAnEighthAndCoverTheQueriesOnce) {
