@@ -4,7 +4,8 @@ decision-forest inference, in the shape scipy, scikit-learn and XGBoost users kn
     import numpy as np, canopy
     points = np.random.rand(100_000, 3)
     tree = canopy.KDTree(points)                        # built on the GPU when there is one
-    counts = tree.query_ball_point(points, r=0.02)      # as scipy's return_length=True
+    counts = tree.query_ball_point(points, r=0.02, return_length=True)  # as scipy's cKDTree
+    lists = tree.query_ball_point(points[:10], r=0.02)  # index lists, as scipy's
     dist, idx = tree.query(points, k=8)                 # as scipy's cKDTree.query
     forest = canopy.Forest.load(model)                  # XGBoost, scikit-learn (canopy/forest.py)
     proba = forest.predict_proba(X)                     # as the model's predict_proba, to the bit
@@ -18,15 +19,16 @@ last call's statistics are in `.last_stats`. Forests also take DataFrames and in
 and their options are ForestRunOptions' (device, kernel, online_tuning, graph, schedule).
 Canopy's errors are ValueError (MemoryError when the GPU lacks memory), with Canopy's message.
 """
+import os
 import types
 
 import numpy as np
 
 from . import _canopy
-from ._arrays import _Input
+from ._arrays import _Input, _cupy, _on_device
 from .forest import Forest
 
-__all__ = ["KDTree", "BallTree", "VPTree", "barnes_hut", "Forest", "gpu_available", "gpu_description"]
+__all__ = ["KDTree", "cKDTree", "BallTree", "VPTree", "barnes_hut", "Forest", "gpu_available", "gpu_description"]
 
 gpu_available = _canopy.gpu_available
 gpu_description = _canopy.gpu_description
@@ -39,84 +41,501 @@ def _stats(d):
 
 
 def _options(options):
+    """The traversal options a search passes on, checked here so that a wrong type is a TypeError
+    and a wrong value a ValueError, each naming the option (not pybind11's RuntimeError)."""
     unknown = set(options) - set(_OPTIONS)
     if unknown:
         raise ValueError(f"unknown option(s) {sorted(unknown)}; known: {', '.join(_OPTIONS)}")
-    return {k: v for k, v in options.items() if v is not None}
+    out = {}
+    for k, v in options.items():
+        if v is None:
+            continue
+        if k in ("device", "schedule", "executor"):
+            if not isinstance(v, str):
+                raise TypeError(f"{k} = {v!r}: a string is needed")
+        elif k == "pipeline":
+            if not isinstance(v, (bool, np.bool_)):
+                raise TypeError(f"pipeline = {v!r}: True or False is needed")
+            v = bool(v)
+        elif k == "depth" and isinstance(v, str):
+            if v != "auto":
+                raise ValueError(f"depth = {v!r}: an int or 'auto' is needed")
+        else:  # depth, chunk, memory_budget: non-negative ints
+            v = _int(v, k)
+            if v < 0:
+                raise ValueError(f"{k} = {v}: must be >= 0")
+        out[k] = v
+    return out
+
+
+def _int(v, name):
+    """v as a Python int (bool and floats are a TypeError naming the argument)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} = {v!r}: an integer is needed")
+    return int(v)
+
+
+def _number(v, name, low=0.0):
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} = {v!r}: a number is needed") from None
+    if not f >= low:  # NaN too
+        raise ValueError(f"{name} = {v!r}: must be >= {low:g}")
+    return f
+
+
+def _workers(workers):
+    """scipy's workers: None or an int (-1: every core); Canopy uses every core or the GPU anyway."""
+    if workers is None:
+        return
+    w = _int(workers, "workers")
+    if w == 0 or w < -1:
+        raise ValueError(f"workers = {w}: a positive number, or -1 for every core")
+    if w == -1 and os.cpu_count() is None:
+        raise NotImplementedError("Cannot determine the number of cpus using os.cpu_count(), "
+                                  "cannot use -1 for the number of workers")
+
+
+def _host_rows(x, name, m):
+    """x as a float64 numpy array (..., m) of host rows (lists, ints and bools converted)."""
+    a = np.asarray(x)
+    if a.dtype.kind == "c":
+        raise TypeError(f"{name}: complex data (dtype {a.dtype}) are not points")
+    if a.dtype.kind not in "biuf":
+        try:
+            a = a.astype(np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: dtype {a.dtype} is not a number type") from None
+    if a.ndim == 0 or (m is not None and a.shape[-1] != m):
+        raise ValueError(f"{name}: {a.shape[-1] if a.ndim else 0} columns, the tree has {m}" if m is not None
+                         else f"{name}: shape {a.shape} is not (n, dims)")
+    return a
+
+
+# Exactness (see docs/python.md, "Exact results"). The engine's distance from query q~ to point x~
+# (float32 coordinates) is sqrt_rn of a correctly rounded float32 sum of correctly rounded squares
+# of correctly rounded differences, in one order (layouts/geometry.hpp), so it is within
+# _REL * d + _ABS of the real distance d between those float32 coordinates (a sum of m squares
+# carries at most (m + 2) float32 roundings of relative size 2^-24, the square root one more; the
+# factor 2 and _ABS, which covers underflow, are margins). Coordinates rounded from float64 move by
+# at most 2^-24 of their distance from the tree's centre (+ subnormals' 2^-149), so a point's real
+# float64 distance D satisfies |d~ - D| <= _REL(m) d~ + _ABS + eps_point + eps_query.
+_U32 = 2.0 ** -24
+_ABS = 1e-18
+
+
+def _rel(m):
+    return (m + 4) * 2.0 ** -23
+
+
+def _minkowski(diff, p):
+    """The p-norm of diff along the last axis, in float64 as scipy's minkowski_distance."""
+    if p == 2:
+        return np.sqrt(np.einsum("...i,...i->...", diff, diff))
+    a = np.abs(diff)
+    if p == 1:
+        return a.sum(axis=-1)
+    if p == np.inf:
+        return a.max(axis=-1)
+    return (a ** p).sum(axis=-1) ** (1.0 / p)
+
+
+def _ball_factor(m, p):
+    """c with |v|_2 <= c |v|_p for v in R^m (p >= 1): 1 for p <= 2, m^(1/2 - 1/p) above; with a
+    float64 rounding margin."""
+    c = 1.0 if p <= 2 else (np.sqrt(m) if p == np.inf else m ** (0.5 - 1.0 / p))
+    return c * (1 + 1e-9)
 
 
 class _PointTree:
+    """A tree over points (n, dims), scipy.spatial.cKDTree's constructor: leafsize,
+    compact_nodes, copy_data and balanced_tree are accepted (Canopy's trees are always balanced
+    median-split trees, and compact: those two flags change nothing); boxsize (periodic boxes) is
+    not implemented yet (NotImplementedError). device (keyword): "auto", "cpu" or "gpu".
+
+    float32 data: the tree and its searches are float32 (the fast path). float64, integer and
+    bool data: kept as float64 (.data); the tree is built over float32 coordinates relative to the
+    data's centre and every answer is made exact in float64 (see docs/python.md)."""
     _kind = None
 
-    def __init__(self, data, leafsize=8, device="auto"):
-        pts = _Input(data, "data")
-        if pts.n == 0:
-            raise ValueError("data: no points")
-        self._device = device
-        self._index = _canopy.PointIndex(self._kind, pts.ptr, pts.n, pts.dims, int(leafsize), device)
-        self.n, self.m = pts.n, pts.dims
+    def __init__(self, data, leafsize=8, compact_nodes=True, copy_data=False, balanced_tree=True, boxsize=None,
+                 *, device="auto"):
+        leafsize = _int(leafsize, "leafsize")
+        if leafsize < 1:
+            raise ValueError(f"leafsize = {leafsize}: must be >= 1")
+        for name, v in (("compact_nodes", compact_nodes), ("copy_data", copy_data), ("balanced_tree", balanced_tree)):
+            if not isinstance(v, (bool, np.bool_, int, np.integer)):
+                raise TypeError(f"{name} = {v!r}: True or False is needed")
+        if boxsize is not None:
+            raise NotImplementedError("boxsize (periodic boxes) is not implemented by canopy's trees yet (issue 37); "
+                                      "use scipy.spatial.cKDTree for periodic boxes")
+        if not isinstance(device, str):
+            raise TypeError(f"device = {device!r}: a string is needed")
+        self._device, self.leafsize = device, leafsize
+        self._args = dict(leafsize=leafsize, compact_nodes=bool(compact_nodes), balanced_tree=bool(balanced_tree),
+                          device=device)
         self.last_stats = None
+        self._host = not _on_device(data)
+        self._center = None
+        self._eps_x = 0.0
+        if not self._host or (isinstance(data, np.ndarray) and data.dtype == np.float32):
+            pts = _Input(data, "data")  # float32 rows (a device float64 array converted on the device)
+            self.data = pts.array if (pts.array is not data or not copy_data) else pts.array.copy()
+            self._exact = False
+        else:
+            a = _host_rows(data, "data", None)
+            if a.ndim != 2:
+                raise ValueError(f"data: shape {a.shape} is not (n, dims)")
+            self._exact = a.dtype != np.float32
+            dtype = np.float64 if self._exact else np.float32
+            self.data = np.array(a, dtype=dtype, order="C", copy=bool(copy_data))
+            pts = None
+        self.n, self.m = int(self.data.shape[0]), int(self.data.shape[1])
+        xp = np if self._host else _cupy()
+        self.maxes = xp.amax(self.data, axis=0) if self.n else xp.full(self.m, -np.inf)
+        self.mins = xp.amin(self.data, axis=0) if self.n else xp.full(self.m, np.inf)
+        self._index = None  # none for an empty tree: every search answers from its shapes
+        if self.n == 0:
+            return
+        if self._exact:
+            if not np.isfinite(self.data).all():
+                bad = int(np.flatnonzero(~np.isfinite(self.data).all(axis=1))[0])
+                raise ValueError(f"data: point {bad} has a non-finite coordinate")
+            self._center = (self.mins + self.maxes) / 2
+            rel = self.data - self._center
+            f32 = rel.astype(np.float32)
+            if not np.isfinite(f32).all():
+                raise ValueError("data: coordinates beyond float32's range from the data's centre")
+            radius = float(np.sqrt(np.einsum("ij,ij->i", rel, rel).max()))
+            self._eps_x = 1.0000001 * _U32 * radius + np.sqrt(self.m) * 2.0 ** -149
+            pts = _Input(f32, "data")
+        self._index = _canopy.PointIndex(self._kind, pts.ptr, pts.n, pts.dims, leafsize, device)
+
+    def __reduce__(self):
+        """Pickled as its data and constructor arguments; unpickling builds the tree again."""
+        data = self.data if self._host else _cupy().asnumpy(self.data)
+        return (_rebuild, (type(self), data, self._args))
+
+    @property
+    def size(self):
+        """The number of points (scipy's cKDTree.size counts nodes; Canopy's node count is not
+        exposed)."""
+        return self.n
 
     @property
     def device(self):
         """Where the searches run: "gpu" or "cpu"."""
-        return self._index.device
+        return self._index.device if self._index is not None else "cpu"
 
     @property
     def built_on(self):
         """Where the tree was built: "gpu" or "cpu" (the same tree either way)."""
-        return self._index.built_on
+        return self._index.built_on if self._index is not None else "cpu"
+
+    # -- queries as the engine reads them -------------------------------------------------------
+    def _rows(self, x):
+        """Host queries: (float64 rows (nq, m), their float32 engine rows, per-row rounding bound
+        eps_q, leading shape, single 1-d point?)."""
+        a = _host_rows(x, "x", self.m)
+        single, lead = a.ndim == 1, a.shape[:-1]
+        q = a.reshape(-1, self.m)
+        if self._exact:
+            q = q.astype(np.float64, copy=False)
+            rel = q - self._center if self._center is not None else q
+            with np.errstate(over="ignore", invalid="ignore"):
+                q32 = rel.astype(np.float32)
+                eps_q = 1.0000001 * _U32 * np.sqrt(np.einsum("ij,ij->i", rel, rel)) + np.sqrt(self.m) * 2.0 ** -149
+        else:  # a float32 tree: queries are rounded to float32, as on the fast path
+            q32 = np.ascontiguousarray(q, dtype=np.float32)
+            q = q32.astype(np.float64)
+            eps_q = np.zeros(len(q))
+        return q, np.ascontiguousarray(q32), eps_q, lead, single
+
+    def _gather(self, idx):
+        return self.data[idx].astype(np.float64, copy=False)
+
+    def _engine_knn(self, q32, k, options):
+        idx = np.empty((len(q32), k), np.int64)
+        dist = np.empty((len(q32), k), np.float32)
+        self.last_stats = _stats(self._index.knn(q32, len(q32), k, idx, dist, options))
+        return dist, idx
+
+    def _search(self, q, q32, eps_q, p, kp, radius, options):
+        """The exact search behind every call that is not the float32 fast path. For each row i
+        of q yields (rows, D, I): candidate indices I (rows, kp) and their float64 p-distances D,
+        where the candidates of row i hold every point whose p-distance is <= radius(rows, D)[i].
+
+        Candidates come from the float32 tree's k nearest: a row is settled when its k-th
+        engine distance d_k proves every other point farther than the radius (d_j >= d_k for the
+        points not returned, and the rounding bound turns d_k into a lower bound on their float64
+        2-norm, which bounds the p-norm through _ball_factor); otherwise k grows fourfold, up to
+        every point. Rows with a non-finite engine coordinate, and trees with no index, are
+        compared with every point."""
+        n, m = self.n, self.m
+        rel, fac = 1 + _rel(m), _ball_factor(m, p)
+        finite = np.isfinite(q32).all(axis=1)
+        brute = np.flatnonzero(~finite) if self._index is not None else np.arange(len(q))
+        if self._index is not None:
+            pending = np.flatnonzero(finite)
+            kp = np.minimum(np.broadcast_to(np.asarray(kp, np.int64), (len(q),))[pending], n)
+            while len(pending):
+                settled_rows, again, again_k = [], [], []
+                for k in np.unique(kp):
+                    group = pending[kp == k]
+                    step = max(1, (1 << 22) // (int(k) * m))
+                    for s in range(0, len(group), step):
+                        rows = group[s:s + step]
+                        d32, idx = self._engine_knn(q32[rows], int(k), options)
+                        D = _minkowski(self._gather(idx) - q[rows, None, :], p)
+                        if k >= n:
+                            yield rows, D, idx
+                            continue
+                        last = d32[:, -1].astype(np.float64)
+                        with np.errstate(invalid="ignore"):
+                            lower = (last - _ABS) / rel - self._eps_x - eps_q[rows]
+                            done = np.isfinite(last) & (lower > fac * radius(rows, D))
+                        if done.any():
+                            yield rows[done], D[done], idx[done]
+                        again.append(rows[~done])
+                        again_k.append(np.full((~done).sum(), min(n, 4 * int(k)), np.int64))
+                pending = np.concatenate(again) if again else np.empty(0, np.int64)
+                kp = np.concatenate(again_k) if again_k else np.empty(0, np.int64)
+        if len(brute) and n:
+            step = max(1, (1 << 22) // (n * m))
+            for s in range(0, len(brute), step):
+                rows = brute[s:s + step]
+                idx = np.broadcast_to(np.arange(n), (len(rows), n))
+                with np.errstate(invalid="ignore", over="ignore"):
+                    yield rows, _minkowski(self.data[None, :, :].astype(np.float64) - q[rows, None, :], p), idx
 
     def query(self, x, k=1, eps=0, p=2, distance_upper_bound=np.inf, workers=None, **options):
         """The k nearest points of each row of x, as scipy's cKDTree.query: (distances, indices),
-        each of shape (n, k), or (n,) for k = 1, or scalars for one 1-d point. Ascending by
-        (distance, index): a tie in distance goes to the lower index. Distances are computed in
-        float32 (the same on CPU and GPU) and returned as float64. workers is ignored (every
-        core or the GPU is used)."""
-        if eps != 0 or p != 2 or distance_upper_bound != np.inf:
-            raise ValueError("query supports eps=0, p=2 and no distance_upper_bound only")
-        if not isinstance(k, (int, np.integer)):
-            raise ValueError(f"k = {k!r}: an integer is needed (a list of k is not supported)")
-        q = _Input(x, "x", self.m, rows_ok_1d=True)
-        idx, ip = q.empty((q.n, int(k)), np.int64)
-        dist, dp = q.empty((q.n, int(k)), np.float32)
-        self.last_stats = _stats(self._index.knn(q.ptr, q.n, int(k), ip, dp, _options(options)))
-        dist, idx = q.result(dist.astype(q.xp.float64)), q.result(idx)
-        if k == 1:
+        each of shape x.shape[:-1] + (k,), without the last axis for k = 1, and one row of
+        scalars for a 1-d point. k may be a list of ints (the k-th neighbours named, as scipy).
+        Missing neighbours (k > n, farther than distance_upper_bound, a NaN query) are distance
+        inf and index n. Ascending by (distance, index): a tie goes to the lower index.
+
+        A float32 tree with p = 2 answers from the tree (float32 distances, the same on CPU and
+        GPU, returned as float64). A float64 tree, and any p >= 1 (1, 2, inf, or between), gives
+        the exact float64 answer (see docs/python.md). eps >= 0 is accepted; the answers are exact
+        (they meet any eps). workers is ignored (every core or the GPU is used)."""
+        if isinstance(k, (list, tuple, np.ndarray)):
+            ks, listed = list(np.asarray(k).ravel().tolist()), True
+        else:
+            ks, listed = [k], False
+        if not ks or any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) for v in ks):
+            raise ValueError(f"k must be an integer or a sequence of integers (k = {k!r})")
+        ks = [int(v) for v in ks]
+        _workers(workers)
+        if min(ks) < 1:
+            raise ValueError(f"k = {k!r}: must be >= 1")
+        _number(eps, "eps")
+        p = _number(p, "p", 1.0)
+        ub = _number(distance_upper_bound, "distance_upper_bound")
+        kmax, n = max(ks), self.n
+        kc = min(kmax, n)  # the neighbours there are
+        opts = _options(options)
+        if not self._exact and p == 2 and kc > 0 and ub == np.inf or not self._host:
+            return self._query_fast(x, ks, kmax, kc, listed, p, ub, opts)
+        q, q32, eps_q, lead, single = self._rows(x)
+        dist = np.full((len(q), kmax), np.inf)
+        idx = np.full((len(q), kmax), n, np.int64)
+
+        def radius(rows, D):
+            return np.minimum(np.partition(D, kc - 1, axis=1)[:, kc - 1], ub)
+
+        if kc:
+            for rows, D, I in self._search(q, q32, eps_q, p, kc + 4, radius, opts):
+                order = np.lexsort((I, D), axis=-1)[:, :kc]
+                Dk, Ik = np.take_along_axis(D, order, 1), np.take_along_axis(I, order, 1)
+                far = ~(Dk < ub)  # (NaN too: a NaN query has no neighbours)
+                Dk[far], Ik[far] = np.inf, n
+                dist[rows, :kc], idx[rows, :kc] = Dk, Ik
+        return self._shape_knn(dist, idx, ks, listed, lead, single, np)
+
+    def _query_fast(self, x, ks, kmax, kc, listed, p, ub, opts):
+        """The tree's own float32 answer (float32 trees, p = 2; any tree for CUDA arrays)."""
+        if p != 2:
+            raise ValueError(f"p = {p}: CUDA arrays are searched with p = 2 only (pass numpy arrays for other p)")
+        xs = x
+        lead, reshaped = None, False
+        if isinstance(x, np.ndarray) and x.ndim > 2 or isinstance(x, (list, tuple)):
+            a = _host_rows(x, "x", self.m)
+            lead, xs, reshaped = a.shape[:-1], a.reshape(-1, self.m) if a.ndim > 1 else a, True
+        q = _Input(xs, "x", self.m, rows_ok_1d=True, numeric=True)
+        xp = q.xp
+        if lead is None:
+            lead = (q.n,) if not q.single else ()
+        if kc == 0:
+            dist = xp.full((q.n, kmax), np.inf)
+            idx = xp.full((q.n, kmax), self.n, dtype=np.int64)
+        else:
+            idx, ip = q.empty((q.n, kc), np.int64)
+            dist, dp = q.empty((q.n, kc), np.float32)
+            try:
+                self.last_stats = _stats(self._index.knn(q.ptr, q.n, kc, ip, dp, opts))
+            except ValueError:
+                bad = ~xp.isfinite(q.array).all(axis=1)
+                if not bool(bad.any()):
+                    raise
+                # A query with a NaN or infinite coordinate has no neighbours (inf, n), as scipy.
+                good = xp.flatnonzero(~bad)
+                dist[...], idx[...] = np.inf, self.n
+                if len(good):
+                    sub = xp.ascontiguousarray(q.array[good])
+                    d2, i2 = xp.empty((len(good), kc), np.float32), xp.empty((len(good), kc), np.int64)
+                    self.last_stats = _stats(self._index.knn(sub.data.ptr if q.device else sub, len(good), kc,
+                                                             i2.data.ptr if q.device else i2,
+                                                             d2.data.ptr if q.device else d2, opts))
+                    dist[good], idx[good] = d2, i2
+            dist = dist.astype(xp.float64)
+            if kc < kmax or ub != np.inf:
+                far = ~(dist < ub)
+                dist[far], idx[far] = np.inf, self.n
+                if kc < kmax:
+                    dist = xp.concatenate([dist, xp.full((q.n, kmax - kc), np.inf)], axis=1)
+                    idx = xp.concatenate([idx, xp.full((q.n, kmax - kc), self.n, dtype=np.int64)], axis=1)
+        d, i = self._shape_knn(dist, idx, ks, listed, lead, q.single and not reshaped, xp)
+        return q.result(d), q.result(i)
+
+    @staticmethod
+    def _shape_knn(dist, idx, ks, listed, lead, single, xp):
+        if listed:
+            cols = [v - 1 for v in ks]
+            dist, idx = dist[:, cols], idx[:, cols]
+        elif ks[0] == 1:
             dist, idx = dist[:, 0], idx[:, 0]
-        if q.single:
-            return dist[0], idx[0]
-        return dist, idx
+        if single:
+            d, i = dist[0], idx[0]
+            if xp is np and d.ndim == 0:  # one point, k = 1: Python's float and int, as scipy
+                return float(d), int(i)
+            return d, i
+        shape = tuple(lead) + dist.shape[1:]
+        return dist.reshape(shape), idx.reshape(shape)
 
-    def query_ball_point(self, x, r, p=2.0, eps=0, workers=None, return_sorted=None, return_length=False, **options):
-        """For each row of x, how many tree points lie within distance r (a point at exactly r
-        counts), as scipy's query_ball_point(..., return_length=True); the index lists are not
-        returned (return_length=False is an error). KDTree only."""
-        if not return_length:
-            raise ValueError("query_ball_point returns counts only: pass return_length=True")
-        if p != 2 or eps != 0:
-            raise ValueError("query_ball_point supports p=2 and eps=0 only")
-        if not np.isscalar(r):
-            raise ValueError("r must be one number for every query")
-        q = _Input(x, "x", self.m, rows_ok_1d=True)
+    def query_ball_point(self, x, r, p=2.0, eps=0, workers=None, return_sorted=None, return_length=False,
+                         **options):
+        """The tree points within distance r (a point at exactly r counts) of each row of x, as
+        scipy's cKDTree.query_ball_point: a list of indices for one 1-d point, else an object
+        array of lists of shape x.shape[:-1]; with return_length=True their counts (int64). r is
+        one number or an array broadcast against x.shape[:-1]; p >= 1. The lists are sorted
+        (whatever return_sorted says). eps >= 0 is accepted (the answers are exact).
+
+        float32 tree, p = 2, one r, return_length=True (KDTree): counted by the tree in float32
+        (the fast path; a point within float32 rounding of r may count either way). Otherwise
+        exact in float64 (docs/python.md)."""
+        _number(eps, "eps")
+        p = _number(p, "p", 1.0)
+        _workers(workers)
+        if not isinstance(return_length, (bool, np.bool_)):
+            raise TypeError(f"return_length = {return_length!r}: True or False is needed")
+        opts = _options(options)
+        scalar_r = np.ndim(r) == 0
+        if scalar_r:
+            _number(r, "r")
+        if (return_length and p == 2 and scalar_r and not self._exact and self._kind == "kd"
+                and self._index is not None) or not self._host:
+            return self._count_fast(x, float(r), p, return_length, scalar_r, opts)
+        q, q32, eps_q, lead, single = self._rows(x)
+        rr = np.broadcast_to(np.asarray(r, dtype=np.float64), lead).reshape(-1)
+        if rr.size and not (rr >= 0).all():
+            raise ValueError("r: radii must be >= 0")
+        lists = [None] * len(q)
+        kp = self._start_k(q32, rr, p, opts)
+        for rows, D, I in self._search(q, q32, eps_q, p, kp, lambda rows, D: rr[rows], opts):
+            inside = D <= rr[rows, None]
+            for j, row in enumerate(rows.tolist()):
+                lists[row] = np.sort(I[j][inside[j]])
+        empty = np.empty(0, np.int64)
+        lists = [v if v is not None else empty for v in lists]
+        if return_length:
+            counts = np.array([len(v) for v in lists], np.int64).reshape(lead)
+            return counts[()] if single else counts
+        if single:
+            return lists[0].tolist()
+        out = np.empty(len(lists), dtype=object)
+        for j, v in enumerate(lists):
+            out[j] = v.tolist()
+        return out.reshape(lead)
+
+    def _start_k(self, q32, rr, p, opts):
+        """A first guess at each row's candidate count: the kd-tree's float32 count within the
+        largest radius (widened past any rounding), else 16. Only a guess: _search checks."""
+        if self._kind != "kd" or self._index is None or not rr.size or not np.isfinite(rr).all():
+            return 16
+        rho = float(rr.max()) * _ball_factor(self.m, p) * (1 + 2 * _rel(self.m)) + 2 * self._eps_x + 1e-30
+        finite = np.isfinite(q32).all(axis=1)
+        if rho > 1e38 or not finite.any():
+            return 16
+        rows = np.ascontiguousarray(q32[finite])
+        counts = np.empty(len(rows), np.int64)
+        self.last_stats = _stats(self._index.count(rows, len(rows), rho, counts, opts))
+        kp = np.full(len(q32), 16, np.int64)
+        kp[finite] = counts + 1
+        return kp
+
+    def _count_fast(self, x, r, p, return_length, scalar_r, opts):
+        """The kd-tree's own float32 counts (float32 trees, p = 2, one r; any tree for CUDA
+        arrays, which are counted only)."""
+        if not (return_length and p == 2 and scalar_r):
+            raise ValueError("CUDA arrays: query_ball_point gives counts (return_length=True) for p = 2 and one r "
+                             "only; pass numpy arrays for index lists")
+        if self._index is None:
+            q = _Input(x, "x", self.m, rows_ok_1d=True, numeric=True)
+            counts = q.xp.zeros((q.n,), np.int64)
+            return q.result(counts)[0] if q.single else q.result(counts)
+        if self._kind != "kd":
+            raise ValueError("radius counts of CUDA arrays run over a KDTree; this tree is a ball or vp tree")
+        lead = None
+        if isinstance(x, np.ndarray) and x.ndim > 2 or isinstance(x, (list, tuple)):
+            a = _host_rows(x, "x", self.m)
+            lead, x = a.shape[:-1], (a.reshape(-1, self.m) if a.ndim > 1 else a)
+        q = _Input(x, "x", self.m, rows_ok_1d=True, numeric=True)
         counts, cp = q.empty((q.n,), np.int64)
-        self.last_stats = _stats(self._index.count(q.ptr, q.n, float(r), cp, _options(options)))
+        try:
+            self.last_stats = _stats(self._index.count(q.ptr, q.n, r, cp, opts))
+        except ValueError:
+            bad = ~q.xp.isfinite(q.array).all(axis=1)
+            if not bool(bad.any()):
+                raise
+            good = q.xp.flatnonzero(~bad)
+            counts[...] = 0  # a query with a NaN coordinate has no neighbours
+            if len(good):
+                sub = q.xp.ascontiguousarray(q.array[good])
+                c2 = q.xp.empty(len(good), np.int64)
+                self.last_stats = _stats(self._index.count(sub.data.ptr if q.device else sub, len(good), r,
+                                                           c2.data.ptr if q.device else c2, opts))
+                counts[good] = c2
         counts = q.result(counts)
-        return counts[0] if q.single else counts
+        if q.single:
+            return counts[0]
+        return counts.reshape(lead) if lead is not None else counts
 
 
-class KDTree(_PointTree):
-    """A kd-tree over points (n, dims): median splits on the widest dimension."""
+def _rebuild(cls, data, args):
+    return cls(data, **args)
+
+
+class cKDTree(_PointTree):
+    """A kd-tree over points (n, dims): median splits on the widest dimension; scipy's
+    cKDTree's calls (query, query_ball_point) and attributes (data, n, m, leafsize, maxes,
+    mins, size)."""
     _kind = "kd"
 
 
+class KDTree(cKDTree):
+    """A kd-tree over points (n, dims): median splits on the widest dimension (scipy's KDTree,
+    which is its cKDTree)."""
+
+
 class BallTree(_PointTree):
-    """A ball tree over points (n, dims); query() only."""
+    """A ball tree over points (n, dims); query() and query_ball_point() lists."""
     _kind = "ball"
 
 
 class VPTree(_PointTree):
-    """A vantage-point tree over points (n, dims); query() only."""
+    """A vantage-point tree over points (n, dims); query() and query_ball_point() lists."""
     _kind = "vp"
 
 

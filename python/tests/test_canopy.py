@@ -71,22 +71,26 @@ def test_radius_counts_equal_scipy(cloud):
 
 def test_inputs_converted_once_and_checked(cloud):
     points, queries = cloud
+    # float64 rows (any order) are kept as float64: their answers are exact in float64, the same
+    # neighbours as the float32 tree over the same values, distances equal to float64 rounding.
     tree = canopy.KDTree(np.asfortranarray(points.astype(np.float64)))
     d, i = tree.query(np.asfortranarray(queries.astype(np.float64)), k=4)
     d2, i2 = canopy.KDTree(points).query(queries, k=4)
-    assert np.array_equal(i, i2) and np.array_equal(d, d2)
-    with pytest.raises(ValueError, match="dtype int64 is not float32 or float64"):
-        tree.query(np.zeros((3, 3), dtype=np.int64))
+    want_d, want_i = scipy_knn(points, queries, 4)
+    assert np.array_equal(i, want_i) and np.allclose(d, want_d, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(d, d2, rtol=2e-6)
+    # Integer rows are converted (ints against a float32 tree: to float32).
+    di, ii = canopy.KDTree(points).query(np.zeros((3, 3), dtype=np.int64), k=2)
+    assert np.array_equal(ii, canopy.KDTree(points).query(np.zeros((3, 3), dtype=np.float32), k=2)[1])
     with pytest.raises(ValueError, match="2 columns, the tree has 3"):
         tree.query(np.zeros((3, 2), dtype=np.float32))
-    with pytest.raises(ValueError, match="k = 7000 is outside"):
-        tree.query(queries, k=7000)
-    with pytest.raises(ValueError, match="NaN|nan|not finite|infinite"):
-        tree.query(np.full((2, 3), np.nan, dtype=np.float32))
-    with pytest.raises(ValueError, match="return_length=True"):
-        tree.query_ball_point(queries, 0.1)
-    with pytest.raises(ValueError, match="KDTree"):
-        canopy.BallTree(points).query_ball_point(queries, 0.1, return_length=True)
+    with pytest.raises(TypeError, match="complex data"):
+        tree.query(np.zeros((3, 3), dtype=complex))
+    # k beyond n pads with (inf, n), a NaN row answers (inf, n): scipy's answers
+    d, i = canopy.KDTree(points).query(queries[:2], k=7000)
+    assert np.isinf(d[:, 6000:]).all() and (i[:, 6000:] == 6000).all() and np.isfinite(d[:, :6000]).all()
+    d, i = canopy.KDTree(points).query(np.full((2, 3), np.nan, dtype=np.float32))
+    assert np.isinf(d).all() and (i == 6000).all()
 
 
 def test_options_and_stats(cloud):

@@ -1,0 +1,187 @@
+"""canopy.KDTree / cKDTree against scipy.spatial.cKDTree itself (issue 37): the shapes, edge
+cases, p-norms, index lists and float64 answers scipy users rely on. CPU here, GPU where there is
+one (the float32 fast path runs on the GPU; the exact path's candidates too)."""
+import pickle
+import re
+
+import numpy as np
+import pytest
+from scipy.spatial import cKDTree as ScipyTree
+
+import canopy
+
+
+@pytest.fixture(scope="module")
+def cloud():
+    rng = np.random.default_rng(7)
+    return rng.random((3000, 3)), rng.random((400, 3))
+
+
+def same_knn(got, want):
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=0)
+    assert np.array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, np.inf])
+@pytest.mark.parametrize("cls", [canopy.cKDTree, canopy.KDTree, canopy.BallTree, canopy.VPTree])
+def test_query_p_norms_equal_scipy(cloud, cls, p):
+    points, queries = cloud
+    same_knn(cls(points).query(queries, k=6, p=p), ScipyTree(points).query(queries, k=6, p=p))
+
+
+def test_float32_p_norms_exact_over_float32_values(cloud):
+    points, queries = (a.astype(np.float32) for a in cloud)
+    want = ScipyTree(points.astype(np.float64)).query(queries.astype(np.float64), k=5, p=1)
+    same_knn(canopy.KDTree(points).query(queries, k=5, p=1), want)
+
+
+def test_integer_and_bool_inputs():
+    rng = np.random.default_rng(1)
+    pts = rng.integers(0, 50, (500, 2))
+    q = rng.integers(0, 50, (40, 2))
+    got, want = canopy.KDTree(pts).query(q, k=3), ScipyTree(pts).query(q, k=3)
+    assert np.array_equal(got[0], want[0])  # (a grid has ties: scipy's order among them differs)
+    ties = (np.diff(want[0], axis=1) == 0).any(axis=1)
+    assert np.array_equal(got[1][~ties], want[1][~ties]) and (~ties).sum() > 10
+    b = rng.random((200, 4)) > 0.5
+    t = canopy.KDTree(b)
+    assert t.data.dtype == np.float64
+    np.testing.assert_array_equal(t.query(b[:5], k=1)[0], 0)
+
+
+def test_k_larger_than_n_list_of_k_and_upper_bound(cloud):
+    points, queries = cloud
+    small = points[:5]
+    same_knn(canopy.KDTree(small).query(queries, k=8), ScipyTree(small).query(queries, k=8))
+    same_knn(canopy.KDTree(points).query(queries, k=[1, 3, 7]), ScipyTree(points).query(queries, k=[1, 3, 7]))
+    same_knn(canopy.KDTree(points).query(queries, k=[2]), ScipyTree(points).query(queries, k=[2]))
+    for p in (2, 1):
+        same_knn(canopy.KDTree(points).query(queries, k=9, p=p, distance_upper_bound=0.08),
+                 ScipyTree(points).query(queries, k=9, p=p, distance_upper_bound=0.08))
+    f32 = points.astype(np.float32)  # the fast path filters too: strictly nearer than the bound
+    d, i = canopy.KDTree(f32).query(queries, k=9, distance_upper_bound=0.08)
+    assert (np.isinf(d) == (i == len(points))).all() and (d[np.isfinite(d)] < 0.08).all()
+    d, i = canopy.KDTree(f32).query(queries[0], k=1)
+    assert isinstance(d, float) and isinstance(i, int)
+
+
+def test_empty_tree_and_empty_queries(cloud):
+    points, queries = cloud
+    for data in (np.empty((0, 3)), np.empty((0, 3), np.float32)):
+        t = canopy.KDTree(data)
+        d, i = t.query(queries[:2], k=2)
+        assert d.shape == i.shape == (2, 2) and np.isinf(d).all() and (i == 0).all()
+        assert t.query_ball_point(queries[:1], 0.3, return_length=True) == 0
+        assert t.n == 0 and t.m == 3
+    for data in (points, points.astype(np.float32)):
+        d, i = canopy.KDTree(data).query(np.empty((0, 3)), k=2)
+        want = ScipyTree(points).query(np.empty((0, 3)), k=2)
+        assert d.shape == want[0].shape and i.shape == want[1].shape
+
+
+def test_nan_query_rows(cloud):
+    points, queries = cloud
+    q = queries[:6].copy()
+    q[2, 1] = np.nan
+    for data in (points, points.astype(np.float32)):
+        d, i = canopy.KDTree(data).query(q, k=3)
+        want = ScipyTree(data.astype(np.float64)).query(q.astype(data.dtype).astype(np.float64), k=3)
+        assert np.isinf(d[2]).all() and (i[2] == len(points)).all()
+        assert np.array_equal(i, want[1])
+    assert canopy.KDTree(points).query_ball_point(q[2], 0.5) == []
+
+
+@pytest.mark.parametrize("p", [2, 1, np.inf, 2.5])
+def test_query_ball_point_lists(cloud, p):
+    points, queries = cloud
+    ours, ref = canopy.KDTree(points), ScipyTree(points)
+    got = ours.query_ball_point(queries, 0.1, p=p)
+    want = ref.query_ball_point(queries, 0.1, p=p, return_sorted=True)
+    assert got.dtype == object and got.shape == (400,)
+    assert all(a == b for a, b in zip(got, want)) and sum(map(len, got)) > 400
+    r = np.linspace(0, 0.2, len(queries))  # an array of radii
+    got = ours.query_ball_point(queries, r, p=p, return_length=True)
+    assert np.array_equal(got, ref.query_ball_point(queries, r, p=p, return_length=True))
+    assert ours.query_ball_point(queries[3], 0.1, p=p) == ref.query_ball_point(queries[3], 0.1, p=p,
+                                                                              return_sorted=True)
+
+
+def test_ball_and_vp_trees_give_lists(cloud):
+    points, queries = cloud
+    want = ScipyTree(points).query_ball_point(queries, 0.07, return_sorted=True)
+    for cls in (canopy.BallTree, canopy.VPTree):
+        got = cls(points).query_ball_point(queries, 0.07)
+        assert all(a == b for a, b in zip(got, want))
+
+
+def test_vectorised_shapes(cloud):
+    points, _ = cloud
+    t = canopy.KDTree(points)
+    q = np.zeros((2, 4, 3))
+    assert t.query(q)[0].shape == (2, 4) and t.query(q, k=3)[1].shape == (2, 4, 3)
+    assert t.query_ball_point(q, 0.1).shape == (2, 4)
+    assert t.query_ball_point(q, 0.1, return_length=True).shape == (2, 4)
+
+
+def test_float64_exact_on_utm_metres():
+    # The issue's case: 5e6 + [0, 1000)^3 metres, where float32 alone steps by 0.5 m.
+    rng = np.random.default_rng(3)
+    pts = 5e6 + rng.random((20000, 3)) * 1000
+    q = 5e6 + rng.random((1000, 3)) * 1000
+    ours, ref = canopy.KDTree(pts), ScipyTree(pts)
+    d, i = ours.query(q, k=4)
+    want_d, want_i = ref.query(q, k=4)
+    assert np.array_equal(i, want_i)
+    np.testing.assert_allclose(d, want_d, rtol=1e-9)
+    got = ours.query_ball_point(q[:200], 30.0, return_length=True)
+    assert np.array_equal(got, ref.query_ball_point(q[:200], 30.0, return_length=True))
+    (d, i), (want_d, want_i) = ours.query([1e20, 0, 0]), ref.query([1e20, 0, 0])
+    assert d == want_d  # (float64 ties there by the thousand: the lowest index, scipy another)
+    assert np.linalg.norm(pts[i] - [1e20, 0, 0]) == np.linalg.norm(pts[want_i] - [1e20, 0, 0])
+    # a point 1e-9 beyond r is outside
+    t = canopy.KDTree(np.array([[0.0, 0.0], [0.1 + 1e-9, 0.0]]))
+    assert t.query_ball_point([0.0, 0.0], 0.1) == [0]
+
+
+def test_attributes_constructor_arguments_and_pickling(cloud):
+    points, queries = cloud
+    t = canopy.cKDTree(points, leafsize=4, compact_nodes=False, copy_data=False, balanced_tree=False)
+    assert t.data is points and t.n == 3000 and t.m == 3 and t.leafsize == 4
+    assert isinstance(t.n, int) and isinstance(t.m, int)
+    assert np.array_equal(t.maxes, points.max(axis=0)) and np.array_equal(t.mins, points.min(axis=0))
+    assert canopy.KDTree(points, copy_data=True).data is not points
+    assert isinstance(canopy.KDTree(points), canopy.cKDTree)
+    t2 = pickle.loads(pickle.dumps(t))
+    assert t2.leafsize == 4 and np.array_equal(t2.data, points)
+    same_knn(t2.query(queries, k=3), t.query(queries, k=3))
+    f = canopy.KDTree(points.astype(np.float32))
+    assert np.array_equal(pickle.loads(pickle.dumps(f)).query(queries, k=2)[1], f.query(queries, k=2)[1])
+    with pytest.raises(NotImplementedError, match="boxsize"):
+        canopy.KDTree(points, boxsize=1.0)
+
+
+def test_wrong_options_are_type_or_value_errors(cloud):
+    points, queries = cloud
+    t = canopy.KDTree(points.astype(np.float32))
+    for bad, err in [(dict(leafsize=2.7), TypeError), (dict(leafsize=0), ValueError),
+                     (dict(device=3), TypeError), (dict(balanced_tree="yes"), TypeError)]:
+        with pytest.raises(err):
+            canopy.KDTree(points, **bad)
+    for bad, err in [(dict(depth=-1, schedule="hybrid"), ValueError), (dict(chunk=-1), ValueError),
+                     (dict(schedule=3), TypeError), (dict(pipeline="no"), TypeError), (dict(depth=2.5), TypeError),
+                     (dict(k=0), ValueError), (dict(k=None), ValueError), (dict(k=1.5), ValueError),
+                     (dict(p=0.5), ValueError), (dict(eps=-1), ValueError), (dict(p="x"), TypeError),
+                     (dict(distance_upper_bound=-1.0), ValueError), (dict(workers=0), ValueError)]:
+        with pytest.raises(err):
+            t.query(queries, **bad)
+    with pytest.raises(ValueError):
+        t.query_ball_point(queries, -0.1)
+
+
+def test_help_example_runs():
+    doc = canopy.__doc__
+    block = doc[doc.index("    import numpy"):doc.index("    forest =")]
+    code = "\n".join(line[4:] for line in block.splitlines()).replace("100_000", "2_000")
+    env = {}
+    exec(compile(code, "canopy.__doc__", "exec"), env)
+    assert env["dist"].shape == (2000, 8) and env["counts"].shape == (2000,)
