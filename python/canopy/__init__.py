@@ -10,8 +10,8 @@ decision-forest inference, in the shape scipy, scikit-learn and XGBoost users kn
     forest = canopy.Forest.load(model)                  # XGBoost, scikit-learn (canopy/forest.py)
     proba = forest.predict_proba(X)                     # as the model's predict_proba, to the bit
 
-Inputs are numpy arrays (float32 or float64, C or Fortran order; converted once to C-ordered
-float32) or CUDA arrays (__cuda_array_interface__ or DLPack: cupy, torch), which stay on the
+Inputs are numpy arrays or array-likes (float32 trees search in float32; float64, integer and
+bool data are kept as float64 and answered exactly in float64, docs/python.md) or CUDA arrays (__cuda_array_interface__ or DLPack: cupy, torch), which stay on the
 device: their results come back as cupy arrays, or as torch tensors on the same device for torch
 inputs (CPU tensors give CPU tensors). Options mirror canopy::TraversalOptions as
 keyword arguments (device, schedule, executor, depth, pipeline, chunk, memory_budget); the
@@ -158,6 +158,7 @@ class _PointTree:
     bool data: kept as float64 (.data); the tree is built over float32 coordinates relative to the
     data's centre and every answer is made exact in float64 (see docs/python.md)."""
     _kind = None
+    _scalar_index = int  # a single point's index: Python's int (cKDTree), numpy's (KDTree)
 
     def __init__(self, data, leafsize=8, compact_nodes=True, copy_data=False, balanced_tree=True, boxsize=None,
                  *, device="auto"):
@@ -399,8 +400,7 @@ class _PointTree:
         d, i = self._shape_knn(dist, idx, ks, listed, lead, q.single and not reshaped, xp)
         return q.result(d), q.result(i)
 
-    @staticmethod
-    def _shape_knn(dist, idx, ks, listed, lead, single, xp):
+    def _shape_knn(self, dist, idx, ks, listed, lead, single, xp):
         if listed:
             cols = [v - 1 for v in ks]
             dist, idx = dist[:, cols], idx[:, cols]
@@ -408,8 +408,8 @@ class _PointTree:
             dist, idx = dist[:, 0], idx[:, 0]
         if single:
             d, i = dist[0], idx[0]
-            if xp is np and d.ndim == 0:  # one point, k = 1: Python's float and int, as scipy
-                return float(d), int(i)
+            if xp is np and d.ndim == 0:  # one point, k = 1: scalars, of scipy's types
+                return float(d), self._scalar_index(i)
             return d, i
         shape = tuple(lead) + dist.shape[1:]
         return dist.reshape(shape), idx.reshape(shape)
@@ -527,6 +527,7 @@ class cKDTree(_PointTree):
 class KDTree(cKDTree):
     """A kd-tree over points (n, dims): median splits on the widest dimension (scipy's KDTree,
     which is its cKDTree)."""
+    _scalar_index = np.intp
 
 
 class BallTree(_PointTree):

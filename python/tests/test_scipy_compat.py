@@ -61,8 +61,10 @@ def test_k_larger_than_n_list_of_k_and_upper_bound(cloud):
     f32 = points.astype(np.float32)  # the fast path filters too: strictly nearer than the bound
     d, i = canopy.KDTree(f32).query(queries, k=9, distance_upper_bound=0.08)
     assert (np.isinf(d) == (i == len(points))).all() and (d[np.isfinite(d)] < 0.08).all()
-    d, i = canopy.KDTree(f32).query(queries[0], k=1)
+    d, i = canopy.cKDTree(f32).query(queries[0], k=1)  # scalars of scipy's types
     assert isinstance(d, float) and isinstance(i, int)
+    d, i = canopy.KDTree(points).query(queries[0], k=1)
+    assert isinstance(d, float) and np.issubdtype(type(i), np.signedinteger)
 
 
 def test_empty_tree_and_empty_queries(cloud):
