@@ -190,8 +190,9 @@ class _PointTree:
                 raise ValueError(f"data: shape {a.shape} is not (n, dims)")
             self._exact = a.dtype != np.float32
             dtype = np.float64 if self._exact else np.float32
-            self.data = np.array(a, dtype=dtype, order="C", copy=bool(copy_data))
-            pts = None
+            # (numpy 2's copy=False raises where a copy is needed: ascontiguousarray copies only then)
+            self.data = np.array(a, dtype=dtype, order="C") if copy_data else np.ascontiguousarray(a, dtype=dtype)
+            pts = None if self._exact else _Input(self.data, "data")
         self.n, self.m = int(self.data.shape[0]), int(self.data.shape[1])
         xp = np if self._host else _cupy()
         self.maxes = xp.amax(self.data, axis=0) if self.n else xp.full(self.m, -np.inf)

@@ -87,9 +87,11 @@ def test_nan_query_rows(cloud):
     q[2, 1] = np.nan
     for data in (points, points.astype(np.float32)):
         d, i = canopy.KDTree(data).query(q, k=3)
-        want = ScipyTree(data.astype(np.float64)).query(q.astype(data.dtype).astype(np.float64), k=3)
+        # (scipy 1.10 answers a NaN row with inf / n; later versions raise: compare the others)
+        finite = np.delete(q, 2, axis=0).astype(data.dtype).astype(np.float64)
+        want = ScipyTree(data.astype(np.float64)).query(finite, k=3)
         assert np.isinf(d[2]).all() and (i[2] == len(points)).all()
-        assert np.array_equal(i, want[1])
+        assert np.array_equal(np.delete(i, 2, axis=0), want[1])
     assert canopy.KDTree(points).query_ball_point(q[2], 0.5) == []
 
 
