@@ -325,7 +325,7 @@ DistWorkload search_workload(const DistConfig& c, Device device, bool partition,
       if (partition)
         *res = distributed::point_correlation(MPI_COMM_WORLD, *part, *pc, q, m, *o, st, g);
       else
-        distributed::point_correlation(MPI_COMM_WORLD, *pc, q, m, *o, counts->data(), st, g, shard);
+        distributed::point_correlation_into(MPI_COMM_WORLD, *pc, q, m, *o, counts->data(), st, g, shard);
     };
     w.one = [=] { one_pc->run(q, m, *o, one->data()); };
     if (!partition) w.clear = [=] { counts->clear(); };
@@ -359,7 +359,7 @@ DistWorkload search_workload(const DistConfig& c, Device device, bool partition,
       if (partition)
         *res = distributed::nearest_neighbors(MPI_COMM_WORLD, *part, *nn, q, m, *o, st, g);
       else
-        distributed::nearest_neighbors(MPI_COMM_WORLD, *nn, q, m, *o, idx->data(), dist->data(), st, g, shard);
+        distributed::nearest_neighbors_into(MPI_COMM_WORLD, *nn, q, m, *o, idx->data(), dist->data(), st, g, shard);
     };
     w.one = [=] { one_nn->run(q, m, *o, one_idx->data(), one_dist->data()); };
     if (!partition)

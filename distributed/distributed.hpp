@@ -111,7 +111,8 @@ KnnResult nearest_neighbors(MPI_Comm comm, NearestNeighbors& nn, const float* qu
 BhResult barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, DistributedStats* stats = nullptr,
                     Gather gather = Gather::All);
 
-// The same calls into the caller's buffers, as the single-process runs' (host or device memory):
+// The same calls into the caller's buffers (named apart: a nullptr after the options would
+// otherwise be either the stats or a buffer), as the single-process runs' (host or device memory):
 // counts[n], indices[n][k] and distances[n][k], forces[bodies][3]. Each rank writes its share at
 // its items' places; All and Root then fill the rest of the buffers that hold every result, in
 // place (host memory only: device buffers take Gather::Local). Buffers reused from call to call
@@ -120,14 +121,14 @@ BhResult barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, Dist
 // share_of(n, rank, ranks) of the queries' spatial order (every rank computes the same order,
 // where the queries are), its queries are gathered, and its results go to their queries' places
 // (stats->local_items of them); the results are the same bits whatever the shard.
-TraversalStats point_correlation(MPI_Comm comm, PointCorrelation& pc, const float* queries, index_t n,
+TraversalStats point_correlation_into(MPI_Comm comm, PointCorrelation& pc, const float* queries, index_t n,
                                  const PcOptions& options, index_t* counts, DistributedStats* stats = nullptr,
                                  Gather gather = Gather::All, Shard shard = Shard::Auto);
-TraversalStats nearest_neighbors(MPI_Comm comm, NearestNeighbors& nn, const float* queries, index_t n,
+TraversalStats nearest_neighbors_into(MPI_Comm comm, NearestNeighbors& nn, const float* queries, index_t n,
                                  const KnnOptions& options, index_t* indices, float* distances,
                                  DistributedStats* stats = nullptr, Gather gather = Gather::All,
                                  Shard shard = Shard::Auto);
-TraversalStats barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, float* forces,
+TraversalStats barnes_hut_into(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, float* forces,
                           DistributedStats* stats = nullptr, Gather gather = Gather::All);
 
 // The predictions of every row (row-major [n][predictor.n_features()]) into

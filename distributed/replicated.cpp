@@ -153,7 +153,7 @@ void run_spatial(MPI_Comm comm, const KdTree& tree, const float* queries, index_
 
 }  // namespace
 
-TraversalStats point_correlation(MPI_Comm comm, PointCorrelation& pc, const float* queries, index_t n,
+TraversalStats point_correlation_into(MPI_Comm comm, PointCorrelation& pc, const float* queries, index_t n,
                                  const PcOptions& options, index_t* counts, DistributedStats* stats, Gather gather,
                                  Shard shard) {
   const Clock::time_point start = Clock::now();
@@ -204,7 +204,7 @@ void check_k(const NearestNeighbors& nn, int k) {
 
 }  // namespace
 
-TraversalStats nearest_neighbors(MPI_Comm comm, NearestNeighbors& nn, const float* queries, index_t n,
+TraversalStats nearest_neighbors_into(MPI_Comm comm, NearestNeighbors& nn, const float* queries, index_t n,
                                  const KnnOptions& options, index_t* indices, float* distances,
                                  DistributedStats* stats, Gather gather, Shard shard) {
   const Clock::time_point start = Clock::now();
@@ -273,7 +273,7 @@ void predict_forest(MPI_Comm comm, ForestPredictor& predictor, const float* rows
   finish_stats(comm, stats, start);
 }
 
-TraversalStats barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, float* forces,
+TraversalStats barnes_hut_into(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, float* forces,
                           DistributedStats* stats, Gather gather) {
   const Clock::time_point start = Clock::now();
   const index_t n = bh.tree().size();

@@ -430,8 +430,8 @@ TEST(Distributed, CallsIntoBuffersFillWhatEachRankHolds) {
     std::vector<index_t> counts(static_cast<std::size_t>(m), -5), idx(static_cast<std::size_t>(m * 4), -5);
     std::vector<float> dist(idx.size(), -5.0f);
     for (int call = 0; call < 2; ++call) {  // the same buffers twice, as a caller reuses them
-      distributed::point_correlation(MPI_COMM_WORLD, pc, p.data(), m, po, counts.data(), nullptr, g);
-      distributed::nearest_neighbors(MPI_COMM_WORLD, nn, p.data(), m, ko, idx.data(), dist.data(), nullptr, g);
+      distributed::point_correlation_into(MPI_COMM_WORLD, pc, p.data(), m, po, counts.data(), nullptr, g);
+      distributed::nearest_neighbors_into(MPI_COMM_WORLD, nn, p.data(), m, ko, idx.data(), dist.data(), nullptr, g);
     }
     ASSERT_NO_FATAL_FAILURE(expect_held_results(
         counts, idx, dist, one, m, 4, [&](index_t i) { return all || (i >= mine.begin && i < mine.begin + mine.count); }));
@@ -472,9 +472,9 @@ TEST(Distributed, SpatialShardsRunRunsOfTheCellOrderAndEqualOneProcess) {
     std::vector<float> dist(idx.size(), -5.0f);
     distributed::DistributedStats st;
     for (int call = 0; call < 2; ++call) {  // the same buffers twice, as a caller reuses them
-      distributed::point_correlation(MPI_COMM_WORLD, pc, q.data(), m, po, counts.data(), &st, g, Shard::Spatial);
+      distributed::point_correlation_into(MPI_COMM_WORLD, pc, q.data(), m, po, counts.data(), &st, g, Shard::Spatial);
       EXPECT_EQ(st.local_items, mine.count);
-      distributed::nearest_neighbors(MPI_COMM_WORLD, nn, q.data(), m, ko, idx.data(), dist.data(), &st, g,
+      distributed::nearest_neighbors_into(MPI_COMM_WORLD, nn, q.data(), m, ko, idx.data(), dist.data(), &st, g,
                                      Shard::Spatial);
     }
     ASSERT_NO_FATAL_FAILURE(expect_held_results(counts, idx, dist, one, m, 3,
@@ -496,11 +496,11 @@ TEST(Distributed, SpatialShardsRunRunsOfTheCellOrderAndEqualOneProcess) {
   NearestNeighbors bn(ball, Device::Cpu);
   std::vector<index_t> bi(static_cast<std::size_t>(m * 3));
   std::vector<float> bd(bi.size());
-  EXPECT_THROW(distributed::nearest_neighbors(MPI_COMM_WORLD, bn, q.data(), m, ko, bi.data(), bd.data(), nullptr,
+  EXPECT_THROW(distributed::nearest_neighbors_into(MPI_COMM_WORLD, bn, q.data(), m, ko, bi.data(), bd.data(), nullptr,
                                               Gather::All, Shard::Spatial),
                Error);
   // Auto with host queries keeps input shares (and a ball tree's kNN runs).
-  distributed::nearest_neighbors(MPI_COMM_WORLD, bn, q.data(), m, ko, bi.data(), bd.data(), nullptr, Gather::All);
+  distributed::nearest_neighbors_into(MPI_COMM_WORLD, bn, q.data(), m, ko, bi.data(), bd.data(), nullptr, Gather::All);
   EXPECT_EQ(bi, one_nn.indices);
 }
 
@@ -654,7 +654,7 @@ TEST(Distributed, OneRanksErrorIsEveryRanksError) {
   opt.radius = 0.1f;
   const int last = rank_count() - 1;
   try {
-    distributed::point_correlation(MPI_COMM_WORLD, pc, p.data(), 500, opt);
+    distributed::point_correlation(MPI_COMM_WORLD, pc, p.data(), 500, opt, nullptr);  // (a nullptr: the stats)
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     const std::string what = e.what();
