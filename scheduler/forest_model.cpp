@@ -17,16 +17,6 @@ namespace canopy {
 
 using nlohmann::json;
 
-const char* to_string(ForestStrategy s) {
-  switch (s) {
-    case ForestStrategy::SharedData: return "shared-data";
-    case ForestStrategy::Direct: return "direct";
-    case ForestStrategy::SharedForest: return "shared-forest";
-    case ForestStrategy::SplitSharedForest: return "split-shared-forest";
-  }
-  return "?";
-}
-
 namespace {
 
 std::string num(double v) {
@@ -46,7 +36,11 @@ void require_bandwidth(double v, const char* name) {
                 " must be a positive bandwidth (was the GPU measured?)");
 }
 
-ForestCostEstimate make(ForestStrategy s, bool feasible, double smem, double gmem, double bred, double gred) {
+[[noreturn]] void not_a_model_strategy(ForestKernel k) {
+  throw Error(std::string("forest cost model: ") + to_string(k) + " is not one of kForestModelStrategies");
+}
+
+ForestCostEstimate make(ForestKernel s, bool feasible, double smem, double gmem, double bred, double gred) {
   ForestCostEstimate e;
   e.strategy = s;
   e.feasible = feasible;
@@ -115,46 +109,55 @@ std::vector<ForestCostEstimate> estimate_forest_costs(const ForestCostInputs& in
   const double t_g_redu = G_rate * blocks / N_batch;
 
   std::vector<ForestCostEstimate> est;
-  est.reserve(4);
-
-  // Shared data (eq. 4): each sample is loaded from global memory (coalesced) and written to
-  // shared memory; the trees read its attributes there and are themselves read from global
-  // memory at half the coalesced bandwidth (assumption 1: the adaptive format makes the
-  // forest accesses about half coalesced).
-  //   T_SMEM = S_sample / BW_WSMEM + D_tree * N_trees * S_att / BW_RSMEM
-  //   T_GMEM = S_sample / BW^COA_GMEM + D_tree * N_trees * S_node / (BW^COA_GMEM / 2)
-  //   T_B_REDU = eq. 2, T_G_REDU = 0
-  // (the paper prints the last term as ".../(BW^COA_GMEM)/2" in its text; the equation and
-  // assumption 1, half the bandwidth, mean a denominator of BW^COA_GMEM / 2.)
-  est.push_back(make(ForestStrategy::SharedData, S_sample <= in.smem_bytes,
-                     S_sample / BW_WSMEM + attr_reads / BW_RSMEM,
-                     S_sample / BW_COA + node_reads / (BW_COA / 2), t_b_redu, 0));
-
-  // Direct (eq. 5): no shared memory and no reduction; the forest from global memory at half
-  // the coalesced bandwidth, the attributes by random (uncoalesced) reads.
-  //   T_SMEM = 0
-  //   T_GMEM = D_tree * N_trees * S_node / (BW^COA_GMEM / 2) + D_tree * N_trees * S_att / BW^NCOA_GMEM
-  //   T_B_REDU = T_G_REDU = 0
-  est.push_back(make(ForestStrategy::Direct, true, 0, node_reads / (BW_COA / 2) + attr_reads / BW_NCOA, 0, 0));
-
-  // Shared forest (eq. 6): the forest lives in shared memory (its load is amortised and
-  // ignored), the attributes are random global reads; no reduction.
-  //   T_SMEM = D_tree * N_trees * S_node / BW_RSMEM
-  //   T_GMEM = D_tree * N_trees * S_att / BW^NCOA_GMEM
-  //   T_B_REDU = T_G_REDU = 0
-  est.push_back(make(ForestStrategy::SharedForest, in.forest_bytes <= in.smem_bytes, node_reads / BW_RSMEM,
-                     attr_reads / BW_NCOA, 0, 0));
-
-  // Splitting shared forest (eq. 7): as shared forest, but the forest is loaded from global
-  // memory (coalesced) and written to shared memory once per batch, and each row's partial
-  // sums are added by a global reduction once per batch (eq. 3). The paper charges one load of
-  // the whole forest per batch whatever the number of parts or of blocks per part.
-  //   T_SMEM = N_nodes * N_trees * S_node / (BW_WSMEM * N_batch) + D_tree * N_trees * S_node / BW_RSMEM
-  //   T_GMEM = N_nodes * N_trees * S_node / (BW^COA_GMEM * N_batch) + D_tree * N_trees * S_att / BW^NCOA_GMEM
-  //   T_B_REDU = 0, T_G_REDU = eq. 3
-  est.push_back(make(ForestStrategy::SplitSharedForest, in.forest_bytes / in.parts <= in.smem_bytes,
-                     forest_load / (BW_WSMEM * N_batch) + node_reads / BW_RSMEM,
-                     forest_load / (BW_COA * N_batch) + attr_reads / BW_NCOA, 0, t_g_redu));
+  for (ForestKernel k : kForestModelStrategies) {
+    switch (k) {
+      // Shared data (eq. 4): each sample is loaded from global memory (coalesced) and written to
+      // shared memory; the trees read its attributes there and are themselves read from global
+      // memory at half the coalesced bandwidth (assumption 1: the adaptive format makes the
+      // forest accesses about half coalesced).
+      //   T_SMEM = S_sample / BW_WSMEM + D_tree * N_trees * S_att / BW_RSMEM
+      //   T_GMEM = S_sample / BW^COA_GMEM + D_tree * N_trees * S_node / (BW^COA_GMEM / 2)
+      //   T_B_REDU = eq. 2, T_G_REDU = 0
+      // (the paper prints the last term as ".../(BW^COA_GMEM)/2" in its text; the equation and
+      // assumption 1, half the bandwidth, mean a denominator of BW^COA_GMEM / 2.)
+      case ForestKernel::SharedData:
+        est.push_back(make(k, S_sample <= in.smem_bytes,
+                           S_sample / BW_WSMEM + attr_reads / BW_RSMEM,
+                           S_sample / BW_COA + node_reads / (BW_COA / 2), t_b_redu, 0));
+        break;
+      // Direct (eq. 5): no shared memory and no reduction; the forest from global memory at half
+      // the coalesced bandwidth, the attributes by random (uncoalesced) reads.
+      //   T_SMEM = 0
+      //   T_GMEM = D_tree * N_trees * S_node / (BW^COA_GMEM / 2) + D_tree * N_trees * S_att / BW^NCOA_GMEM
+      //   T_B_REDU = T_G_REDU = 0
+      case ForestKernel::Direct:
+        est.push_back(make(k, true, 0, node_reads / (BW_COA / 2) + attr_reads / BW_NCOA, 0, 0));
+        break;
+      // Shared forest (eq. 6): the forest lives in shared memory (its load is amortised and
+      // ignored), the attributes are random global reads; no reduction.
+      //   T_SMEM = D_tree * N_trees * S_node / BW_RSMEM
+      //   T_GMEM = D_tree * N_trees * S_att / BW^NCOA_GMEM
+      //   T_B_REDU = T_G_REDU = 0
+      case ForestKernel::SharedForest:
+        est.push_back(make(k, in.forest_bytes <= in.smem_bytes, node_reads / BW_RSMEM,
+                           attr_reads / BW_NCOA, 0, 0));
+        break;
+      // Splitting shared forest (eq. 7): as shared forest, but the forest is loaded from global
+      // memory (coalesced) and written to shared memory once per batch, and each row's partial
+      // sums are added by a global reduction once per batch (eq. 3). The paper charges one load of
+      // the whole forest per batch whatever the number of parts or of blocks per part.
+      //   T_SMEM = N_nodes * N_trees * S_node / (BW_WSMEM * N_batch) + D_tree * N_trees * S_node / BW_RSMEM
+      //   T_GMEM = N_nodes * N_trees * S_node / (BW^COA_GMEM * N_batch) + D_tree * N_trees * S_att / BW^NCOA_GMEM
+      //   T_B_REDU = 0, T_G_REDU = eq. 3
+      case ForestKernel::SplitSharedForest:
+        est.push_back(make(k, in.forest_bytes / in.parts <= in.smem_bytes,
+                           forest_load / (BW_WSMEM * N_batch) + node_reads / BW_RSMEM,
+                           forest_load / (BW_COA * N_batch) + attr_reads / BW_NCOA, 0, t_g_redu));
+        break;
+      case ForestKernel::Hybrid:
+      case ForestKernel::Auto: not_a_model_strategy(k);
+    }
+  }
   return est;
 }
 
@@ -184,27 +187,29 @@ std::vector<ForestBatchEstimate> estimate_forest_batch(const ForestCostInputs& i
       if (p.strategy == sh.strategy) feasible_paper = p.feasible;
     e.feasible = feasible_paper;
     switch (sh.strategy) {
-      case ForestStrategy::SharedData:  // eq. 4; one in-order block reduction per row (eq. 2 without / N_batch)
+      case ForestKernel::SharedData:  // eq. 4; one in-order block reduction per row (eq. 2 without / N_batch)
         e.row_ns = S_sample / BW_W + attr_reads / BW_R + S_sample / BW_COA + node_reads / (BW_COA * sh.coalescing) +
                    hw.block_reduce_ns_per_thread * in.threads_per_block;
         break;
-      case ForestStrategy::Direct:  // eq. 5
+      case ForestKernel::Direct:  // eq. 5
         e.row_ns = node_reads / (BW_COA * sh.coalescing) + attr;
         break;
-      case ForestStrategy::SharedForest:  // eq. 6
+      case ForestKernel::SharedForest:  // eq. 6
         e.row_ns = node_reads * sh.smem_conflict / BW_R + attr;
         break;
-      case ForestStrategy::SplitSharedForest:  // eq. 7; the sums carried between parts read and written once per part
+      case ForestKernel::SplitSharedForest:  // eq. 7; the sums carried between parts read and written once per part
         e.row_ns = forest_load / (BW_W * N_batch) + node_reads * sh.smem_conflict / BW_R +
                    forest_load / (BW_COA * N_batch) + attr + hw.global_reduce_ns_per_block * in.parts / N_batch;
         break;
+      case ForestKernel::Hybrid:
+      case ForestKernel::Auto: not_a_model_strategy(sh.strategy);
     }
     if (sh.calibrated_row_ns > 0) e.row_ns = sh.calibrated_row_ns;
     e.throughput_ns = N_batch * e.row_ns;
     // A step: the node (shared memory, or global memory mostly from L2 on a first walk), then
     // the attribute (shared memory, or L1: taken as twice shared memory's latency).
     const bool forest_in_smem =
-        sh.strategy == ForestStrategy::SharedForest || sh.strategy == ForestStrategy::SplitSharedForest;
+        sh.strategy == ForestKernel::SharedForest || sh.strategy == ForestKernel::SplitSharedForest;
     const double step_ns = (forest_in_smem ? hw.smem_latency_ns : hw.gmem_latency_ns) +
                            (sh.rows_in_smem ? hw.smem_latency_ns : 2 * hw.smem_latency_ns);
     e.path_ns = (sh.chain_steps * step_ns + sh.load_steps * hw.gmem_latency_ns) * sh.waves + sh.launches * hw.launch_ns;
@@ -219,7 +224,7 @@ std::vector<ForestBatchEstimate> estimate_forest_batch(const ForestCostInputs& i
   return out;
 }
 
-ForestStrategy choose_forest_strategy(const std::vector<ForestCostEstimate>& est) {
+ForestKernel choose_forest_strategy(const std::vector<ForestCostEstimate>& est) {
   const ForestCostEstimate* best = nullptr;
   for (const ForestCostEstimate& e : est)
     if (e.feasible && (!best || e.ns_per_row < best->ns_per_row)) best = &e;

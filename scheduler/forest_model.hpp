@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/types.hpp"
+#include "executor/forest_schedule.hpp"
 
 namespace canopy {
 
@@ -64,19 +65,22 @@ struct ForestCostInputs {
   double parts = 1;  // splitting shared forest: how many parts the forest is cut into
 };
 
-enum class ForestStrategy { SharedData, Direct, SharedForest, SplitSharedForest };
-// "shared-data", "direct", "shared-forest", "split-shared-forest".
-const char* to_string(ForestStrategy s);
+// The strategies the model estimates (the adaptive layout's kernels), in the model's order:
+// estimate_forest_costs gives one estimate per entry in this order, and choose_forest_strategy
+// breaks ties towards the earlier one. Hybrid (hierarchical layout) and Auto (a choice among
+// these) are not among them.
+inline constexpr ForestKernel kForestModelStrategies[] = {ForestKernel::SharedData, ForestKernel::Direct,
+                                                          ForestKernel::SharedForest, ForestKernel::SplitSharedForest};
 
 struct ForestCostEstimate {
-  ForestStrategy strategy = ForestStrategy::Direct;
+  ForestKernel strategy = ForestKernel::Direct;
   bool feasible = false;  // whether the strategy's data fits in shared memory
   double ns_per_row = 0;  // T of equation 1: the sum of the four terms below
   double smem_ns = 0, gmem_ns = 0, block_reduce_ns = 0, global_reduce_ns = 0;  // T_SMEM, T_GMEM, T_B_REDU, T_G_REDU
 };
 
-// Equations 1-7 of the paper, one estimate per strategy, in ForestStrategy's order. The terms
-// are computed for every strategy; `feasible` says which may run:
+// Equations 1-7 of the paper, one estimate per strategy, in kForestModelStrategies' order.
+// The terms are computed for every strategy; `feasible` says which may run:
 //   shared data           the sample fits: sample_bytes <= smem_bytes
 //   direct                always
 //   shared forest         the forest fits: forest_bytes <= smem_bytes
@@ -85,9 +89,9 @@ struct ForestCostEstimate {
 // or a bandwidth of `hw` is not positive.
 std::vector<ForestCostEstimate> estimate_forest_costs(const ForestCostInputs& in, const ForestHardware& hw);
 
-// The feasible strategy with the smallest estimate (ties: the first in ForestStrategy's
-// order). Error if none is feasible.
-ForestStrategy choose_forest_strategy(const std::vector<ForestCostEstimate>& est);
+// The feasible strategy with the smallest estimate (ties: the first in `est`, i.e.
+// kForestModelStrategies' order). Error if none is feasible.
+ForestKernel choose_forest_strategy(const std::vector<ForestCostEstimate>& est);
 
 // ---- Canopy's extension of the model --------------------------------------------------------
 // Equations 1-7 as printed cannot rank the strategies on an H100 (measured, benchmarks/RESULTS.md): (1) their
@@ -105,7 +109,7 @@ ForestStrategy choose_forest_strategy(const std::vector<ForestCostEstimate>& est
 // latencies, times the waves of blocks. When a shape carries a calibrated time per row (the
 // strategy timed once on this forest with the GPU full), it replaces T.
 struct ForestShape {
-  ForestStrategy strategy = ForestStrategy::Direct;
+  ForestKernel strategy = ForestKernel::Direct;
   double coalescing = 0.5;     // forest reads in global memory: bytes asked / bytes moved (> 1: shared)
   double smem_conflict = 1;    // forest reads in shared memory: wavefronts per warp read over a
                                // conflict-free read's (0.5 .. 16; below 1: broadcasts)
@@ -124,7 +128,7 @@ struct ForestShape {
 };
 
 struct ForestBatchEstimate {
-  ForestStrategy strategy = ForestStrategy::Direct;
+  ForestKernel strategy = ForestKernel::Direct;
   bool feasible = false;
   double row_ns = 0;         // eq. 1 with Canopy's terms
   double throughput_ns = 0;  // N_batch x row_ns
@@ -133,6 +137,7 @@ struct ForestBatchEstimate {
 };
 
 // One estimate per shape (the strategies the caller can run), feasible and fastest first.
+// Error if a shape's strategy is not in kForestModelStrategies.
 std::vector<ForestBatchEstimate> estimate_forest_batch(const ForestCostInputs& in, const std::vector<ForestShape>& shapes,
                                                        const ForestHardware& hw);
 

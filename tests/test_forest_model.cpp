@@ -13,6 +13,7 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "require_gpu.hpp"
 #include "core/device.hpp"
@@ -62,7 +63,7 @@ ForestCostInputs toy_inputs() {
   return in;
 }
 
-const ForestCostEstimate& find(const std::vector<ForestCostEstimate>& est, ForestStrategy s) {
+const ForestCostEstimate& find(const std::vector<ForestCostEstimate>& est, ForestKernel s) {
   for (const ForestCostEstimate& e : est)
     if (e.strategy == s) return e;
   ADD_FAILURE() << "no estimate for " << to_string(s);
@@ -79,36 +80,44 @@ void expect_terms(const ForestCostEstimate& e, double smem, double gmem, double 
   EXPECT_NEAR(e.ns_per_row, smem + gmem + bred + gred, tol);  // eq. 1
 }
 
-TEST(ForestCostModel, StrategyNames) {
-  EXPECT_STREQ(to_string(ForestStrategy::SharedData), "shared-data");
-  EXPECT_STREQ(to_string(ForestStrategy::Direct), "direct");
-  EXPECT_STREQ(to_string(ForestStrategy::SharedForest), "shared-forest");
-  EXPECT_STREQ(to_string(ForestStrategy::SplitSharedForest), "split-shared-forest");
+// The model's strategies are ForestKernel values in its own order (ties go to the first),
+// named as the API parses them.
+TEST(ForestCostModel, StrategyOrderAndNames) {
+  const std::pair<ForestKernel, const char*> expected[] = {{ForestKernel::SharedData, "shared-data"},
+                                                           {ForestKernel::Direct, "direct"},
+                                                           {ForestKernel::SharedForest, "shared-forest"},
+                                                           {ForestKernel::SplitSharedForest, "split-shared-forest"}};
+  ASSERT_EQ(std::size(kForestModelStrategies), std::size(expected));
+  for (std::size_t i = 0; i < std::size(expected); ++i) {
+    EXPECT_EQ(kForestModelStrategies[i], expected[i].first) << i;
+    EXPECT_STREQ(to_string(kForestModelStrategies[i]), expected[i].second);
+    EXPECT_EQ(parse_forest_kernel(expected[i].second), kForestModelStrategies[i]);
+  }
 }
 
 TEST(ForestCostModel, EquationsByHand) {
   const auto est = estimate_forest_costs(toy_inputs(), toy_hardware());
   ASSERT_EQ(est.size(), 4u);
-  EXPECT_EQ(est[0].strategy, ForestStrategy::SharedData);
-  EXPECT_EQ(est[1].strategy, ForestStrategy::Direct);
-  EXPECT_EQ(est[2].strategy, ForestStrategy::SharedForest);
-  EXPECT_EQ(est[3].strategy, ForestStrategy::SplitSharedForest);
+  EXPECT_EQ(est[0].strategy, ForestKernel::SharedData);
+  EXPECT_EQ(est[1].strategy, ForestKernel::Direct);
+  EXPECT_EQ(est[2].strategy, ForestKernel::SharedForest);
+  EXPECT_EQ(est[3].strategy, ForestKernel::SplitSharedForest);
   // D*N*S_node = 5*10*8 = 400 bytes of nodes, D*N*S_att = 5*10*4 = 200 bytes of attributes,
   // N_nodes*N_trees*S_node = 31*10*8 = 2480 bytes of forest.
   // Shared data (eq. 4, eq. 2): SMEM 40/500 + 200/1000 = 0.28; GMEM 40/200 + 400/(200/2) = 4.2;
   // B_REDU 0.5*128/100 = 0.64.
-  expect_terms(find(est, ForestStrategy::SharedData), 0.28, 4.2, 0.64, 0);
+  expect_terms(find(est, ForestKernel::SharedData), 0.28, 4.2, 0.64, 0);
   // Direct (eq. 5): GMEM 400/(200/2) + 200/10 = 24.
-  expect_terms(find(est, ForestStrategy::Direct), 0, 24, 0, 0);
+  expect_terms(find(est, ForestKernel::Direct), 0, 24, 0, 0);
   // Shared forest (eq. 6): SMEM 400/1000 = 0.4; GMEM 200/10 = 20.
-  expect_terms(find(est, ForestStrategy::SharedForest), 0.4, 20, 0, 0);
+  expect_terms(find(est, ForestKernel::SharedForest), 0.4, 20, 0, 0);
   // Splitting (eq. 7, eq. 3): SMEM 2480/(500*100) + 0.4 = 0.4496; GMEM 2480/(200*100) + 20 = 20.124;
   // G_REDU 100*4/100 = 4.
-  expect_terms(find(est, ForestStrategy::SplitSharedForest), 0.4496, 20.124, 0, 4);
+  expect_terms(find(est, ForestKernel::SplitSharedForest), 0.4496, 20.124, 0, 4);
   for (const ForestCostEstimate& e : est) EXPECT_TRUE(e.feasible) << to_string(e.strategy);
-  EXPECT_NEAR(find(est, ForestStrategy::SharedData).ns_per_row, 5.12, 1e-12);
-  EXPECT_NEAR(find(est, ForestStrategy::SplitSharedForest).ns_per_row, 24.5736, 1e-12);
-  EXPECT_EQ(choose_forest_strategy(est), ForestStrategy::SharedData);
+  EXPECT_NEAR(find(est, ForestKernel::SharedData).ns_per_row, 5.12, 1e-12);
+  EXPECT_NEAR(find(est, ForestKernel::SplitSharedForest).ns_per_row, 24.5736, 1e-12);
+  EXPECT_EQ(choose_forest_strategy(est), ForestKernel::SharedData);
 }
 
 TEST(ForestCostModel, SharedForestInfeasibleWhenTheForestExceedsSharedMemory) {
@@ -117,30 +126,30 @@ TEST(ForestCostModel, SharedForestInfeasibleWhenTheForestExceedsSharedMemory) {
   hw.gmem_uncoalesced_gbs = 1000;  // cheap attribute reads: shared forest would be the fastest
   in.smem_bytes = 2480;            // the forest just fits
   auto est = estimate_forest_costs(in, hw);
-  EXPECT_TRUE(find(est, ForestStrategy::SharedForest).feasible);
-  EXPECT_EQ(choose_forest_strategy(est), ForestStrategy::SharedForest);
+  EXPECT_TRUE(find(est, ForestKernel::SharedForest).feasible);
+  EXPECT_EQ(choose_forest_strategy(est), ForestKernel::SharedForest);
 
   in.smem_bytes = 2479;  // one byte short
   est = estimate_forest_costs(in, hw);
-  EXPECT_FALSE(find(est, ForestStrategy::SharedForest).feasible);
-  EXPECT_FALSE(find(est, ForestStrategy::SplitSharedForest).feasible);  // one part: the whole forest
-  EXPECT_TRUE(find(est, ForestStrategy::SharedData).feasible);
-  EXPECT_TRUE(find(est, ForestStrategy::Direct).feasible);
+  EXPECT_FALSE(find(est, ForestKernel::SharedForest).feasible);
+  EXPECT_FALSE(find(est, ForestKernel::SplitSharedForest).feasible);  // one part: the whole forest
+  EXPECT_TRUE(find(est, ForestKernel::SharedData).feasible);
+  EXPECT_TRUE(find(est, ForestKernel::Direct).feasible);
   // Its estimate is still computed (0.4 + 200/1000), just not chosen.
-  EXPECT_NEAR(find(est, ForestStrategy::SharedForest).ns_per_row, 0.6, 1e-12);
-  EXPECT_NE(choose_forest_strategy(est), ForestStrategy::SharedForest);
+  EXPECT_NEAR(find(est, ForestKernel::SharedForest).ns_per_row, 0.6, 1e-12);
+  EXPECT_NE(choose_forest_strategy(est), ForestKernel::SharedForest);
 
   in.parts = 2;  // 1240 bytes a part
   est = estimate_forest_costs(in, hw);
-  EXPECT_TRUE(find(est, ForestStrategy::SplitSharedForest).feasible);
-  EXPECT_FALSE(find(est, ForestStrategy::SharedForest).feasible);
+  EXPECT_TRUE(find(est, ForestKernel::SplitSharedForest).feasible);
+  EXPECT_FALSE(find(est, ForestKernel::SharedForest).feasible);
 
   in.smem_bytes = 39;  // not even one sample fits, nor a tenth of the forest: only direct remains
   in.parts = 10;
   est = estimate_forest_costs(in, hw);
-  EXPECT_FALSE(find(est, ForestStrategy::SharedData).feasible);
-  EXPECT_FALSE(find(est, ForestStrategy::SplitSharedForest).feasible);
-  EXPECT_EQ(choose_forest_strategy(est), ForestStrategy::Direct);
+  EXPECT_FALSE(find(est, ForestKernel::SharedData).feasible);
+  EXPECT_FALSE(find(est, ForestKernel::SplitSharedForest).feasible);
+  EXPECT_EQ(choose_forest_strategy(est), ForestKernel::Direct);
 }
 
 // The forest does not fit (3 parts do), attribute reads cost 200/100 = 2 ns per row:
@@ -157,31 +166,31 @@ TEST(ForestCostModel, ChoiceFlipsWithBatchSize) {
 
   in.n_batch = 1;
   auto est = estimate_forest_costs(in, hw);
-  EXPECT_NEAR(find(est, ForestStrategy::SharedData).ns_per_row, 68.48, 1e-9);
-  EXPECT_NEAR(find(est, ForestStrategy::SplitSharedForest).ns_per_row, 319.76, 1e-9);
-  EXPECT_EQ(choose_forest_strategy(est), ForestStrategy::Direct);
+  EXPECT_NEAR(find(est, ForestKernel::SharedData).ns_per_row, 68.48, 1e-9);
+  EXPECT_NEAR(find(est, ForestKernel::SplitSharedForest).ns_per_row, 319.76, 1e-9);
+  EXPECT_EQ(choose_forest_strategy(est), ForestKernel::Direct);
 
   in.n_batch = 100;
   est = estimate_forest_costs(in, hw);
-  EXPECT_NEAR(find(est, ForestStrategy::SharedData).ns_per_row, 5.12, 1e-9);
-  EXPECT_NEAR(find(est, ForestStrategy::SplitSharedForest).ns_per_row, 5.5736, 1e-9);
-  EXPECT_EQ(choose_forest_strategy(est), ForestStrategy::SharedData);
+  EXPECT_NEAR(find(est, ForestKernel::SharedData).ns_per_row, 5.12, 1e-9);
+  EXPECT_NEAR(find(est, ForestKernel::SplitSharedForest).ns_per_row, 5.5736, 1e-9);
+  EXPECT_EQ(choose_forest_strategy(est), ForestKernel::SharedData);
 
   in.n_batch = 10000;
   est = estimate_forest_costs(in, hw);
-  const ForestCostEstimate& split = find(est, ForestStrategy::SplitSharedForest);
+  const ForestCostEstimate& split = find(est, ForestKernel::SplitSharedForest);
   EXPECT_NEAR(split.smem_ns, 0.4 + 2480.0 / (500.0 * 10000), 1e-12);
   EXPECT_NEAR(split.gmem_ns, 2.0 + 2480.0 / (200.0 * 10000), 1e-12);
   EXPECT_NEAR(split.global_reduce_ns, 0.03, 1e-12);
   EXPECT_NEAR(split.ns_per_row, 2.4 + 317.36 / 10000, 1e-9);
-  EXPECT_NEAR(find(est, ForestStrategy::SharedData).ns_per_row, 4.4864, 1e-9);
-  EXPECT_EQ(choose_forest_strategy(est), ForestStrategy::SplitSharedForest);
+  EXPECT_NEAR(find(est, ForestKernel::SharedData).ns_per_row, 4.4864, 1e-9);
+  EXPECT_EQ(choose_forest_strategy(est), ForestKernel::SplitSharedForest);
 
   // The crossing of shared data and splitting: 2.08 = 253.36 / N, N = 121.8.
   in.n_batch = 121;
-  EXPECT_EQ(choose_forest_strategy(estimate_forest_costs(in, hw)), ForestStrategy::SharedData);
+  EXPECT_EQ(choose_forest_strategy(estimate_forest_costs(in, hw)), ForestKernel::SharedData);
   in.n_batch = 122;
-  EXPECT_EQ(choose_forest_strategy(estimate_forest_costs(in, hw)), ForestStrategy::SplitSharedForest);
+  EXPECT_EQ(choose_forest_strategy(estimate_forest_costs(in, hw)), ForestKernel::SplitSharedForest);
 }
 
 TEST(ForestCostModel, SharedForestBeatsSplittingWhenItFits) {
@@ -190,8 +199,8 @@ TEST(ForestCostModel, SharedForestBeatsSplittingWhenItFits) {
   ForestCostInputs in = toy_inputs();
   in.n_batch = 1e9;  // splitting's load and reduction amortised to almost nothing
   const auto est = estimate_forest_costs(in, hw);
-  EXPECT_LT(find(est, ForestStrategy::SharedForest).ns_per_row, find(est, ForestStrategy::SplitSharedForest).ns_per_row);
-  EXPECT_EQ(choose_forest_strategy(est), ForestStrategy::SharedForest);
+  EXPECT_LT(find(est, ForestKernel::SharedForest).ns_per_row, find(est, ForestKernel::SplitSharedForest).ns_per_row);
+  EXPECT_EQ(choose_forest_strategy(est), ForestKernel::SharedForest);
 }
 
 TEST(ForestCostModel, RejectsBadInputs) {
@@ -519,21 +528,21 @@ TEST(ForestCostModelExtension, ThroughputPathAndLaunchesByHand) {
   const ForestHardware hw = toy_hardware();
   ForestCostInputs in = toy_inputs();  // 10 trees x 5 visits, 8-byte nodes, 4-byte attributes
   ForestShape direct;
-  direct.strategy = ForestStrategy::Direct;
+  direct.strategy = ForestKernel::Direct;
   direct.coalescing = 2.0;   // rows share nodes: 2 bytes asked per byte moved
   direct.rows_in_smem = true;
   direct.chain_steps = 30;
   direct.waves = 1;
   ForestShape data;
-  data.strategy = ForestStrategy::SharedData;
+  data.strategy = ForestKernel::SharedData;
   data.coalescing = 0.25;
   data.rows_in_smem = true;
   data.chain_steps = 4;
   in.n_batch = 100;
   auto est = estimate_forest_batch(in, {direct, data}, hw);
   ASSERT_EQ(est.size(), 2u);
-  const ForestBatchEstimate& d = est[0].strategy == ForestStrategy::Direct ? est[0] : est[1];
-  const ForestBatchEstimate& s = est[0].strategy == ForestStrategy::Direct ? est[1] : est[0];
+  const ForestBatchEstimate& d = est[0].strategy == ForestKernel::Direct ? est[0] : est[1];
+  const ForestBatchEstimate& s = est[0].strategy == ForestKernel::Direct ? est[1] : est[0];
   // direct: 400 node bytes / (200 x 2) + 200 attribute bytes / 1000 (shared memory) = 1.2 ns/row.
   EXPECT_NEAR(d.row_ns, 1.2, 1e-12);
   EXPECT_NEAR(d.throughput_ns, 120, 1e-9);
@@ -544,11 +553,11 @@ TEST(ForestCostModelExtension, ThroughputPathAndLaunchesByHand) {
   EXPECT_NEAR(s.row_ns, 0.08 + 0.2 + 0.2 + 8 + 64, 1e-9);
   EXPECT_NEAR(s.path_ns, 4 * 320 + 2000, 1e-9);
   EXPECT_NEAR(s.batch_ns, 7248.0, 1e-9);
-  EXPECT_EQ(est[0].strategy, ForestStrategy::SharedData);  // 7248 < 11600: fastest first
+  EXPECT_EQ(est[0].strategy, ForestKernel::SharedData);  // 7248 < 11600: fastest first
   // A large batch: the path no longer matters and direct's throughput wins.
   in.n_batch = 1e6;
   est = estimate_forest_batch(in, {direct, data}, hw);
-  EXPECT_EQ(est[0].strategy, ForestStrategy::Direct);
+  EXPECT_EQ(est[0].strategy, ForestKernel::Direct);
   EXPECT_NEAR(est[0].batch_ns, 1.2e6, 1e-6);
   // Calibrated times replace the bandwidth terms, and a calibrated small batch bounds the path.
   direct.calibrated_row_ns = 3;
@@ -561,13 +570,16 @@ TEST(ForestCostModelExtension, ThroughputPathAndLaunchesByHand) {
   in.n_batch = 1e6;
   // Infeasible shapes sort last; bad shape values are errors.
   ForestShape forest;
-  forest.strategy = ForestStrategy::SharedForest;  // the toy forest (2480 bytes) fits 48 KiB
+  forest.strategy = ForestKernel::SharedForest;  // the toy forest (2480 bytes) fits 48 KiB
   in.smem_bytes = 100;                             // ... but not 100 bytes
   est = estimate_forest_batch(in, {forest, direct}, hw);
   EXPECT_FALSE(est.back().feasible);
-  EXPECT_EQ(est.back().strategy, ForestStrategy::SharedForest);
+  EXPECT_EQ(est.back().strategy, ForestKernel::SharedForest);
   direct.coalescing = 0;
   EXPECT_THROW(estimate_forest_batch(in, {direct}, hw), Error);
+  ForestShape hybrid;  // a kernel the model does not estimate
+  hybrid.strategy = ForestKernel::Hybrid;
+  EXPECT_HAS(test::error_of([&] { estimate_forest_batch(in, {hybrid}, hw); }), "hybrid is not one of kForestModelStrategies");
 }
 
 }  // namespace

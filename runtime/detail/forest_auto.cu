@@ -223,7 +223,7 @@ bool ForestTuner::next_step(ClassState& s, index_t n_rows, const ForestRunOption
       // far worse than the strategy's defaults do (a 100-row class's rows per pass at 10,000
       // rows: 28% slower, and no single knob's move out of it was faster): the defaults first.
       if (auto_knobs && !s.choice.knobs.is_default()) s.candidates.push_back({s.choice.kernel, ForestSchedule{}});
-      for (ForestKernel k : kAdaptiveStrategies)
+      for (ForestKernel k : kForestModelStrategies)
         if (k != s.choice.kernel && !hopeless(k, cls, opt.row_schedule_depth))
           s.candidates.push_back({k, auto_knobs ? ForestSchedule{} : opt.schedule});
     } else {

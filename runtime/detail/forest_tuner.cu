@@ -16,22 +16,10 @@ namespace detail {
 
 namespace {
 
-constexpr auto& kStrategies = kAdaptiveStrategies;
-
 // Calibration batches: one full wave of the direct strategy's blocks, and a small batch whose
 // time is its critical path and launches.
 constexpr index_t kCalibrationRows = 262144;
 constexpr index_t kCalibrationSmallRows = 1024;
-
-ForestKernel kernel_of(ForestStrategy s) {
-  switch (s) {
-    case ForestStrategy::SharedData: return ForestKernel::SharedData;
-    case ForestStrategy::SharedForest: return ForestKernel::SharedForest;
-    case ForestStrategy::SplitSharedForest: return ForestKernel::SplitSharedForest;
-    case ForestStrategy::Direct: return ForestKernel::Direct;
-  }
-  return ForestKernel::Direct;  // (every strategy is named above: -Wswitch flags a new one)
-}
 
 // One schedule to time: its strategy and parameters (resolved).
 using Candidate = std::pair<ForestKernel, ForestSchedule>;
@@ -195,23 +183,23 @@ void ForestTuner::calibrate(const float* rows, index_t n_rows) {
     b.n_rows = n;
     std::vector<Candidate> c;
     std::vector<std::size_t> at;  // c[j] is strategy at[j]
-    for (std::size_t i = 0; i < std::size(kStrategies); ++i) {
+    for (std::size_t i = 0; i < std::size(kForestModelStrategies); ++i) {
       try {
-        c.emplace_back(kStrategies[i], steps.resolve(kStrategies[i], ForestSchedule{}, n));
+        c.emplace_back(kForestModelStrategies[i], steps.resolve(kForestModelStrategies[i], ForestSchedule{}, n));
         at.push_back(i);
       } catch (const Error&) {
         // a strategy this forest cannot take
       }
     }
     const std::vector<double> ms = median_ms_interleaved(engine_, b, c, kCalibrationRounds);
-    std::vector<double> out(std::size(kStrategies), INFINITY);
+    std::vector<double> out(std::size(kForestModelStrategies), INFINITY);
     for (std::size_t j = 0; j < c.size(); ++j) out[at[j]] = ms[j];
     return out;
   };
   const std::vector<double> full = time_all(kCalibrationRows), small = time_all(kCalibrationSmallRows);
   calibrated_.clear();
-  for (std::size_t i = 0; i < std::size(kStrategies); ++i) {
-    Calibration c{kStrategies[i], 0, 0};
+  for (std::size_t i = 0; i < std::size(kForestModelStrategies); ++i) {
+    Calibration c{kForestModelStrategies[i], 0, 0};
     if (std::isfinite(full[i]) && std::isfinite(small[i])) {  // else a strategy this forest cannot take
       c.row_ns = full[i] * 1e6 / static_cast<double>(kCalibrationRows);
       c.small_ns = small[i] * 1e6;
@@ -240,9 +228,9 @@ ForestShape ForestTuner::shape(ForestKernel k, index_t n_rows) const {
   };
   const double sms = steps.gpu().sm_count;
   ForestShape sh;
+  sh.strategy = k;
   switch (k) {
     case ForestKernel::Direct: {
-      sh.strategy = ForestStrategy::Direct;
       sh.coalescing = profile_->coalescing_direct;
       sh.rows_in_smem = s.cache_rows == 1;
       const double blocks = std::ceil(static_cast<double>(n_rows) / (s.block_threads * s.rows_per_thread));
@@ -254,7 +242,6 @@ ForestShape ForestTuner::shape(ForestKernel k, index_t n_rows) const {
       break;
     }
     case ForestKernel::SharedData: {
-      sh.strategy = ForestStrategy::SharedData;
       sh.coalescing = profile_->coalescing_shared_data;
       sh.rows_in_smem = true;
       const double blocks = std::ceil(static_cast<double>(n_rows) / s.rows_per_block);
@@ -271,10 +258,7 @@ ForestShape ForestTuner::shape(ForestKernel k, index_t n_rows) const {
       break;
     }
     case ForestKernel::SharedForest:
-    case ForestKernel::SplitSharedForest:
-    case ForestKernel::Hybrid:
-    case ForestKernel::Auto: {  // (shape() is asked about adaptive strategies only)
-      sh.strategy = k == ForestKernel::SharedForest ? ForestStrategy::SharedForest : ForestStrategy::SplitSharedForest;
+    case ForestKernel::SplitSharedForest: {
       sh.smem_conflict = profile_->smem_conflict;
       sh.rows_in_smem = true;
       const std::vector<std::pair<index_t, index_t>> ranges = steps.parts(steps.part_budget(k, s));
@@ -290,6 +274,9 @@ ForestShape ForestTuner::shape(ForestKernel k, index_t n_rows) const {
       }
       break;
     }
+    case ForestKernel::Hybrid:
+    case ForestKernel::Auto:  // (resolve() above has refused them already)
+      throw Error(std::string("the performance model has no shape for the ") + to_string(k) + " kernel");
   }
   return sh;
 }
@@ -316,7 +303,7 @@ std::vector<ForestTrial> ForestTuner::estimates(const float* rows, index_t n_row
   in.parts = std::ceil(in.forest_bytes / static_cast<double>(smem_optin));
   in.blocks = in.parts;  // equation 3: the partial sums per row the cross-part reduction adds
   std::vector<ForestShape> shapes;
-  for (ForestKernel k : kStrategies) {
+  for (ForestKernel k : kForestModelStrategies) {
     try {
       shapes.push_back(shape(k, std::max<index_t>(n_rows, 1)));
       for (const Calibration& cal : calibrated_)
@@ -333,7 +320,7 @@ std::vector<ForestTrial> ForestTuner::estimates(const float* rows, index_t n_row
   std::vector<ForestTrial> out;
   for (const ForestBatchEstimate& e : est) {
     ForestTrial t;
-    t.kernel = kernel_of(e.strategy);
+    t.kernel = e.strategy;
     t.model_ns_per_row = e.feasible ? e.batch_ns / in.n_batch : INFINITY;
     for (const ForestCostEstimate& p : paper)
       if (p.strategy == e.strategy) t.paper_ns_per_row = p.feasible ? p.ns_per_row : INFINITY;
@@ -341,10 +328,10 @@ std::vector<ForestTrial> ForestTuner::estimates(const float* rows, index_t n_row
   }
   for (const ForestCostEstimate& p : paper) {  // strategies with no shape: infeasible here
     bool listed = false;
-    for (const ForestTrial& t : out) listed |= t.kernel == kernel_of(p.strategy);
+    for (const ForestTrial& t : out) listed |= t.kernel == p.strategy;
     if (listed) continue;
     ForestTrial t;
-    t.kernel = kernel_of(p.strategy);
+    t.kernel = p.strategy;
     t.model_ns_per_row = INFINITY;
     t.paper_ns_per_row = p.feasible ? p.ns_per_row : INFINITY;
     out.push_back(t);

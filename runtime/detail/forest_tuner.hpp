@@ -31,10 +31,6 @@ namespace detail {
 template <class Layout>
 class ForestEngine;
 
-// The adaptive layout's strategies, in the order Auto and the model list them.
-inline constexpr ForestKernel kAdaptiveStrategies[] = {ForestKernel::SharedData, ForestKernel::Direct,
-                                                       ForestKernel::SharedForest, ForestKernel::SplitSharedForest};
-
 class ForestTuner {
  public:
   // The engine must outlive the tuner. file: where tuned choices are read and kept.
