@@ -14,9 +14,12 @@
 namespace canopy {
 namespace gpu {
 
-struct AdaptiveDevice {
+// What the launchers and the schedule defaults read of the current GPU.
+struct GpuLimits {
   int sm_count = 1;
   std::size_t smem_optin = 48 * 1024;  // dynamic shared memory a block may opt into
+};
+struct AdaptiveDevice : GpuLimits {
   cudaStream_t stream = nullptr;
 };
 

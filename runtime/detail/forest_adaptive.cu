@@ -197,10 +197,7 @@ std::vector<std::pair<index_t, index_t>> AdaptiveSteps::parts(std::size_t part_b
 }
 
 void AdaptiveSteps::run(const gpu::AdaptiveBatch& b, ForestKernel k, const ForestSchedule& s) {
-  gpu::AdaptiveDevice d;
-  d.sm_count = gpu_.sm_count;
-  d.smem_optin = gpu_.smem_optin;
-  d.stream = stream_;
+  const gpu::AdaptiveDevice d{gpu_, stream_};
   switch (k) {
     case ForestKernel::Direct: gpu::launch_adaptive_direct(view_, b, s, d); return;
     case ForestKernel::SharedData: gpu::launch_adaptive_shared_data(view_, b, s, d); return;

@@ -21,11 +21,7 @@
 namespace canopy {
 namespace detail {
 
-// What the launchers and the schedule defaults read of the current GPU.
-struct GpuLimits {
-  int sm_count = 1;
-  std::size_t smem_optin = 48 * 1024;  // dynamic shared memory a block may opt into
-};
+using gpu::GpuLimits;
 GpuLimits current_gpu_limits();
 
 // Per row: the outputs the adaptive strategies sum, and the bytes of one carried partial sum.
