@@ -189,3 +189,168 @@ def test_help_example_runs():
     env = {}
     exec(compile(code, "canopy.__doc__", "exec"), env)
     assert env["dist"].shape == (2000, 8) and env["counts"].shape == (2000,)
+
+
+# -- pair queries: query_ball_tree, query_pairs, count_neighbors, sparse_distance_matrix ---------
+@pytest.fixture(scope="module")
+def two_clouds():
+    rng = np.random.default_rng(11)
+    return rng.random((1500, 3)), rng.random((700, 3))
+
+
+def as_dtype(dtype, *arrays):
+    """The arrays in dtype, and scipy's view of them: their float64 values."""
+    ours = [a.astype(dtype) for a in arrays]
+    return ours, [a.astype(np.float64) for a in ours]
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, np.inf])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_query_ball_tree_equals_scipy(two_clouds, dtype, p):
+    (a, b), (a64, b64) = as_dtype(dtype, *two_clouds)
+    got = canopy.cKDTree(a).query_ball_tree(canopy.cKDTree(b), 0.12, p=p)
+    want = ScipyTree(a64).query_ball_tree(ScipyTree(b64), 0.12, p=p)
+    assert isinstance(got, list) and len(got) == len(a) and all(isinstance(v, list) for v in got)
+    assert got == [sorted(v) for v in want] and sum(map(len, got)) > len(a)
+    # a KDTree against a BallTree, and either way round
+    got = canopy.KDTree(b).query_ball_tree(canopy.BallTree(a), 0.08, p=p, eps=0.5)
+    assert got == [sorted(v) for v in ScipyTree(b64).query_ball_tree(ScipyTree(a64), 0.08, p=p)]
+
+
+def test_pair_queries_mixed_dtypes_stay_exact(two_clouds):
+    # float64 points queried against a float32 tree are not rounded to float32 (and back)
+    a, b = two_clouds
+    b32 = b.astype(np.float32)
+    got = canopy.cKDTree(a).query_ball_tree(canopy.cKDTree(b32), 0.05)
+    assert got == [sorted(v) for v in ScipyTree(a).query_ball_tree(ScipyTree(b32.astype(np.float64)), 0.05)]
+    r = np.linspace(0.01, 0.1, 7)
+    assert np.array_equal(canopy.cKDTree(b32).count_neighbors(canopy.cKDTree(a), r),
+                          ScipyTree(b32.astype(np.float64)).count_neighbors(ScipyTree(a), r))
+
+
+@pytest.mark.parametrize("p", [1, 2, np.inf])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_query_pairs_equals_scipy(two_clouds, dtype, p):
+    (a,), (a64,) = as_dtype(dtype, two_clouds[0])
+    ours, ref = canopy.KDTree(a), ScipyTree(a64)
+    got, want = ours.query_pairs(0.05, p=p), ref.query_pairs(0.05, p=p)
+    assert isinstance(got, set) and got == want and len(want) > 100
+    assert all(type(i) is int and type(j) is int and i < j for i, j in got)
+    arr = ours.query_pairs(0.05, p=p, output_type="ndarray")
+    assert arr.dtype == np.intp and arr.shape == (len(want), 2)
+    assert [tuple(v) for v in arr.tolist()] == sorted(want)  # ordered by (i, j)
+    assert canopy.KDTree([[0, 1]]).query_pairs(0.5) == set()
+    with pytest.raises(ValueError, match="output type"):
+        ours.query_pairs(0.05, output_type="list")
+    with pytest.raises(ValueError):
+        ours.query_pairs(-0.05)
+
+
+@pytest.mark.parametrize("p", [1, 2, np.inf])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_count_neighbors_equals_scipy(two_clouds, dtype, p):
+    (a, b), (a64, b64) = as_dtype(dtype, *two_clouds)
+    A, B, SA, SB = canopy.cKDTree(a), canopy.cKDTree(b), ScipyTree(a64), ScipyTree(b64)
+    c = A.count_neighbors(B, 0.1, p=p)
+    assert type(c) is int and c == SA.count_neighbors(SB, 0.1, p=p) and c > 0
+    # several radii: unsorted, repeated, 0, beyond every pair (counted without a search), inf
+    r = np.array([0.2, 0.05, 0.05, 0.0, 0.1, 5.0, np.inf, 0.15])
+    got = A.count_neighbors(B, r, p=p)
+    assert got.dtype == np.intp and np.array_equal(got, SA.count_neighbors(SB, r, p=p))
+    assert got[5] == got[6] == len(a) * len(b)
+    edges = np.sort(r)
+    got = A.count_neighbors(B, edges, p=p, cumulative=False)
+    assert np.array_equal(got, SA.count_neighbors(SB, edges, p=p, cumulative=False))
+    assert got.sum() == len(a) * len(b)
+    # weights: a tuple (self's, other's), either None; one array for a tree with itself
+    rng = np.random.default_rng(5)
+    wa, wb = rng.random(len(a)), rng.random(len(b))
+    for w in [(wa, wb), (wa, None), (None, wb)]:
+        for cumulative in (True, False):
+            got = A.count_neighbors(B, edges, p=p, weights=w, cumulative=cumulative)
+            want = SA.count_neighbors(SB, edges, p=p, weights=w, cumulative=cumulative)
+            assert got.dtype == np.float64
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+    got = A.count_neighbors(A, 0.1, p=p, weights=wa)
+    assert type(got) is np.float64
+    np.testing.assert_allclose(got, SA.count_neighbors(SA, 0.1, p=p, weights=wa), rtol=1e-12)
+    assert type(A.count_neighbors(B, 0.1, weights=(None, None))) is int
+
+
+def test_count_neighbors_errors(two_clouds):
+    a, b = two_clouds
+    A, B = canopy.cKDTree(a), canopy.cKDTree(b)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        A.count_neighbors(B, [0.1, 0.05], cumulative=False)
+    with pytest.raises(ValueError, match="different trees"):
+        A.count_neighbors(B, 0.1, weights=np.ones(len(a)))
+    with pytest.raises(ValueError, match="Number of weights"):
+        A.count_neighbors(B, 0.1, weights=(np.ones(len(a) - 1), None))
+    with pytest.raises(ValueError, match="one-dimensional"):
+        A.count_neighbors(B, [[0.1]])
+    with pytest.raises(ValueError, match="dimensionality"):
+        A.count_neighbors(canopy.cKDTree(b[:, :2]), 0.1)
+    with pytest.raises(TypeError):
+        A.count_neighbors(b, 0.1)
+    with pytest.raises(ValueError):
+        A.count_neighbors(B, [0.1, np.nan])
+    with pytest.raises(TypeError):
+        A.query_ball_tree(B, [0.1, 0.2])
+    assert A.count_neighbors(B, []).shape == (0,)
+
+
+@pytest.mark.parametrize("p", [1, 2, np.inf])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sparse_distance_matrix_equals_scipy(two_clouds, dtype, p):
+    (a, b), (a64, b64) = as_dtype(dtype, two_clouds[0][:400], two_clouds[1][:300])
+    A, B, SA, SB = canopy.KDTree(a), canopy.KDTree(b), ScipyTree(a64), ScipyTree(b64)
+    from scipy.sparse import coo_matrix, dok_matrix
+    want = SA.sparse_distance_matrix(SB, 0.15, p=p, output_type="dict")
+    got = A.sparse_distance_matrix(B, 0.15, p=p, output_type="dict")
+    assert got.keys() == want.keys() and len(want) > 100
+    assert all(type(i) is int and type(v) is float for (i, _), v in got.items())
+    np.testing.assert_allclose([got[k] for k in want], list(want.values()), rtol=1e-14)
+    dok = A.sparse_distance_matrix(B, 0.15, p=p)
+    assert isinstance(dok, dok_matrix) and dok.shape == (400, 300) and dok.dtype == np.float64
+    coo = A.sparse_distance_matrix(B, 0.15, p=p, output_type="coo_matrix")
+    assert isinstance(coo, coo_matrix) and coo.nnz == len(want)
+    ref = SA.sparse_distance_matrix(SB, 0.15, p=p).toarray()
+    np.testing.assert_allclose(dok.toarray(), ref, rtol=1e-14)
+    np.testing.assert_allclose(coo.toarray(), ref, rtol=1e-14)
+    arr = A.sparse_distance_matrix(B, 0.15, p=p, output_type="ndarray")
+    assert arr.dtype == SA.sparse_distance_matrix(SB, 0.15, p=p, output_type="ndarray").dtype
+    assert [(i, j) for i, j in zip(arr["i"].tolist(), arr["j"].tolist())] == sorted(want)
+    # a tree with itself: the zero distances are stored, as scipy stores them
+    assert A.sparse_distance_matrix(A, 0.1, p=p).nnz == SA.sparse_distance_matrix(SA, 0.1, p=p).nnz
+    with pytest.raises(ValueError, match="output type"):
+        A.sparse_distance_matrix(B, 0.15, output_type="csr_matrix")
+
+
+def test_pair_queries_with_empty_trees(two_clouds):
+    a = two_clouds[0][:50]
+    for data in (np.empty((0, 3)), np.empty((0, 3), np.float32)):
+        E, A = canopy.cKDTree(data), canopy.cKDTree(a)
+        assert E.query_ball_tree(A, 0.3) == [] and A.query_ball_tree(E, 0.3) == [[]] * 50
+        assert E.query_pairs(0.3) == set() and E.query_pairs(0.3, output_type="ndarray").shape == (0, 2)
+        assert np.array_equal(E.count_neighbors(E, [0, 1]), [0, 0])
+        assert A.count_neighbors(E, 0.5) == 0 and np.array_equal(A.count_neighbors(E, [0.1, np.inf]), [0, 0])
+        assert E.count_neighbors(A, 0.5, weights=(None, np.ones(50))) == 0.0
+        assert E.sparse_distance_matrix(E, 0.3).shape == (0, 0)
+        assert A.sparse_distance_matrix(E, 0.3, output_type="coo_matrix").shape == (50, 0)
+        assert E.sparse_distance_matrix(A, 0.3, output_type="dict") == {}
+        assert E.sparse_distance_matrix(A, 0.3, output_type="ndarray").shape == (0,)
+
+
+def test_pair_queries_float64_exact_on_utm_metres():
+    rng = np.random.default_rng(4)
+    a = 5e6 + rng.random((6000, 3)) * 1000
+    b = 5e6 + rng.random((3000, 3)) * 1000
+    A, B, SA, SB = canopy.KDTree(a), canopy.KDTree(b), ScipyTree(a), ScipyTree(b)
+    r = np.array([5.0, 20.0, 40.0])
+    assert np.array_equal(A.count_neighbors(B, r), SA.count_neighbors(SB, r))
+    assert A.query_pairs(20.0) == SA.query_pairs(20.0)
+    got = A.query_ball_tree(B, 20.0)
+    assert got == [sorted(v) for v in SA.query_ball_tree(SB, 20.0)]
+    # two points 1e-9 m apart beyond r: not a pair
+    t = canopy.KDTree(np.array([[5e6, 0.0], [5e6 + 0.1 + 1e-9, 0.0]]))
+    assert t.query_pairs(0.1) == set() and t.count_neighbors(t, 0.1) == 2
