@@ -58,7 +58,7 @@ bin=${CANOPY_BIN:-stage/bin}
 # gpu-stage.sh packs the binaries (stage/bins.tgz) where they would not fit the carry otherwise.
 [[ -f stage/bins.tgz && ! -x $bin/canopy_tests ]] && tar -xzf stage/bins.tgz -C stage
 # The deliberate out-of-memory test is left out: memcheck reports its failed cudaMalloc.
-gpu_tests='*Gpu*:Soundness.Gpu*:Inspector.Gpu*:CountsEqualBruteForceReal.*:CountsEqualBruteForceEdge.*:ForestGpu.*:KnnSoundness.*:KnnDegenerate.*:GuidedInspector.*:BhApi.*:BhSoundness.*:-RuntimeErrors.NotEnoughGpuMemoryNamesTheBuffer:*Cpu:KnnExact.KdTreeGpu:KnnExact.BallTreeGpu:KnnExact.VpTreeGpu'
+gpu_tests='*Gpu*:Soundness.Gpu*:Inspector.Gpu*:CountsEqualBruteForceReal.*:CountsEqualBruteForceEdge.*:ForestGpu.*:KnnSoundness.*:KnnDegenerate.*:GuidedInspector.*:BhApi.*:BhSoundness.*:-RuntimeErrors.NotEnoughGpuMemoryNamesTheBuffer:*Cpu:KnnExactGpu.KdTree:KnnExactGpu.BallTree:KnnExactGpu.VpTree'
 
 repeat=5
 if [[ $what == quick ]]; then

@@ -684,11 +684,7 @@ void ranges_equal_the_whole_run(Device device) {
   EXPECT_HAS(test::error_of([&] { bh.run(opt, 0, 5, nullptr); }, "no buffer"), "null");
 }
 
-TEST(BhApi, BodyRangesEqualTheWholeRunCpu) { ranges_equal_the_whole_run(Device::Cpu); }
-TEST(BhApi, BodyRangesEqualTheWholeRunGpu) {
-  CANOPY_REQUIRE_GPU();
-  ranges_equal_the_whole_run(Device::Gpu);
-}
+CANOPY_TEST_ON_CPU_AND_GPU(BhApi, BodyRangesEqualTheWholeRun, ranges_equal_the_whole_run)
 
 // The warp emulator's node counts equal the instrumented GPU kernels'.
 TEST(BhApi, GpuWarpNodeCountsEqualTheEmulator) {

@@ -553,14 +553,8 @@ void auto_depth_picks_a_candidate_and_remembers_it(Device device) {
   }
 }
 
-TEST(AutoDepth, PicksACandidateDepthGivesTheSameResultsAndRemembersItsChoiceCpu) {
-  auto_depth_picks_a_candidate_and_remembers_it(Device::Cpu);
-}
-
-TEST(AutoDepthGpu, PicksACandidateDepthGivesTheSameResultsAndRemembersItsChoice) {
-  CANOPY_REQUIRE_GPU();
-  auto_depth_picks_a_candidate_and_remembers_it(Device::Gpu);
-}
+CANOPY_TEST_ON_CPU_AND_GPU(AutoDepth, PicksACandidateDepthGivesTheSameResultsAndRemembersItsChoice,
+                           auto_depth_picks_a_candidate_and_remembers_it)
 
 // Auto, depth auto and a memory budget together give the fixed options' results on the shape's
 // first call (the prior), its second (the trial, on the GPU where Auto has several candidates)
@@ -596,14 +590,8 @@ void auto_depth_auto_and_a_budget_give_the_fixed_results(Device device) {
   }
 }
 
-TEST(AutoPlan, AutoDepthAutoAndABudgetGiveTheFixedOptionsResultsCpu) {
-  auto_depth_auto_and_a_budget_give_the_fixed_results(Device::Cpu);
-}
-
-TEST(AutoPlanGpu, AutoDepthAutoAndABudgetGiveTheFixedOptionsResults) {
-  CANOPY_REQUIRE_GPU();
-  auto_depth_auto_and_a_budget_give_the_fixed_results(Device::Gpu);
-}
+CANOPY_TEST_ON_CPU_AND_GPU(AutoPlan, AutoDepthAutoAndABudgetGiveTheFixedOptionsResults,
+                           auto_depth_auto_and_a_budget_give_the_fixed_results)
 
 // A call's data is checked before its options resolve: a bad query is an error under Auto (the
 // shape's second call included, whose trial would run) and under depth auto.
@@ -626,14 +614,8 @@ void bad_queries_are_an_error_however_the_options_resolve(Device device) {
     }
 }
 
-TEST(AutoPlan, BadQueriesAreAnErrorUnderAutoAndDepthAutoCpu) {
-  bad_queries_are_an_error_however_the_options_resolve(Device::Cpu);
-}
-
-TEST(AutoPlanGpu, BadQueriesAreAnErrorUnderAutoAndDepthAuto) {
-  CANOPY_REQUIRE_GPU();
-  bad_queries_are_an_error_however_the_options_resolve(Device::Gpu);
-}
+CANOPY_TEST_ON_CPU_AND_GPU(AutoPlan, BadQueriesAreAnErrorUnderAutoAndDepthAuto,
+                           bad_queries_are_an_error_however_the_options_resolve)
 
 TEST(Pipeline, ChunksRampUpByDoublingFromAnEighthAndCoverTheQueriesOnce) {
   using B = std::vector<index_t>;

@@ -88,21 +88,9 @@ void exact_in_every_dimension(Device device) {
   }
 }
 
-TEST(KnnExact, KdTreeCpu) { exact_in_every_dimension<KdTree>(Device::Cpu); }
-TEST(KnnExact, BallTreeCpu) { exact_in_every_dimension<BallTree>(Device::Cpu); }
-TEST(KnnExact, VpTreeCpu) { exact_in_every_dimension<VpTree>(Device::Cpu); }
-TEST(KnnExact, KdTreeGpu) {
-  CANOPY_REQUIRE_GPU();
-  exact_in_every_dimension<KdTree>(Device::Gpu);
-}
-TEST(KnnExact, BallTreeGpu) {
-  CANOPY_REQUIRE_GPU();
-  exact_in_every_dimension<BallTree>(Device::Gpu);
-}
-TEST(KnnExact, VpTreeGpu) {
-  CANOPY_REQUIRE_GPU();
-  exact_in_every_dimension<VpTree>(Device::Gpu);
-}
+CANOPY_TEST_ON_CPU_AND_GPU(KnnExact, KdTree, exact_in_every_dimension<KdTree>)
+CANOPY_TEST_ON_CPU_AND_GPU(KnnExact, BallTree, exact_in_every_dimension<BallTree>)
+CANOPY_TEST_ON_CPU_AND_GPU(KnnExact, VpTree, exact_in_every_dimension<VpTree>)
 
 // The paper's NN setup on the real subsets: a seeded random half builds the tree, the other
 // half queries it.
