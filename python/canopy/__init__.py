@@ -281,7 +281,9 @@ class _PointTree:
         brute = np.flatnonzero(~finite) if self._index is not None else np.arange(len(q))
         if self._index is not None:
             pending = np.flatnonzero(finite)
-            kp = np.minimum(np.broadcast_to(np.asarray(kp, np.int64), (len(q),))[pending], n)
+            kp = np.broadcast_to(np.asarray(kp, np.int64), (len(q),))[pending]
+            # (k rounded up to steps of 2^(1/4): rows of near k share one engine call)
+            kp = np.minimum(np.ceil(2.0 ** (np.ceil(4 * np.log2(np.maximum(kp, 1))) / 4)).astype(np.int64), n)
             while len(pending):
                 settled_rows, again, again_k = [], [], []
                 for k in np.unique(kp):
@@ -601,8 +603,14 @@ class _PointTree:
                                  np.asarray(other.maxes, np.float64) - np.asarray(self.mins, np.float64))
                 bound = float(_minkowski(ext, p)) * (1 + 1e-10)
         searched = u[~(u >= bound)] if np.isfinite(bound) else u
-        if len(searched):
-            for i, j, d in self._pairs(other, float(searched[-1]), p, _options(options)):
+        opts = _options(options)
+        if len(searched) and p == 2 and w2 is None and other._kind == "kd" and other._index is not None:
+            prev = np.zeros(self.n, np.int64)
+            for k, row_counts in enumerate(self._row_counts(other, searched, opts)):
+                bins[k] = (row_counts - prev).sum() if w1 is None else (row_counts - prev) @ w1
+                prev = row_counts
+        elif len(searched):
+            for i, j, d in self._pairs(other, float(searched[-1]), p, opts):
                 wij = None
                 if weighted:
                     wij = (w1[i] if w1 is not None else 1.0) * (w2[j] if w2 is not None else 1.0)
@@ -662,6 +670,41 @@ class _PointTree:
                                  f"({w.shape[0] if w.ndim else 0} weights, {tree.n} points)")
             return w
         return check(w1, self), check(w2, other)
+
+    def _row_counts(self, other, radii, opts):
+        """For each radius, every point of self's count of other's points within it (float64
+        2-norm), exact, from other's kd-tree counts in float32. A pair at float64 distance D has
+        engine distance d~ (float32 coordinates) with |d~^2 - d^2| <= _rel(m) d^2 + 1e-36 (m + 2
+        roundings of size 2^-24 at most, doubled) and |d - D| <= eps_x + eps_q + D 1e-12
+        (_search's bounds, and float64's own rounding): counting at a radius hi past r + that
+        slack counts a superset of the points within r, at a radius lo short of r - slack a
+        subset; where the two counts agree they are the answer, and the rows where they differ
+        (points within rounding of r) are resolved by the exact ball search (_ball)."""
+        q, q32, eps_q, _, _ = other._rows(self.data, keep64=self.data.dtype != np.float32)
+        finite = np.isfinite(q32).all(axis=1)
+        rows = np.flatnonzero(finite)
+        sub = np.ascontiguousarray(q32[rows])
+        slack = other._eps_x + (float(eps_q[rows].max()) if len(rows) else 0.0)
+        rel = _rel(self.m)
+        for r in radii.tolist():
+            out = np.zeros(self.n, np.int64)
+            hi = np.float32((r * (1 + 1e-12) + slack) * np.sqrt(1 + rel) * (1 + 2.0 ** -22) + 1e-18)
+            hi = np.nextafter(hi, np.float32(np.inf))
+            lo = (r * (1 - 1e-12) - slack) * np.sqrt(1 - rel) * (1 - 2.0 ** -22) - 1e-18
+            c_hi, c_lo = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
+            if len(rows) and np.isfinite(hi):
+                self.last_stats = _stats(other._index.count(sub, len(rows), float(hi), c_hi, opts))
+                if lo > 0:
+                    lo = np.nextafter(np.float32(lo), np.float32(0))
+                    self.last_stats = _stats(other._index.count(sub, len(rows), float(lo), c_lo, opts))
+            out[rows] = c_lo
+            exact = np.isfinite(hi) & (c_hi == c_lo)
+            todo = np.concatenate([rows[~exact], np.flatnonzero(~finite)]) if np.isfinite(hi) else np.arange(self.n)
+            if len(todo):
+                for rws, D, I, inside in other._ball(q[todo], q32[todo], eps_q[todo], np.full(len(todo), r),
+                                                     2.0, opts):
+                    out[todo[rws]] = inside.sum(axis=1)
+            yield out
 
     def _pairs(self, other, r, p, opts):
         """Every pair (i of self, j of other) at float64 p-distance <= r, each once, in chunks

@@ -354,3 +354,20 @@ def test_pair_queries_float64_exact_on_utm_metres():
     # two points 1e-9 m apart beyond r: not a pair
     t = canopy.KDTree(np.array([[5e6, 0.0], [5e6 + 0.1 + 1e-9, 0.0]]))
     assert t.query_pairs(0.1) == set() and t.count_neighbors(t, 0.1) == 2
+
+
+def test_count_neighbors_on_ties_at_the_radius():
+    # An integer grid puts many pairs at exactly r (0, 1, sqrt 2, 5): p = 2 counts come from the
+    # kd-tree's float32 counts, and the rows with a point within rounding of r are settled exactly.
+    rng = np.random.default_rng(9)
+    g = rng.integers(0, 20, (3000, 2)).astype(np.float64)
+    r = np.array([0.0, 1.0, np.sqrt(2), 2.0, 5.0, 10.0])
+    w = rng.random(3000)
+    for data in (g, g.astype(np.float32), 5e6 + g):
+        A, SA = canopy.KDTree(data), ScipyTree(data.astype(np.float64))
+        B, SB = canopy.KDTree(data[:700]), ScipyTree(data[:700].astype(np.float64))
+        assert np.array_equal(A.count_neighbors(B, r), SA.count_neighbors(SB, r))
+        np.testing.assert_allclose(A.count_neighbors(A, r, weights=w, cumulative=False),
+                                   SA.count_neighbors(SA, r, weights=w, cumulative=False), rtol=1e-12)
+        np.testing.assert_allclose(A.count_neighbors(B, r, weights=(w, None)),
+                                   SA.count_neighbors(SB, r, weights=(w, None)), rtol=1e-12)
