@@ -734,7 +734,8 @@ def _rebuild(cls, data, args):
 
 class cKDTree(_PointTree):
     """A kd-tree over points (n, dims): median splits on the widest dimension; scipy's
-    cKDTree's calls (query, query_ball_point) and attributes (data, n, m, leafsize, maxes,
+    cKDTree's calls (query, query_ball_point, query_ball_tree, query_pairs,
+    count_neighbors, sparse_distance_matrix) and attributes (data, n, m, leafsize, maxes,
     mins, size)."""
     _kind = "kd"
 
@@ -746,12 +747,12 @@ class KDTree(cKDTree):
 
 
 class BallTree(_PointTree):
-    """A ball tree over points (n, dims); query() and query_ball_point() lists."""
+    """A ball tree over points (n, dims); query(), query_ball_point() lists and the pair queries."""
     _kind = "ball"
 
 
 class VPTree(_PointTree):
-    """A vantage-point tree over points (n, dims); query() and query_ball_point() lists."""
+    """A vantage-point tree over points (n, dims); query(), query_ball_point() lists and the pair queries."""
     _kind = "vp"
 
 
