@@ -86,7 +86,7 @@ struct DistributedStats {
   index_t local_items = 0;        // queries or rows this rank ran
   double local_ms = 0;            // its share, wall clock
   double slowest_local_ms = 0;    // the slowest rank's share
-  double total_ms = 0;            // the whole call on this rank, gathering included
+  double wall_ms = 0;             // the whole call on this rank, gathering included
   std::uint64_t bytes_moved = 0;  // query and result bytes this rank sent and received
   double imbalance = 1;           // slowest share / mean share (1: perfectly balanced)
 };

@@ -178,7 +178,7 @@ inline void finish_stats(MPI_Comm comm, DistributedStats* st, Clock::time_point 
   st->ranks = ranks;
   st->slowest_local_ms = most;
   st->imbalance = sum > 0 ? most / (sum / ranks) : 1.0;
-  st->total_ms = ms_since(start);
+  st->wall_ms = ms_since(start);
 }
 
 // This rank's share of n items, and the stats it starts.

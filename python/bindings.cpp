@@ -109,6 +109,7 @@ py::dict stats_dict(const TraversalStats& st) {
   d["schedule_ms"] = st.times.schedule_ms;
   d["execute_ms"] = st.times.execute_ms;
   d["total_ms"] = st.times.total_ms();
+  d["wall_ms"] = st.wall_ms;
   d["auto_trial_ms"] = st.auto_trial_ms;
   return d;
 }
@@ -321,7 +322,7 @@ struct ForestCallStats {
     return d;
   }
   static constexpr const char* kFields[] = {"device",    "layout",      "kernel",    "schedule",  "tuning",  "graph",
-                                            "upload_ms", "kernel_ms",   "download_ms", "tuning_ms", "total_ms"};
+                                            "upload_ms", "kernel_ms",   "download_ms", "tuning_ms", "wall_ms"};
 };
 
 // A forest and, made on first use per device, its predictor. The GIL is released while Canopy
@@ -485,7 +486,9 @@ PYBIND11_MODULE(_canopy, m) {
       .def_property_readonly("kernel_ms", [](const ForestCallStats& s) { return s.times.kernel_ms; })
       .def_property_readonly("download_ms", [](const ForestCallStats& s) { return s.times.download_ms; })
       .def_property_readonly("tuning_ms", [](const ForestCallStats& s) { return s.times.tuning_ms; })
-      .def_property_readonly("total_ms", [](const ForestCallStats& s) { return s.times.total_ms; })
+      .def_property_readonly("wall_ms", [](const ForestCallStats& s) { return s.times.wall_ms; })
+      // The earlier name of wall_ms (total_ms is a sum of phases elsewhere); not in vars().
+      .def_property_readonly("total_ms", [](const ForestCallStats& s) { return s.times.wall_ms; })
       .def("as_dict", &ForestCallStats::as_dict);
 
   py::class_<PyForest>(m, "Forest")

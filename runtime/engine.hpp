@@ -567,6 +567,7 @@ void run_auto_trial(const W& w, const typename W::View& view, Device held, GpuPa
 template <class W>
 TraversalStats run_call(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
                         const CallData& call, const TraversalOptions& opt) {
+  const auto start = std::chrono::steady_clock::now();
   detail::check_call(w, call, opt);
   const CallPlan p = detail::plan_call(w, view, held, gpu, state, call, opt);
   TraversalStats st = detail::run_plan(w, view, held, gpu, state, call, p);
@@ -577,6 +578,7 @@ TraversalStats run_call(const W& w, const typename W::View& view, Device held, G
     st.auto_trial_ms = ms_since(t0);
     if (!opt.keep_schedule) st.schedule = Schedule{};
   }
+  st.wall_ms = ms_since(start);
   return st;
 }
 

@@ -251,8 +251,8 @@ ForestTimes ForestPredictor::run(const float* rows, index_t n_rows, float* out, 
       m.with_view([&](const auto& v) { predict_forest_cpu(v, rows, n_rows, opt.output, width, out, f64); });
     }
   }
-  times.total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (m.device == Device::Cpu) times.kernel_ms = times.total_ms;
+  times.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (m.device == Device::Cpu) times.kernel_ms = times.wall_ms;
   return times;
 }
 

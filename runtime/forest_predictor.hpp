@@ -109,7 +109,7 @@ struct ForestTimes {
   double kernel_ms = 0;    // GPU: the kernel (CUDA events); CPU: the executor (wall clock)
   double download_ms = 0;  // GPU: the predictions back (CUDA events)
   double tuning_ms = 0;    // GPU: Auto's trial of another schedule in this call: its kernel or preview (CUDA events)
-  double total_ms = 0;     // wall clock of the whole predict() call
+  double wall_ms = 0;      // wall clock of the whole predict() call
   ForestLayout layout = ForestLayout::Csr;     // the predictor's layout (Auto resolved)
   ForestKernel kernel = ForestKernel::Direct;  // the kernel that ran (Auto resolved)
   ForestSchedule schedule;                     // its parameters, defaults resolved (adaptive)

@@ -111,6 +111,8 @@ struct PhaseTimes {
   double inspect_ms = 0;   // GPU: inspector kernel + matrix copy to pinned host memory
   double schedule_ms = 0;  // CPU scheduler + order upload, or the device sandpile / sort
   double execute_ms = 0;   // the executor alone
+  // The sum of the phases (a pipelined call's overlap, so its wall time is pipeline.wall_ms);
+  // every wall clock is a wall_ms (TraversalStats, ForestTimes, DistributedStats).
   double total_ms() const { return inspect_ms + schedule_ms + execute_ms; }
 };
 
@@ -119,6 +121,7 @@ struct TraversalStats {
   Device device = Device::Cpu;  // where it ran
   ScheduleKind schedule_kind = ScheduleKind::InputOrder;   // what ran (Auto resolved)
   ExecutorKind executor_kind = ExecutorKind::Independent;  // what ran (Auto resolved)
+  double wall_ms = 0;           // the whole call's wall clock on the host, trials included
   double auto_trial_ms = 0;     // Auto: what its trial cost (0 when a remembered pick was used)
   int depth = 0;                // top-tree depth used (the hybrid schedules)
   GuidedRows rows;              // guided Hybrid: how the inspector formed its rows

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The default forest call from Python on the GPU: canopy.Forest.load(path).predict_proba(X)
 with X a cupy array (results stay on the device) and with X a numpy array (the whole call:
-the copy in, the kernel, the copy out), against the C++ call inside it (last_stats.total_ms,
+the copy in, the kernel, the copy out), against the C++ call inside it (last_stats.wall_ms,
 the same default ForestPredictor with the same rows).
 
     python3 scripts/bench_forest_python.py MODEL.json[.gz] DATA.csv[.gz] LABEL [--batch 100,10000,1000000]
@@ -67,7 +67,7 @@ def main():
                 if kind == "cupy":
                     cp.cuda.get_current_stream().synchronize()
                 wall.append((time.perf_counter() - t0) * 1e3)
-                inner.append(forest.last_stats.total_ms)
+                inner.append(forest.last_stats.wall_ms)
                 kern.append(forest.last_stats.kernel_ms)
             w, c, k = statistics.median(wall), statistics.median(inner), statistics.median(kern)
             s = forest.last_stats

@@ -664,3 +664,27 @@ TEST(Pipeline, RunPlansChunkWithinTheBudgetAndNameTheSizesWhenNothingFits) {
 
 }  // namespace
 }  // namespace canopy
+
+namespace canopy {
+namespace {
+
+// wall_ms is the whole call's wall clock: at least the sum of its phases (timed inside it, on
+// the CPU with the same host clock), and an Auto trial's cost is inside it too.
+TEST(CallStats, WallTimeCoversThePhasesAndTheTrials) {
+  AutoChoice::forget_all();
+  Apis apis;
+  for (Workload& w : apis.workloads()) {
+    SCOPED_TRACE(w.name);
+    for (int call = 1; call <= 2; ++call) {
+      TraversalStats st;
+      TraversalOptions o = test::options_on(Device::Cpu, ScheduleKind::Hybrid);
+      o.depth = kAutoDepth;
+      w.run(o, &st);
+      EXPECT_GT(st.wall_ms, 0.0);
+      EXPECT_GE(st.wall_ms, st.times.total_ms() + st.depth_trial_ms);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace canopy

@@ -245,7 +245,7 @@ def _names(values, limit=20):
 
 class ForestStats:
     """What a forest call ran (Forest.last_stats): device, layout, kernel, schedule, tuning, graph,
-    upload_ms, kernel_ms, download_ms, tuning_ms, total_ms. The C++ values, named when read:
+    upload_ms, kernel_ms, download_ms, tuning_ms, wall_ms (total_ms: its earlier name). The C++ values, named when read:
     a serving loop's call does not pay for fields it never looks at. vars() gives them all."""
 
     __slots__ = ("_c",)
