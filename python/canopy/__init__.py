@@ -19,13 +19,13 @@ last call's statistics are in `.last_stats`. Forests also take DataFrames and in
 and their options are ForestRunOptions' (device, kernel, online_tuning, graph, schedule).
 Canopy's errors are ValueError (MemoryError when the GPU lacks memory), with Canopy's message.
 """
-import os
-import types
-
 import numpy as np
 
 from . import _canopy
 from ._arrays import _Input, _cupy, _on_device
+from ._pairs import _PairQueries
+from ._tree_util import (_ABS, _U32, _ball_factor, _host_rows, _int, _minkowski, _number, _options, _rel, _stats,
+                         _workers)
 from .forest import Forest
 
 __all__ = ["KDTree", "cKDTree", "BallTree", "VPTree", "barnes_hut", "Forest", "gpu_available", "gpu_description"]
@@ -33,122 +33,8 @@ __all__ = ["KDTree", "cKDTree", "BallTree", "VPTree", "barnes_hut", "Forest", "g
 gpu_available = _canopy.gpu_available
 gpu_description = _canopy.gpu_description
 
-_OPTIONS = ("device", "schedule", "executor", "depth", "pipeline", "chunk", "memory_budget")
 
-
-def _stats(d):
-    return types.SimpleNamespace(**d)
-
-
-def _options(options):
-    """The traversal options a search passes on, checked here so that a wrong type is a TypeError
-    and a wrong value a ValueError, each naming the option (not pybind11's RuntimeError)."""
-    unknown = set(options) - set(_OPTIONS)
-    if unknown:
-        raise ValueError(f"unknown option(s) {sorted(unknown)}; known: {', '.join(_OPTIONS)}")
-    out = {}
-    for k, v in options.items():
-        if v is None:
-            continue
-        if k in ("device", "schedule", "executor"):
-            if not isinstance(v, str):
-                raise TypeError(f"{k} = {v!r}: a string is needed")
-        elif k == "pipeline":
-            if not isinstance(v, (bool, np.bool_)):
-                raise TypeError(f"pipeline = {v!r}: True or False is needed")
-            v = bool(v)
-        elif k == "depth" and isinstance(v, str):
-            if v != "auto":
-                raise ValueError(f"depth = {v!r}: an int or 'auto' is needed")
-        else:  # depth, chunk, memory_budget: non-negative ints
-            v = _int(v, k)
-            if v < 0:
-                raise ValueError(f"{k} = {v}: must be >= 0")
-        out[k] = v
-    return out
-
-
-def _int(v, name):
-    """v as a Python int (bool and floats are a TypeError naming the argument)."""
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} = {v!r}: an integer is needed")
-    return int(v)
-
-
-def _number(v, name, low=0.0):
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} = {v!r}: a number is needed") from None
-    if not f >= low:  # NaN too
-        raise ValueError(f"{name} = {v!r}: must be >= {low:g}")
-    return f
-
-
-def _workers(workers):
-    """scipy's workers: None or an int (-1: every core); Canopy uses every core or the GPU anyway."""
-    if workers is None:
-        return
-    w = _int(workers, "workers")
-    if w == 0 or w < -1:
-        raise ValueError(f"workers = {w}: a positive number, or -1 for every core")
-    if w == -1 and os.cpu_count() is None:
-        raise NotImplementedError("Cannot determine the number of cpus using os.cpu_count(), "
-                                  "cannot use -1 for the number of workers")
-
-
-def _host_rows(x, name, m):
-    """x as a float64 numpy array (..., m) of host rows (lists, ints and bools converted)."""
-    a = np.asarray(x)
-    if a.dtype.kind == "c":
-        raise TypeError(f"{name}: complex data (dtype {a.dtype}) are not points")
-    if a.dtype.kind not in "biuf":
-        try:
-            a = a.astype(np.float64)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name}: dtype {a.dtype} is not a number type") from None
-    if a.ndim == 0 or (m is not None and a.shape[-1] != m):
-        raise ValueError(f"{name}: {a.shape[-1] if a.ndim else 0} columns, the tree has {m}" if m is not None
-                         else f"{name}: shape {a.shape} is not (n, dims)")
-    return a
-
-
-# Exactness (see docs/python.md, "Exact results"). The engine's distance from query q~ to point x~
-# (float32 coordinates) is sqrt_rn of a correctly rounded float32 sum of correctly rounded squares
-# of correctly rounded differences, in one order (layouts/geometry.hpp), so it is within
-# _REL * d + _ABS of the real distance d between those float32 coordinates (a sum of m squares
-# carries at most (m + 2) float32 roundings of relative size 2^-24, the square root one more; the
-# factor 2 and _ABS, which covers underflow, are margins). Coordinates rounded from float64 move by
-# at most 2^-24 of their distance from the tree's centre (+ subnormals' 2^-149), so a point's real
-# float64 distance D satisfies |d~ - D| <= _REL(m) d~ + _ABS + eps_point + eps_query.
-_U32 = 2.0 ** -24
-_ABS = 1e-18
-
-
-def _rel(m):
-    return (m + 4) * 2.0 ** -23
-
-
-def _minkowski(diff, p):
-    """The p-norm of diff along the last axis, in float64 as scipy's minkowski_distance."""
-    if p == 2:
-        return np.sqrt(np.einsum("...i,...i->...", diff, diff))
-    a = np.abs(diff)
-    if p == 1:
-        return a.sum(axis=-1)
-    if p == np.inf:
-        return a.max(axis=-1)
-    return (a ** p).sum(axis=-1) ** (1.0 / p)
-
-
-def _ball_factor(m, p):
-    """c with |v|_2 <= c |v|_p for v in R^m (p >= 1): 1 for p <= 2, m^(1/2 - 1/p) above; with a
-    float64 rounding margin."""
-    c = 1.0 if p <= 2 else (np.sqrt(m) if p == np.inf else m ** (0.5 - 1.0 / p))
-    return c * (1 + 1e-9)
-
-
-class _PointTree:
+class _PointTree(_PairQueries):
     """A tree over points (n, dims), scipy.spatial.cKDTree's constructor: leafsize,
     compact_nodes, copy_data and balanced_tree are accepted (Canopy's trees are always balanced
     median-split trees, and compact: those two flags change nothing); boxsize (periodic boxes) is
@@ -285,7 +171,7 @@ class _PointTree:
             # (k rounded up to steps of 2^(1/4): rows of near k share one engine call)
             kp = np.minimum(np.ceil(2.0 ** (np.ceil(4 * np.log2(np.maximum(kp, 1))) / 4)).astype(np.int64), n)
             while len(pending):
-                settled_rows, again, again_k = [], [], []
+                again, again_k = [], []
                 for k in np.unique(kp):
                     group = pending[kp == k]
                     step = max(1, (1 << 22) // (int(k) * m))
@@ -524,208 +410,6 @@ class _PointTree:
         return counts.reshape(lead) if lead is not None else counts
 
     # -- pairs between two trees: self's points are the queries of other's exact ball search ----
-    def query_ball_tree(self, other, r, p=2.0, eps=0, **options):
-        """For each point i of this tree, the indices of other's points within distance r (a point
-        at exactly r counts), as scipy's cKDTree.query_ball_tree: a list of n lists, each sorted.
-        Exact in float64 over both trees' data (float32 data: over its float32 values), any
-        p >= 1; eps >= 0 is accepted (the answers are exact)."""
-        other, r, p = self._pair_args(other, r, p, eps, "query_ball_tree", "r")
-        i, j, _ = self._pair_arrays(other, r, p, _options(options))
-        bounds = np.searchsorted(i, np.arange(self.n + 1)).tolist()
-        j = j.tolist()
-        return [j[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-
-    def query_pairs(self, r, p=2.0, eps=0, output_type="set", **options):
-        """The pairs (i, j), i < j, of this tree's points within distance r of each other, as
-        scipy's cKDTree.query_pairs: a set of tuples of ints, or with output_type="ndarray" an
-        intp array (n_pairs, 2) ordered by (i, j). Exact as query_ball_tree."""
-        if output_type not in ("set", "ndarray"):
-            raise ValueError(f"Invalid output type {output_type!r}: 'set' or 'ndarray'")
-        _, r, p = self._pair_args(self, r, p, eps, "query_pairs", "r")
-        i, j, _ = self._pair_arrays(self, r, p, _options(options), upper=True)
-        if output_type == "ndarray":
-            return np.stack([i, j], axis=1).astype(np.intp, copy=False)
-        return set(zip(i.tolist(), j.tolist()))
-
-    def sparse_distance_matrix(self, other, max_distance, p=2.0, output_type="dok_matrix", **options):
-        """The distances d(i, j) <= max_distance between this tree's points i and other's points
-        j, as scipy's cKDTree.sparse_distance_matrix: a scipy.sparse dok_matrix or coo_matrix of
-        shape (n, other.n) (float64; a distance 0 is stored, as scipy stores it), a dict {(i, j):
-        d}, or a structured ndarray with fields i, j (intp) and v (float64); ordered by (i, j).
-        Exact as query_ball_tree: the distances are scipy's float64 p-distances."""
-        kinds = ("dok_matrix", "coo_matrix", "dict", "ndarray")
-        if output_type not in kinds:
-            raise ValueError(f"Invalid output type {output_type!r}: one of {', '.join(kinds)}")
-        other, r, p = self._pair_args(other, max_distance, p, 0, "sparse_distance_matrix", "max_distance")
-        i, j, d = self._pair_arrays(other, r, p, _options(options))
-        if output_type == "dict":
-            return dict(zip(zip(i.tolist(), j.tolist()), d.tolist()))
-        if output_type == "ndarray":
-            out = np.empty(len(i), dtype=np.dtype([("i", np.intp), ("j", np.intp), ("v", np.float64)], align=True))
-            out["i"], out["j"], out["v"] = i, j, d
-            return out
-        import scipy.sparse  # (scipy's own containers: only these two outputs need scipy)
-        coo = scipy.sparse.coo_matrix((d, (i, j)), shape=(self.n, other.n))
-        return coo if output_type == "coo_matrix" else coo.todok()
-
-    def count_neighbors(self, other, r, p=2.0, weights=None, cumulative=True, **options):
-        """The two-point correlation, as scipy's cKDTree.count_neighbors: the number of pairs
-        (x1 of this tree, x2 of other) with distance(x1, x2) <= r, for r one number (an int) or a
-        1-d array (an int array, one count per r, in r's order). weights: None, one array (self's
-        and other's: other must be this tree), or a tuple (self's, other's) where either may be
-        None; weighted counts sum w1[i] * w2[j] and are float64. cumulative=False: r are bin
-        edges (non-decreasing) and result[i] counts the pairs with r[i-1] < distance <= r[i]
-        (distance <= r[0] for i = 0). Exact as query_ball_tree: the pairs are counted from their
-        float64 distances (radii at least the largest possible distance count every pair without
-        a search). r must be >= 0 (scipy answers a negative r as |r| for even p)."""
-        other = self._pair_args(other, 0.0, p, 0, "count_neighbors", "r")[0]
-        p = _number(p, "p", 1.0)
-        if np.ndim(r) > 1:
-            raise ValueError("r must be either a single value or a one-dimensional array of values")
-        try:
-            rs = np.array(r, dtype=np.float64, ndmin=1)
-        except (TypeError, ValueError):
-            raise TypeError(f"r = {r!r}: a number or a 1-d array of numbers is needed") from None
-        if not (rs >= 0).all():
-            raise ValueError("r: radii must be >= 0 (NaN is not a radius)")
-        if not cumulative and (rs[:-1] > rs[1:]).any():
-            raise ValueError("r must be non-decreasing for non-cumulative counting.")
-        w1, w2 = self._pair_weights(other, weights)
-        weighted = w1 is not None or w2 is not None
-        u, first, inverse = np.unique(rs, return_index=True, return_inverse=True)
-        bins = np.zeros(len(u), np.float64 if weighted else np.int64)  # bin k: u[k-1] < d <= u[k]
-        # Every pair is within a radius >= bound, an upper bound of any pair's float64 p-distance
-        # (the boxes' widest extent, with a margin for rounding): those radii are counted from n.
-        bound = np.nan
-        if self.n and other.n:
-            with np.errstate(all="ignore"):
-                ext = np.maximum(np.asarray(self.maxes, np.float64) - np.asarray(other.mins, np.float64),
-                                 np.asarray(other.maxes, np.float64) - np.asarray(self.mins, np.float64))
-                bound = float(_minkowski(ext, p)) * (1 + 1e-10)
-        searched = u[~(u >= bound)] if np.isfinite(bound) else u
-        opts = _options(options)
-        if len(searched) and p == 2 and w2 is None and other._kind == "kd" and other._index is not None:
-            prev = np.zeros(self.n, np.int64)
-            for k, row_counts in enumerate(self._row_counts(other, searched, opts)):
-                bins[k] = (row_counts - prev).sum() if w1 is None else (row_counts - prev) @ w1
-                prev = row_counts
-        elif len(searched):
-            for i, j, d in self._pairs(other, float(searched[-1]), p, opts):
-                wij = None
-                if weighted:
-                    wij = (w1[i] if w1 is not None else 1.0) * (w2[j] if w2 is not None else 1.0)
-                bins[:len(searched)] += np.bincount(np.searchsorted(searched, d), weights=wij,
-                                                    minlength=len(searched))
-        if len(searched) < len(u):
-            total = ((self.n if w1 is None else w1.sum()) * (other.n if w2 is None else w2.sum()))
-            bins[len(searched)] = total - bins[:len(searched)].sum()
-        if cumulative:
-            out = np.cumsum(bins)[inverse]
-        else:
-            is_first = np.zeros(len(rs), bool)
-            is_first[first] = True
-            out = np.where(is_first, bins[inverse], 0).astype(bins.dtype)
-        if not weighted:
-            out = out.astype(np.intp, copy=False)
-        if np.ndim(r) == 0:
-            return np.float64(out[0]) if weighted else int(out[0])
-        return out
-
-    def _pair_args(self, other, r, p, eps, call, rname):
-        """other, r and p of a pair query, checked as scipy checks them (a TypeError for an other
-        that is not a tree, a ValueError for trees of different dimensions)."""
-        if not isinstance(other, _PointTree):
-            raise TypeError(f"{call}: other is a {type(other).__name__}; a canopy tree is needed "
-                            "(cKDTree, KDTree, BallTree or VPTree)")
-        if other.m != self.m:
-            raise ValueError(f"Trees passed to {call} have different dimensionality ({self.m} and {other.m})")
-        if not (self._host and other._host):
-            raise ValueError(f"{call}: trees over CUDA arrays answer query and query_ball_point counts only; "
-                             "build both trees from numpy arrays for pair queries")
-        _number(eps, "eps")
-        return other, _number(r, rname), _number(p, "p", 1.0)
-
-    def _pair_weights(self, other, weights):
-        """scipy's weights of count_neighbors as (self's, other's) float64 arrays or None."""
-        if weights is None:
-            return None, None
-        if isinstance(weights, tuple):
-            if len(weights) != 2:
-                raise ValueError(f"weights: a tuple of {len(weights)}; (self's, other's) is needed")
-            w1, w2 = weights
-        else:
-            if other is not self:
-                raise ValueError("Two different trees are used. Specify weights for both in a tuple.")
-            w1 = w2 = weights
-
-        def check(w, tree):
-            if w is None:
-                return None
-            try:
-                w = np.asarray(w, dtype=np.float64)
-            except (TypeError, ValueError):
-                raise TypeError("weights: numbers are needed") from None
-            if w.shape != (tree.n,):
-                raise ValueError(f"Number of weights differ from the number of data points "
-                                 f"({w.shape[0] if w.ndim else 0} weights, {tree.n} points)")
-            return w
-        return check(w1, self), check(w2, other)
-
-    def _row_counts(self, other, radii, opts):
-        """For each radius, every point of self's count of other's points within it (float64
-        2-norm), exact, from other's kd-tree counts in float32. A pair at float64 distance D has
-        engine distance d~ (float32 coordinates) with |d~^2 - d^2| <= _rel(m) d^2 + 1e-36 (m + 2
-        roundings of size 2^-24 at most, doubled) and |d - D| <= eps_x + eps_q + D 1e-12
-        (_search's bounds, and float64's own rounding): counting at a radius hi past r + that
-        slack counts a superset of the points within r, at a radius lo short of r - slack a
-        subset; where the two counts agree they are the answer, and the rows where they differ
-        (points within rounding of r) are resolved by the exact ball search (_ball)."""
-        q, q32, eps_q, _, _ = other._rows(self.data, keep64=self.data.dtype != np.float32)
-        finite = np.isfinite(q32).all(axis=1)
-        rows = np.flatnonzero(finite)
-        sub = np.ascontiguousarray(q32[rows])
-        slack = other._eps_x + (float(eps_q[rows].max()) if len(rows) else 0.0)
-        rel = _rel(self.m)
-        for r in radii.tolist():
-            out = np.zeros(self.n, np.int64)
-            hi = np.float32((r * (1 + 1e-12) + slack) * np.sqrt(1 + rel) * (1 + 2.0 ** -22) + 1e-18)
-            hi = np.nextafter(hi, np.float32(np.inf))
-            lo = (r * (1 - 1e-12) - slack) * np.sqrt(1 - rel) * (1 - 2.0 ** -22) - 1e-18
-            c_hi, c_lo = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
-            if len(rows) and np.isfinite(hi):
-                self.last_stats = _stats(other._index.count(sub, len(rows), float(hi), c_hi, opts))
-                if lo > 0:
-                    lo = np.nextafter(np.float32(lo), np.float32(0))
-                    self.last_stats = _stats(other._index.count(sub, len(rows), float(lo), c_lo, opts))
-            out[rows] = c_lo
-            exact = np.isfinite(hi) & (c_hi == c_lo)
-            todo = np.concatenate([rows[~exact], np.flatnonzero(~finite)]) if np.isfinite(hi) else np.arange(self.n)
-            if len(todo):
-                for rws, D, I, inside in other._ball(q[todo], q32[todo], eps_q[todo], np.full(len(todo), r),
-                                                     2.0, opts):
-                    out[todo[rws]] = inside.sum(axis=1)
-            yield out
-
-    def _pairs(self, other, r, p, opts):
-        """Every pair (i of self, j of other) at float64 p-distance <= r, each once, in chunks
-        (i, j, d): other's exact ball search (_ball) with self's points as its queries (float64
-        points are kept unrounded, float32 points are exact). Memory: one chunk of candidates."""
-        q, q32, eps_q, _, _ = other._rows(self.data, keep64=self.data.dtype != np.float32)
-        rr = np.full(len(q), r)
-        for rows, D, I, inside in other._ball(q, q32, eps_q, rr, p, opts):
-            yield np.repeat(rows, inside.sum(axis=1)), I[inside], D[inside]
-
-    def _pair_arrays(self, other, r, p, opts, upper=False):
-        """The pairs of _pairs as arrays (i, j, d) ordered by (i, j); upper: only i < j."""
-        parts = [(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64))]
-        for i, j, d in self._pairs(other, r, p, opts):
-            if upper:
-                keep = i < j
-                i, j, d = i[keep], j[keep], d[keep]
-            parts.append((i.astype(np.int64, copy=False), j.astype(np.int64, copy=False), d))
-        i, j, d = (np.concatenate(c) for c in zip(*parts))
-        order = np.lexsort((j, i))
-        return i[order], j[order], d[order]
 
 
 def _rebuild(cls, data, args):

@@ -16,7 +16,6 @@ says what each call returns and where it differs from the training library.
 import gzip
 import json
 import os
-import struct
 
 import numpy as np
 

@@ -1,0 +1,120 @@
+"""Shared pieces of canopy's trees: option checks, input rows, and the distance bounds that make
+float64 and p-norm answers exact (docs/python.md, "scipy")."""
+import os
+import types
+
+import numpy as np
+
+_OPTIONS = ("device", "schedule", "executor", "depth", "pipeline", "chunk", "memory_budget")
+
+
+def _stats(d):
+    return types.SimpleNamespace(**d)
+
+
+def _options(options):
+    """The traversal options a search passes on, checked here so that a wrong type is a TypeError
+    and a wrong value a ValueError, each naming the option (not pybind11's RuntimeError)."""
+    unknown = set(options) - set(_OPTIONS)
+    if unknown:
+        raise ValueError(f"unknown option(s) {sorted(unknown)}; known: {', '.join(_OPTIONS)}")
+    out = {}
+    for k, v in options.items():
+        if v is None:
+            continue
+        if k in ("device", "schedule", "executor"):
+            if not isinstance(v, str):
+                raise TypeError(f"{k} = {v!r}: a string is needed")
+        elif k == "pipeline":
+            if not isinstance(v, (bool, np.bool_)):
+                raise TypeError(f"pipeline = {v!r}: True or False is needed")
+            v = bool(v)
+        elif k == "depth" and isinstance(v, str):
+            if v != "auto":
+                raise ValueError(f"depth = {v!r}: an int or 'auto' is needed")
+        else:  # depth, chunk, memory_budget: non-negative ints
+            v = _int(v, k)
+            if v < 0:
+                raise ValueError(f"{k} = {v}: must be >= 0")
+        out[k] = v
+    return out
+
+
+def _int(v, name):
+    """v as a Python int (bool and floats are a TypeError naming the argument)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} = {v!r}: an integer is needed")
+    return int(v)
+
+
+def _number(v, name, low=0.0):
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} = {v!r}: a number is needed") from None
+    if not f >= low:  # NaN too
+        raise ValueError(f"{name} = {v!r}: must be >= {low:g}")
+    return f
+
+
+def _workers(workers):
+    """scipy's workers: None or an int (-1: every core); Canopy uses every core or the GPU anyway."""
+    if workers is None:
+        return
+    w = _int(workers, "workers")
+    if w == 0 or w < -1:
+        raise ValueError(f"workers = {w}: a positive number, or -1 for every core")
+    if w == -1 and os.cpu_count() is None:
+        raise NotImplementedError("Cannot determine the number of cpus using os.cpu_count(), "
+                                  "cannot use -1 for the number of workers")
+
+
+def _host_rows(x, name, m):
+    """x as a float64 numpy array (..., m) of host rows (lists, ints and bools converted)."""
+    a = np.asarray(x)
+    if a.dtype.kind == "c":
+        raise TypeError(f"{name}: complex data (dtype {a.dtype}) are not points")
+    if a.dtype.kind not in "biuf":
+        try:
+            a = a.astype(np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: dtype {a.dtype} is not a number type") from None
+    if a.ndim == 0 or (m is not None and a.shape[-1] != m):
+        raise ValueError(f"{name}: {a.shape[-1] if a.ndim else 0} columns, the tree has {m}" if m is not None
+                         else f"{name}: shape {a.shape} is not (n, dims)")
+    return a
+
+
+# Exactness (see docs/python.md, "Exact results"). The engine's distance from query q~ to point x~
+# (float32 coordinates) is sqrt_rn of a correctly rounded float32 sum of correctly rounded squares
+# of correctly rounded differences, in one order (layouts/geometry.hpp), so it is within
+# _REL * d + _ABS of the real distance d between those float32 coordinates (a sum of m squares
+# carries at most (m + 2) float32 roundings of relative size 2^-24, the square root one more; the
+# factor 2 and _ABS, which covers underflow, are margins). Coordinates rounded from float64 move by
+# at most 2^-24 of their distance from the tree's centre (+ subnormals' 2^-149), so a point's real
+# float64 distance D satisfies |d~ - D| <= _REL(m) d~ + _ABS + eps_point + eps_query.
+_U32 = 2.0 ** -24
+_ABS = 1e-18
+
+
+def _rel(m):
+    return (m + 4) * 2.0 ** -23
+
+
+def _minkowski(diff, p):
+    """The p-norm of diff along the last axis, in float64 as scipy's minkowski_distance."""
+    if p == 2:
+        return np.sqrt(np.einsum("...i,...i->...", diff, diff))
+    a = np.abs(diff)
+    if p == 1:
+        return a.sum(axis=-1)
+    if p == np.inf:
+        return a.max(axis=-1)
+    return (a ** p).sum(axis=-1) ** (1.0 / p)
+
+
+def _ball_factor(m, p):
+    """c with |v|_2 <= c |v|_p for v in R^m (p >= 1): 1 for p <= 2, m^(1/2 - 1/p) above; with a
+    float64 rounding margin."""
+    c = 1.0 if p <= 2 else (np.sqrt(m) if p == np.inf else m ** (0.5 - 1.0 / p))
+    return c * (1 + 1e-9)
