@@ -317,8 +317,9 @@ struct ForestCallStats {
   ForestTimes times;
   Device device = Device::Cpu;
   py::dict as_dict() const {
+    const py::object self = py::cast(*this);  // one copy, its properties read in turn
     py::dict d;
-    for (const char* k : kFields) d[k] = py::cast(*this).attr(k);
+    for (const char* k : kFields) d[k] = self.attr(k);
     return d;
   }
   static constexpr const char* kFields[] = {"device",    "layout",      "kernel",    "schedule",  "tuning",  "graph",
