@@ -77,23 +77,23 @@ int run_e2e(const E2eConfig& c) {
         CANOPY_CUDA_CHECK(cudaDeviceSynchronize());
         second_query.push_back(ms_since(t1));
       };
-      if (c.workload == "pc") {
-        PointCorrelation pc(tree, Device::Gpu);
-        PcOptions o;
-        o.radius = radius;
+      // The fixed variant: the leaf sort with the workload's best executor.
+      auto options = [&](auto o, ExecutorKind executor) {
         if (variant) {
           o.schedule = ScheduleKind::LeafSort;
-          o.executor = ExecutorKind::FsmLockstep;
+          o.executor = executor;
         }
+        return o;
+      };
+      if (c.workload == "pc") {
+        PointCorrelation pc(tree, Device::Gpu);
+        PcOptions o = options(PcOptions{}, ExecutorKind::FsmLockstep);
+        o.radius = radius;
         query([&] { pc.run(points.p, n, o, counts_or_ids.p); });
       } else {
         NearestNeighbors nn(tree, Device::Gpu);
-        KnnOptions o;
+        KnnOptions o = options(KnnOptions{}, ExecutorKind::Independent);
         o.k = k;
-        if (variant) {
-          o.schedule = ScheduleKind::LeafSort;
-          o.executor = ExecutorKind::Independent;
-        }
         query([&] { nn.run(points.p, n, o, counts_or_ids.p, dist.p); });
       }
       t.build.push_back(build_ms);

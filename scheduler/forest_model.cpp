@@ -8,6 +8,7 @@
 #include <mutex>
 #include <sstream>
 #include <system_error>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -41,38 +42,29 @@ void require_bandwidth(double v, const char* name) {
 }
 
 ForestCostEstimate make(ForestKernel s, bool feasible, double smem, double gmem, double bred, double gred) {
-  ForestCostEstimate e;
-  e.strategy = s;
-  e.feasible = feasible;
-  e.smem_ns = smem;
-  e.gmem_ns = gmem;
-  e.block_reduce_ns = bred;
-  e.global_reduce_ns = gred;
-  e.ns_per_row = smem + gmem + bred + gred;  // eq. 1: T = T_SMEM + T_GMEM + T_B_REDU + T_G_REDU
-  return e;
+  // ns_per_row is eq. 1: T = T_SMEM + T_GMEM + T_B_REDU + T_G_REDU
+  return ForestCostEstimate{s, feasible, smem + gmem + bred + gred, smem, gmem, bred, gred};
 }
 
 }  // namespace
 
 std::vector<ForestCostEstimate> estimate_forest_costs(const ForestCostInputs& in, const ForestHardware& hw) {
-  require_input(in.n_batch, 1, "n_batch");
-  require_input(in.sample_bytes, 0, "sample_bytes");
-  require_input(in.n_trees, 0, "n_trees");
-  require_input(in.avg_depth, 0, "avg_depth");
-  require_input(in.node_bytes, 0, "node_bytes");
-  require_input(in.attr_bytes, 0, "attr_bytes");
-  require_input(in.nodes_per_tree, 0, "nodes_per_tree");
-  require_input(in.forest_bytes, 0, "forest_bytes");
-  require_input(in.smem_bytes, 0, "smem_bytes");
-  require_input(in.threads_per_block, 1, "threads_per_block");
-  require_input(in.blocks, 0, "blocks");
-  require_input(in.parts, 1, "parts");
-  require_bandwidth(hw.smem_read_gbs, "smem_read_gbs");
-  require_bandwidth(hw.smem_write_gbs, "smem_write_gbs");
-  require_bandwidth(hw.gmem_coalesced_gbs, "gmem_coalesced_gbs");
-  require_bandwidth(hw.gmem_uncoalesced_gbs, "gmem_uncoalesced_gbs");
-  require_input(hw.block_reduce_ns_per_thread, 0, "block_reduce_ns_per_thread");
-  require_input(hw.global_reduce_ns_per_block, 0, "global_reduce_ns_per_block");
+  const std::pair<double, const char*> at_least_one[] = {
+      {in.n_batch, "n_batch"}, {in.threads_per_block, "threads_per_block"}, {in.parts, "parts"}};
+  for (const auto& [v, name] : at_least_one) require_input(v, 1, name);
+  const std::pair<double, const char*> at_least_zero[] = {
+      {in.sample_bytes, "sample_bytes"},   {in.n_trees, "n_trees"},
+      {in.avg_depth, "avg_depth"},         {in.node_bytes, "node_bytes"},
+      {in.attr_bytes, "attr_bytes"},       {in.nodes_per_tree, "nodes_per_tree"},
+      {in.forest_bytes, "forest_bytes"},   {in.smem_bytes, "smem_bytes"},
+      {in.blocks, "blocks"},               {hw.block_reduce_ns_per_thread, "block_reduce_ns_per_thread"},
+      {hw.global_reduce_ns_per_block, "global_reduce_ns_per_block"}};
+  for (const auto& [v, name] : at_least_zero) require_input(v, 0, name);
+  const std::pair<double, const char*> bandwidths[] = {{hw.smem_read_gbs, "smem_read_gbs"},
+                                                      {hw.smem_write_gbs, "smem_write_gbs"},
+                                                      {hw.gmem_coalesced_gbs, "gmem_coalesced_gbs"},
+                                                      {hw.gmem_uncoalesced_gbs, "gmem_uncoalesced_gbs"}};
+  for (const auto& [v, name] : bandwidths) require_bandwidth(v, name);
 
   // Table 1's names; GB/s is bytes per ns, so every quotient below is ns per row.
   const double N_batch = in.n_batch;

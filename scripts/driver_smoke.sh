@@ -42,18 +42,12 @@ list=0
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case $1 in
-    --bin) bin=$2; shift 2 ;;
-    --data) data=$2; shift 2 ;;
-    --forest) forest=$2; shift 2 ;;
-    --device) device=$2; shift 2 ;;
-    --sizes) sizes=$2; shift 2 ;;
-    --real) real=$2; shift 2 ;;
+    # an option with a value sets the variable of its name (--timeout: case_timeout)
+    --bin|--data|--forest|--device|--sizes|--real|--jobs|--only|--skip|--out|--timeout)
+      (($# > 1)) || { echo "driver_smoke.sh: $1 needs a value" >&2; exit 2; }
+      v=${1#--}; [[ $v == timeout ]] && v=case_timeout
+      printf -v "$v" %s "$2"; shift 2 ;;
     --memcheck) memcheck=1; shift ;;
-    --jobs) jobs=$2; shift 2 ;;
-    --only) only=$2; shift 2 ;;
-    --skip) skip=$2; shift 2 ;;
-    --timeout) case_timeout=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
     --list) list=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "driver_smoke.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;

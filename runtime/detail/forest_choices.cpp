@@ -35,6 +35,14 @@ struct Fnv {
     value(v.size());
     if (!v.empty()) bytes(v.data(), v.size() * sizeof(T));
   }
+  template <class... T>
+  void values(const T&... v) {
+    (value(v), ...);
+  }
+  template <class... T>
+  void arrays(const std::vector<T>&... v) {
+    (array(v), ...);
+  }
 };
 
 // The knobs of a schedule, by name: the file's spelling.
@@ -87,30 +95,16 @@ json read_file(const std::string& path, const std::string& model) {
 
 std::uint64_t forest_fingerprint(const Forest& forest, const AdaptiveConfig& adaptive) {
   Fnv f;
-  f.value(forest.objective());
-  f.value(forest.n_features());
-  f.value(forest.n_groups());
-  f.value(forest.leaf_width());
-  f.array(forest.base_margin());
-  f.array(forest.class_values());
+  f.values(forest.objective(), forest.n_features(), forest.n_groups(), forest.leaf_width());
+  f.arrays(forest.base_margin(), forest.class_values());
   for (const ForestTree& t : forest.trees()) {
-    f.array(t.left);
-    f.array(t.right);
-    f.array(t.feature);
-    f.array(t.value);
-    f.array(t.default_left);
-    f.array(t.leaf_values);
-    f.array(t.cover);
-    f.array(t.categorical);
+    f.arrays(t.left, t.right, t.feature, t.value, t.default_left, t.leaf_values, t.cover, t.categorical);
     f.value(t.categories.size());
     for (const auto& c : t.categories) f.array(c);
     f.value(t.group);
   }
-  f.value(adaptive.node_rearrangement);
-  f.value(adaptive.tree_rearrangement);
-  f.value(adaptive.token_nodes);
-  f.value(adaptive.hash_bits);
-  f.value(adaptive.chunks);
+  f.values(adaptive.node_rearrangement, adaptive.tree_rearrangement, adaptive.token_nodes, adaptive.hash_bits,
+           adaptive.chunks);
   return f.h;
 }
 
