@@ -248,11 +248,11 @@ DistWorkload forest_workload(const DistConfig& c, Device device, bool partition,
   DistWorkload wl;
   wl.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
     if (partition)
-      part->predict(rows->data(), n, out->data(), *run, st, g);
+      part->predict(rows->data(), n, *run, out->data(), st, g);
     else
-      distributed::predict_forest(MPI_COMM_WORLD, *p, rows->data(), n, out->data(), *run, st, g);
+      distributed::predict_forest(MPI_COMM_WORLD, *p, rows->data(), n, *run, out->data(), st, g);
   };
-  wl.one = [=] { p->predict(rows->data(), n, one->data(), *run); };
+  wl.one = [=] { p->predict(rows->data(), n, *run, one->data()); };
   wl.same = [=](distributed::Gather, index_t share) {
     const std::size_t values = static_cast<std::size_t>(share) * w;
     const std::vector<float> a = one->head(values), b = out->head(values);

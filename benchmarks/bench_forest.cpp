@@ -205,7 +205,7 @@ class ForestBench {
     const bool write = !c_.predictions.empty() && !predictions_written_;
     if (data.labels.empty() && !write) return -1;
     std::vector<float> all(static_cast<std::size_t>(data.n_rows) * w_.width);
-    p.predict(data.values.data(), data.n_rows, all.data(), run);
+    p.predict(data.values.data(), data.n_rows, run, all.data());
     if (write) {
       write_predictions(c_.predictions, all.data(), data.n_rows, w_.width);
       predictions_written_ = true;
@@ -214,7 +214,7 @@ class ForestBench {
     ForestRunOptions one = run;  // one value per row: the class, or the regressor's value
     one.output = w_.forest.is_classifier() ? ForestOutput::Class : ForestOutput::Prob;
     std::vector<float> pred(static_cast<std::size_t>(data.n_rows));
-    p.predict(data.values.data(), data.n_rows, pred.data(), one);
+    p.predict(data.values.data(), data.n_rows, one, pred.data());
     double total = 0;
     for (index_t i = 0; i < data.n_rows; ++i) {
       const double e = pred[static_cast<std::size_t>(i)] - data.labels[static_cast<std::size_t>(i)];
@@ -230,10 +230,10 @@ class ForestBench {
                   const std::string& kernel, double quality) {
     const index_t n = w_.batches[bi];
     std::vector<float> out(static_cast<std::size_t>(n) * w_.width);
-    p.predict(batch_rows_[bi].data(), n, out.data(), run);  // warm-up
+    p.predict(batch_rows_[bi].data(), n, run, out.data());  // warm-up
     std::vector<double> total, kern, up, down;
     for (int r = 0; r < c_.repeat; ++r) {
-      const ForestTimes t = p.predict(batch_rows_[bi].data(), n, out.data(), run);
+      const ForestTimes t = p.predict(batch_rows_[bi].data(), n, run, out.data());
       total.push_back(t.wall_ms);
       kern.push_back(t.kernel_ms);
       up.push_back(t.upload_ms);

@@ -161,7 +161,7 @@ class ServePhase {
       cursor = (cursor + static_cast<std::size_t>(call.n)) % static_cast<std::size_t>(w_.data.n_rows);
       fill_batch(w_.data, call.first_row, call.n, rows.data());
       const auto t0 = std::chrono::steady_clock::now();
-      const ForestTimes t = p->predict(rows.data(), call.n, out.data(), run);
+      const ForestTimes t = p->predict(rows.data(), call.n, run, out.data());
       call.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       call.tuning = t.tuning;
       call.tuning_ms = t.tuning_ms;
@@ -221,7 +221,7 @@ class ServePhase {
       rows.resize(static_cast<std::size_t>(call.n) * F);
       ref.resize(static_cast<std::size_t>(call.n) * width);
       fill_batch(w_.data, call.first_row, call.n, rows.data());
-      reference_->predict(rows.data(), call.n, ref.data(), r);
+      reference_->predict(rows.data(), call.n, r, ref.data());
       ++r_.checked;
       if (std::memcmp(ref.data(), s.out.data(), ref.size() * sizeof(float)) == 0) continue;
       if (r_.mismatches++ == 0) {

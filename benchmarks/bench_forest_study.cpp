@@ -66,7 +66,7 @@ Timed time_variant(ForestPredictor& p, const std::vector<float>& rows, index_t n
     t.settled = false;
     for (int i = 0; i < kSettleCap && !t.settled; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      const ForestTimes ft = p.predict(rows.data(), n, out.data(), run);
+      const ForestTimes ft = p.predict(rows.data(), n, run, out.data());
       const double ms = ms_since(t0);
       if (i == 0) {
         t.first_ms = ms;
@@ -78,14 +78,14 @@ Timed time_variant(ForestPredictor& p, const std::vector<float>& rows, index_t n
       t.settle_calls = t.settled ? i : i + 1;
     }
   }
-  p.predict(rows.data(), n, out.data(), run);  // warm-up (and the model's parameters, once)
+  p.predict(rows.data(), n, run, out.data());  // warm-up (and the model's parameters, once)
   t.identical = t.identical && same_bits(out, reference);
   std::vector<double> total, sched, call;
   // A batch of up to 10,000 rows runs in microseconds, and single runs vary by tens of percent
   // (clocks, launch jitter): at least 100 runs, so that the median is steady from run to run.
   const int runs = n <= 10000 ? std::max(repeat, 100) : repeat;
   for (int r = 0; r < runs; ++r) {
-    const ForestTimes ft = p.predict(rows.data(), n, out.data(), run);
+    const ForestTimes ft = p.predict(rows.data(), n, run, out.data());
     total.push_back(ft.kernel_ms + ft.schedule_ms);
     sched.push_back(ft.schedule_ms);
     call.push_back(ft.wall_ms);
@@ -173,7 +173,7 @@ class StudyBatch {
     reference_.resize(static_cast<std::size_t>(n) * w.width);
     ForestRunOptions r = base_;
     r.kernel = ForestKernel::Direct;
-    p.csr->predict(rows_.data(), n, reference_.data(), r);
+    p.csr->predict(rows_.data(), n, r, reference_.data());
   }
 
   // Every variant's predictions equalled csr direct's.

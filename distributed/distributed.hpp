@@ -135,8 +135,8 @@ TraversalStats barnes_hut_into(MPI_Comm comm, BarnesHut& bh, const BhOptions& op
 // out[n][predictor.output_width(options.output)], as predictor.predict() (host or device
 // memory). out always has room for every row; with Local (and Root on ranks other than 0) only
 // this rank's rows are written.
-void predict_forest(MPI_Comm comm, ForestPredictor& predictor, const float* rows, index_t n, float* out,
-                    const ForestRunOptions& options, DistributedStats* stats = nullptr,
+void predict_forest(MPI_Comm comm, ForestPredictor& predictor, const float* rows, index_t n,
+                    const ForestRunOptions& options, float* out, DistributedStats* stats = nullptr,
                     Gather gather = Gather::All);
 
 // A kd-tree whose points are split among the ranks of `comm` by its top-tree.
@@ -250,8 +250,9 @@ class PartitionedForest {
   // every row in every rank's out; Local: each rank its share's rows, share_of, at their places;
   // Root: as Local, and every row in rank 0's). options.output may not be
   // Leaf (the replicated predict_forest gives leaves); the rest goes to every rank's predictor.
-  void predict(const float* rows, index_t n, float* out, const ForestRunOptions& options = {},
+  void predict(const float* rows, index_t n, const ForestRunOptions& options, float* out,
                DistributedStats* stats = nullptr, Gather gather = Gather::All);
+  void predict(const float* rows, index_t n, float* out) { predict(rows, n, {}, out); }
 
   int n_features() const { return n_features_; }
   int output_width(ForestOutput out) const;

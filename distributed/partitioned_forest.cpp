@@ -178,7 +178,7 @@ void add_leaves(const Tables& tb, index_t global_trees, const float* leaves, ind
 
 }  // namespace
 
-void PartitionedForest::predict(const float* rows, index_t n, float* out, const ForestRunOptions& options,
+void PartitionedForest::predict(const float* rows, index_t n, const ForestRunOptions& options, float* out,
                                 DistributedStats* stats, Gather gather) {
   const Clock::time_point start = Clock::now();
   if (stats) {
@@ -215,7 +215,7 @@ void PartitionedForest::predict(const float* rows, index_t n, float* out, const 
       const int message = static_cast<int>(static_cast<std::size_t>(m) * step);
       Clock::time_point t = Clock::now();
       run_share(comm_, "rows", Share{a, m}, [&] {
-        predictor_->predict(rows + a * n_features_, m, leaves.data(), leaf_options);
+        predictor_->predict(rows + a * n_features_, m, leaf_options, leaves.data());
       });
       local_ms += ms_since(t);
       if (!first) {

@@ -258,8 +258,8 @@ KnnResult nearest_neighbors(MPI_Comm comm, NearestNeighbors& nn, const float* qu
   return out;
 }
 
-void predict_forest(MPI_Comm comm, ForestPredictor& predictor, const float* rows, index_t n, float* out,
-                    const ForestRunOptions& options, DistributedStats* stats, Gather gather) {
+void predict_forest(MPI_Comm comm, ForestPredictor& predictor, const float* rows, index_t n,
+                    const ForestRunOptions& options, float* out, DistributedStats* stats, Gather gather) {
   const Clock::time_point start = Clock::now();
   const Share s = my_share(comm, n, stats);
   index_t width = 0;
@@ -267,7 +267,7 @@ void predict_forest(MPI_Comm comm, ForestPredictor& predictor, const float* rows
     width = predictor.output_width(options.output);
     check_gather_buffer(gather, out, "the output buffer");
     if (s.count > 0)
-      predictor.predict(rows + s.begin * predictor.n_features(), s.count, out + s.begin * width, options);
+      predictor.predict(rows + s.begin * predictor.n_features(), s.count, options, out + s.begin * width);
   });
   gather_in_place(comm, gather, out, out + s.begin * width, n, width, stats);
   finish_stats(comm, stats, start);

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   run.output = canopy::ForestOutput::Prob;
   const int width = predictor.output_width(run.output);
   std::vector<float> out(static_cast<std::size_t>(rows.n_rows) * width);
-  const canopy::ForestTimes t = predictor.predict(rows.values.data(), rows.n_rows, out.data(), run);
+  const canopy::ForestTimes t = predictor.predict(rows.values.data(), rows.n_rows, run, out.data());
 
   std::ifstream expected(argv[3]);
   for (std::size_t i = 0; i < out.size(); ++i) {

@@ -384,8 +384,8 @@ class PyForest {
       py::gil_scoped_release free;
       const std::lock_guard<std::mutex> lock(*mutex_);
       ForestPredictor& p = predictor_locked(o.device);
-      stats.times = f64 ? p.predict_f64(at<const float>(rows), n, at<double>(out), o.run)
-                        : p.predict(at<const float>(rows), n, at<float>(out), o.run);
+      stats.times = f64 ? p.predict_f64(at<const float>(rows), n, o.run, at<double>(out))
+                        : p.predict(at<const float>(rows), n, o.run, at<float>(out));
       stats.device = p.device();
     }
     warnings.raise_pending();

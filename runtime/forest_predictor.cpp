@@ -216,11 +216,11 @@ const char* to_string(ForestTuning t) {
   return "?";
 }
 
-ForestTimes ForestPredictor::predict(const float* rows, index_t n_rows, float* out, const ForestRunOptions& opt) {
+ForestTimes ForestPredictor::predict(const float* rows, index_t n_rows, const ForestRunOptions& opt, float* out) {
   return run(rows, n_rows, out, false, opt);
 }
 
-ForestTimes ForestPredictor::predict_f64(const float* rows, index_t n_rows, double* out, const ForestRunOptions& opt) {
+ForestTimes ForestPredictor::predict_f64(const float* rows, index_t n_rows, const ForestRunOptions& opt, double* out) {
   if (opt.output == ForestOutput::Leaf) throw Error("predict: the leaf output is float32 (its ids are exact below 2^24)");
   return run(rows, n_rows, reinterpret_cast<float*>(out), true, opt);
 }

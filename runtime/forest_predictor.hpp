@@ -164,13 +164,16 @@ class ForestPredictor {
   // Layout details for reports, e.g. "subtree depth 6, root depth 9, 1234 subtrees".
   std::string layout_details() const;
 
-  // rows: [n_rows][n_features()]; out: [n_rows][output_width(opt.output)].
-  ForestTimes predict(const float* rows, index_t n_rows, float* out, const ForestRunOptions& opt = {});
+  // rows: [n_rows][n_features()]; out: [n_rows][output_width(opt.output)]. Inputs, options,
+  // outputs, as every call (docs/api.md); without options, the default call.
+  ForestTimes predict(const float* rows, index_t n_rows, const ForestRunOptions& opt, float* out);
+  ForestTimes predict(const float* rows, index_t n_rows, float* out) { return predict(rows, n_rows, {}, out); }
   // The same with float64 results (Margin, Prob, Class): a random forest's float64 sums as
   // scikit-learn computes them, bit for bit; an XGBoost model's float32 results, widened.
-  // (A name of its own: an overload on the output's type would make predict(.., nullptr, ..)
+  // (A name of its own: an overload on the output's type would make predict(.., nullptr)
   // ambiguous.)
-  ForestTimes predict_f64(const float* rows, index_t n_rows, double* out, const ForestRunOptions& opt = {});
+  ForestTimes predict_f64(const float* rows, index_t n_rows, const ForestRunOptions& opt, double* out);
+  ForestTimes predict_f64(const float* rows, index_t n_rows, double* out) { return predict_f64(rows, n_rows, {}, out); }
 
   // Auto, now rather than on the callers' time: tunes the size class of each batch size on
   // batches cut from `rows` (repeated when a batch is larger), then saves the choices in the

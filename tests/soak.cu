@@ -197,7 +197,7 @@ class Worker {
         canopy::ForestRunOptions o;
         o.output = canopy::ForestOutput::Prob;
         std::vector<float> out(static_cast<std::size_t>(m) * forest_->output_width(o.output));
-        forest_->predict(s_.rows.values.data(), m, out.data(), o);
+        forest_->predict(s_.rows.values.data(), m, o, out.data());
         return bytes(out);
       }
     }

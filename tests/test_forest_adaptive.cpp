@@ -403,7 +403,7 @@ TEST(ForestAdaptiveGpu, EveryStrategyEqualsTheCpuBitForBit) {
             opt.row_schedule_depth = depth;
             opt.hardware_cache = ::testing::TempDir() + "canopy_forest_hw_test.json";
             std::vector<float> got(static_cast<std::size_t>(d.n_rows * p.output_width(opt.output)));
-            p.predict(d.values.data(), d.n_rows, got.data(), opt);
+            p.predict(d.values.data(), d.n_rows, opt, got.data());
             std::string where;
             EXPECT_TRUE(same_bits(got, want[o], &where))
                 << c.name << " " << v.name << " rearrange " << rearrange << " depth " << depth << " output "
@@ -462,7 +462,7 @@ TEST(ForestAdaptiveGpu, FastCopyAndMissingValuesGiveTheCpusBits) {
         opt.schedule = v.schedule;
         opt.hardware_cache = ::testing::TempDir() + "canopy_forest_hw_test.json";
         std::vector<float> got(static_cast<std::size_t>(d->n_rows * p.output_width(opt.output)));
-        p.predict(d->values.data(), d->n_rows, got.data(), opt);
+        p.predict(d->values.data(), d->n_rows, opt, got.data());
         std::string where;
         EXPECT_TRUE(same_bits(got, want, &where))
             << name << " " << v.name << (d == &dense ? " dense" : " mixed") << ": " << where;
@@ -522,7 +522,7 @@ TEST(ForestAdaptiveGpu, SharedDataSumsLeafVectorsInOrderFromEitherCopy) {
       opt.kernel = ForestKernel::SharedData;
       opt.schedule.tree_group = group;
       std::vector<float> got(static_cast<std::size_t>(d.n_rows));
-      const ForestTimes t = p.predict(d.values.data(), d.n_rows, got.data(), opt);
+      const ForestTimes t = p.predict(d.values.data(), d.n_rows, opt, got.data());
       EXPECT_EQ(t.schedule.tree_group, group);
       std::string where;
       EXPECT_TRUE(same_bits(got, want, &where)) << trees << " trees, " << group << " rows per pass: " << where;
@@ -540,7 +540,7 @@ TEST(ForestAdaptiveGpu, SharedForestRunsWhenTheForestFitsAndSaysWhyOtherwise) {
   const Forest small = complete_forest(200, 4, 6, 2);
   ForestPredictor ps(small, cfg);
   std::vector<float> got(static_cast<std::size_t>(d.n_rows));
-  const ForestTimes t = ps.predict(d.values.data(), d.n_rows, got.data(), opt);
+  const ForestTimes t = ps.predict(d.values.data(), d.n_rows, opt, got.data());
   EXPECT_EQ(t.kernel, ForestKernel::SharedForest);
   std::string where;
   EXPECT_TRUE(same_bits(got, cpu_predict(small, d, opt.output), &where)) << where;
@@ -548,11 +548,11 @@ TEST(ForestAdaptiveGpu, SharedForestRunsWhenTheForestFitsAndSaysWhyOtherwise) {
   // clear error that points to the split strategy, which runs it.
   const Forest big = complete_forest(2000, 4, 6, 3);
   ForestPredictor pb(big, cfg);
-  EXPECT_HAS(test::error_of([&] { pb.predict(d.values.data(), d.n_rows, got.data(), opt); },
+  EXPECT_HAS(test::error_of([&] { pb.predict(d.values.data(), d.n_rows, opt, got.data()); },
                             "an error for a forest larger than shared memory"),
              "split-shared-forest");
   opt.kernel = ForestKernel::SplitSharedForest;
-  pb.predict(d.values.data(), d.n_rows, got.data(), opt);
+  pb.predict(d.values.data(), d.n_rows, opt, got.data());
   EXPECT_TRUE(same_bits(got, cpu_predict(big, d, opt.output), &where)) << where;
 }
 
@@ -564,7 +564,7 @@ TEST(ForestAdaptiveGpu, BadSchedulesAreClearErrors) {
   const ForestData d = tiled(rows("higgs_rows"), 100);
   std::vector<float> out(static_cast<std::size_t>(d.n_rows));
   auto message = [&](ForestRunOptions opt) {
-    return test::error_of([&] { p.predict(d.values.data(), d.n_rows, out.data(), opt); });
+    return test::error_of([&] { p.predict(d.values.data(), d.n_rows, opt, out.data()); });
   };
   ForestRunOptions opt;
   opt.schedule.block_threads = 100;
@@ -604,19 +604,19 @@ TEST(ForestAdaptiveGpu, BadSchedulesAreClearErrors) {
   opt.schedule.block_threads = 32;
   opt.schedule.rows_per_thread = 1;
   opt.schedule.part_kib = 4;
-  EXPECT_HAS(test::error_of([&] { deep.predict(d.values.data(), d.n_rows, out.data(), opt); },
+  EXPECT_HAS(test::error_of([&] { deep.predict(d.values.data(), d.n_rows, opt, out.data()); },
                             "an error for a part smaller than a tree"),
              "part");
   // The strategies of the adaptive layout on another layout.
   ForestPredictor q(f, forest_config(ForestLayout::Csr, Device::Gpu));
   opt = {};
   opt.kernel = ForestKernel::SharedForest;
-  EXPECT_HAS(test::error_of([&] { q.predict(d.values.data(), d.n_rows, out.data(), opt); },
+  EXPECT_HAS(test::error_of([&] { q.predict(d.values.data(), d.n_rows, opt, out.data()); },
                             "an error for shared forest on the csr layout"),
              "adaptive");
   // Auto there is the direct kernel.
   opt.kernel = ForestKernel::Auto;
-  EXPECT_EQ(q.predict(d.values.data(), d.n_rows, out.data(), opt).kernel, ForestKernel::Direct);
+  EXPECT_EQ(q.predict(d.values.data(), d.n_rows, opt, out.data()).kernel, ForestKernel::Direct);
 }
 
 TEST(ForestAdaptiveGpu, GpuRowOrderEqualsTheCpuReference) {
@@ -649,7 +649,7 @@ TEST(ForestAdaptiveGpu, TunerAndModelCoverTheStrategies) {
   opt.kernel = trials.front().kernel;
   opt.schedule = trials.front().schedule;
   std::vector<float> got(static_cast<std::size_t>(d.n_rows * p.output_width(opt.output)));
-  const ForestTimes t = p.predict(d.values.data(), d.n_rows, got.data(), opt);
+  const ForestTimes t = p.predict(d.values.data(), d.n_rows, opt, got.data());
   EXPECT_EQ(t.kernel, trials.front().kernel);
   std::string where;
   EXPECT_TRUE(same_bits(got, cpu_predict(f, d, opt.output), &where)) << where;

@@ -51,7 +51,7 @@ std::vector<double> predict_f64(ForestPredictor& p, const float* rows, index_t n
   ForestRunOptions opt = base;
   opt.output = out;
   std::vector<double> res(static_cast<std::size_t>(n * p.output_width(out)));
-  p.predict_f64(rows, n, res.data(), opt);
+  p.predict_f64(rows, n, opt, res.data());
   return res;
 }
 
@@ -79,7 +79,7 @@ TEST(ForestDefault, CpuRunsTheHierarchicalLayoutWithCsrBits) {
       std::vector<float> got(static_cast<std::size_t>(d.n_rows * p.output_width(out)));
       ForestRunOptions opt;
       opt.output = out;
-      const ForestTimes t = p.predict(d.values.data(), d.n_rows, got.data(), opt);
+      const ForestTimes t = p.predict(d.values.data(), d.n_rows, opt, got.data());
       EXPECT_EQ(t.layout, ForestLayout::Hierarchical);
       EXPECT_EQ(t.tuning, ForestTuning::Fixed);
       std::string where;
@@ -120,7 +120,7 @@ TEST(ForestDefault, Float64OutputIsScikitLearnsBits) {
       std::vector<double> leaf(static_cast<std::size_t>(d.n_rows * f.n_trees()));
       ForestRunOptions opt;
       opt.output = ForestOutput::Leaf;
-      EXPECT_THROW(p.predict_f64(d.values.data(), d.n_rows, leaf.data(), opt), Error);
+      EXPECT_THROW(p.predict_f64(d.values.data(), d.n_rows, opt, leaf.data()), Error);
     }
   }
 }
@@ -229,7 +229,7 @@ TEST(ForestDefaultGpu, AdaptiveAutoWithCsrBits) {
       // Enough calls to see the prior, trials and (for small classes) the tuned choice.
       for (int call = 0; call < (test::under_tool() ? 3 : 40); ++call) {
         std::vector<float> got(ref.size());
-        const ForestTimes t = p.predict(call % 2 ? d_rows : d.values.data(), d.n_rows, got.data(), opt);
+        const ForestTimes t = p.predict(call % 2 ? d_rows : d.values.data(), d.n_rows, opt, got.data());
         EXPECT_EQ(t.layout, ForestLayout::Adaptive);
         ASSERT_TRUE(same_bits(got, ref, &where)) << "call " << call << " (" << to_string(t.kernel) << ", "
                                                  << to_string(t.tuning) << "): " << where;
@@ -259,7 +259,7 @@ TEST(ForestDefaultGpu, AutoTunesOnlineAndTheNextPredictorStartsTuned) {
   cfg.cache_dir = cache;
   auto run = [&](ForestPredictor& p, const ForestRunOptions& opt) {
     std::vector<float> got(ref.size());
-    const ForestTimes t = p.predict(d.values.data(), n, got.data(), opt);
+    const ForestTimes t = p.predict(d.values.data(), n, opt, got.data());
     std::string where;
     EXPECT_TRUE(same_bits(got, ref, &where)) << to_string(t.kernel) << " " << t.schedule.describe() << ": " << where;
     return t;
@@ -295,7 +295,7 @@ TEST(ForestDefaultGpu, AutoTunesOnlineAndTheNextPredictorStartsTuned) {
     off.online_tuning = false;
     std::vector<float> got(static_cast<std::size_t>(40 * p.output_width(ForestOutput::Prob)));
     for (int call = 0; call < 3; ++call)
-      EXPECT_EQ(p.predict(d.values.data(), 40, got.data(), off).tuning, ForestTuning::Prior);
+      EXPECT_EQ(p.predict(d.values.data(), 40, off, got.data()).tuning, ForestTuning::Prior);
     // Knobs the caller sets are kept: Auto then chooses the strategy only.
     ForestRunOptions fixed;
     fixed.schedule.block_threads = 64;
@@ -387,7 +387,7 @@ TEST(ForestDefaultGpu, TunedChoiceIsAboutAsFastAsTheFastestStrategy) {
       fixed.kernel = k;
       std::vector<float> got(ref.size());
       try {
-        p.predict(d.values.data(), n, got.data(), fixed);
+        p.predict(d.values.data(), n, fixed, got.data());
       } catch (const Error&) {
         continue;  // e.g. the forest does not fit shared memory
       }
@@ -399,7 +399,7 @@ TEST(ForestDefaultGpu, TunedChoiceIsAboutAsFastAsTheFastestStrategy) {
     for (int r = 0; r < rounds; ++r)
       for (std::size_t v = 0; v < variants.size(); ++v) {
         std::vector<float> got(ref.size());
-        const ForestTimes t = p.predict(d.values.data(), n, got.data(), variants[v]);
+        const ForestTimes t = p.predict(d.values.data(), n, variants[v], got.data());
         ms[v].push_back(t.kernel_ms);
         if (v == 0) {
           EXPECT_EQ(t.tuning, ForestTuning::Tuned);

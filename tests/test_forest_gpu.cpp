@@ -120,7 +120,7 @@ TEST(ForestGpu, EmptyBatchAndErrors) {
   ForestRunOptions opt;
   opt.kernel = ForestKernel::Hybrid;
   try {
-    csr.predict(rows("higgs_rows").values.data(), 10, out.data(), opt);
+    csr.predict(rows("higgs_rows").values.data(), 10, opt, out.data());
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("needs the hierarchical layout"), std::string::npos) << e.what();
@@ -175,7 +175,7 @@ void for_every_gpu_call(const std::function<void(ForestPredictor&, const GpuCall
 
 std::vector<float> predict_rows(ForestPredictor& p, const float* rows, index_t n, const ForestRunOptions& opt) {
   std::vector<float> out(static_cast<std::size_t>(n * p.output_width(opt.output)));
-  p.predict(rows, n, out.data(), opt);
+  p.predict(rows, n, opt, out.data());
   return out;
 }
 
@@ -201,7 +201,7 @@ TEST(ForestGpu, ASecondIdenticalCallAllocatesAndFreesNothing) {
     // Auto tries other schedules (scratch buffers) until the batch's size class settles.
     std::vector<float> out(static_cast<std::size_t>(d.n_rows * p.output_width(c.opt.output)));
     for (int call = 0; call < 3000; ++call) {
-      const ForestTuning t = p.predict(d.values.data(), d.n_rows, out.data(), c.opt).tuning;
+      const ForestTuning t = p.predict(d.values.data(), d.n_rows, c.opt, out.data()).tuning;
       if (t != ForestTuning::Refining && t != ForestTuning::Prior) break;
     }
     test::expect_allocates_nothing([&] { predict_rows(p, d.values.data(), d.n_rows, c.opt); });
@@ -240,7 +240,7 @@ TEST(ForestGpu, RepeatedCallsReplayAGraphThatReadsTheCurrentRows) {
         const bool replays = graph && k != ForestKernel::SharedForest;
         auto call = [&](const ForestData& batch, index_t rows_n, float* out, bool want_graph) {
           copy_memory(d_rows, batch.values.data(), bytes);
-          const ForestTimes t = p.predict(d_rows, rows_n, out, opt);
+          const ForestTimes t = p.predict(d_rows, rows_n, opt, out);
           EXPECT_EQ(t.graph, want_graph);
           std::vector<float> got(static_cast<std::size_t>(rows_n) * f.output_width(ForestOutput::Margin));
           copy_memory(got.data(), out, got.size() * sizeof(float));
@@ -250,7 +250,7 @@ TEST(ForestGpu, RepeatedCallsReplayAGraphThatReadsTheCurrentRows) {
           return std::vector<float>(v.begin(), v.begin() + rows_n * f.output_width(ForestOutput::Margin));
         };
         copy_memory(d_rows, fwd.values.data(), bytes);
-        p.predict(d_rows, n, d_out, opt);  // auto settles its choice; later calls launch the same
+        p.predict(d_rows, n, opt, d_out);  // auto settles its choice; later calls launch the same
         EXPECT_EQ(call(fwd, n, d_out, false), want_fwd);    // the key's 2nd and 3rd calls: launched
         EXPECT_EQ(call(rev, n, d_out, false), want_rev);
         EXPECT_EQ(call(fwd, n, d_out, replays), want_fwd);  // the 4th: captured
@@ -300,7 +300,7 @@ TEST(ForestGpu, TheCallersStreamIsHonoured) {
       const bool out_on_device = i >= 3;
       test::copy_after_delay(d_rows, batch[b].get(), bytes, 2.0, s);
       std::vector<float> got(want[b].size());
-      p.predict(d_rows, n, out_on_device ? d_out : got.data(), opt);
+      p.predict(d_rows, n, opt, out_on_device ? d_out : got.data());
       ASSERT_EQ(got.size() * sizeof(float), out_bytes);
       if (out_on_device) copy_memory(got.data(), d_out, out_bytes, opt.stream);
       EXPECT_EQ(got, want[b]) << "call " << i;
@@ -344,7 +344,7 @@ TEST(ForestGpu, LeafOutputEqualsTheCpus) {
       opt.output = ForestOutput::Leaf;
       if (l == ForestLayout::Adaptive) opt.kernel = ForestKernel::Auto;
       std::vector<float> got(static_cast<std::size_t>(d.n_rows * p.output_width(ForestOutput::Leaf)));
-      p.predict(d.values.data(), d.n_rows, got.data(), opt);
+      p.predict(d.values.data(), d.n_rows, opt, got.data());
       EXPECT_EQ(got, want) << c.name << " " << to_string(l);
     }
   }

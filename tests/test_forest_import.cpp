@@ -130,8 +130,8 @@ TEST(ForestImport, SubsetKeepsTheListedTreesInOrder) {
   ForestRunOptions leaf;
   leaf.output = ForestOutput::Leaf;
   std::vector<float> all(static_cast<std::size_t>(d.n_rows * f.n_trees())), some(static_cast<std::size_t>(d.n_rows) * 4);
-  whole.predict(d.values.data(), d.n_rows, all.data(), leaf);
-  part.predict(d.values.data(), d.n_rows, some.data(), leaf);
+  whole.predict(d.values.data(), d.n_rows, leaf, all.data());
+  part.predict(d.values.data(), d.n_rows, leaf, some.data());
   for (index_t r = 0; r < d.n_rows; ++r)
     for (std::size_t j = 0; j < ids.size(); ++j)
       ASSERT_EQ(some[static_cast<std::size_t>(r) * 4 + j], all[static_cast<std::size_t>(r * f.n_trees() + ids[j])])
@@ -140,7 +140,7 @@ TEST(ForestImport, SubsetKeepsTheListedTreesInOrder) {
   ForestRunOptions margin;
   margin.output = ForestOutput::Margin;
   float m = 0;
-  part.predict(d.values.data(), 1, &m, margin);
+  part.predict(d.values.data(), 1, margin, &m);
   float want = f.base_margin()[0];
   for (std::size_t j = 0; j < ids.size(); ++j) {
     const ForestTree& t = f.trees()[static_cast<std::size_t>(ids[j])];

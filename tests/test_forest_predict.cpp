@@ -434,12 +434,12 @@ TEST(ForestPredict, LeafOutputShapes) {
     std::vector<float> out(static_cast<std::size_t>(n) * 42);
     ForestRunOptions opt;
     opt.output = ForestOutput::Leaf;
-    p.predict(d.values.data() + (d.n_rows - n) * d.n_features, n, out.data(), opt);
+    p.predict(d.values.data() + (d.n_rows - n) * d.n_features, n, opt, out.data());
     EXPECT_TRUE(std::equal(out.begin(), out.end(), all.end() - n * 42)) << n;
   }
   ForestRunOptions opt;
   opt.output = ForestOutput::Leaf;
-  EXPECT_NO_THROW(p.predict(d.values.data(), 0, nullptr, opt));
+  EXPECT_NO_THROW(p.predict(d.values.data(), 0, opt, nullptr));
 }
 
 }  // namespace

@@ -115,7 +115,7 @@ inline std::vector<float> predict(ForestPredictor& p, const ForestData& d, Fores
   ForestRunOptions opt;
   opt.output = out;
   opt.kernel = kernel;
-  p.predict(d.values.data(), d.n_rows, res.data(), opt);
+  p.predict(d.values.data(), d.n_rows, opt, res.data());
   return res;
 }
 

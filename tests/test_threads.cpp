@@ -313,11 +313,11 @@ void forest_on_one_predictor(Device device) {
     Bytes b;
     if (v % 3 == 1 && o.output != ForestOutput::Leaf) {
       std::vector<double> out(static_cast<std::size_t>(n * width));
-      p.predict_f64(d.values.data(), n, out.data(), o);
+      p.predict_f64(d.values.data(), n, o, out.data());
       append(b, out);
     } else {
       std::vector<float> out(static_cast<std::size_t>(n * width));
-      p.predict(d.values.data(), n, out.data(), o);
+      p.predict(d.values.data(), n, o, out.data());
       append(b, out);
     }
     return b;

@@ -65,7 +65,7 @@ inline void predict_smoke(const Forest& f) {
       std::vector<float> out(static_cast<std::size_t>(2 * w));
       ForestRunOptions run;
       run.output = o;
-      p.predict(rows.data(), 2, out.data(), run);
+      p.predict(rows.data(), 2, run, out.data());
     }
   });
 }

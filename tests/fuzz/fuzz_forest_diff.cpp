@@ -359,7 +359,7 @@ Run through_predictor(const std::string& name, const Forest& f, const ForestConf
     r.out[o].assign(static_cast<std::size_t>(n_rows * width[o]), 0.0f);
     ForestRunOptions run;
     run.output = static_cast<ForestOutput>(o);
-    p.predict(rows.data(), n_rows, r.out[o].data(), run);
+    p.predict(rows.data(), n_rows, run, r.out[o].data());
   }
   if (cfg.layout == ForestLayout::Adaptive) {
     // The CPU reference of row scheduling must be a permutation of the rows.

@@ -113,8 +113,8 @@ TEST(Distributed, ForestPredictionsEqualOneProcess) {
       run.output = o;
       const int w = p.output_width(o);
       std::vector<float> one(static_cast<std::size_t>(d.n_rows) * w), all(one.size(), -1.0f);
-      p.predict(d.values.data(), d.n_rows, one.data(), run);
-      distributed::predict_forest(MPI_COMM_WORLD, p, d.values.data(), d.n_rows, all.data(), run);
+      p.predict(d.values.data(), d.n_rows, run, one.data());
+      distributed::predict_forest(MPI_COMM_WORLD, p, d.values.data(), d.n_rows, run, all.data());
       EXPECT_EQ(std::memcmp(all.data(), one.data(), one.size() * sizeof(float)), 0) << name << " " << to_string(o);
     }
   }
@@ -157,9 +157,9 @@ TEST(Distributed, PartitionedForestPredictionsEqualOneProcess) {
         const int w = whole.output_width(o);
         ASSERT_EQ(part.output_width(o), w);
         std::vector<float> one(static_cast<std::size_t>(d.n_rows) * w), got(one.size(), -7.0f);
-        whole.predict(d.values.data(), d.n_rows, one.data(), run);
+        whole.predict(d.values.data(), d.n_rows, run, one.data());
         distributed::DistributedStats st;
-        part.predict(d.values.data(), d.n_rows, got.data(), run, &st, g);
+        part.predict(d.values.data(), d.n_rows, run, got.data(), &st, g);
         const distributed::Share s = distributed::share_of(d.n_rows, this_rank(), rank_count());
         const bool all = g == distributed::Gather::All || (g == distributed::Gather::Root && this_rank() == 0);
         const std::size_t from = all ? 0 : static_cast<std::size_t>(s.begin) * w;
@@ -208,7 +208,7 @@ TEST(Distributed, PartitionedForestRefusesBadCalls) {
   ForestRunOptions run;
   run.output = ForestOutput::Leaf;
   try {
-    part.predict(d.values.data(), d.n_rows, out.data(), run);
+    part.predict(d.values.data(), d.n_rows, run, out.data());
     ADD_FAILURE() << "leaves of a partitioned forest";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("Leaf"), std::string::npos) << e.what();
@@ -382,7 +382,7 @@ TEST(Distributed, GatherModesLeaveEachRankItsResults) {
   ForestPredictor fp(f, cfg);
   ASSERT_EQ(fp.output_width(ForestRunOptions{}.output), 1);
   std::vector<float> one_f(static_cast<std::size_t>(d.n_rows));
-  fp.predict(d.values.data(), d.n_rows, one_f.data(), ForestRunOptions{});
+  fp.predict(d.values.data(), d.n_rows, ForestRunOptions{}, one_f.data());
   const distributed::Share mine = distributed::share_of(d.n_rows, this_rank(), rank_count());
 
   for (Gather g : {Gather::All, Gather::Root, Gather::Local}) {
@@ -403,7 +403,7 @@ TEST(Distributed, GatherModesLeaveEachRankItsResults) {
     // The forest writes into the caller's buffer at the rows' places: rows outside what this
     // rank holds stay as they were.
     std::vector<float> out(one_f.size(), -7.0f);
-    distributed::predict_forest(MPI_COMM_WORLD, fp, d.values.data(), d.n_rows, out.data(), ForestRunOptions{}, nullptr, g);
+    distributed::predict_forest(MPI_COMM_WORLD, fp, d.values.data(), d.n_rows, ForestRunOptions{}, out.data(), nullptr, g);
     for (index_t i = 0; i < d.n_rows; ++i) {
       const bool held = g == Gather::All || (g == Gather::Root && this_rank() == 0) ||
                         (i >= mine.begin && i < mine.begin + mine.count);
