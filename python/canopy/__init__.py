@@ -21,7 +21,7 @@ Canopy's errors are ValueError (MemoryError when the GPU lacks memory), with Can
 """
 import numpy as np
 
-from . import _canopy
+from . import _canopy, _periodic
 from ._arrays import _Input, _cupy, _on_device
 from ._pairs import _PairQueries
 from ._tree_util import (_ABS, _U32, _ball_factor, _host_rows, _int, _minkowski, _number, _options, _rel, _stats,
@@ -37,8 +37,11 @@ gpu_description = _canopy.gpu_description
 class _PointTree(_PairQueries):
     """A tree over points (n, dims), scipy.spatial.cKDTree's constructor: leafsize,
     compact_nodes, copy_data and balanced_tree are accepted (Canopy's trees are always balanced
-    median-split trees, and compact: those two flags change nothing); boxsize (periodic boxes) is
-    not implemented yet (NotImplementedError). device (keyword): "auto", "cpu" or "gpu".
+    median-split trees, and compact: those two flags change nothing); boxsize: a periodic box
+    (an m-d torus, as scipy's: one size or one per dimension, a size <= 0 leaves that dimension
+    open; the data must lie in [0, size) along the periodic ones; every call then measures
+    distances across the box's walls, exactly, see _periodic.py). device (keyword): "auto",
+    "cpu" or "gpu".
 
     float32 data: the tree and its searches are float32 (the fast path). float64, integer and
     bool data: kept as float64 (.data); the tree is built over float32 coordinates relative to the
@@ -54,14 +57,11 @@ class _PointTree(_PairQueries):
         for name, v in (("compact_nodes", compact_nodes), ("copy_data", copy_data), ("balanced_tree", balanced_tree)):
             if not isinstance(v, (bool, np.bool_, int, np.integer)):
                 raise TypeError(f"{name} = {v!r}: True or False is needed")
-        if boxsize is not None:
-            raise NotImplementedError("boxsize (periodic boxes) is not implemented by canopy's trees yet (issue 37); "
-                                      "use scipy.spatial.cKDTree for periodic boxes")
         if not isinstance(device, str):
             raise TypeError(f"device = {device!r}: a string is needed")
         self._device, self.leafsize = device, leafsize
         self._args = dict(leafsize=leafsize, compact_nodes=bool(compact_nodes), balanced_tree=bool(balanced_tree),
-                          device=device)
+                          boxsize=boxsize, device=device)
         self.last_stats = None
         self._host = not _on_device(data)
         self._center = None
@@ -80,6 +80,14 @@ class _PointTree(_PairQueries):
             self.data = np.array(a, dtype=dtype, order="C") if copy_data else np.ascontiguousarray(a, dtype=dtype)
             pts = None if self._exact else _Input(self.data, "data")
         self.n, self.m = int(self.data.shape[0]), int(self.data.shape[1])
+        self.boxsize, self._box = None, None  # (scipy's attribute; the box when a dimension is periodic)
+        if boxsize is not None:
+            if not self._host:
+                raise ValueError("boxsize: periodic boxes need numpy data (CUDA arrays have the float32 fast path only)")
+            box = _periodic._Box(boxsize, self.m)
+            box.check(self.data)
+            self.boxsize, self._box = box.boxsize, (box if box.any() else None)
+            self._args["boxsize"] = box.boxsize
         xp = np if self._host else _cupy()
         self.maxes = xp.amax(self.data, axis=0) if self.n else xp.full(self.m, -np.inf)
         self.mins = xp.amin(self.data, axis=0) if self.n else xp.full(self.m, np.inf)
@@ -150,10 +158,12 @@ class _PointTree(_PairQueries):
         self.last_stats = _stats(self._index.knn(q32, len(q32), k, idx, dist, options))
         return dist, idx
 
-    def _search(self, q, q32, eps_q, p, kp, radius, options):
+    def _search(self, q, q32, eps_q, p, kp, radius, options, dist=None):
         """The exact search behind every call that is not the float32 fast path. For each row i
         of q yields (rows, D, I): candidate indices I (rows, kp) and their float64 p-distances D,
         where the candidates of row i hold every point whose p-distance is <= radius(rows, D)[i].
+        dist(rows, I), when given, computes D instead (periodic boxes: the distance from the
+        wrapped query, while row i is one of its images).
 
         Candidates come from the float32 tree's k nearest: a row is settled when its k-th
         engine distance d_k proves every other point farther than the radius (d_j >= d_k for the
@@ -178,7 +188,7 @@ class _PointTree(_PairQueries):
                     for s in range(0, len(group), step):
                         rows = group[s:s + step]
                         d32, idx = self._engine_knn(q32[rows], int(k), options)
-                        D = _minkowski(self._gather(idx) - q[rows, None, :], p)
+                        D = dist(rows, idx) if dist else _minkowski(self._gather(idx) - q[rows, None, :], p)
                         if k >= n:
                             yield rows, D, idx
                             continue
@@ -197,6 +207,9 @@ class _PointTree(_PairQueries):
             for s in range(0, len(brute), step):
                 rows = brute[s:s + step]
                 idx = np.broadcast_to(np.arange(n), (len(rows), n))
+                if dist:
+                    yield rows, dist(rows, idx), idx
+                    continue
                 with np.errstate(invalid="ignore", over="ignore"):
                     yield rows, _minkowski(self.data[None, :, :].astype(np.float64) - q[rows, None, :], p), idx
 
@@ -227,11 +240,15 @@ class _PointTree(_PairQueries):
         kmax, n = max(ks), self.n
         kc = min(kmax, n)  # the neighbours there are
         opts = _options(options)
-        if not self._exact and p == 2 and kc > 0 and ub == np.inf or not self._host:
+        if not self._exact and p == 2 and kc > 0 and ub == np.inf and self._box is None or not self._host:
             return self._query_fast(x, ks, kmax, kc, listed, p, ub, opts)
         q, q32, eps_q, lead, single = self._rows(x)
         dist = np.full((len(q), kmax), np.inf)
         idx = np.full((len(q), kmax), n, np.int64)
+        if self._box is not None:  # a periodic box: the query and its images (_periodic.py)
+            if kc:
+                dist[:, :kc], idx[:, :kc] = _periodic.knn(self, self._box.wrap(q), kc, ub, p, opts)
+            return self._shape_knn(dist, idx, ks, listed, lead, single, np)
 
         def radius(rows, D):
             return np.minimum(np.partition(D, kc - 1, axis=1)[:, kc - 1], ub)
@@ -325,27 +342,37 @@ class _PointTree(_PairQueries):
         if scalar_r:
             _number(r, "r")
         if (return_length and p == 2 and scalar_r and not self._exact and self._kind == "kd"
-                and self._index is not None) or not self._host:
+                and self._index is not None and self._box is None) or not self._host:
             return self._count_fast(x, float(r), p, return_length, scalar_r, opts)
         q, q32, eps_q, lead, single = self._rows(x)
         rr = np.broadcast_to(np.asarray(r, dtype=np.float64), lead).reshape(-1)
         if rr.size and not (rr >= 0).all():
             raise ValueError("r: radii must be >= 0")
-        lists = [None] * len(q)
-        for rows, D, I, inside in self._ball(q, q32, eps_q, rr, p, opts):
-            for j, row in enumerate(rows.tolist()):
-                lists[row] = np.sort(I[j][inside[j]])
-        empty = np.empty(0, np.int64)
-        lists = [v if v is not None else empty for v in lists]
+        parts = [(np.empty(0, np.int64), np.empty(0, np.int64))]
+        for i, j, _ in self._ball_flat(q, q32, eps_q, rr, p, opts):
+            parts.append((i, j))
+        i, j = (np.concatenate(c) for c in zip(*parts))
         if return_length:
-            counts = np.array([len(v) for v in lists], np.int64).reshape(lead)
+            counts = np.bincount(i, minlength=len(q)).astype(np.int64).reshape(lead)
             return counts[()] if single else counts
+        order = np.lexsort((j, i))
+        bounds = np.searchsorted(i[order], np.arange(len(q) + 1)).tolist()
+        j = j[order].tolist()
         if single:
-            return lists[0].tolist()
-        out = np.empty(len(lists), dtype=object)
-        for j, v in enumerate(lists):
-            out[j] = v.tolist()
+            return j[bounds[0]:bounds[1]]
+        out = np.empty(len(q), dtype=object)
+        for row, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+            out[row] = j[a:b]
         return out.reshape(lead)
+
+    def _ball_flat(self, q, q32, eps_q, rr, p, opts):
+        """The pairs (row of q, point) at p-distance <= rr[row], as flat arrays (rows, indices,
+        distances) in chunks, each pair once: _ball's, or in a periodic box _periodic.ball's."""
+        if self._box is not None:
+            yield from _periodic.ball(self, self._box.wrap(q), rr, p, opts)
+            return
+        for rows, D, I, inside in self._ball(q, q32, eps_q, rr, p, opts):
+            yield np.repeat(rows, inside.sum(axis=1)), I[inside], D[inside]
 
     def _ball(self, q, q32, eps_q, rr, p, opts):
         """The exact ball search behind query_ball_point and the pair queries: for chunks of the

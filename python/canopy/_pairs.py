@@ -2,6 +2,7 @@
 canopy's trees, built on their exact ball search."""
 import numpy as np
 
+from . import _periodic
 from ._tree_util import _minkowski, _number, _options, _rel, _stats
 
 
@@ -85,12 +86,18 @@ class _PairQueries:
             with np.errstate(all="ignore"):
                 ext = np.maximum(np.asarray(self.maxes, np.float64) - np.asarray(other.mins, np.float64),
                                  np.asarray(other.maxes, np.float64) - np.asarray(self.mins, np.float64))
+                if self._box is not None:  # across a periodic box no difference exceeds L/2
+                    ext = np.where(self._box.periodic, np.minimum(ext, self._box.half), ext)
                 bound = float(_minkowski(ext, p)) * (1 + 1e-10)
         searched = u[~(u >= bound)] if np.isfinite(bound) else u
         opts = _options(options)
+        counter = None
         if len(searched) and p == 2 and w2 is None and other._kind == "kd" and other._index is not None:
+            counter = (self._row_counts(other, searched, opts) if other._box is None
+                       else _periodic.row_counts(self, other, searched, opts, _count_radii))
+        if counter is not None:
             prev = np.zeros(self.n, np.int64)
-            for k, row_counts in enumerate(self._row_counts(other, searched, opts)):
+            for k, row_counts in enumerate(counter):
                 bins[k] = (row_counts - prev).sum() if w1 is None else (row_counts - prev) @ w1
                 prev = row_counts
         elif len(searched):
@@ -126,6 +133,10 @@ class _PairQueries:
         if not (self._host and other._host):
             raise ValueError(f"{call}: trees over CUDA arrays answer query and query_ball_point counts only; "
                              "build both trees from numpy arrays for pair queries")
+        L1, L2 = (t._box.L if t._box is not None else np.zeros(t.m) for t in (self, other))
+        if not np.array_equal(L1, L2):
+            raise ValueError(f"{call}: the trees have different periodic boxes (boxsize {self.boxsize} and "
+                             f"{other.boxsize}); pair queries need the same box")
         _number(eps, "eps")
         return other, _number(r, rname), _number(p, "p", 1.0)
 
@@ -169,18 +180,14 @@ class _PairQueries:
         rows = np.flatnonzero(finite)
         sub = np.ascontiguousarray(q32[rows])
         slack = other._eps_x + (float(eps_q[rows].max()) if len(rows) else 0.0)
-        rel = _rel(self.m)
         for r in radii.tolist():
             out = np.zeros(self.n, np.int64)
-            hi = np.float32((r * (1 + 1e-12) + slack) * np.sqrt(1 + rel) * (1 + 2.0 ** -22) + 1e-18)
-            hi = np.nextafter(hi, np.float32(np.inf))
-            lo = (r * (1 - 1e-12) - slack) * np.sqrt(1 - rel) * (1 - 2.0 ** -22) - 1e-18
+            hi, lo = _count_radii(r, slack, self.m)
             c_hi, c_lo = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
             if len(rows) and np.isfinite(hi):
-                self.last_stats = _stats(other._index.count(sub, len(rows), float(hi), c_hi, opts))
+                self.last_stats = _stats(other._index.count(sub, len(rows), hi, c_hi, opts))
                 if lo > 0:
-                    lo = np.nextafter(np.float32(lo), np.float32(0))
-                    self.last_stats = _stats(other._index.count(sub, len(rows), float(lo), c_lo, opts))
+                    self.last_stats = _stats(other._index.count(sub, len(rows), lo, c_lo, opts))
             out[rows] = c_lo
             exact = np.isfinite(hi) & (c_hi == c_lo)
             todo = np.concatenate([rows[~exact], np.flatnonzero(~finite)]) if np.isfinite(hi) else np.arange(self.n)
@@ -192,12 +199,11 @@ class _PairQueries:
 
     def _pairs(self, other, r, p, opts):
         """Every pair (i of self, j of other) at float64 p-distance <= r, each once, in chunks
-        (i, j, d): other's exact ball search (_ball) with self's points as its queries (float64
-        points are kept unrounded, float32 points are exact). Memory: one chunk of candidates."""
+        (i, j, d): other's exact ball search (_ball_flat: periodic across a box) with self's points
+        as its queries (float64 points are kept unrounded, float32 points are exact). Memory: one
+        chunk of candidates."""
         q, q32, eps_q, _, _ = other._rows(self.data, keep64=self.data.dtype != np.float32)
-        rr = np.full(len(q), r)
-        for rows, D, I, inside in other._ball(q, q32, eps_q, rr, p, opts):
-            yield np.repeat(rows, inside.sum(axis=1)), I[inside], D[inside]
+        yield from other._ball_flat(q, q32, eps_q, np.full(len(q), r), p, opts)
 
     def _pair_arrays(self, other, r, p, opts, upper=False):
         """The pairs of _pairs as arrays (i, j, d) ordered by (i, j); upper: only i < j."""
@@ -210,3 +216,15 @@ class _PairQueries:
         i, j, d = (np.concatenate(c) for c in zip(*parts))
         order = np.lexsort((j, i))
         return i[order], j[order], d[order]
+
+
+def _count_radii(r, slack, m):
+    """The float32 radii (hi, lo) of _row_counts: a kd-tree count at hi holds every point within
+    float64 distance r (the rounding bounds and slack, see _row_counts), one at lo only points
+    within r; lo is 0 when r is within the slack of 0 (count nothing), hi inf beyond float32."""
+    rel = _rel(m)
+    hi = np.float32((r * (1 + 1e-12) + slack) * np.sqrt(1 + rel) * (1 + 2.0 ** -22) + 1e-18)
+    hi = np.nextafter(hi, np.float32(np.inf))
+    lo = (r * (1 - 1e-12) - slack) * np.sqrt(1 - rel) * (1 - 2.0 ** -22) - 1e-18
+    lo = np.nextafter(np.float32(lo), np.float32(0)) if lo > 0 else 0.0
+    return float(hi), float(lo)

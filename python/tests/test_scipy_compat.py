@@ -160,8 +160,6 @@ def test_attributes_constructor_arguments_and_pickling(cloud):
     same_knn(t2.query(queries, k=3), t.query(queries, k=3))
     f = canopy.KDTree(points.astype(np.float32))
     assert np.array_equal(pickle.loads(pickle.dumps(f)).query(queries, k=2)[1], f.query(queries, k=2)[1])
-    with pytest.raises(NotImplementedError, match="boxsize"):
-        canopy.KDTree(points, boxsize=1.0)
 
 
 def test_wrong_options_are_type_or_value_errors(cloud):
