@@ -92,14 +92,29 @@ class _PointTree(_PairQueries):
         self.maxes = xp.amax(self.data, axis=0) if self.n else xp.full(self.m, -np.inf)
         self.mins = xp.amin(self.data, axis=0) if self.n else xp.full(self.m, np.inf)
         self._index = None  # none for an empty tree: every search answers from its shapes
+        # The points in the float32 engine's tree: all of them, or (host data) those without a NaN
+        # coordinate, which are in no answer (scipy's searches never find them either); _keep maps
+        # the engine's indices to the data's, _lo and _hi are those points' extents.
+        self._keep, self._n_eng, self._lo, self._hi = None, self.n, self.mins, self.maxes
         if self.n == 0:
             return
+        kept = self.data
+        if self._host:
+            nan = np.isnan(self.data).any(axis=1)
+            if nan.any():
+                self._keep = np.flatnonzero(~nan)
+                self._n_eng, kept = len(self._keep), self.data[self._keep]
+                if not len(kept):
+                    return
+                self._lo, self._hi = np.amin(kept, axis=0), np.amax(kept, axis=0)
+                if not self._exact:
+                    pts = _Input(kept, "data")
+            if not np.isfinite(kept).all():  # (no NaN left: an infinite coordinate)
+                bad = int(np.flatnonzero(~np.isfinite(self.data).all(axis=1) & ~nan)[0])
+                raise ValueError(f"data: point {bad} has an infinite coordinate")
         if self._exact:
-            if not np.isfinite(self.data).all():
-                bad = int(np.flatnonzero(~np.isfinite(self.data).all(axis=1))[0])
-                raise ValueError(f"data: point {bad} has a non-finite coordinate")
-            self._center = (self.mins + self.maxes) / 2
-            rel = self.data - self._center
+            self._center = (self._lo + self._hi) / 2
+            rel = kept - self._center
             f32 = rel.astype(np.float32)
             if not np.isfinite(f32).all():
                 raise ValueError("data: coordinates beyond float32's range from the data's centre")
@@ -156,7 +171,7 @@ class _PointTree(_PairQueries):
         idx = np.empty((len(q32), k), np.int64)
         dist = np.empty((len(q32), k), np.float32)
         self.last_stats = _stats(self._index.knn(q32, len(q32), k, idx, dist, options))
-        return dist, idx
+        return dist, (idx if self._keep is None else self._keep[idx])
 
     def _search(self, q, q32, eps_q, p, kp, radius, options, dist=None):
         """The exact search behind every call that is not the float32 fast path. For each row i
@@ -171,7 +186,7 @@ class _PointTree(_PairQueries):
         2-norm, which bounds the p-norm through _ball_factor); otherwise k grows fourfold, up to
         every point. Rows with a non-finite engine coordinate, and trees with no index, are
         compared with every point."""
-        n, m = self.n, self.m
+        n, m, n_eng = self.n, self.m, self._n_eng  # (the engine's tree holds n_eng of the n points)
         rel, fac = 1 + _rel(m), _ball_factor(m, p)
         finite = np.isfinite(q32).all(axis=1)
         brute = np.flatnonzero(~finite) if self._index is not None else np.arange(len(q))
@@ -179,7 +194,7 @@ class _PointTree(_PairQueries):
             pending = np.flatnonzero(finite)
             kp = np.broadcast_to(np.asarray(kp, np.int64), (len(q),))[pending]
             # (k rounded up to steps of 2^(1/4): rows of near k share one engine call)
-            kp = np.minimum(np.ceil(2.0 ** (np.ceil(4 * np.log2(np.maximum(kp, 1))) / 4)).astype(np.int64), n)
+            kp = np.minimum(np.ceil(2.0 ** (np.ceil(4 * np.log2(np.maximum(kp, 1))) / 4)).astype(np.int64), n_eng)
             while len(pending):
                 again, again_k = [], []
                 for k in np.unique(kp):
@@ -189,7 +204,7 @@ class _PointTree(_PairQueries):
                         rows = group[s:s + step]
                         d32, idx = self._engine_knn(q32[rows], int(k), options)
                         D = dist(rows, idx) if dist else _minkowski(self._gather(idx) - q[rows, None, :], p)
-                        if k >= n:
+                        if k >= n_eng:
                             yield rows, D, idx
                             continue
                         last = d32[:, -1].astype(np.float64)
@@ -199,7 +214,7 @@ class _PointTree(_PairQueries):
                         if done.any():
                             yield rows[done], D[done], idx[done]
                         again.append(rows[~done])
-                        again_k.append(np.full((~done).sum(), min(n, 4 * int(k)), np.int64))
+                        again_k.append(np.full((~done).sum(), min(n_eng, 4 * int(k)), np.int64))
                 pending = np.concatenate(again) if again else np.empty(0, np.int64)
                 kp = np.concatenate(again_k) if again_k else np.empty(0, np.int64)
         if len(brute) and n:
@@ -238,7 +253,7 @@ class _PointTree(_PairQueries):
         p = _number(p, "p", 1.0)
         ub = _number(distance_upper_bound, "distance_upper_bound")
         kmax, n = max(ks), self.n
-        kc = min(kmax, n)  # the neighbours there are
+        kc = min(kmax, self._n_eng)  # the neighbours there are (points with a NaN coordinate are none)
         opts = _options(options)
         if not self._exact and p == 2 and kc > 0 and ub == np.inf and self._box is None or not self._host:
             return self._query_fast(x, ks, kmax, kc, listed, p, ub, opts)
@@ -297,6 +312,9 @@ class _PointTree(_PairQueries):
                                                              i2.data.ptr if q.device else i2,
                                                              d2.data.ptr if q.device else d2, opts))
                     dist[good], idx[good] = d2, i2
+            if self._keep is not None:  # the engine's indices as the data's (a missing one stays n)
+                keep = xp.asarray(self._keep)
+                idx = xp.where(idx < self._n_eng, keep[xp.minimum(idx, self._n_eng - 1)], self.n)
             dist = dist.astype(xp.float64)
             if kc < kmax or ub != np.inf:
                 far = ~(dist < ub)

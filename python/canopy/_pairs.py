@@ -82,10 +82,10 @@ class _PairQueries:
         # Every pair is within a radius >= bound, an upper bound of any pair's float64 p-distance
         # (the boxes' widest extent, with a margin for rounding): those radii are counted from n.
         bound = np.nan
-        if self.n and other.n:
+        if self._n_eng and other._n_eng:
             with np.errstate(all="ignore"):
-                ext = np.maximum(np.asarray(self.maxes, np.float64) - np.asarray(other.mins, np.float64),
-                                 np.asarray(other.maxes, np.float64) - np.asarray(self.mins, np.float64))
+                ext = np.maximum(np.asarray(self._hi, np.float64) - np.asarray(other._lo, np.float64),
+                                 np.asarray(other._hi, np.float64) - np.asarray(self._lo, np.float64))
                 if self._box is not None:  # across a periodic box no difference exceeds L/2
                     ext = np.where(self._box.periodic, np.minimum(ext, self._box.half), ext)
                 bound = float(_minkowski(ext, p)) * (1 + 1e-10)
@@ -108,7 +108,7 @@ class _PairQueries:
                 bins[:len(searched)] += np.bincount(np.searchsorted(searched, d), weights=wij,
                                                     minlength=len(searched))
         if len(searched) < len(u):
-            total = ((self.n if w1 is None else w1.sum()) * (other.n if w2 is None else w2.sum()))
+            total = self._total(w1) * other._total(w2)
             bins[len(searched)] = total - bins[:len(searched)].sum()
         if cumulative:
             out = np.cumsum(bins)[inverse]
@@ -121,6 +121,13 @@ class _PairQueries:
         if np.ndim(r) == 0:
             return np.float64(out[0]) if weighted else int(out[0])
         return out
+
+    def _total(self, w):
+        """The number (or the weight, w) of this tree's points that pairs can hold: those without
+        a NaN coordinate."""
+        if w is None:
+            return self._n_eng
+        return w.sum() if self._keep is None else w[self._keep].sum()
 
     def _pair_args(self, other, r, p, eps, call, rname):
         """other, r and p of a pair query, checked as scipy checks them (a TypeError for an other

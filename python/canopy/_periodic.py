@@ -95,20 +95,21 @@ class _Box:
             diff = np.where(diff > self.half, diff - self.L, np.where(diff < -self.half, diff + self.L, diff))
         if p == np.inf or self.m < 2:
             return _minkowski(diff, p)
-        # scipy sums a periodic distance's terms one dimension after the other: the same order
-        # gives the same float64 sums (so the same ranking of near-equal distances)
+        # scipy sums a periodic distance's terms one dimension after the other, with libm's pow
+        # for other p: the same order and np.float_power (libm's pow, where numpy's ** may take
+        # a SIMD pow an ulp away) give the same float64 distances
         acc = None
         for j in range(self.m):
             d = diff[..., j]
-            t = d * d if p == 2 else (np.abs(d) if p == 1 else np.abs(d) ** p)
+            t = d * d if p == 2 else (np.abs(d) if p == 1 else np.float_power(np.abs(d), p))
             acc = t if acc is None else acc + t
-        return np.sqrt(acc) if p == 2 else (acc if p == 1 else acc ** (1.0 / p))
+        return np.sqrt(acc) if p == 2 else (acc if p == 1 else np.float_power(acc, 1.0 / p))
 
     # -- images ----------------------------------------------------------------------------------
     def _gaps(self, tree, q):
         """Per dimension, the distance from image s_i = +1 and s_i = -1 of each row to the data's
         bounding box along that dimension (0 when inside)."""
-        mins, maxes = np.asarray(tree.mins, np.float64), np.asarray(tree.maxes, np.float64)
+        mins, maxes = np.asarray(tree._lo, np.float64), np.asarray(tree._hi, np.float64)
         up = np.maximum(q + self.L - maxes, 0.0)
         down = np.maximum(mins - q + self.L, 0.0)
         return up, down

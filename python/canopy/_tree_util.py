@@ -110,7 +110,8 @@ def _minkowski(diff, p):
         return a.sum(axis=-1)
     if p == np.inf:
         return a.max(axis=-1)
-    return (a ** p).sum(axis=-1) ** (1.0 / p)
+    # (np.float_power: libm's pow, as scipy's std::pow; numpy's ** may take a SIMD pow an ulp away)
+    return np.float_power(np.float_power(a, p).sum(axis=-1), 1.0 / p)
 
 
 def _ball_factor(m, p):

@@ -369,3 +369,201 @@ def test_count_neighbors_on_ties_at_the_radius():
                                    SA.count_neighbors(SA, r, weights=w, cumulative=False), rtol=1e-12)
         np.testing.assert_allclose(A.count_neighbors(B, r, weights=(w, None)),
                                    SA.count_neighbors(SB, r, weights=(w, None)), rtol=1e-12)
+
+
+# -- periodic boxes (boxsize) and NaN data ------------------------------------------------------
+def box_cloud(rng, n, m, L, integer=False):
+    """Points in [0, L) with some on the box's walls (0 and the largest float64 below L)."""
+    Lv = np.broadcast_to(np.asarray(L, np.float64), (m,))
+    if integer:
+        pts = rng.integers(0, Lv.astype(int), (n, m)).astype(np.float64)
+    else:
+        pts = rng.random((n, m)) * Lv
+        pts[rng.random((n, m)) < 0.05] = 0.0
+        pts = np.where(rng.random((n, m)) < 0.05, np.nextafter(Lv, 0), pts)
+    return pts
+
+
+def box_distance(a, b, L, p):
+    """scipy's periodic distance (its tests' distance_box), rows a against rows b."""
+    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    d = np.where(d > L / 2, d - L, np.where(d < -L / 2, d + L, d))
+    return np.linalg.norm(d, ord=p, axis=-1)
+
+
+def same_periodic_knn(got, want, pts, q, L, p, min_untied):
+    """got: Canopy's (d, i) (nq, k); want: scipy's for k + 1 (to see ties past the k-th)."""
+    (d, i), (wd, wi) = got, want
+    k = d.shape[1]
+    np.testing.assert_allclose(d, wd[:, :k], rtol=1e-12, atol=0)
+    assert np.array_equal(np.isinf(d), i == len(pts))
+    # where scipy's distances tie its order among the tied points is its own: compare indices
+    # elsewhere, and there check that Canopy's points are at the distances scipy gives
+    with np.errstate(invalid="ignore"):  # (inf - inf past distance_upper_bound)
+        ties = ((np.diff(wd, axis=1) == 0) & np.isfinite(wd[:, 1:])).any(axis=1)
+    assert np.array_equal(i[~ties], wi[~ties, :k]) and (~ties).sum() >= min_untied
+    found = np.isfinite(d)
+    qq = np.broadcast_to(np.asarray(q, np.float64)[:, None, :], d.shape + (pts.shape[1],))
+    np.testing.assert_allclose(box_distance(pts[i[found]], qq[found] % L, L, p), d[found], rtol=1e-12,
+                               atol=1e-12 * L.max())
+
+
+@pytest.mark.parametrize("m,integer", [(1, False), (2, True), (3, False), (5, False)])
+@pytest.mark.parametrize("p", [2, 1, 3, np.inf])
+def test_periodic_query_equals_scipy(m, integer, p):
+    rng = np.random.default_rng(100 + m)
+    L = np.full(m, 50.0) if integer else rng.uniform(0.5, 3.0, m)  # (a sparse grid: not all ties)
+    pts = box_cloud(rng, 1500, m, L, integer)
+    q = np.concatenate([pts[:40],                                        # on the points
+                        rng.random((60, m)) * L,                          # inside
+                        rng.uniform(-2.5, 3.5, (60, m)) * L])             # outside the box
+    if integer:
+        q = np.round(q)
+    ours, ref = canopy.cKDTree(pts, boxsize=L), ScipyTree(pts, boxsize=L)
+    for k in (1, 6):
+        for ub in (np.inf, 0.3 * L.min()):
+            got = ours.query(q, k=[k] if k == 1 else k, p=p, distance_upper_bound=ub)
+            assert ours.query(q, k=k, p=p, distance_upper_bound=ub)[0].shape == got[0].shape[:2 if k > 1 else 1]
+            want = ref.query(q, k=k + 1, p=p, distance_upper_bound=ub)
+            same_periodic_knn(got, want, pts, q, L, p, 0 if integer else len(q) // 2)
+            if integer:  # integer distances are exact: ties go to the lower index
+                D = box_distance(pts[None], (q % L)[:, None], L, p)
+                first = np.argsort(D, axis=1, kind="stable")[:, :k]
+                want_i = np.where(np.take_along_axis(D, first, 1) < ub, first, len(pts))
+                assert np.array_equal(got[1], want_i)
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_periodic_distances_are_scipys_to_the_bit(p):
+    # a grid wrapped by a box of 7.3 puts many distances an ulp apart: scipy sums a periodic
+    # distance's terms dimension by dimension (libm's pow for p = 3); Canopy's float64 sums must be
+    # the same to rank those points as scipy does
+    rng = np.random.default_rng(12)
+    pts = rng.integers(0, 8, (1000, 4)).astype(np.float64)
+    q = np.round(rng.uniform(-2, 3, (3000, 4)) * 7.3)
+    d, i = canopy.KDTree(pts, boxsize=7.3).query(q, k=4, p=p)
+    wd, wi = ScipyTree(pts, boxsize=7.3).query(q, k=5, p=p)
+    assert np.array_equal(d, wd[:, :4])
+    untied = (np.diff(wd, axis=1) > 0).all(axis=1)
+    assert np.array_equal(i[untied], wi[untied, :4]) and untied.sum() > 800
+
+
+@pytest.mark.parametrize("p", [2, 1, np.inf])
+def test_periodic_query_ball_point_equals_scipy(p):
+    rng = np.random.default_rng(21)
+    L = np.array([1.0, 2.0, 0.0])  # the last dimension open (scipy: a size <= 0)
+    pts = box_cloud(rng, 2000, 3, np.array([1.0, 2.0, 1.0]))
+    pts[:, 2] -= 0.5  # (an open dimension may hold any value)
+    q = rng.uniform(-1.5, 2.5, (150, 3))
+    ours, ref = canopy.KDTree(pts, boxsize=L), ScipyTree(pts, boxsize=L)
+    for r in (0.05, 0.3, 0.7, 3.0):  # 0.7 and 3: balls wider than half the box
+        got = ours.query_ball_point(q, r, p=p)
+        want = ref.query_ball_point(q, r, p=p, return_sorted=True)
+        assert all(a == b for a, b in zip(got, want))
+        assert np.array_equal(ours.query_ball_point(q, r, p=p, return_length=True),
+                              ref.query_ball_point(q, r, p=p, return_length=True))
+    radii = np.linspace(0, 0.5, len(q))
+    assert np.array_equal(ours.query_ball_point(q, radii, p=p, return_length=True),
+                          ref.query_ball_point(q, radii, p=p, return_length=True))
+    assert ours.query_ball_point(q[0], 0.3, p=p) == ref.query_ball_point(q[0], 0.3, p=p, return_sorted=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, "int"])
+@pytest.mark.parametrize("p", [2, 1, np.inf])
+def test_periodic_pair_queries_equal_scipy(dtype, p):
+    rng = np.random.default_rng(33)
+    L = np.array([12.0, 10.0, 8.0])
+    a, b = box_cloud(rng, 800, 3, L, dtype == "int"), box_cloud(rng, 400, 3, L, dtype == "int")
+    if dtype == np.float32:
+        a, b = np.minimum(a, np.nextafter(L, 0)).astype(np.float32), b.astype(np.float32)
+        a[a >= L] = 0  # (rounding to float32 may reach L)
+        b[b >= L] = 0
+    A, B = canopy.cKDTree(a, boxsize=L), canopy.cKDTree(b, boxsize=L)
+    SA, SB = (ScipyTree(np.asarray(x, np.float64), boxsize=L) for x in (a, b))
+    r = 1.5
+    assert A.query_ball_tree(B, r, p=p) == [sorted(v) for v in SA.query_ball_tree(SB, r, p=p)]
+    assert A.query_pairs(r, p=p) == SA.query_pairs(r, p=p)
+    radii = np.array([0.0, 0.5, 1.0, 2.0, 3.0, 4.5, 6.0, 30.0])  # 4.5 and 6: past half a side
+    assert np.array_equal(A.count_neighbors(B, radii, p=p), SA.count_neighbors(SB, radii, p=p))
+    w1, w2 = rng.random(len(a)), rng.random(len(b))
+    # (float64 sums in another order: within 1e-12 of the total weight)
+    np.testing.assert_allclose(A.count_neighbors(B, radii, p=p, weights=(w1, w2), cumulative=False),
+                               SA.count_neighbors(SB, radii, p=p, weights=(w1, w2), cumulative=False),
+                               rtol=1e-12, atol=1e-12 * w1.sum() * w2.sum())
+    np.testing.assert_allclose(A.count_neighbors(A, radii, p=p, weights=w1),
+                               SA.count_neighbors(SA, radii, p=p, weights=w1), rtol=1e-12)
+    got = A.sparse_distance_matrix(B, r, p=p, output_type="dict")
+    want = SA.sparse_distance_matrix(SB, r, p=p, output_type="dict")
+    assert got.keys() == want.keys() and len(got) > 100
+    np.testing.assert_allclose([got[key] for key in want], list(want.values()), rtol=1e-12)
+
+
+def test_periodic_float64_exact_far_from_the_origin():
+    # a box of 1e7 m with points in 5e6 + [0, 1000) m and near both walls of the first dimension
+    rng = np.random.default_rng(8)
+    a = 5e6 + rng.random((6000, 3)) * 1000
+    a[:300, 0] = 1e7 - rng.random(300) * 10
+    a[300:600, 0] = rng.random(300) * 10
+    A, SA = canopy.KDTree(a, boxsize=1e7), ScipyTree(a, boxsize=1e7)
+    q = a[:500] + rng.normal(0, 5, (500, 3))
+    d, i = A.query(q, k=4)
+    want_d, want_i = SA.query(q, k=4)
+    assert np.array_equal(i, want_i)
+    np.testing.assert_allclose(d, want_d, rtol=1e-12)
+    r = np.array([5.0, 20.0, 40.0])
+    assert np.array_equal(A.count_neighbors(A, r), SA.count_neighbors(SA, r))
+    assert A.query_pairs(20.0) == SA.query_pairs(20.0)
+
+
+def test_periodic_box_checks_attributes_and_pickling():
+    rng = np.random.default_rng(2)
+    pts = rng.random((300, 2))
+    t = canopy.KDTree(pts, boxsize=1.0)
+    assert np.array_equal(t.boxsize, ScipyTree(pts, boxsize=1.0).boxsize) and canopy.KDTree(pts).boxsize is None
+    t2 = pickle.loads(pickle.dumps(t))
+    assert np.array_equal(t2.boxsize, [1.0, 1.0])
+    q = rng.uniform(-1, 2, (50, 2))
+    assert np.array_equal(t2.query(q, k=3)[1], ScipyTree(pts, boxsize=1.0).query(q, k=3)[1])
+    with pytest.raises(ValueError, match=re.escape("greater than the size of the periodic box")):
+        canopy.KDTree(pts, boxsize=0.5)
+    with pytest.raises(ValueError, match="Negative input data"):
+        canopy.cKDTree(pts - 0.5, boxsize=[1.0, 0.0])
+    canopy.cKDTree(pts - 0.5, boxsize=[0.0, 1.0]) if (pts[:, 1] >= 0.5).all() else None
+    canopy.cKDTree(pts * [1, 5], boxsize=[1.0, 0.0])  # an open dimension holds any value
+    with pytest.raises(ValueError, match="boxsize"):
+        canopy.KDTree(pts, boxsize=[1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="finite"):
+        canopy.KDTree(pts, boxsize=[1.0, np.nan])
+    with pytest.raises(TypeError, match="boxsize"):
+        canopy.KDTree(pts, boxsize="big")
+    with pytest.raises(ValueError, match="periodic boxes"):  # scipy uses the first tree's box
+        t.query_ball_tree(canopy.KDTree(pts), 0.1)
+    # size 0: not periodic, the same answers as no box
+    z = canopy.KDTree(pts, boxsize=0.0)
+    assert np.array_equal(z.query(q, k=3)[1], canopy.KDTree(pts).query(q, k=3)[1])
+    assert z.count_neighbors(canopy.KDTree(pts), 0.2) == ScipyTree(pts).count_neighbors(ScipyTree(pts), 0.2)
+
+
+def test_nan_points_are_in_no_answer():
+    # scipy's test_kdtree_nan: query_pairs ignores points with a NaN coordinate; every call does
+    rng = np.random.default_rng(6)
+    for dtype in (np.float64, np.float32):
+        pts = rng.random((400, 3))
+        pts[rng.random(400) < 0.1, rng.integers(0, 3)] = np.nan
+        pts = pts.astype(dtype)
+        keep = np.flatnonzero(~np.isnan(pts).any(axis=1))
+        q = rng.random((60, 3)).astype(dtype)
+        for box in (None, 1.0):
+            ours, ref = canopy.KDTree(pts, boxsize=box), ScipyTree(pts[keep].astype(np.float64), boxsize=box)
+            d, i = ours.query(q, k=4, p=1)
+            wd, wi = ref.query(q.astype(np.float64), k=4, p=1)
+            assert np.array_equal(i, keep[wi]) and np.allclose(d, wd, rtol=1e-6)
+            assert ours.query_pairs(0.1) == {(keep[a], keep[b]) for a, b in ref.query_pairs(0.1)}
+            got = ours.query_ball_point(q, 0.2, return_length=True)
+            assert np.array_equal(got, ref.query_ball_point(q.astype(np.float64), 0.2, return_length=True))
+            r = [0.1, 0.3, 10.0]
+            assert np.array_equal(ours.count_neighbors(ours, r), ref.count_neighbors(ref, r))
+    with pytest.raises(ValueError, match="infinite"):
+        canopy.KDTree(np.array([[0.0, 1.0], [np.inf, 0.0]]))
+    d, i = canopy.KDTree(np.full((4, 2), np.nan)).query([0.5, 0.5], k=2)
+    assert np.isinf(d).all() and (i == 4).all()
