@@ -2,14 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <string>
 
 #include "core/checks.hpp"
 #include "executor/cpu_executor.hpp"
+#include "runtime/detail/pc_lists.hpp"
 #include "runtime/detail/workloads.hpp"
 #include "runtime/engine.hpp"
+#include "runtime/ragged.hpp"
 
 namespace canopy {
 namespace {
@@ -23,10 +26,30 @@ detail::PcWorkload workload(const KdTree& tree, const PcOptions& opt) {
   return w;
 }
 
+// run_lists' per-query radii, each finite and >= 0 (an error names the first that is not); a host
+// copy when they are in device memory (empty otherwise).
+std::vector<float> check_radii(const float* radii, index_t n, stream_t after) {
+  std::vector<float> staged;
+  if (!radii || n <= 0) return staged;
+  const float* r = radii;
+  if (is_device_pointer(radii)) {
+    staged.resize(static_cast<std::size_t>(n));
+    copy_memory(staged.data(), radii, staged.size() * sizeof(float), after);
+    r = staged.data();
+  }
+  for (index_t i = 0; i < n; ++i)
+    if (!std::isfinite(r[i]) || r[i] < 0.0f)
+      throw Error("PointCorrelation::run_lists: radii[" + std::to_string(i) + "] = " + std::to_string(r[i]) +
+                  " must be finite and >= 0");
+  return staged;
+}
+
 }  // namespace
 
 PointCorrelation::PointCorrelation(const KdTree& tree, Device device)
-    : tree_(tree), engine_(std::make_unique<Engine<detail::PcWorkload>>(tree, device)) {}
+    : tree_(tree),
+      engine_(std::make_unique<Engine<detail::PcWorkload>>(tree, device)),
+      lists_(std::make_unique<detail::PcLists>()) {}
 PointCorrelation::~PointCorrelation() = default;
 
 Device PointCorrelation::device() const { return engine_->device(); }
@@ -51,6 +74,45 @@ TraversalStats PointCorrelation::run(const float* queries, index_t n, const PcOp
   call.n = n;
   call.outputs[0] = counts;
   return engine_->run(w, call, opt);
+}
+
+PcListResult PointCorrelation::run_lists(const float* queries, index_t n, const PcListOptions& opt) {
+  RaggedResult<index_t> r = detail::into_vectors<index_t>(
+      n, "PointCorrelation::run_lists",
+      [&](index_t* offsets, const ItemBuffer<index_t>& items) { return run_lists(queries, n, opt, offsets, items); });
+  PcListResult out;
+  static_cast<RaggedStats&>(out) = std::move(r);
+  out.offsets = std::move(r.offsets);
+  out.indices = std::move(r.items);
+  return out;
+}
+
+RaggedStats PointCorrelation::run_lists(const float* queries, index_t n, const PcListOptions& opt, index_t* offsets,
+                                        const ItemBuffer<index_t>& indices) {
+  const char* who = "PointCorrelation::run_lists";
+  const float radius2 = workload(tree_, opt).radius2;
+  detail::check_ragged_call(who, n, offsets);
+  check_queries(queries, n, tree_.dims(), opt.stream);
+  std::vector<float> radii = check_radii(opt.radii, n, opt.stream);
+  RaggedOptions ro;
+  static_cast<TraversalOptions&>(ro) = opt;
+  ro.sort = opt.sorted;
+  if (opt.device != Device::Cpu && device() == Device::Gpu) {
+    const std::lock_guard<std::mutex> lock(lists_->mutex);
+    if (!lists_->gpu) lists_->gpu = detail::make_pc_lists_gpu(tree_);
+    return lists_->gpu->run(queries, opt.radii, n, radius2, ro, offsets, indices);
+  }
+  // The CPU reads host memory: device queries and radii go through the host.
+  const std::vector<float> staged = detail::host_copy_of_queries(queries, n, tree_.dims(), opt.stream);
+  const KdTreeView view = tree_.view();
+  return dispatch_dims(view.dims, [&](auto md) {
+    detail::PcListVisitor<decltype(md)::value> v;
+    v.tree = view;
+    v.queries = staged.empty() ? queries : staged.data();
+    v.radii = radii.empty() ? opt.radii : radii.data();
+    v.radius2 = radius2;
+    return detail::ragged_cpu(view, v, n, ro, who, offsets, indices);
+  });
 }
 
 float estimate_radius(const KdTree& tree, const float* queries, index_t n_queries, double target_mean,

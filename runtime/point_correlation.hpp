@@ -7,6 +7,8 @@
 //   canopy::PcOptions opt;
 //   opt.radius = 0.05f;
 //   canopy::PcResult r = pc.run(queries, m, opt);  // r.counts[i] belongs to query i
+//   canopy::PcListResult l = pc.run_lists(queries, m, canopy::PcListOptions{opt});
+//   // query i's neighbours: l.indices[l.offsets[i] .. l.offsets[i + 1]), ascending point ids
 #pragma once
 
 #include <memory>
@@ -14,6 +16,7 @@
 
 #include "layouts/kdtree.hpp"
 #include "runtime/options.hpp"
+#include "runtime/ragged_result.hpp"
 
 namespace canopy {
 
@@ -25,8 +28,27 @@ struct PcResult : TraversalStats {
   std::vector<index_t> counts;  // counts[i]: tree points within the radius of query i
 };
 
+// run_lists: the neighbour lists themselves (runtime/ragged.hpp: a count pass, a scan into
+// offsets, a fill pass over the count pass's schedule).
+struct PcListOptions : PcOptions {
+  PcListOptions() = default;
+  explicit PcListOptions(const PcOptions& o) : PcOptions(o) {}
+  // Each list ascending by point index (scipy's order); false: the kd-tree's leaf order, the
+  // same on every schedule, executor and device.
+  bool sorted = true;
+  // Per-query radii [n_queries] (host or device memory; each finite and >= 0), or null: `radius`
+  // for every query.
+  const float* radii = nullptr;
+};
+
+struct PcListResult : RaggedStats {
+  std::vector<index_t> offsets;  // [n_queries + 1]; offsets[i + 1] - offsets[i] = run()'s counts[i]
+  std::vector<index_t> indices;  // query i's neighbours (original point indices) at offsets[i] ..
+};
+
 namespace detail {
 struct PcWorkload;
+struct PcLists;
 }
 
 // Holds a tree (which must outlive it) and, on the GPU, the tree's device copy and reusable
@@ -50,9 +72,25 @@ class PointCorrelation {
   // after the work queued on options.stream).
   TraversalStats run(const float* queries, index_t n_queries, const PcOptions& options, index_t* counts);
 
+  // The tree points within the radius of each query, as lists: a count pass, its offsets, and a
+  // fill over the count pass's schedule (RaggedStats: the count pass's phases, the scan, fill,
+  // sort and copies). Every schedule, executor, depth, the pipeline and the memory budget as
+  // for run(); the lists do not depend on them. On the GPU the tree's device copy is its own
+  // (made on the first call; shared with a tree built on the GPU), lists that do not fit the
+  // device beside the tree and queries are filled in batches of queries, and count_nodes is an
+  // error (gpu_count_nodes counts the count pass). Errors: run()'s, a NaN or negative radii[i]
+  // (naming i), a null offsets buffer; OutOfMemory when one query's list alone, or the queries,
+  // do not fit (naming the sizes).
+  PcListResult run_lists(const float* queries, index_t n_queries, const PcListOptions& options);
+  // The same into the caller's memory: offsets[n_queries + 1], and the indices in
+  // `indices(total)`, called once the total is known; each host or device memory.
+  RaggedStats run_lists(const float* queries, index_t n_queries, const PcListOptions& options, index_t* offsets,
+                        const ItemBuffer<index_t>& indices);
+
  private:
   const KdTree& tree_;
   std::unique_ptr<Engine<detail::PcWorkload>> engine_;
+  std::unique_ptr<detail::PcLists> lists_;
 };
 
 // Picks r so that the mean count over a seeded sample of the queries is about target_mean
