@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -171,6 +172,46 @@ class PointIndex {
       st = point_correlation().run(at<const float>(queries), n, o, at<index_t>(counts));
     }
     return stats_dict(st);
+  }
+
+  // Radius neighbour lists (PointCorrelation::run_lists): (offsets, indices, stats), offsets an
+  // int64 numpy array [n + 1] and indices int64 [offsets[n]] (query i's at offsets[i] ..
+  // offsets[i + 1]), made with numpy.empty once the count pass has given the total (the GIL
+  // taken for it); queries in host or device memory. radii: None, or an address of n float32
+  // radii (a numpy array or a device pointer); sorted: each list ascending (scipy's order).
+  py::tuple ball(Address queries, index_t n, float r, const py::dict& kw, const py::object& radii, bool sorted) {
+    if (!kd_) throw Error("radius lists (query_ball_point) run over a KDTree; this tree is a ball or vp tree");
+    PcListOptions o;
+    static_cast<TraversalOptions&>(o) = traversal_options(kw);
+    o.radius = r;
+    o.sorted = sorted;
+    if (!radii.is_none()) o.radii = at<const float>(radii.cast<Address>());
+    const py::object empty = py::module_::import("numpy").attr("empty");
+    const py::object offsets = empty(std::max<index_t>(n, 0) + 1, "int64");
+    index_t* offsets_at = at<index_t>(offsets.cast<Address>());
+    py::object indices;
+    RaggedStats st;
+    {
+      py::gil_scoped_release free;
+      st = point_correlation().run_lists(at<const float>(queries), n, o, offsets_at, [&](index_t total) -> index_t* {
+        py::gil_scoped_acquire gil;
+        try {
+          indices = empty(total, "int64");
+        } catch (const py::error_already_set& e) {
+          throw OutOfMemory("radius lists: numpy.empty(" + std::to_string(total) + ", int64) failed: " + e.what());
+        }
+        return at<index_t>(indices.cast<Address>());
+      });
+    }
+    py::dict d = stats_dict(st);
+    d["total"] = st.total;
+    d["scan_ms"] = st.scan_ms;
+    d["fill_ms"] = st.fill_ms;
+    d["sort_ms"] = st.sort_ms;
+    d["copy_ms"] = st.copy_ms;
+    d["fill_batches"] = st.fill_batches;
+    d["lists_ms"] = st.lists_ms();
+    return py::make_tuple(offsets, indices, d);
   }
 
  private:
@@ -473,7 +514,9 @@ PYBIND11_MODULE(_canopy, m) {
       .def_property_readonly("device", &PointIndex::device)
       .def_property_readonly("built_on", &PointIndex::built_on)
       .def("knn", &PointIndex::knn)
-      .def("count", &PointIndex::count);
+      .def("count", &PointIndex::count)
+      .def("ball", &PointIndex::ball, py::arg("queries"), py::arg("n"), py::arg("r"), py::arg("kw"), py::kw_only(),
+           py::arg("radii") = py::none(), py::arg("sorted") = true);
   m.def("barnes_hut", &barnes_hut);
 
   py::class_<ForestCallStats>(m, "ForestCallStats")
