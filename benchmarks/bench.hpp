@@ -53,6 +53,7 @@ struct SuiteConfig {
 struct PcConfig {
   InputConfig input{"", "uniform:400000:7", "", "", 1, false, 0};  // default: the points query themselves
   std::string radius = "auto:32";
+  std::string output = "counts";  // counts (run) or lists (run_lists: the neighbour lists)
   SuiteConfig suite;
   // Set by the command line parser: whether the user chose the input and the repeat count.
   bool source_given = false;

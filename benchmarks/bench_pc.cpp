@@ -27,6 +27,11 @@ void add_pc_options(CLI::App& app, PcConfig& c) {
                      "points themselves)",
                      "seed of --generate and of the radius sample", "put the queries in a random order (seed)"});
   app.add_option("--radius", c.radius, "radius R, or auto:K for a mean count of about K")->capture_default_str();
+  app.add_option("--output", c.output,
+                 "counts (PointCorrelation::run), or lists: the neighbour lists (run_lists: a count pass, its "
+                 "offsets, a fill over its schedule, each list sorted), every list's size checked against the counts")
+      ->check(CLI::IsMember({"counts", "lists"}))
+      ->capture_default_str();
   add_suite_options(app, c.suite,
                     {"top-tree depth of the inspector, or auto (a quick trial on a sample) (0 = "
                      "default: hybrid-key's follows the query count, the others 8)",
@@ -35,6 +40,45 @@ void add_pc_options(CLI::App& app, PcConfig& c) {
                      "mask-lockstep-sorted, fsm-lockstep-sorted, hybrid-key, hybrid-key-independent, auto, "
                      "hybrid, hybrid-independent, hybrid-gpu-sandpile; or all"});
 }
+
+namespace {
+
+// One run of the counts.
+Measured measure_counts(PointCorrelation& pc, const PointSet& queries, const PcOptions& opt) {
+  PcResult r = pc.run(queries.data(), queries.size(), opt);
+  Measured m;
+  m.checksum = std::accumulate(r.counts.begin(), r.counts.end(), std::uint64_t{0},
+                               [](std::uint64_t a, index_t b) { return a + static_cast<std::uint64_t>(b); });
+  m.result.assign(r.counts.begin(), r.counts.end());
+  m.stats = std::move(r);
+  return m;
+}
+
+// One run of the lists (--output lists): each list's size must be its count; the result compared
+// between variants is a hash per list. The execute column is the whole of what follows the
+// schedule: the count pass's executor, the scan, the fill, the sort and the copies. The GPU's
+// count pass cannot run the CPU emulator, so no nodes per warp.
+Measured measure_lists(PointCorrelation& pc, const PointSet& queries, const PcOptions& opt,
+                       const std::vector<index_t>& counts) {
+  PcListOptions o(opt);
+  o.count_nodes = false;
+  PcListResult r = pc.run_lists(queries.data(), queries.size(), o);
+  Measured m;
+  m.checksum = static_cast<std::uint64_t>(r.total);
+  m.result.resize(counts.size());
+  for (std::size_t q = 0; q < counts.size(); ++q) {
+    const index_t size = r.offsets[q + 1] - r.offsets[q];
+    if (size != counts[q])
+      throw Error("--output lists: query " + std::to_string(q) + "'s list holds " + std::to_string(size) +
+                  " points, its count is " + std::to_string(counts[q]));
+    m.result[q] = hash_words(std::vector<std::uint64_t>(r.indices.begin() + r.offsets[q], r.indices.begin() + r.offsets[q + 1]));
+  }
+  r.times.execute_ms += r.scan_ms + r.fill_ms + r.sort_ms + r.copy_ms;
+  m.stats = std::move(static_cast<TraversalStats&>(r));
+  return m;
+}
+
+}  // namespace
 
 int run_pc(const PcConfig& config) {
   PcConfig c = config;
@@ -73,19 +117,24 @@ int run_pc(const PcConfig& config) {
               c.input.shuffle_set ? " (shuffled)" : "", points.dims, radius, tree.height(), tree.leaf_size(),
               to_string(tree.built_on()), build_ms);
 
+  const bool lists = c.output == "lists";
+  std::vector<index_t> counts;
+  if (lists) {
+    PcOptions opt;
+    opt.radius = radius;
+    counts = pc.run(queries.data(), queries.size(), opt).counts;
+    const index_t total = std::accumulate(counts.begin(), counts.end(), index_t{0});
+    std::printf("output: neighbour lists (run_lists), %lld in all, each list's size checked against the counts; "
+                "execute = count pass + scan + fill + sort + copies\n",
+                static_cast<long long>(total));
+  }
   const Suite suite = run_suite(
       variants, parse_depths(c.suite.depths), c.suite.depth, dev, c.suite.repeat,
       [&](const TraversalOptions& t) {
         PcOptions opt;
         static_cast<TraversalOptions&>(opt) = t;
         opt.radius = radius;
-        PcResult r = pc.run(queries.data(), queries.size(), opt);
-        Measured m;
-        m.checksum = std::accumulate(r.counts.begin(), r.counts.end(), std::uint64_t{0},
-                                     [](std::uint64_t a, index_t b) { return a + static_cast<std::uint64_t>(b); });
-        m.result.assign(r.counts.begin(), r.counts.end());
-        m.stats = std::move(r);
-        return m;
+        return lists ? measure_lists(pc, queries, opt, counts) : measure_counts(pc, queries, opt);
       },
       parse_pipeline(c.suite.pipeline));
   print_suite(suite);
@@ -93,6 +142,7 @@ int run_pc(const PcConfig& config) {
   if (!c.suite.json.empty()) {
     nlohmann::json j;
     j["workload"] = "pc";
+    j["output"] = c.output;
     j["device"] = to_string(dev);
     j["device_name"] = dev == Device::Gpu ? gpu_description() : std::string("cpu");
     j["source"] = in.source;
