@@ -1,5 +1,6 @@
 // Point correlation: build a kd-tree once, then count, for a batch of queries, the points within
-// a radius, on the GPU when there is one (the CPU otherwise). Checked against brute force.
+// a radius, and list them, on the GPU when there is one (the CPU otherwise). Checked against
+// brute force.
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -20,19 +21,23 @@ int main() {
   opt.radius = 0.05f;
   const canopy::PcResult r = pc.run(points.data(), n, opt);  // the points are their own queries
 
+  // The neighbours themselves, each list ascending: a count pass, its offsets, a fill.
+  const canopy::PcListResult l = pc.run_lists(points.data(), n, canopy::PcListOptions{opt});
+
   for (canopy::index_t q = 0; q < 100; ++q) {  // brute force for the first queries
-    canopy::index_t count = 0;
+    std::vector<canopy::index_t> within;
     for (canopy::index_t p = 0; p < n; ++p) {
       float d2 = 0;
       for (int d = 0; d < dims; ++d) {
         const float e = points[q * dims + d] - points[p * dims + d];
         d2 += e * e;
       }
-      count += d2 <= opt.radius * opt.radius;
+      if (d2 <= opt.radius * opt.radius) within.push_back(p);
     }
-    if (count != r.counts[q]) {
-      std::printf("query %lld: %lld neighbours, brute force %lld\n", static_cast<long long>(q),
-                  static_cast<long long>(r.counts[q]), static_cast<long long>(count));
+    const std::vector<canopy::index_t> list(l.indices.begin() + l.offsets[q], l.indices.begin() + l.offsets[q + 1]);
+    if (static_cast<canopy::index_t>(within.size()) != r.counts[q] || list != within) {
+      std::printf("query %lld: %lld neighbours, a list of %zu, brute force %zu\n", static_cast<long long>(q),
+                  static_cast<long long>(r.counts[q]), list.size(), within.size());
       return 1;
     }
   }
