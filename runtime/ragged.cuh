@@ -224,6 +224,7 @@ class RaggedGpu {
     if constexpr (std::is_arithmetic_v<Item>) {
       if (sort && m > 0) result = sort_batch(buf, off + a, nb, first, m, st);
     }
+    if (m == 0) return;  // (a null item buffer when the total is 0)
     if (!device_items)
       st.copy_ms += g_.time([&] { copy_to_host(out + first, result, items, s); });
     else if (result != buf)
