@@ -366,6 +366,12 @@ class _PointTree(_PairQueries):
         rr = np.broadcast_to(np.asarray(r, dtype=np.float64), lead).reshape(-1)
         if rr.size and not (rr >= 0).all():
             raise ValueError("r: radii must be >= 0")
+        if (return_length and p == 2 and scalar_r and self._box is not None and self._kind == "kd"
+                and self._index is not None and len(q)):
+            counter = _periodic.counts(self, q, np.array([float(r)]), opts, self)  # (kd-tree counts of images)
+            if counter is not None:
+                counts = next(counter).reshape(lead)
+                return counts[()] if single else counts
         parts = [(np.empty(0, np.int64), np.empty(0, np.int64))]
         for i, j, _ in self._ball_flat(q, q32, eps_q, rr, p, opts):
             parts.append((i, j))

@@ -3,7 +3,7 @@ canopy's trees, built on their exact ball search."""
 import numpy as np
 
 from . import _periodic
-from ._tree_util import _minkowski, _number, _options, _rel, _stats
+from ._tree_util import _count_radii, _minkowski, _number, _options, _stats
 
 
 class _PairQueries:
@@ -94,7 +94,8 @@ class _PairQueries:
         counter = None
         if len(searched) and p == 2 and w2 is None and other._kind == "kd" and other._index is not None:
             counter = (self._row_counts(other, searched, opts) if other._box is None
-                       else _periodic.row_counts(self, other, searched, opts, _count_radii))
+                       else _periodic.counts(other, other._rows(self.data, keep64=self.data.dtype != np.float32)[0],
+                                             searched, opts, self))
         if counter is not None:
             prev = np.zeros(self.n, np.int64)
             for k, row_counts in enumerate(counter):
@@ -189,7 +190,7 @@ class _PairQueries:
         slack = other._eps_x + (float(eps_q[rows].max()) if len(rows) else 0.0)
         for r in radii.tolist():
             out = np.zeros(self.n, np.int64)
-            hi, lo = _count_radii(r, slack, self.m)
+            hi, lo = (float(v) for v in _count_radii(r, slack, self.m))
             c_hi, c_lo = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
             if len(rows) and np.isfinite(hi):
                 self.last_stats = _stats(other._index.count(sub, len(rows), hi, c_hi, opts))
@@ -224,14 +225,3 @@ class _PairQueries:
         order = np.lexsort((j, i))
         return i[order], j[order], d[order]
 
-
-def _count_radii(r, slack, m):
-    """The float32 radii (hi, lo) of _row_counts: a kd-tree count at hi holds every point within
-    float64 distance r (the rounding bounds and slack, see _row_counts), one at lo only points
-    within r; lo is 0 when r is within the slack of 0 (count nothing), hi inf beyond float32."""
-    rel = _rel(m)
-    hi = np.float32((r * (1 + 1e-12) + slack) * np.sqrt(1 + rel) * (1 + 2.0 ** -22) + 1e-18)
-    hi = np.nextafter(hi, np.float32(np.inf))
-    lo = (r * (1 - 1e-12) - slack) * np.sqrt(1 - rel) * (1 - 2.0 ** -22) - 1e-18
-    lo = np.nextafter(np.float32(lo), np.float32(0)) if lo > 0 else 0.0
-    return float(hi), float(lo)

@@ -20,7 +20,7 @@ images within R of the box are searched as balls of radius R. Rows that would ne
 (a radius near the box's size) are compared with every point instead."""
 import numpy as np
 
-from ._tree_util import _U32, _minkowski, _stats
+from ._tree_util import _U32, _ball_factor, _count_radii, _stats
 
 _BLOCK = 1 << 22  # candidates a block of query rows aims at (memory: a few of these arrays)
 
@@ -89,21 +89,34 @@ class _Box:
         return q
 
     def dist(self, tree, q, idx, p):
-        """scipy's periodic p-distances from rows q (wrapped) to tree points idx (len(q), k)."""
-        diff = tree._gather(idx) - q[:, None, :]
-        with np.errstate(invalid="ignore"):
-            diff = np.where(diff > self.half, diff - self.L, np.where(diff < -self.half, diff + self.L, diff))
-        if p == np.inf or self.m < 2:
-            return _minkowski(diff, p)
-        # scipy sums a periodic distance's terms one dimension after the other, with libm's pow
-        # for other p: the same order and np.float_power (libm's pow, where numpy's ** may take
-        # a SIMD pow an ulp away) give the same float64 distances
+        """scipy's periodic p-distances from rows q (wrapped) to tree points idx (len(q), k), or
+        to every point for idx None. scipy sums the terms one dimension after the other, with
+        libm's pow for p other than 1, 2, inf: the same order, and np.float_power (libm's pow,
+        where numpy's ** may take a SIMD pow an ulp away), give the same float64 distances."""
+        X = tree._gather(idx) if idx is not None else None
         acc = None
-        for j in range(self.m):
-            d = diff[..., j]
-            t = d * d if p == 2 else (np.abs(d) if p == 1 else np.float_power(np.abs(d), p))
-            acc = t if acc is None else acc + t
-        return np.sqrt(acc) if p == 2 else (acc if p == 1 else np.float_power(acc, 1.0 / p))
+        with np.errstate(invalid="ignore", over="ignore"):
+            for j in range(self.m):
+                x = X[..., j] if X is not None else tree.data[None, :, j]
+                d = x - q[:, j, None]  # (the wrap below: d - L exactly, d unchanged where 0 L is added)
+                if self.periodic[j]:
+                    d -= self.L[j] * (d > self.half[j])
+                    d += self.L[j] * (d < -self.half[j])
+                if p == 2:
+                    t = d * d
+                elif p == 1 or p == np.inf:
+                    t = np.abs(d)
+                else:
+                    t = np.float_power(np.abs(d), p)
+                if acc is None:
+                    acc = t
+                elif p == np.inf:
+                    np.maximum(acc, t, out=acc)
+                else:
+                    acc += t
+        if acc is None:  # (m = 0)
+            return np.zeros(np.shape(idx) if idx is not None else (len(q), tree.n))
+        return np.sqrt(acc) if p == 2 else (acc if p in (1, np.inf) else np.float_power(acc, 1.0 / p))
 
     # -- images ----------------------------------------------------------------------------------
     def _gaps(self, tree, q):
@@ -158,21 +171,49 @@ class _Box:
             owner, shift = owner[moved], shift[moved]
         return owner, shift
 
-    def search(self, tree, q, owner, shift, kp, radius, p, opts):
-        """tree._search over the images q[owner] + shift L: yields (owner rows, D, I) with D the
-        periodic distances from the wrapped rows q; the candidates of an image hold every point
-        within radius(image rows, D) of it (radius is called with indices into owner)."""
-        if not len(owner):
-            return
+    def image_rows(self, tree, q, owner, shift):
+        """The images q[owner] + shift L as float64 rows, their engine rows and rounding bounds
+        (with the slack between scipy's distance and an image's)."""
         img = q[owner] + shift * self.L
         q32, eps_q = _engine_rows(tree, img)
-        eps_q += self.slack
+        return img, q32, eps_q + self.slack
+
+    def search(self, tree, q, owner, rows64, kp, radius, p, opts):
+        """tree._search over image rows (image_rows' three arrays, of the rows q[owner]): yields
+        (owner rows, D, I) with D the periodic distances from the wrapped rows q; the candidates
+        of an image hold every point within radius(image rows, D) of it (radius is called with
+        indices into owner)."""
+        if not len(owner):
+            return
 
         def dist(rows, idx):
             return self.dist(tree, q[owner[rows]], idx, p)
 
-        for rows, D, I in tree._search(img, q32, eps_q, p, kp, radius, opts, dist=dist):
+        for rows, D, I in tree._search(*rows64, p, kp, radius, opts, dist=dist):
             yield owner[rows], D, I
+
+    def occupied(self, tree, owner, rows64, radius, p, opts):
+        """Image rows (owner, rows64 as image_rows gives them) that can hold a point within
+        p-distance radius[image], and a first k for their search: the kd-tree's float32 count at
+        a radius past radius (and every rounding: _count_radii's hi, rows of near radius sharing
+        one count, rounded up to a step of 2^(1/4)) counts every such point, so an image counted 0
+        has none and one counted c has its candidates settled by c + 1 neighbours. Ball and vp
+        trees (no counts): every image, k = 16."""
+        if tree._kind != "kd" or tree._index is None or not len(owner):
+            return owner, rows64, 16
+        img, q32, eps_q = rows64
+        counts = np.full(len(owner), tree._n_eng, np.int64)
+        hi = _count_radii(radius * _ball_factor(tree.m, p), tree._eps_x + eps_q, tree.m)[0]
+        ok = np.flatnonzero((hi < 1e37) & np.isfinite(q32).all(axis=1))
+        step = np.ceil(4 * np.log2(hi[ok]))
+        for v in np.unique(step).tolist():
+            rows = ok[step == v]
+            rad = float(np.nextafter(np.float32(2.0 ** (v / 4)), np.float32(np.inf)))
+            c = np.empty(len(rows), np.int64)
+            tree.last_stats = _stats(tree._index.count(np.ascontiguousarray(q32[rows]), len(rows), rad, c, opts))
+            counts[rows] = c
+        keep = counts > 0
+        return owner[keep], tuple(a[keep] for a in rows64), counts[keep] + 1
 
     def brute(self, tree, q, rows, p):
         """(rows, D, I) of rows compared with every point, in chunks."""
@@ -180,8 +221,7 @@ class _Box:
         step = max(1, _BLOCK // (n * max(self.m, 1)))
         for s in range(0, len(rows), step):
             r = rows[s:s + step]
-            idx = np.broadcast_to(np.arange(n), (len(r), n))
-            yield r, self.dist(tree, q[r], idx, p), idx
+            yield r, self.dist(tree, q[r], None, p), np.broadcast_to(np.arange(n), (len(r), n))
 
 
 def _engine_rows(tree, q):
@@ -236,7 +276,8 @@ def knn(tree, qw, kc, ub, p, opts):
         parts, R = [], np.full(B, np.inf)
         # 1. each row itself: its k + 4 nearest bound its k-th distance by R
         zero = np.zeros((B, box.m), np.int8)
-        for rows, D, I in box.search(tree, q, np.arange(B), zero, kc + 4, lambda rows, D: kth(D), p, opts):
+        rows64 = box.image_rows(tree, q, np.arange(B), zero)
+        for rows, D, I in box.search(tree, q, np.arange(B), rows64, kc + 4, lambda rows, D: kth(D), p, opts):
             R[rows] = kth(D)
             parts.append(_flat(rows, D, I, D <= R[rows, None]))
         # 2. the images within R of the data's box, as balls of radius R; rows with many images
@@ -245,7 +286,8 @@ def knn(tree, qw, kc, ub, p, opts):
         few = np.flatnonzero(~many)
         owner, shift = box.images(tree, q[few], R[few], p, itself=False)
         owner = few[owner]
-        for rows, D, I in box.search(tree, q, owner, shift, kc + 4, lambda rows, D: R[owner[rows]], p, opts):
+        owner, rows64, kp = box.occupied(tree, owner, box.image_rows(tree, q, owner, shift), R[owner], p, opts)
+        for rows, D, I in box.search(tree, q, owner, rows64, kp, lambda rows, D: R[owner[rows]], p, opts):
             parts.append(_flat(rows, D, I, D <= R[rows, None]))
         for rows, D, I in box.brute(tree, q, np.flatnonzero(many), p):
             parts.append(_flat(rows, D, I, D <= R[rows, None]))
@@ -275,20 +317,17 @@ def ball(tree, qw, rr, p, opts):
         few = np.flatnonzero(~many)
         owner, shift = box.images(tree, q[few], r[few], p, itself=True)
         owner = few[owner]
-        kp = 16
-        if len(owner) and tree._kind == "kd":
-            # the kd-tree's counts guess each image's candidates; a row whose images would hold
-            # more candidates than there are points is compared with every point
-            img = q[owner] + shift * box.L
-            kp = tree._start_k(_engine_rows(tree, img)[0], r[owner], p, opts)
-            if np.ndim(kp):
-                heavy = np.bincount(owner, weights=kp, minlength=len(q)) * 2 >= n
-                if heavy.any():
-                    many |= heavy
-                    light = ~heavy[owner]
-                    owner, shift, kp = owner[light], shift[light], kp[light]
+        owner, rows64, kp = box.occupied(tree, owner, box.image_rows(tree, q, owner, shift), r[owner], p, opts)
+        if np.ndim(kp):
+            # a row whose images hold more than n / 16 candidates is compared with every point
+            # (the engine's kNN for thousands of neighbours costs more than numpy's n distances)
+            heavy = np.bincount(owner, weights=kp, minlength=len(q)) * 16 >= n
+            if heavy.any():
+                many |= heavy
+                light = ~heavy[owner]
+                owner, rows64, kp = owner[light], tuple(a[light] for a in rows64), kp[light]
         parts = []
-        for rows, D, I in box.search(tree, q, owner, shift, kp, lambda rows, D: r[owner[rows]], p, opts):
+        for rows, D, I in box.search(tree, q, owner, rows64, kp, lambda rows, D: r[owner[rows]], p, opts):
             parts.append(_flat(rows, D, I, D <= r[rows, None]))
         for rows, D, I in box.brute(tree, q, np.flatnonzero(many), p):
             parts.append(_flat(rows, D, I, D <= r[rows, None]))
@@ -300,37 +339,42 @@ def ball(tree, qw, rr, p, opts):
 
 
 
-def row_counts(tree, other, radii, opts, count_radii):
-    """_PairQueries._row_counts in other's periodic box (p = 2), or None where the kd-tree's counts
-    cannot give it: a generator of, for each radius, each of tree's points' count of other's
-    points within it. Each point and its images (for the largest radius) are counted by other's
-    kd-tree at the float32 radii hi and lo that count_radii(r, slack, m) gives; a row whose
-    summed counts agree has its exact count, the others are counted by the exact periodic ball
-    search. Needs hi under half of every periodic size: then no point lies within lo of two
-    images of one query (summed lo counts count each point once, so never too many)."""
-    box, n = other._box, tree.n
-    q = box.wrap(other._rows(tree.data, keep64=tree.data.dtype != np.float32)[0])
+
+def counts(other, q, radii, opts, stats):
+    """Periodic counts by other's kd-tree (p = 2), or None where its counts cannot give them: a
+    generator of, for each radius, each row of q's count of other's points within it (the pair
+    queries' _row_counts, query_ball_point's counts). Each row and its images (for the largest
+    radius) are counted at the float32 radii hi and lo of _count_radii; a row whose summed counts
+    agree has its exact count, the others are counted by the exact periodic ball search. Needs hi
+    under half of every periodic size: then no point lies within lo of two images of one row
+    (summed lo counts count each point once, so never too many), and images fewer than n / 64 a
+    row. stats: whose last_stats."""
+    box, nq = other._box, len(q)
+    q = box.wrap(q)
     good = np.flatnonzero(np.isfinite(q).all(axis=1))
-    owner, shift = box.images(other, q[good], np.full(len(good), float(radii.max())), 2.0, itself=True)
+    rmax = np.full(len(good), float(radii.max()))
+    if box.image_counts(other, q[good], rmax).sum() * 64 > nq * other.n:
+        return None  # (images by the thousand, in many dimensions: comparing with every point is cheaper)
+    owner, shift = box.images(other, q[good], rmax, 2.0, itself=True)
     owner = good[owner]
-    q32, eps_q = _engine_rows(other, q[owner] + shift * box.L)
-    slack = other._eps_x + box.slack + (float(eps_q.max()) if len(eps_q) else 0.0)
-    if not 2 * count_radii(float(radii.max()), slack, tree.m)[0] * (1 + 1e-6) < box.L[box.periodic].min():
+    _, q32, eps_q = box.image_rows(other, q, owner, shift)
+    slack = other._eps_x + (float(eps_q.max()) if len(eps_q) else 0.0)
+    if not 2 * float(_count_radii(float(radii.max()), slack, other.m)[0]) * (1 + 1e-6) < box.L[box.periodic].min():
         return None
 
-    def counts():
+    def each_radius():
         for r in radii.tolist():
-            hi, lo = count_radii(r, slack, tree.m)
+            hi, lo = (float(v) for v in _count_radii(r, slack, other.m))
             c_hi, c_lo = np.zeros(len(owner), np.int64), np.zeros(len(owner), np.int64)
             if len(owner):
-                tree.last_stats = _stats(other._index.count(q32, len(owner), hi, c_hi, opts))
+                stats.last_stats = _stats(other._index.count(q32, len(owner), hi, c_hi, opts))
                 if lo > 0:
-                    tree.last_stats = _stats(other._index.count(q32, len(owner), lo, c_lo, opts))
-            out = np.bincount(owner, weights=c_lo, minlength=n).astype(np.int64)
-            todo = np.flatnonzero(np.bincount(owner, weights=c_hi - c_lo, minlength=n) != 0)
+                    stats.last_stats = _stats(other._index.count(q32, len(owner), lo, c_lo, opts))
+            out = np.bincount(owner, weights=c_lo, minlength=nq).astype(np.int64)
+            todo = np.flatnonzero(np.bincount(owner, weights=c_hi - c_lo, minlength=nq) != 0)
             if len(todo):
                 out[todo] = 0
                 for rows, _, _ in ball(other, q[todo], np.full(len(todo), r), 2.0, opts):
                     out[todo] += np.bincount(rows, minlength=len(todo))
             yield out
-    return counts()
+    return each_radius()

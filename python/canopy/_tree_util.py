@@ -119,3 +119,19 @@ def _ball_factor(m, p):
     float64 rounding margin."""
     c = 1.0 if p <= 2 else (np.sqrt(m) if p == np.inf else m ** (0.5 - 1.0 / p))
     return c * (1 + 1e-9)
+
+
+def _count_radii(r, slack, m):
+    """float32 radii (hi, lo) of kd-tree counts that bracket the points within float64 2-norm
+    distance r (r an array or one number; slack: the rounding bounds eps_x + eps_q of the rows): a
+    count at hi holds every point within r, one at lo only points within r (|d~^2 - d^2| <=
+    _rel(m) d^2 + 1e-36 for the engine's distance d~ between the float32 coordinates, and
+    |d - D| <= slack + D 1e-12 for the float64 distance D). lo is 0 where r is within the slack
+    of 0 (count nothing), hi inf beyond float32's range. Returned as float64 values."""
+    rel = _rel(m)
+    with np.errstate(over="ignore"):
+        hi = np.float32((r * (1 + 1e-12) + slack) * np.sqrt(1 + rel) * (1 + 2.0 ** -22) + 1e-18)
+        hi = np.nextafter(hi, np.float32(np.inf))
+        lo = (r * (1 - 1e-12) - slack) * np.sqrt(1 - rel) * (1 - 2.0 ** -22) - 1e-18
+        lo = np.where(lo > 0, np.nextafter(np.float32(np.maximum(lo, 0)), np.float32(0)), np.float32(0))
+    return hi.astype(np.float64), lo.astype(np.float64)

@@ -485,6 +485,8 @@ def test_periodic_pair_queries_equal_scipy(dtype, p):
     assert A.query_pairs(r, p=p) == SA.query_pairs(r, p=p)
     radii = np.array([0.0, 0.5, 1.0, 2.0, 3.0, 4.5, 6.0, 30.0])  # 4.5 and 6: past half a side
     assert np.array_equal(A.count_neighbors(B, radii, p=p), SA.count_neighbors(SB, radii, p=p))
+    # radii under half the box: p = 2 counts come from the kd-tree's counts of the images
+    assert np.array_equal(A.count_neighbors(B, radii[:5], p=p), SA.count_neighbors(SB, radii[:5], p=p))
     w1, w2 = rng.random(len(a)), rng.random(len(b))
     # (float64 sums in another order: within 1e-12 of the total weight)
     np.testing.assert_allclose(A.count_neighbors(B, radii, p=p, weights=(w1, w2), cumulative=False),
