@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "layouts/ball_tree.hpp"
@@ -76,12 +77,31 @@ struct VpMetric {
   }
 };
 
-// The candidate list of one query lives in its rows of the result arrays (dist2 [k], index [k],
-// ascending by (dist2, index)); the k-th squared distance, the pruning bound, stays in a
-// register. finish() turns squared distances into distances.
-template <int MaxDim, class Metric>
+// The candidate list of one query, ascending by (dist2, index); the k-th squared distance is the
+// pruning bound. Cap = 0: the list lives in the query's rows of the result arrays (any k).
+// Cap > 0 (k <= Cap): in the State, as Cap (dist2, id) slots whose last k hold the candidates
+// behind Cap - k sentinels (-inf) that no candidate passes, so the k-th is always slot Cap - 1.
+// Every index is a compile-time constant, so on the GPU the list stays in registers, and a
+// candidate's insertion is Cap predicated compare-and-moves with no memory traffic (the rows of
+// the result arrays are a thread's own, scattered lines: each move was a cache miss).
+// finish() writes distances (square roots) and indices.
+#if defined(__CUDA_ARCH__)
+#define CANOPY_KNN_UNROLL _Pragma("unroll")
+#else
+#define CANOPY_KNN_UNROLL
+#endif
+template <int Cap>
+struct KnnSlots {
+  float d[Cap];
+  std::int32_t id[Cap];  // original indices (the tree has fewer than 2^31 points)
+};
+template <>
+struct KnnSlots<0> {};
+
+template <int MaxDim, class Metric, int Cap = 0>
 struct KnnVisitor {
   static constexpr bool kGuided = true;
+  static constexpr std::int32_t kEmpty = std::numeric_limits<std::int32_t>::max();
 
   Metric metric;
   const float* points = nullptr;      // the tree's points (tree order, padded)
@@ -92,7 +112,7 @@ struct KnnVisitor {
   float* dist = nullptr;              // [queries][k]
   index_t* index = nullptr;           // [queries][k]
 
-  struct State {
+  struct State : KnnSlots<Cap> {
     float q[MaxDim];
     float bound2;  // +inf until k candidates are known
     int found;
@@ -105,6 +125,14 @@ struct KnnVisitor {
     s.bound2 = std::numeric_limits<float>::infinity();
     s.found = 0;
     s.query = query;
+    if constexpr (Cap > 0) {
+CANOPY_KNN_UNROLL
+      for (int j = 0; j < Cap; ++j) {
+        const bool sentinel = j < Cap - k;
+        s.d[j] = sentinel ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+        s.id[j] = sentinel ? -1 : kEmpty;
+      }
+    }
     return s;
   }
   CANOPY_HD bool descend(State& s, node_id n) const { return metric.may_hold(s.q, n, s.bound2); }
@@ -113,24 +141,51 @@ struct KnnVisitor {
   CANOPY_HD bool probe_satisfied(const State& s) const { return s.found == k; }
 
   CANOPY_HD void leaf_range(State& s, index_t first, index_t count) const {
-    float* d = dist + s.query * k;
-    index_t* id = index + s.query * k;
-    for (index_t i = first; i < first + count; ++i) {
-      const float d2 = point_distance2(s.q, points + i * MaxDim);
-      if (d2 > s.bound2) continue;
-      const index_t pid = point_ids[i];
-      // Insert (d2, pid) if it beats the k-th candidate (ties: the lower index wins).
-      int j = s.found < k ? s.found : k - 1;
-      if (s.found == k && !(d2 < d[j] || (d2 == d[j] && pid < id[j]))) continue;
-      while (j > 0 && (d2 < d[j - 1] || (d2 == d[j - 1] && pid < id[j - 1]))) {
-        d[j] = d[j - 1];
-        id[j] = id[j - 1];
-        --j;
+    if constexpr (Cap > 0) {
+      for (index_t i = first; i < first + count; ++i) {
+        const float d2 = point_distance2(s.q, points + i * MaxDim);
+        if (d2 > s.bound2) continue;
+        const auto pid = static_cast<std::int32_t>(point_ids[i]);
+        // (d2, pid) must beat the k-th candidate (ties: the lower index wins).
+        if (!(d2 < s.d[Cap - 1] || (d2 == s.d[Cap - 1] && pid < s.id[Cap - 1]))) continue;
+        // Top down: slot j takes slot j - 1's entry where the new one precedes that entry, the
+        // new one where it falls between, else keeps its own (old values read before written).
+CANOPY_KNN_UNROLL
+        for (int j = Cap - 1; j > 0; --j) {
+          const bool before_prev = d2 < s.d[j - 1] || (d2 == s.d[j - 1] && pid < s.id[j - 1]);
+          const bool before_here = d2 < s.d[j] || (d2 == s.d[j] && pid < s.id[j]);
+          const float nd = before_prev ? s.d[j - 1] : before_here ? d2 : s.d[j];
+          const std::int32_t ni = before_prev ? s.id[j - 1] : before_here ? pid : s.id[j];
+          s.d[j] = nd;
+          s.id[j] = ni;
+        }
+        if (d2 < s.d[0] || (d2 == s.d[0] && pid < s.id[0])) {
+          s.d[0] = d2;
+          s.id[0] = pid;
+        }
+        if (s.found < k) ++s.found;
+        if (s.found == k) s.bound2 = s.d[Cap - 1];
       }
-      d[j] = d2;
-      id[j] = pid;
-      if (s.found < k) ++s.found;
-      if (s.found == k) s.bound2 = d[k - 1];
+    } else {
+      float* d = dist + s.query * k;
+      index_t* id = index + s.query * k;
+      for (index_t i = first; i < first + count; ++i) {
+        const float d2 = point_distance2(s.q, points + i * MaxDim);
+        if (d2 > s.bound2) continue;
+        const index_t pid = point_ids[i];
+        // Insert (d2, pid) if it beats the k-th candidate (ties: the lower index wins).
+        int j = s.found < k ? s.found : k - 1;
+        if (s.found == k && !(d2 < d[j] || (d2 == d[j] && pid < id[j]))) continue;
+        while (j > 0 && (d2 < d[j - 1] || (d2 == d[j - 1] && pid < id[j - 1]))) {
+          d[j] = d[j - 1];
+          id[j] = id[j - 1];
+          --j;
+        }
+        d[j] = d2;
+        id[j] = pid;
+        if (s.found < k) ++s.found;
+        if (s.found == k) s.bound2 = d[k - 1];
+      }
     }
   }
   CANOPY_HD void leaf(State& s, node_id n) const {
@@ -140,10 +195,21 @@ struct KnnVisitor {
   CANOPY_HD void finish(State& s, index_t query) const {
     float* d = dist + query * k;
     index_t* id = index + query * k;
-    for (int j = 0; j < s.found; ++j) d[j] = sqrt_rn(d[j]);
-    for (int j = s.found; j < k; ++j) {  // only when the tree has fewer than k points
-      d[j] = std::numeric_limits<float>::infinity();
-      id[j] = -1;
+    if constexpr (Cap > 0) {
+CANOPY_KNN_UNROLL
+      for (int j = 0; j < Cap; ++j) {
+        const int out = j - (Cap - k);
+        if (out < 0) continue;
+        const bool empty = s.id[j] == kEmpty;  // only when the tree has fewer than k points
+        d[out] = empty ? std::numeric_limits<float>::infinity() : sqrt_rn(s.d[j]);
+        id[out] = empty ? index_t{-1} : static_cast<index_t>(s.id[j]);
+      }
+    } else {
+      for (int j = 0; j < s.found; ++j) d[j] = sqrt_rn(d[j]);
+      for (int j = s.found; j < k; ++j) {  // only when the tree has fewer than k points
+        d[j] = std::numeric_limits<float>::infinity();
+        id[j] = -1;
+      }
     }
   }
 };
@@ -153,11 +219,11 @@ template <> struct metric_for<KdTreeView> { using type = KdMetric; };
 template <> struct metric_for<BallTreeView> { using type = BallMetric; };
 template <> struct metric_for<VpTreeView> { using type = VpMetric; };
 
-// The kNN visitor over a tree view (host or device pointers alike).
-template <int MaxDim, class View>
-KnnVisitor<MaxDim, typename metric_for<View>::type> make_knn_visitor(const View& tree, const float* queries, int k,
-                                                                     float* dist, index_t* index) {
-  KnnVisitor<MaxDim, typename metric_for<View>::type> v;
+// The kNN visitor over a tree view (host or device pointers alike); Cap as KnnVisitor says.
+template <int MaxDim, class View, int Cap = 0>
+KnnVisitor<MaxDim, typename metric_for<View>::type, Cap> make_knn_visitor(const View& tree, const float* queries,
+                                                                          int k, float* dist, index_t* index) {
+  KnnVisitor<MaxDim, typename metric_for<View>::type, Cap> v;
   v.metric.tree = tree;
   v.points = tree.points;
   v.point_ids = tree.point_ids;

@@ -84,7 +84,9 @@ void exact_in_every_dimension(Device device) {
   for (int dims : {2, 3, 7, 16}) {
     const std::vector<float> points = test::clustered_points(1200, dims, 10 + dims);
     const std::vector<float> queries = make_queries(points, dims, 200, 20 + dims);
-    for (int k : {1, 8, 64}) expect_all_variants_exact<Tree>(points, queries, dims, k, device);
+    // k = 1, 8, 13 and 30 run the kd-tree's register lists (Cap 8, 16 and 32), 64 the list in
+    // the results.
+    for (int k : {1, 8, 13, 30, 64}) expect_all_variants_exact<Tree>(points, queries, dims, k, device);
   }
 }
 
@@ -245,6 +247,7 @@ TEST(KnnDegenerate, IdenticalPointsLineOnePointDuplicateQueries) {
     std::vector<float> q = test::random_points(40, 3, 9);
     std::copy_n(same.begin(), 3, q.begin());
     expect_all_variants_exact<KdTree>(same, q, 3, 8, dev);
+    expect_all_variants_exact<KdTree>(same, q, 3, 30, dev);
     expect_all_variants_exact<BallTree>(same, q, 3, 8, dev);
     expect_all_variants_exact<VpTree>(same, q, 3, 8, dev);
     // Points on a line in 7-d.

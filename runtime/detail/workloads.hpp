@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -89,18 +91,30 @@ struct KnnWorkload : PointTreeWorkload<Tree> {
     output_bytes[0] = static_cast<std::size_t>(k) * sizeof(index_t);
     output_bytes[1] = static_cast<std::size_t>(k) * sizeof(float);
   }
+  // Over a kd-tree, k <= 32 keeps the candidate list in registers (KnnVisitor's Cap: 8, 16 or
+  // 32, three builds of the kernels, not one per k: an insertion costs Cap steps, so a k far
+  // below Cap pays for the sentinels); other trees and larger k keep it in the results.
   template <class F>
   void with_visitor(const View& tree, const float* queries, void* const* out, F&& f) const {
+    auto* dist = static_cast<float*>(out[1]);
+    auto* index = static_cast<index_t*>(out[0]);
     dispatch_dims(tree.dims, [&](auto md) {
-      f(make_knn_visitor<decltype(md)::value>(tree, queries, k, static_cast<float*>(out[1]),
-                                              static_cast<index_t*>(out[0])));
+      constexpr int M = decltype(md)::value;
+      if constexpr (std::is_same_v<View, KdTreeView>) {
+        if (tree.n_points < std::numeric_limits<std::int32_t>::max() && k <= 32) {
+          if (k <= 8) return f(make_knn_visitor<M, View, 8>(tree, queries, k, dist, index));
+          if (k <= 16) return f(make_knn_visitor<M, View, 16>(tree, queries, k, dist, index));
+          return f(make_knn_visitor<M, View, 32>(tree, queries, k, dist, index));
+        }
+      }
+      f(make_knn_visitor<M>(tree, queries, k, dist, index));
     });
   }
-  // The leaf of each query's greedy descent (greedy_leaf).
+  // The leaf of each query's greedy descent (greedy_leaf), which needs no candidate list.
   template <class F>
   void with_sort_key(const View& tree, const float* queries, F&& f) const {
-    void* none[2] = {nullptr, nullptr};  // the descent writes no results
-    with_visitor(tree, queries, none, [&](const auto& v) {
+    dispatch_dims(tree.dims, [&](auto md) {
+      const auto v = make_knn_visitor<decltype(md)::value>(tree, queries, k, nullptr, nullptr);
       f(GreedyLeafKey<View, std::decay_t<decltype(v)>>{tree, v}, static_cast<std::uint64_t>(tree.n_nodes));
     });
   }
