@@ -4,7 +4,12 @@ build + query, k = 8 nearest neighbours and radius counts (mean count 32), the p
 themselves; wall ms, median of --repeat after a warm-up. Canopy and cupyx get the points in
 device memory (cupy) when there is a GPU; their results stay there.
 
-    python3 scripts/py_bench.py --n 1000000 [--repeat 3] [--json out.json]
+--scipy-calls adds scipy's list and pair calls on numpy arrays (host results, as scipy gives
+them), float32 and float64 points: query_ball_point's neighbour lists, count_neighbors over 8
+radii (the two-point correlation), query_pairs; scipy's once (no warm-up: seconds each), cupyx's
+where it has the call.
+
+    python3 scripts/py_bench.py --n 1000000 [--repeat 3] [--scipy-calls] [--json out.json]
 Needs the canopy package on PYTHONPATH (build/python) and numpy; scipy and cupy where present.
 """
 import argparse
@@ -18,9 +23,10 @@ import numpy as np
 import canopy
 
 
-def timed(fn, repeat, sync=lambda: None):
-    fn()
-    sync()
+def timed(fn, repeat, sync=lambda: None, warm=True):
+    if warm:
+        fn()
+        sync()
     ms = []
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -30,11 +36,37 @@ def timed(fn, repeat, sync=lambda: None):
     return statistics.median(ms)
 
 
+def scipy_calls(pts, r, repeat):
+    """Neighbour lists, count_neighbors and query_pairs: canopy (float32 and float64 numpy
+    points) against scipy (once: each call takes seconds) and cupyx where it has the call."""
+    rows = {}
+    radii = np.linspace(r / 4, r, 8)
+    calls = {
+        "lists": lambda T, x: T(x).query_ball_point(x, r),
+        "count_neighbors": lambda T, x: (lambda t: t.count_neighbors(t, radii))(T(x)),
+        "query_pairs": lambda T, x: T(x).query_pairs(r, output_type="ndarray"),
+    }
+    try:
+        from scipy.spatial import cKDTree
+    except ImportError:
+        cKDTree = None
+    for dtype in (np.float32, np.float64):
+        x = pts.astype(dtype)
+        name = np.dtype(dtype).name
+        for call, fn in calls.items():
+            rows[f"canopy {call} {name}"] = timed(lambda: fn(canopy.cKDTree, x), repeat)
+            if cKDTree is not None:
+                rows[f"scipy {call} {name}"] = timed(lambda: fn(cKDTree, x), 1, warm=False)
+                rows[f"scipy / canopy {call} {name}"] = rows[f"scipy {call} {name}"] / rows[f"canopy {call} {name}"]
+    return rows
+
+
 def main(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", default="")
+    ap.add_argument("--scipy-calls", action="store_true")
     a = ap.parse_args(argv)
     pts = np.random.default_rng(1).random((a.n, 3), dtype=np.float32)
     # The radius for a mean count of about 32 in the unit cube: 4/3 pi r^3 n = 32.
@@ -78,6 +110,8 @@ def main(argv):
                                      sync)
         except Exception as e:  # noqa: BLE001
             rows["cupyx pc"] = f"failed: {type(e).__name__}: {str(e)[:80]}"
+    if a.scipy_calls:
+        rows.update(scipy_calls(pts, r, a.repeat))
     print(f"py_bench: uniform {a.n} x 3, radius {r:.6f}, k 8; {canopy.gpu_description()}")
     print("| call | ms (build + query, median) |\n| --- | ---: |")
     for k, v in rows.items():
