@@ -55,9 +55,11 @@ def scipy_calls(pts, r, repeat):
         name = np.dtype(dtype).name
         for call, fn in calls.items():
             rows[f"canopy {call} {name}"] = timed(lambda: fn(canopy.cKDTree, x), repeat)
+            print(f"  canopy {call} {name}: {rows[f'canopy {call} {name}']:.1f} ms", flush=True)
             if cKDTree is not None:
                 rows[f"scipy {call} {name}"] = timed(lambda: fn(cKDTree, x), 1, warm=False)
                 rows[f"scipy / canopy {call} {name}"] = rows[f"scipy {call} {name}"] / rows[f"canopy {call} {name}"]
+                print(f"  scipy {call} {name}: {rows[f'scipy {call} {name}']:.1f} ms", flush=True)
     return rows
 
 
