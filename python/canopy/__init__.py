@@ -24,11 +24,14 @@ import numpy as np
 from . import _canopy, _periodic
 from ._arrays import _Input, _cupy, _on_device
 from ._pairs import _PairQueries
-from ._tree_util import (_ABS, _U32, _ball_factor, _host_rows, _int, _minkowski, _number, _options, _rel, _stats,
-                         _workers)
+from ._tree_util import (_ABS, _U32, _ball_factor, _count_radii, _host_rows, _int, _minkowski, _number, _options,
+                         _ordered, _rel, _stats, _workers)
 from .forest import Forest
 
 __all__ = ["KDTree", "cKDTree", "BallTree", "VPTree", "barnes_hut", "Forest", "gpu_available", "gpu_description"]
+
+_LIST_ITEMS = 1 << 24  # radius-list candidates per engine call (memory: _ball_chunks)
+_DIST_ITEMS = 1 << 16  # candidate pairs per float64 distance slice
 
 gpu_available = _canopy.gpu_available
 gpu_description = _canopy.gpu_description
@@ -379,9 +382,11 @@ class _PointTree(_PairQueries):
         if return_length:
             counts = np.bincount(i, minlength=len(q)).astype(np.int64).reshape(lead)
             return counts[()] if single else counts
-        order = np.lexsort((j, i))
-        bounds = np.searchsorted(i[order], np.arange(len(q) + 1)).tolist()
-        j = j[order].tolist()
+        if not _ordered(i, j, self.n):
+            order = np.lexsort((j, i))
+            i, j = i[order], j[order]
+        bounds = np.searchsorted(i, np.arange(len(q) + 1)).tolist()
+        j = j.tolist()
         if single:
             return j[bounds[0]:bounds[1]]
         out = np.empty(len(q), dtype=object)
@@ -389,14 +394,73 @@ class _PointTree(_PairQueries):
             out[row] = j[a:b]
         return out.reshape(lead)
 
-    def _ball_flat(self, q, q32, eps_q, rr, p, opts):
+    def _ball_flat(self, q, q32, eps_q, rr, p, opts, upper=False):
         """The pairs (row of q, point) at p-distance <= rr[row], as flat arrays (rows, indices,
-        distances) in chunks, each pair once: _ball's, or in a periodic box _periodic.ball's."""
+        distances) in chunks, each pair once: _ball's, or in a periodic box _periodic.ball's.
+        upper: the kd-tree's lists may leave out pairs with index <= row (query_pairs filters)."""
         if self._box is not None:
             yield from _periodic.ball(self, self._box.wrap(q), rr, p, opts)
             return
-        for rows, D, I, inside in self._ball(q, q32, eps_q, rr, p, opts):
-            yield np.repeat(rows, inside.sum(axis=1)), I[inside], D[inside]
+        rest = np.arange(len(q))
+        if self._kind == "kd" and self._index is not None and len(q):
+            rest, chunks = self._ball_lists(q, q32, eps_q, rr, p, opts, upper)
+            yield from chunks
+        if len(rest):
+            for rows, D, I, inside in self._ball(q[rest], q32[rest], eps_q[rest], rr[rest], p, opts):
+                yield np.repeat(rest[rows], inside.sum(axis=1)), I[inside], D[inside]
+
+    def _ball_lists(self, q, q32, eps_q, rr, p, opts, upper=False):
+        """The kd-tree's radius lists as exact candidates: (rows left for _ball, a generator of
+        chunks (rows, indices, distances) ordered by (row, index)). The engine lists every point
+        whose float32 distance is within hi, a float32 radius past every rounding (_count_radii
+        at rr * _ball_factor: a p-distance <= rr bounds the 2-norm by that factor, and the slack
+        eps_x + eps_q bounds the float64 coordinates' distance from the float32 ones', as in
+        _search); the candidates' float64 p-distances are then computed as _search computes them
+        (_minkowski over data[j] - q[i]) and masked by <= rr. Rows with a non-finite float32
+        coordinate or radius are left to _ball."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            hi = _count_radii(rr * _ball_factor(self.m, p), self._eps_x + eps_q, self.m)[0]
+        fast = np.isfinite(q32).all(axis=1) & np.isfinite(hi) & (hi < 1e38)
+        rows_fast = np.flatnonzero(fast)
+        return np.flatnonzero(~fast), self._ball_chunks(q, q32, hi, rr, p, rows_fast, opts, upper)
+
+    def _ball_chunks(self, q, q32, hi, rr, p, rows_fast, opts, upper):
+        if not len(rows_fast):
+            return
+        one = bool((hi[rows_fast] == hi[rows_fast[0]]).all())
+        # Memory: rows in chunks of about _LIST_ITEMS candidates. One call where even every point
+        # for every row would fit; else the mean count is estimated from the kd-tree's counts of
+        # a sample of rows (at the largest radius), then from each chunk's total for the next.
+        step = len(rows_fast)
+        if len(rows_fast) * self._n_eng > _LIST_ITEMS:
+            sample = rows_fast[::max(1, len(rows_fast) // 1024)]
+            counts = np.empty(len(sample), np.int64)
+            self._index.count(np.ascontiguousarray(q32[sample]), len(sample), float(hi[rows_fast].max()), counts, opts)
+            step = int(max(1, min(len(rows_fast), _LIST_ITEMS // (2 * counts.mean() + 1))))
+        s = 0
+        while s < len(rows_fast):
+            rows = rows_fast[s:s + step]
+            s += len(rows)
+            sub = np.ascontiguousarray(q32[rows])
+            if one:
+                offsets, idx, st = self._index.ball(sub, len(rows), float(hi[rows[0]]), opts)
+            else:
+                radii = np.ascontiguousarray(hi[rows], dtype=np.float32)
+                offsets, idx, st = self._index.ball(sub, len(rows), 0.0, opts, radii=radii)
+            self.last_stats = _stats(st)
+            step = int(max(1, min(len(rows_fast), _LIST_ITEMS * len(rows) // max(1, len(idx)))))
+            i = np.repeat(rows, np.diff(offsets))
+            if self._keep is not None:
+                idx = self._keep[idx]
+            if upper:  # (query_pairs: only j > i, before the distances)
+                keep = idx > i
+                i, idx = i[keep], idx[keep]
+            for a in range(0, len(idx), _DIST_ITEMS):  # float64 distances, a slice of pairs at a time
+                ii, jj = i[a:a + _DIST_ITEMS], idx[a:a + _DIST_ITEMS]
+                with np.errstate(invalid="ignore", over="ignore"):
+                    D = _minkowski(self._gather(jj) - q[ii], p)
+                inside = D <= rr[ii]
+                yield ii[inside], jj[inside], D[inside]
 
     def _ball(self, q, q32, eps_q, rr, p, opts):
         """The exact ball search behind query_ball_point and the pair queries: for chunks of the

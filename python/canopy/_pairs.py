@@ -3,7 +3,7 @@ canopy's trees, built on their exact ball search."""
 import numpy as np
 
 from . import _periodic
-from ._tree_util import _count_radii, _minkowski, _number, _options, _stats
+from ._tree_util import _count_radii, _minkowski, _number, _options, _ordered, _stats
 
 
 class _PairQueries:
@@ -92,7 +92,12 @@ class _PairQueries:
         searched = u[~(u >= bound)] if np.isfinite(bound) else u
         opts = _options(options)
         counter = None
-        if len(searched) and p == 2 and w2 is None and other._kind == "kd" and other._index is not None:
+        # (kd-tree counts at two radii per r; over three radii on the CPU, one search for lists at
+        # the largest r and the pairs' float64 distances binned is faster, unless the lists are long)
+        lists = (other._box is None and other.device == "cpu" and len(searched) > 2 and p == 2
+                 and other._kind == "kd" and other._index is not None
+                 and self._mean_count(other, float(searched[-1]), opts) <= 8 * len(searched))
+        if len(searched) and p == 2 and w2 is None and other._kind == "kd" and other._index is not None and not lists:
             counter = (self._row_counts(other, searched, opts) if other._box is None
                        else _periodic.counts(other, other._rows(self.data, keep64=self.data.dtype != np.float32)[0],
                                              searched, opts, self))
@@ -122,6 +127,18 @@ class _PairQueries:
         if np.ndim(r) == 0:
             return np.float64(out[0]) if weighted else int(out[0])
         return out
+
+    def _mean_count(self, other, r, opts):
+        """An estimate of the mean count of other's points within r of self's (kd-tree counts of a
+        sample of self's points)."""
+        sample = self.data[::max(1, self.n // 1024)]
+        q32 = other._rows(sample, keep64=sample.dtype != np.float32)[1]
+        q32 = np.ascontiguousarray(q32[np.isfinite(q32).all(axis=1)])
+        if not len(q32) or not r < 1e38:
+            return np.inf
+        counts = np.empty(len(q32), np.int64)
+        other._index.count(q32, len(q32), r, counts, opts)
+        return float(counts.mean())
 
     def _total(self, w):
         """The number (or the weight, w) of this tree's points that pairs can hold: those without
@@ -205,23 +222,26 @@ class _PairQueries:
                     out[todo[rws]] = inside.sum(axis=1)
             yield out
 
-    def _pairs(self, other, r, p, opts):
+    def _pairs(self, other, r, p, opts, upper=False):
         """Every pair (i of self, j of other) at float64 p-distance <= r, each once, in chunks
         (i, j, d): other's exact ball search (_ball_flat: periodic across a box) with self's points
         as its queries (float64 points are kept unrounded, float32 points are exact). Memory: one
-        chunk of candidates."""
+        chunk of candidates. upper: pairs with j <= i may be left out (query_pairs)."""
         q, q32, eps_q, _, _ = other._rows(self.data, keep64=self.data.dtype != np.float32)
-        yield from other._ball_flat(q, q32, eps_q, np.full(len(q), r), p, opts)
+        yield from other._ball_flat(q, q32, eps_q, np.full(len(q), r), p, opts, upper)
 
     def _pair_arrays(self, other, r, p, opts, upper=False):
         """The pairs of _pairs as arrays (i, j, d) ordered by (i, j); upper: only i < j."""
         parts = [(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64))]
-        for i, j, d in self._pairs(other, r, p, opts):
+        for i, j, d in self._pairs(other, r, p, opts, upper):
             if upper:
                 keep = i < j
                 i, j, d = i[keep], j[keep], d[keep]
             parts.append((i.astype(np.int64, copy=False), j.astype(np.int64, copy=False), d))
         i, j, d = (np.concatenate(c) for c in zip(*parts))
+        if _ordered(i, j, other.n):
+            return i, j, d
         order = np.lexsort((j, i))
         return i[order], j[order], d[order]
+
 

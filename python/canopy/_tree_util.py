@@ -135,3 +135,10 @@ def _count_radii(r, slack, m):
         lo = (r * (1 - 1e-12) - slack) * np.sqrt(1 - rel) * (1 - 2.0 ** -22) - 1e-18
         lo = np.where(lo > 0, np.nextafter(np.float32(np.maximum(lo, 0)), np.float32(0)), np.float32(0))
     return hi.astype(np.float64), lo.astype(np.float64)
+
+
+def _ordered(i, j, n):
+    """Whether the pairs (i, j) (j < n) are in ascending (i, j) order already (the kd-tree's lists
+    are: no sort needed then)."""
+    key = i * (n + 1) + j
+    return bool((key[1:] > key[:-1]).all())

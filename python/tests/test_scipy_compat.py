@@ -371,6 +371,39 @@ def test_count_neighbors_on_ties_at_the_radius():
                                    SA.count_neighbors(SB, r, weights=(w, None)), rtol=1e-12)
 
 
+@pytest.mark.parametrize("p", [2, 1, 3, np.inf])
+def test_lists_and_pairs_on_ties_at_the_radius(p, monkeypatch):
+    # A grid puts many points at exactly r: the kd-tree's radius lists (at a radius past every
+    # rounding) and the float64 distances must keep each of them, as scipy does, to the bit.
+    rng = np.random.default_rng(12)
+    g = rng.integers(0, 40, (4000, 3)).astype(np.float64)
+    for data in (g, 5e6 + g, g.astype(np.float32)):
+        ref = data.astype(np.float64)
+        A, SA = canopy.cKDTree(data), ScipyTree(ref)
+        B, SB = canopy.cKDTree(data[:900]), ScipyTree(ref[:900])
+        for r in (0.0, 1.0, np.sqrt(2), 2.0, 3.0):
+            got, want = A.query_ball_point(data[:600], r, p=p), SA.query_ball_point(ref[:600], r, p=p)
+            assert [list(v) for v in got] == [sorted(v) for v in want]
+            assert A.query_pairs(r, p=p) == SA.query_pairs(r, p=p)
+            assert A.query_ball_tree(B, r, p=p) == [sorted(v) for v in SA.query_ball_tree(SB, r, p=p)]
+            got = A.sparse_distance_matrix(B, r, p=p, output_type="dict")
+            assert got == SA.sparse_distance_matrix(SB, r, p=p, output_type="dict")  # distances to the bit
+        radii = rng.choice([0.0, 1.0, 2.0, 3.0], 600)
+        got, want = A.query_ball_point(data[:600], radii, p=p), SA.query_ball_point(ref[:600], radii, p=p)
+        assert [list(v) for v in got] == [sorted(v) for v in want]
+        r = np.array([0.0, 1.0, 2.0, 2.5, 3.0])
+        assert np.array_equal(A.count_neighbors(B, r, p=p), SA.count_neighbors(SB, r, p=p))
+    # the lists in chunks of rows (a small candidate budget), and NaN rows among the queries
+    monkeypatch.setattr(canopy, "_LIST_ITEMS", 5000)
+    A, SA = canopy.cKDTree(g), ScipyTree(g)
+    q = g[:800].copy()
+    q[[3, 500]] = np.nan
+    got, want = A.query_ball_point(q, 2.0, p=p), SA.query_ball_point(q, 2.0, p=p)
+    ok = np.isfinite(q).all(axis=1)  # (a NaN row has no neighbours; scipy's p = inf finds every point)
+    assert [list(v) for v in got[ok]] == [sorted(v) for v in want[ok]] and got[3] == got[500] == []
+    assert A.query_pairs(2.0, p=p, output_type="ndarray").tolist() == sorted(map(list, SA.query_pairs(2.0, p=p)))
+
+
 # -- periodic boxes (boxsize) and NaN data ------------------------------------------------------
 def box_cloud(rng, n, m, L, integer=False):
     """Points in [0, L) with some on the box's walls (0 and the largest float64 below L)."""
