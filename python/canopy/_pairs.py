@@ -34,11 +34,12 @@ class _PairQueries:
 
     def sparse_distance_matrix(self, other, max_distance, p=2.0, output_type="dok_matrix", **options):
         """The distances d(i, j) <= max_distance between this tree's points i and other's points
-        j, as scipy's cKDTree.sparse_distance_matrix: a scipy.sparse dok_matrix or coo_matrix of
-        shape (n, other.n) (float64; a distance 0 is stored, as scipy stores it), a dict {(i, j):
+        j, as scipy's cKDTree.sparse_distance_matrix: a scipy.sparse dok_matrix or coo_matrix (or,
+        where the installed scipy has them, dok_array or coo_array: newer scipy's) of shape
+        (n, other.n) (float64; a distance 0 is stored, as scipy stores it), a dict {(i, j):
         d}, or a structured ndarray with fields i, j (intp) and v (float64); ordered by (i, j).
         Exact as query_ball_tree: the distances are scipy's float64 p-distances."""
-        kinds = ("dok_matrix", "coo_matrix", "dict", "ndarray")
+        kinds = ("dok_matrix", "coo_matrix", "dok_array", "coo_array", "dict", "ndarray")
         if output_type not in kinds:
             raise ValueError(f"Invalid output type {output_type!r}: one of {', '.join(kinds)}")
         other, r, p = self._pair_args(other, max_distance, p, 0, "sparse_distance_matrix", "max_distance")
@@ -49,9 +50,12 @@ class _PairQueries:
             out = np.empty(len(i), dtype=np.dtype([("i", np.intp), ("j", np.intp), ("v", np.float64)], align=True))
             out["i"], out["j"], out["v"] = i, j, d
             return out
-        import scipy.sparse  # (scipy's own containers: only these two outputs need scipy)
-        coo = scipy.sparse.coo_matrix((d, (i, j)), shape=(self.n, other.n))
-        return coo if output_type == "coo_matrix" else coo.todok()
+        import scipy.sparse  # (scipy's own containers: only these outputs need scipy)
+        kind = getattr(scipy.sparse, "coo_array" if output_type.endswith("_array") else "coo_matrix", None)
+        if kind is None:
+            raise ValueError(f"output_type {output_type!r}: this scipy ({scipy.__version__}) has no {output_type}")
+        coo = kind((d, (i, j)), shape=(self.n, other.n))
+        return coo if output_type.startswith("coo") else coo.todok()
 
     def count_neighbors(self, other, r, p=2.0, weights=None, cumulative=True, **options):
         """The two-point correlation, as scipy's cKDTree.count_neighbors: the number of pairs
