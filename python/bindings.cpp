@@ -6,12 +6,14 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <limits>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "core/device.hpp"
 #include "core/warnings.hpp"
@@ -146,6 +148,33 @@ class PointIndex {
     o.device = device_;
     tree = std::make_unique<Tree>(Tree::build(points, n, dims, o));
     knn_ = std::make_unique<NearestNeighbors>(*tree, device_);
+  }
+
+  // The kd-tree's nodes for scipy's node views, in preorder (node n's children: n + 1 and
+  // first), as raw arrays (bytes: int64 first, int32 count, int16 split_dim, float32 split, int64
+  // point ids) for numpy.frombuffer; split is the left child's upper bound in split_dim, the value
+  // find_leaf compares with. A GPU-built tree's host copy is made once.
+  py::tuple nodes() const {
+    if (!kd_) throw Error("node views: a KDTree's (this tree is a ball or vp tree)");
+    const KdTreeView v = kd_->view();
+    const auto m = static_cast<std::size_t>(v.n_nodes);
+    std::vector<index_t> first(m);
+    std::vector<std::int32_t> count(m);
+    std::vector<std::int16_t> dim(m);
+    std::vector<float> split(m);
+    for (std::size_t i = 0; i < m; ++i) {
+      const KdNode& nd = v.nodes[i];
+      first[i] = nd.first;
+      count[i] = nd.count;
+      dim[i] = nd.split_dim;
+      split[i] = nd.split_dim >= 0 ? v.hi(static_cast<node_id>(i + 1))[nd.split_dim]
+                                   : std::numeric_limits<float>::quiet_NaN();
+    }
+    auto raw = [](const auto& a) {
+      return py::bytes(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(a[0]));
+    };
+    const std::vector<index_t> ids(v.point_ids, v.point_ids + v.n_points);
+    return py::make_tuple(raw(first), raw(count), raw(dim), raw(split), raw(ids));
   }
 
   py::dict knn(Address queries, index_t n, int k, Address indices, Address distances,
@@ -515,6 +544,7 @@ PYBIND11_MODULE(_canopy, m) {
       .def_property_readonly("built_on", &PointIndex::built_on)
       .def("knn", &PointIndex::knn)
       .def("count", &PointIndex::count)
+      .def("nodes", &PointIndex::nodes)
       .def("ball", &PointIndex::ball, py::arg("queries"), py::arg("n"), py::arg("r"), py::arg("kw"), py::kw_only(),
            py::arg("radii") = py::none(), py::arg("sorted") = true);
   m.def("barnes_hut", &barnes_hut);

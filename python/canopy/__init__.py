@@ -21,14 +21,15 @@ Canopy's errors are ValueError (MemoryError when the GPU lacks memory), with Can
 """
 import numpy as np
 
-from . import _canopy, _periodic
+from . import _canopy, _nodes, _periodic
 from ._arrays import _Input, _cupy, _on_device
 from ._pairs import _PairQueries
 from ._tree_util import (_ABS, _U32, _ball_factor, _count_radii, _host_rows, _int, _minkowski, _number, _options,
                          _ordered, _rel, _stats, _workers)
+from ._nodes import cKDTreeNode
 from .forest import Forest
 
-__all__ = ["KDTree", "cKDTree", "BallTree", "VPTree", "barnes_hut", "Forest", "gpu_available", "gpu_description"]
+__all__ = ["KDTree", "cKDTree", "BallTree", "VPTree", "cKDTreeNode", "barnes_hut", "Forest", "gpu_available", "gpu_description"]
 
 _LIST_ITEMS = 1 << 24  # radius-list candidates per engine call (memory: _ball_chunks)
 _DIST_ITEMS = 1 << 16  # candidate pairs per float64 distance slice
@@ -535,14 +536,49 @@ class cKDTree(_PointTree):
     """A kd-tree over points (n, dims): median splits on the widest dimension; scipy's
     cKDTree's calls (query, query_ball_point, query_ball_tree, query_pairs,
     count_neighbors, sparse_distance_matrix) and attributes (data, n, m, leafsize, maxes,
-    mins, size)."""
+    mins, size, tree)."""
     _kind = "kd"
+
+    @property
+    def tree(self):
+        """The root cKDTreeNode, as scipy's: a view of Canopy's nodes (canopy._nodes), made on
+        first use."""
+        return self._croot()
+
+    def _croot(self):
+        root = self.__dict__.get("_root")
+        if root is None:
+            root = self.__dict__["_root"] = _nodes.ckdtree_root(self)
+        return root
+
+    def _build_weights(self, weights):
+        """Each node's sum of weights, nodes in preorder (scipy's helper of count_neighbors)."""
+        w = np.asarray(weights, np.float64).reshape(-1)
+        if len(w) != self.n:
+            raise ValueError(f"weights: {len(w)} values for {self.n} points")
+        root = self._croot()
+        if root is None:
+            return np.zeros(0)
+        sums = np.concatenate([[0.0], np.cumsum(w[root._order])])
+        out, stack = [], [root]
+        while stack:
+            nd = stack.pop()
+            out.append(sums[nd.end_idx] - sums[nd.start_idx])
+            if nd.lesser is not None:
+                stack += [nd.greater, nd.lesser]
+        return np.array(out)
 
 
 class KDTree(cKDTree):
     """A kd-tree over points (n, dims): median splits on the widest dimension (scipy's KDTree,
     which is its cKDTree)."""
     _scalar_index = np.intp
+    node, innernode, leafnode = _nodes.node, _nodes.innernode, _nodes.leafnode
+
+    @property
+    def tree(self):
+        """The root as scipy's KDTree.innernode / leafnode (a view of Canopy's nodes)."""
+        return _nodes.node._create(self._croot())
 
 
 class BallTree(_PointTree):

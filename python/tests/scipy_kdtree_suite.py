@@ -44,6 +44,9 @@ if _device:  # every tree the tests build runs on this device
     cKDTree, KDTree = _on(cKDTree), _on(KDTree)
 scipy.spatial.cKDTree = cKDTree
 scipy.spatial.KDTree = KDTree
+if hasattr(canopy, "cKDTreeNode"):  # the node class of cKDTree.tree (the test imports scipy's from _ckdtree)
+    import scipy.spatial._ckdtree
+    scipy.spatial._ckdtree.cKDTreeNode = canopy.cKDTreeNode
 '''
 
 
