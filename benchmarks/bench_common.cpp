@@ -236,6 +236,7 @@ Suite run_suite(const std::vector<Variant>& variants, const std::vector<int>& sw
       row.pick_schedule = to_string(picked.stats.schedule_kind);
       row.pick_executor = to_string(picked.stats.executor_kind);
       row.auto_trial = ran.auto_trial_ms;
+      row.auto_trial_call = ran.wall_ms - ran.auto_trial_ms;
       if (is_lockstep(picked.stats.executor_kind)) {
         opt.count_nodes = true;
         counted = run(opt);
@@ -295,10 +296,11 @@ void print_suite(const Suite& s) {
   std::printf("\nmedian of %d runs; every variant's results %s\n", s.repeat, s.all_same ? "identical" : "DIFFER");
   for (const VariantRow& r : s.rows)
     if (r.auto_pick)
-      std::printf("%s: the runtime picked schedule %s, executor %s%s; its trial took %.1f ms once (the timed runs "
-                  "reuse the pick)\n",
+      std::printf("%s: the runtime picked schedule %s, executor %s%s; its trial took %.1f ms once, %.2fx the call "
+                  "it followed (%.1f ms wall; the timed runs reuse the pick)\n",
                   r.name.c_str(), r.pick_schedule.c_str(), r.pick_executor.c_str(),
-                  r.depth ? (", depth " + std::to_string(r.depth)).c_str() : "", r.auto_trial);
+                  r.depth ? (", depth " + std::to_string(r.depth)).c_str() : "", r.auto_trial,
+                  r.auto_trial_call > 0 ? r.auto_trial / r.auto_trial_call : 0.0, r.auto_trial_call);
   for (const VariantRow& r : s.rows)
     if (r.auto_depth)
       std::printf("%s: depth auto chose %d; its trial took %.1f ms once (the timed runs reuse the choice)\n",
@@ -353,6 +355,7 @@ nlohmann::json suite_json(const Suite& s) {
       v["auto_schedule"] = r.pick_schedule;
       v["auto_executor"] = r.pick_executor;
       v["auto_trial_ms"] = r.auto_trial;
+      v["auto_trial_call_ms"] = r.auto_trial_call;
     }
     v["nodes_per_warp"] = r.nodes_per_warp > 0 ? nlohmann::json(r.nodes_per_warp) : nlohmann::json(nullptr);
     v["nodes_per_warp_max"] = r.nodes_per_warp > 0 ? nlohmann::json(r.nodes_per_warp_max) : nlohmann::json(nullptr);

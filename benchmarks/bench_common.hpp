@@ -67,6 +67,7 @@ struct VariantRow {
   bool auto_pick = false;    // the auto variant: what the runtime picked, and its trial's cost
   std::string pick_schedule, pick_executor;
   double auto_trial = 0;
+  double auto_trial_call = 0;  // the wall time of the call the trial followed
 };
 
 struct Suite {

@@ -103,6 +103,7 @@ class Traverser {
     Part(GpuResources& g, const typename W::View& host, const typename W::View& device)
         : g_(g), host_(host), device_(device) {}
     std::size_t tree_bytes() const override { return 0; }
+    stream_t stream() const override { return g_.stream.get(); }
     void run(const W& w, const CallData& call, const TraversalOptions& opt, TraversalStats& st) override {
       {
         // Its destructor, at the end of this block or on an error, makes the caller's stream wait.

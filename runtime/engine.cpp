@@ -107,29 +107,43 @@ std::vector<AutoPick> auto_candidates(const TraversalOptions& opt, Device device
   }
   // The prior goes first: the workload's own sort key (else the compact key), under independent
   // threads for guided rows and lockstep for unguided ones (what the H100 measurements favour).
+  // The input order next: it is the pick that most often beats the prior (queries that arrive
+  // coherent), so a trial its budget cuts short has tried it.
   std::vector<ScheduleKind> schedules{opt.schedule};
   if (any_schedule) {
     schedules.clear();
-    if (sort_key) schedules.push_back(ScheduleKind::LeafSort);
-    schedules.push_back(ScheduleKind::HybridKey);
+    schedules.push_back(sort_key ? ScheduleKind::LeafSort : ScheduleKind::HybridKey);
     schedules.push_back(ScheduleKind::InputOrder);
+    if (sort_key) schedules.push_back(ScheduleKind::HybridKey);
   }
   const ExecutorKind first = guided ? ExecutorKind::Independent : ExecutorKind::FsmLockstep;
-  const ExecutorKind second = guided ? ExecutorKind::FsmLockstep : ExecutorKind::Independent;
   std::vector<AutoPick> out;
   for (ScheduleKind s : schedules) {
-    if (!any_executor) {
+    if (!any_executor)
       out.push_back({s, opt.executor});
-    } else if (s != ScheduleKind::InputOrder) {
+    else if (s != ScheduleKind::InputOrder)
       out.push_back({s, first});
-      out.push_back({s, second});
-    } else {
-      // Lockstep pays off only over an order that groups similar queries.
+    else
       out.push_back({s, ExecutorKind::Independent});
-      if (!any_schedule) out.push_back({s, ExecutorKind::FsmLockstep});
-    }
+  }
+  // The model: guided rows (kNN and its kin) never gained from lockstep on the H100 or the H200,
+  // whose vote walks a warp's union of paths, so they are not tried under it. Unguided rows try
+  // independent threads over the sorted orders last, and lockstep over the input order only
+  // where the caller fixed that order (lockstep pays off over an order that groups queries).
+  if (any_executor && !guided) {
+    for (ScheduleKind s : schedules)
+      if (s != ScheduleKind::InputOrder) out.push_back({s, ExecutorKind::Independent});
+    if (!any_schedule && opt.schedule == ScheduleKind::InputOrder) out.push_back({opt.schedule, first});
   }
   return out;
+}
+
+index_t auto_sample_size(index_t n, std::size_t candidates) {
+  // Each candidate once, the close ones twice: about candidates + 2 runs of the sample, which
+  // should come to about one call (the budget, twice that, then stops the trial).
+  const double share = 1.0 / static_cast<double>(candidates + 2);
+  const index_t m = static_cast<index_t>(share * static_cast<double>(n));
+  return std::min(n, std::max(kAutoSampleMin, std::min(kAutoSample, m)));
 }
 
 std::vector<index_t> block_sample(const index_t* order, index_t n, index_t m, int blocks) {

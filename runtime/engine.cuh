@@ -182,6 +182,7 @@ class BuiltinGpuPart final : public GpuPart<W> {
     g_.stream.sync();
   }
   std::size_t tree_bytes() const override { return device_.bytes(); }
+  stream_t stream() const override { return g_.stream.get(); }
 
   void run(const W& w, const CallData& call, const TraversalOptions& opt, TraversalStats& st) override {
     const cudaStream_t s = g_.stream.get();

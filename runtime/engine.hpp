@@ -38,6 +38,7 @@
 
 #include "core/checks.hpp"
 #include "core/device.hpp"
+#include "core/device_buffer.hpp"
 #include "core/timing.hpp"
 #include "executor/cpu_executor.hpp"
 #include "inspector/inspector.hpp"
@@ -173,17 +174,24 @@ class GpuPart {
   virtual void run(const W& w, const CallData& call, const TraversalOptions& opt, TraversalStats& st) = 0;
   // Device bytes of the tree (and any fixed data) that every call keeps on the device.
   virtual std::size_t tree_bytes() const = 0;
+  // The stream its runs work on: device memory a trial allocates there is ready for them.
+  virtual stream_t stream() const = 0;
 };
 
 // ---- Auto: the executor and the schedule chosen per input -----------------------------------------
 
-// A trial of ExecutorKind::Auto / ScheduleKind::Auto runs each candidate on this many queries
-// (all of them when there are fewer, or when the workload holds its own queries), in
-// kAutoBlocks blocks of consecutive positions spread over the call: positions of the input for
-// the input order, of the call's own compact-key schedule for the sorted candidates, so that
-// each runs at the density and in the order it would meet in the whole call.
+// A trial of ExecutorKind::Auto / ScheduleKind::Auto runs each candidate on a sample of the call
+// (auto_sample_size queries: all of a small call), in kAutoBlocks blocks of consecutive positions
+// spread over the call: positions of the input for the input order, of the call's own schedule
+// for the sorted candidates, so that each runs at the density and in the order it would meet in
+// the whole call. The sample and its results stay in device memory. The trial stops trying
+// candidates before its wall time would pass kAutoTrialBudget times the call's. The sample's
+// floor: smaller samples mis-picked on the H200 (kNN over 171k and 254k points, where the input
+// order wins by 1.1-1.3x, took the leaf sort on samples of 65,536 queries).
 constexpr index_t kAutoSample = index_t{1} << 20;
+constexpr index_t kAutoSampleMin = index_t{1} << 18;
 constexpr int kAutoBlocks = 8;
+constexpr double kAutoTrialBudget = 2.0;
 
 struct AutoPick {
   ScheduleKind schedule;
@@ -191,12 +199,17 @@ struct AutoPick {
 };
 
 // What an Auto call on `device` chooses between, the prior first: the pick a shape's first call
-// runs without a trial. On the GPU: LeafSort (where the workload has a sort key) and HybridKey
-// under FSM lockstep and independent threads (independent first for guided rows, lockstep first
-// for unguided ones), and the input order under independent threads; a kind the options fix
-// stays fixed. On the CPU no trial: independent tasks over the input order (the lockstep kinds
-// are the warp emulator, there to count nodes).
+// runs without a trial. On the GPU: LeafSort (where the workload has a sort key; else HybridKey)
+// under independent threads for guided rows, FSM lockstep for unguided ones; then the input
+// order under independent threads, HybridKey beside LeafSort, and for unguided rows the sorted
+// orders under independent threads too (guided rows are not tried under lockstep: it never won
+// them). A kind the options fix stays fixed. On the CPU no trial: independent tasks over the
+// input order (the lockstep kinds are the warp emulator, there to count nodes).
 std::vector<AutoPick> auto_candidates(const TraversalOptions& opt, Device device, bool sort_key, bool guided);
+
+// The queries of each candidate's trial for a call of n: about one call's work over all the
+// candidates, within [kAutoSampleMin, kAutoSample] (n when smaller).
+index_t auto_sample_size(index_t n, std::size_t candidates);
 
 // m query indices (ascending) taken as `blocks` runs of consecutive positions of `order` (null:
 // the input order) spread evenly over 0..n-1; all of them when m >= n.
@@ -252,22 +265,42 @@ std::vector<float> host_copy_of_queries(const float* queries, index_t n, int dim
 
 // A trial run's data (depth auto, Auto): the queries at `rows` of the call's, gathered from
 // host_queries (the call's queries in host memory), or with no rows the call's own queries; and
-// scratch results for them. A workload that holds its own queries runs them all.
+// scratch results for them. A workload that holds its own queries runs them all. On the device
+// (a GPU trial) nothing is transferred per run: the queries are uploaded once (unless already
+// there), the results go to device scratch, both on `stream` (the GPU part's: its runs are
+// ordered after them).
 struct TrialCall {
   std::vector<float> queries;
   std::unique_ptr<ScratchOutputs> out;
+  DeviceBuffer<unsigned char> device[3];  // queries, results
   CallData data;
 };
 template <class W>
-TrialCall trial_call(const W& w, const CallData& call, const float* host_queries, const std::vector<index_t>* rows) {
+TrialCall trial_call(const W& w, const CallData& call, const float* host_queries, const std::vector<index_t>* rows,
+                     bool on_device = false, stream_t stream = nullptr) {
   TrialCall t;
   const bool gather = rows && w.query_dims > 0;
   t.data.n = gather ? static_cast<index_t>(rows->size()) : call.n;
   if (gather) t.queries = gather_rows(host_queries, w.query_dims, *rows);
   t.data.queries = gather ? t.queries.data() : call.queries;
-  t.out = std::make_unique<ScratchOutputs>(w.output_bytes, t.data.n);
-  t.data.outputs[0] = t.out->ptr[0];
-  t.data.outputs[1] = t.out->ptr[1];
+  const std::size_t n = static_cast<std::size_t>(t.data.n);
+  if (!on_device) {
+    t.out = std::make_unique<ScratchOutputs>(w.output_bytes, t.data.n);
+    t.data.outputs[0] = t.out->ptr[0];
+    t.data.outputs[1] = t.out->ptr[1];
+    return t;
+  }
+  if (w.query_dims > 0 && n > 0 && !is_device_pointer(t.data.queries)) {
+    const std::size_t bytes = n * static_cast<std::size_t>(w.query_dims) * sizeof(float);
+    t.device[0].reserve(bytes, "Auto's trial queries", stream);
+    copy_async(t.device[0].get(), t.data.queries, bytes, stream);  // pageable: staged when it returns
+    t.data.queries = static_cast<const float*>(static_cast<const void*>(t.device[0].get()));
+  }
+  for (int i = 0; i < 2; ++i)
+    if (w.output_bytes[i] && n > 0) {
+      t.device[1 + i].reserve(w.output_bytes[i] * n, "Auto's trial results", stream);
+      t.data.outputs[i] = t.device[1 + i].get();
+    }
   return t;
 }
 
@@ -471,7 +504,7 @@ void plan_auto(const W& w, const typename W::View& view, EngineState& state, ind
       p.auto_trial = true;
   }
   p.trial_depth = p.opt.depth == kAutoDepth ? 0 : p.opt.depth;
-  p.trial_sampled = p.auto_trial && w.query_dims > 0 && n > kAutoSample;
+  p.trial_sampled = p.auto_trial && w.query_dims > 0 && auto_sample_size(n, p.candidates.size()) < n;
   p.opt.schedule = pick.schedule;
   p.opt.executor = pick.executor;
   p.opt.keep_schedule = p.opt.keep_schedule || p.trial_sampled;  // the sorted candidates' sample
@@ -496,7 +529,10 @@ void plan_depth_auto(const W& w, const typename W::View& view, Device held, GpuP
   p.opt.depth = state.auto_depth.choose(
       opt, p.where, call.n, W::topology(view).height, uncapped_default_depth(w, view, state, call.n, opt, p.where),
       [&](int d, const std::vector<index_t>& rows) {
-        if (!t.out) t = trial_call(w, call, queries, &rows);
+        if (t.data.n == 0) {
+          const bool on_gpu = p.where == Device::Gpu;
+          t = trial_call(w, call, queries, &rows, on_gpu, on_gpu ? gpu->stream() : nullptr);
+        }
         const CallPlan trial = fixed_plan(w, view, held, gpu, state, t.data.n, trial_options(opt, d));
         return run_ms(run_plan(w, view, held, gpu, state, t.data, trial));
       },
@@ -517,39 +553,56 @@ CallPlan plan_call(const W& w, const typename W::View& view, Device held, GpuPar
   return p;
 }
 
-// Auto's trial, after the call (st: the call under the prior): every candidate on the call's
-// data or its samples, warmed up, then timed twice unless its warm-up is over twice the best so
-// far; the fastest is remembered, settled, for the calls that follow.
+// Auto's trial, after the call (st: the call under the prior, call_wall_ms its wall time). On a
+// sample of the call (auto_sample_size; in device memory on the GPU) the prior runs first,
+// twice (the baseline); on the whole call the call's own time is the prior's. Every other
+// candidate runs once, and again when it comes within 1.2x of the best (the faster time kept).
+// The trial stops before a run that would take its wall time past kAutoTrialBudget times the
+// call's (a run is assumed to cost at least the cheapest so far); the fastest tried is
+// remembered, settled, for the calls that follow.
 template <class W>
 void run_auto_trial(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
-                    const CallData& call, const CallPlan& p, const TraversalStats& st) {
+                    const CallData& call, const CallPlan& p, const TraversalStats& st, double call_wall_ms) {
+  const auto start = std::chrono::steady_clock::now();
   const index_t n = call.n;
   // The trial's data: samples of the call (gathered on the host), or the call itself.
   TrialCall in_order, sorted;
+  const bool gpu_trial = p.where == Device::Gpu;
+  const stream_t trial_stream = gpu_trial ? gpu->stream() : nullptr;
   if (p.trial_sampled) {
     const std::vector<float> staged = host_copy_of_queries(call.queries, n, w.query_dims, p.opt.stream);
     const float* queries = staged.empty() ? call.queries : staged.data();
-    const std::vector<index_t> a = block_sample(nullptr, n, kAutoSample, kAutoBlocks);
-    const std::vector<index_t> b = block_sample(st.schedule.order.data(), n, kAutoSample, kAutoBlocks);
-    in_order = trial_call(w, call, queries, &a);
-    sorted = trial_call(w, call, queries, &b);
+    const index_t m = auto_sample_size(n, p.candidates.size());
+    const std::vector<index_t> a = block_sample(nullptr, n, m, kAutoBlocks);
+    const std::vector<index_t> b = block_sample(st.schedule.order.data(), n, m, kAutoBlocks);
+    in_order = trial_call(w, call, queries, &a, gpu_trial, trial_stream);
+    sorted = trial_call(w, call, queries, &b, gpu_trial, trial_stream);
   } else {
-    in_order = trial_call(w, call, nullptr, nullptr);
+    in_order = trial_call(w, call, nullptr, nullptr, gpu_trial, trial_stream);
   }
   // A sample runs at the whole call's depth: its blocks have the call's density.
   const int full_key_depth = workload_key_depth(w, view, state, n);
-  double best = 0;
+  const double budget = kAutoTrialBudget * call_wall_ms;
+  double best = p.trial_sampled ? 0 : run_ms(st), cheapest = 0;
+  const auto over = [&] { return cheapest > 0 && ms_since(start) + cheapest > budget; };
   AutoPick pick = p.candidates.front();
-  for (const AutoPick& c : p.candidates) {
+  for (std::size_t i = p.trial_sampled ? 0 : 1; i < p.candidates.size() && !over(); ++i) {
+    const AutoPick& c = p.candidates[i];
     TraversalOptions t = trial_options(p.opt, p.trial_depth);
     t.schedule = c.schedule;
     t.executor = c.executor;
     if (c.schedule == ScheduleKind::HybridKey && p.trial_depth == 0) t.depth = full_key_depth;
     const TrialCall& s = p.trial_sampled && c.schedule != ScheduleKind::InputOrder ? sorted : in_order;
     const CallPlan trial = fixed_plan(w, view, held, gpu, state, s.data.n, t);
-    auto once = [&] { return run_ms(run_plan(w, view, held, gpu, state, s.data, trial)); };
-    double ms = once();  // warm-up (buffers sized), and a first measure
-    if (best == 0 || ms < 2 * best) ms = std::min(once(), once());
+    auto once = [&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      const double ms = run_ms(run_plan(w, view, held, gpu, state, s.data, trial));
+      const double wall = ms_since(t0);
+      cheapest = cheapest > 0 ? std::min(cheapest, wall) : wall;
+      return ms;
+    };
+    double ms = once();
+    if ((best == 0 || ms < 1.2 * best) && !over()) ms = std::min(ms, once());
     if (best == 0 || ms < best) {
       best = ms;
       pick = c;
@@ -574,7 +627,7 @@ TraversalStats run_call(const W& w, const typename W::View& view, Device held, G
   st.depth_trial_ms = p.depth_trial_ms;
   if (p.auto_trial) {
     const auto t0 = std::chrono::steady_clock::now();
-    detail::run_auto_trial(w, view, held, gpu, state, call, p, st);
+    detail::run_auto_trial(w, view, held, gpu, state, call, p, st, ms_since(start));
     st.auto_trial_ms = ms_since(t0);
     if (!opt.keep_schedule) st.schedule = Schedule{};
   }

@@ -44,6 +44,7 @@ class RaggedCountPart final : public GpuPart<W> {
   RaggedCountPart(GpuResources& g, const typename W::View& host, const typename W::View& device, std::size_t fixed)
       : g_(g), host_(host), device_(device), fixed_(fixed) {}
   std::size_t tree_bytes() const override { return fixed_; }
+  stream_t stream() const override { return g_.stream.get(); }
   void run(const W& w, const CallData& call, const TraversalOptions& opt, TraversalStats& st) override {
     run_on_gpu(g_, w, host_, device_, call, opt, DeviceFootprint{fixed_, 0}, st);
   }

@@ -240,9 +240,13 @@ TEST(AutoChoice, CandidatesAndSamples) {
   // The prior: the workload's sort key, lockstep for unguided rows, independent threads for guided.
   EXPECT_EQ(gpu[0].schedule, ScheduleKind::LeafSort);
   EXPECT_EQ(gpu[0].executor, ExecutorKind::FsmLockstep);
+  EXPECT_EQ(gpu[1].schedule, ScheduleKind::InputOrder) << "the input order next";
+  EXPECT_EQ(gpu[1].executor, ExecutorKind::Independent);
   const std::vector<AutoPick> guided = auto_candidates(o, Device::Gpu, true, true);
+  ASSERT_EQ(guided.size(), 3u);
   EXPECT_EQ(guided[0].schedule, ScheduleKind::LeafSort);
   EXPECT_EQ(guided[0].executor, ExecutorKind::Independent);
+  for (const AutoPick& p : guided) EXPECT_EQ(p.executor, ExecutorKind::Independent) << "guided rows: no lockstep";
   const std::vector<AutoPick> keyless = auto_candidates(o, Device::Gpu, false, false);
   ASSERT_EQ(keyless.size(), 3u);  // no sort key: no LeafSort
   EXPECT_EQ(keyless[0].schedule, ScheduleKind::HybridKey);
@@ -257,6 +261,19 @@ TEST(AutoChoice, CandidatesAndSamples) {
   EXPECT_EQ(cpu[0].executor, ExecutorKind::Independent);
   o.executor = ExecutorKind::MaskLockstep;  // a fixed kind stays fixed
   for (const AutoPick& p : auto_candidates(o, Device::Gpu, true, true)) EXPECT_EQ(p.executor, ExecutorKind::MaskLockstep);
+  o.executor = ExecutorKind::Auto;
+  o.schedule = ScheduleKind::InputOrder;  // lockstep over the input order only where it is fixed
+  EXPECT_EQ(auto_candidates(o, Device::Gpu, true, false).size(), 2u);
+  EXPECT_EQ(auto_candidates(o, Device::Gpu, true, true).size(), 1u);
+
+  // The sample: about one call's work over the candidates (and the close ones' second timing),
+  // within [kAutoSampleMin, kAutoSample], the whole of a smaller call.
+  EXPECT_EQ(auto_sample_size(1000, 5), 1000);
+  EXPECT_EQ(auto_sample_size(kAutoSampleMin * 2, 5), kAutoSampleMin);
+  EXPECT_EQ(auto_sample_size(7000000, 5), 1000000);
+  EXPECT_EQ(auto_sample_size(5000000, 3), 1000000);
+  EXPECT_EQ(auto_sample_size(1000000, 3), kAutoSampleMin);
+  EXPECT_EQ(auto_sample_size(index_t{100000000}, 5), kAutoSample);
 
   // Blocks of consecutive positions of the order, spread over it, ascending, no repeats.
   std::vector<index_t> order(1000);
@@ -371,7 +388,7 @@ TEST(KeyScheduleGpu, CustomVisitorsEqualTheCpuTwinToo) {
 
 // Auto: a size class's first call runs the prior with no trial, its second pays for the trial,
 // the next calls reuse the pick; every call says what it ran and its results equal the
-// reference. More than kAutoSample queries take the sampled trial, 3,000 the whole-call one.
+// reference. 1.25 * 2^20 queries take the sampled trial, 3,000 the whole-call one.
 TEST(AutoChoiceGpu, PicksOnceAndRemembersThePickPerSizeClass) {
   CANOPY_REQUIRE_GPU();
   AutoChoice::forget_all();
