@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "layouts/ball_tree.hpp"
@@ -79,21 +80,41 @@ struct VpMetric {
 
 // The candidate list of one query, ascending by (dist2, index); the k-th squared distance is the
 // pruning bound. Cap = 0: the list lives in the query's rows of the result arrays (any k).
-// Cap > 0 (k <= Cap): in the State, as Cap (dist2, id) slots whose last k hold the candidates
-// behind Cap - k sentinels (-inf) that no candidate passes, so the k-th is always slot Cap - 1.
-// Every index is a compile-time constant, so on the GPU the list stays in registers, and a
-// candidate's insertion is Cap predicated compare-and-moves with no memory traffic (the rows of
-// the result arrays are a thread's own, scattered lines: each move was a cache miss).
+// Cap > 0 (k <= Cap): in the State, as Cap keys (knn_key: dist2's bits above the index, so one
+// unsigned compare orders two (dist2, index) pairs) whose last k hold the candidates behind
+// Cap - k sentinels (0) that no candidate passes, so the k-th is always slot Cap - 1. Every
+// index is a compile-time constant, so on the GPU the list stays in registers, and a
+// candidate's insertion is Cap predicated min/max steps with no memory traffic (the rows of the
+// result arrays are a thread's own, scattered lines: each move was a cache miss).
 // finish() writes distances (square roots) and indices.
 #if defined(__CUDA_ARCH__)
 #define CANOPY_KNN_UNROLL _Pragma("unroll")
 #else
 #define CANOPY_KNN_UNROLL
 #endif
+// dist2 >= 0 (a sum of squares, never -0), so its bits order as the floats do.
+CANOPY_HD inline std::uint64_t knn_key(float d2, std::int32_t id) {
+#if defined(__CUDA_ARCH__)
+  const std::uint32_t bits = __float_as_uint(d2);
+#else
+  std::uint32_t bits;
+  std::memcpy(&bits, &d2, sizeof bits);
+#endif
+  return (static_cast<std::uint64_t>(bits) << 32) | static_cast<std::uint32_t>(id);
+}
+CANOPY_HD inline float knn_key_dist2(std::uint64_t key) {
+  const auto bits = static_cast<std::uint32_t>(key >> 32);
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float d2;
+  std::memcpy(&d2, &bits, sizeof d2);
+  return d2;
+#endif
+}
 template <int Cap>
 struct KnnSlots {
-  float d[Cap];
-  std::int32_t id[Cap];  // original indices (the tree has fewer than 2^31 points)
+  std::uint64_t key[Cap];  // knn_key of (dist2, original index): the tree has fewer than 2^31 points
 };
 template <>
 struct KnnSlots<0> {};
@@ -102,6 +123,7 @@ template <int MaxDim, class Metric, int Cap = 0>
 struct KnnVisitor {
   static constexpr bool kGuided = true;
   static constexpr std::int32_t kEmpty = std::numeric_limits<std::int32_t>::max();
+  static constexpr std::uint64_t kEmptyKey = (std::uint64_t{0x7f800000u} << 32) | std::uint32_t{kEmpty};  // (+inf, kEmpty)
 
   Metric metric;
   const float* points = nullptr;      // the tree's points (tree order, padded)
@@ -127,11 +149,7 @@ struct KnnVisitor {
     s.query = query;
     if constexpr (Cap > 0) {
 CANOPY_KNN_UNROLL
-      for (int j = 0; j < Cap; ++j) {
-        const bool sentinel = j < Cap - k;
-        s.d[j] = sentinel ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
-        s.id[j] = sentinel ? -1 : kEmpty;
-      }
+      for (int j = 0; j < Cap; ++j) s.key[j] = j < Cap - k ? 0 : kEmptyKey;
     }
     return s;
   }
@@ -145,26 +163,19 @@ CANOPY_KNN_UNROLL
       for (index_t i = first; i < first + count; ++i) {
         const float d2 = point_distance2(s.q, points + i * MaxDim);
         if (d2 > s.bound2) continue;
-        const auto pid = static_cast<std::int32_t>(point_ids[i]);
-        // (d2, pid) must beat the k-th candidate (ties: the lower index wins).
-        if (!(d2 < s.d[Cap - 1] || (d2 == s.d[Cap - 1] && pid < s.id[Cap - 1]))) continue;
-        // Top down: slot j takes slot j - 1's entry where the new one precedes that entry, the
-        // new one where it falls between, else keeps its own (old values read before written).
+        // (d2, index) must beat the k-th candidate (ties: the lower index wins).
+        const std::uint64_t c = knn_key(d2, static_cast<std::int32_t>(point_ids[i]));
+        if (!(c < s.key[Cap - 1])) continue;
+        // Top down, slot j keeps the middle of (slot j - 1, c, slot j): slot j - 1's entry where c
+        // precedes it, c where it falls between, else its own (old values read before written).
 CANOPY_KNN_UNROLL
         for (int j = Cap - 1; j > 0; --j) {
-          const bool before_prev = d2 < s.d[j - 1] || (d2 == s.d[j - 1] && pid < s.id[j - 1]);
-          const bool before_here = d2 < s.d[j] || (d2 == s.d[j] && pid < s.id[j]);
-          const float nd = before_prev ? s.d[j - 1] : before_here ? d2 : s.d[j];
-          const std::int32_t ni = before_prev ? s.id[j - 1] : before_here ? pid : s.id[j];
-          s.d[j] = nd;
-          s.id[j] = ni;
+          const std::uint64_t up = s.key[j - 1] > c ? s.key[j - 1] : c;
+          s.key[j] = up < s.key[j] ? up : s.key[j];
         }
-        if (d2 < s.d[0] || (d2 == s.d[0] && pid < s.id[0])) {
-          s.d[0] = d2;
-          s.id[0] = pid;
-        }
+        if (c < s.key[0]) s.key[0] = c;
         if (s.found < k) ++s.found;
-        if (s.found == k) s.bound2 = s.d[Cap - 1];
+        if (s.found == k) s.bound2 = knn_key_dist2(s.key[Cap - 1]);
       }
     } else {
       float* d = dist + s.query * k;
@@ -200,9 +211,9 @@ CANOPY_KNN_UNROLL
       for (int j = 0; j < Cap; ++j) {
         const int out = j - (Cap - k);
         if (out < 0) continue;
-        const bool empty = s.id[j] == kEmpty;  // only when the tree has fewer than k points
-        d[out] = empty ? std::numeric_limits<float>::infinity() : sqrt_rn(s.d[j]);
-        id[out] = empty ? index_t{-1} : static_cast<index_t>(s.id[j]);
+        const bool empty = s.key[j] == kEmptyKey;  // only when the tree has fewer than k points
+        d[out] = empty ? std::numeric_limits<float>::infinity() : sqrt_rn(knn_key_dist2(s.key[j]));
+        id[out] = empty ? index_t{-1} : static_cast<index_t>(static_cast<std::int32_t>(s.key[j] & 0xffffffffu));
       }
     } else {
       for (int j = 0; j < s.found; ++j) d[j] = sqrt_rn(d[j]);
