@@ -27,7 +27,10 @@ class cKDTreeNode:
 
     @property
     def data_points(self):
-        return self._data[self.indices]
+        if isinstance(self._data, np.ndarray):
+            return self._data[self.indices]
+        from ._arrays import _cupy  # a tree over a CUDA array: its points stay there
+        return self._data[_cupy().asarray(self.indices)]
 
 
 def ckdtree_root(tree):

@@ -81,3 +81,22 @@ def test_nan_points_and_other_trees():
     assert canopy.cKDTree(np.empty((0, 3))).tree is None
     with pytest.raises(AttributeError):
         canopy.BallTree(x[:5]).tree
+
+
+def test_nodes_of_a_tree_over_a_cuda_array():
+    if not canopy.gpu_available():
+        pytest.skip("no GPU: " + canopy.gpu_description())
+    cp = pytest.importorskip("cupy")
+    x = np.random.default_rng(6).random((40000, 3)).astype(np.float32)  # built on the GPU
+    t = canopy.cKDTree(cp.asarray(x), leafsize=8)
+    root = t.tree
+    assert np.array_equal(np.sort(root.indices), np.arange(len(x)))
+    leaves = 0
+    for i, n in enumerate(walk(root)):
+        if i < 50:  # the points stay on the device, as the tree's data do
+            got = n.data_points
+            assert isinstance(got, cp.ndarray) and np.array_equal(cp.asnumpy(got), x[n.indices])
+        if n.split_dim < 0:
+            leaves += 1
+            assert 0 < n.children <= 8
+    assert leaves >= len(x) // 8
