@@ -200,10 +200,10 @@ struct AutoPick {
 
 // What an Auto call on `device` chooses between, the prior first: the pick a shape's first call
 // runs without a trial. On the GPU: LeafSort (where the workload has a sort key; else HybridKey)
-// under independent threads for guided rows, FSM lockstep for unguided ones; then the input
-// order under independent threads, HybridKey beside LeafSort, and for unguided rows the sorted
-// orders under independent threads too (guided rows are not tried under lockstep: it never won
-// them). A kind the options fix stays fixed. On the CPU no trial: independent tasks over the
+// under independent threads for guided rows, FSM lockstep for unguided ones. Guided rows: then
+// the input order, then HybridKey, all under independent threads (lockstep never won them).
+// Unguided rows: HybridKey under lockstep, the sorted orders under independent threads, the
+// input order last. A kind the options fix stays fixed. On the CPU no trial: independent tasks over the
 // input order (the lockstep kinds are the warp emulator, there to count nodes).
 std::vector<AutoPick> auto_candidates(const TraversalOptions& opt, Device device, bool sort_key, bool guided);
 
@@ -557,9 +557,8 @@ CallPlan plan_call(const W& w, const typename W::View& view, Device held, GpuPar
 // sample of the call (auto_sample_size; in device memory on the GPU) the prior runs first,
 // twice (the baseline); on the whole call the call's own time is the prior's. Every other
 // candidate runs once, and again when it comes within 1.2x of the best (the faster time kept).
-// The trial stops before a run that would take its wall time past kAutoTrialBudget times the
-// call's (a run is assumed to cost at least the cheapest so far); the fastest tried is
-// remembered, settled, for the calls that follow.
+// The trial stops before a run that could take its wall time past kAutoTrialBudget times the
+// call's; the fastest tried is remembered, settled, for the calls that follow.
 template <class W>
 void run_auto_trial(const W& w, const typename W::View& view, Device held, GpuPart<W>* gpu, EngineState& state,
                     const CallData& call, const CallPlan& p, const TraversalStats& st, double call_wall_ms) {
@@ -580,18 +579,19 @@ void run_auto_trial(const W& w, const typename W::View& view, Device held, GpuPa
   } else {
     in_order = trial_call(w, call, nullptr, nullptr, gpu_trial, trial_stream);
   }
-  // A sample runs at the whole call's depth: its blocks have the call's density.
-  const int full_key_depth = workload_key_depth(w, view, state, n);
   const double budget = kAutoTrialBudget * call_wall_ms;
   double best = p.trial_sampled ? 0 : run_ms(st), cheapest = 0;
-  const auto over = [&] { return cheapest > 0 && ms_since(start) + cheapest > budget; };
+  // The next run is assumed to cost twice the cheapest so far: a candidate can be far slower
+  // than the prior (Barnes-Hut over the input order: 5.7x), and a run cannot be cut short.
+  const auto over = [&] { return cheapest > 0 && ms_since(start) + 2 * cheapest > budget; };
   AutoPick pick = p.candidates.front();
   for (std::size_t i = p.trial_sampled ? 0 : 1; i < p.candidates.size() && !over(); ++i) {
     const AutoPick& c = p.candidates[i];
     TraversalOptions t = trial_options(p.opt, p.trial_depth);
     t.schedule = c.schedule;
     t.executor = c.executor;
-    if (c.schedule == ScheduleKind::HybridKey && p.trial_depth == 0) t.depth = full_key_depth;
+    // A sample runs at the whole call's depth: its blocks have the call's density.
+    if (c.schedule == ScheduleKind::HybridKey && p.trial_depth == 0) t.depth = workload_key_depth(w, view, state, n);
     const TrialCall& s = p.trial_sampled && c.schedule != ScheduleKind::InputOrder ? sorted : in_order;
     const CallPlan trial = fixed_plan(w, view, held, gpu, state, s.data.n, t);
     auto once = [&] {

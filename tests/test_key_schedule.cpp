@@ -240,13 +240,14 @@ TEST(AutoChoice, CandidatesAndSamples) {
   // The prior: the workload's sort key, lockstep for unguided rows, independent threads for guided.
   EXPECT_EQ(gpu[0].schedule, ScheduleKind::LeafSort);
   EXPECT_EQ(gpu[0].executor, ExecutorKind::FsmLockstep);
-  EXPECT_EQ(gpu[1].schedule, ScheduleKind::InputOrder) << "the input order next";
-  EXPECT_EQ(gpu[1].executor, ExecutorKind::Independent);
+  EXPECT_EQ(gpu.back().schedule, ScheduleKind::InputOrder) << "unguided rows: the input order last";
+  EXPECT_EQ(gpu.back().executor, ExecutorKind::Independent);
   const std::vector<AutoPick> guided = auto_candidates(o, Device::Gpu, true, true);
   ASSERT_EQ(guided.size(), 3u);
   EXPECT_EQ(guided[0].schedule, ScheduleKind::LeafSort);
   EXPECT_EQ(guided[0].executor, ExecutorKind::Independent);
   for (const AutoPick& p : guided) EXPECT_EQ(p.executor, ExecutorKind::Independent) << "guided rows: no lockstep";
+  EXPECT_EQ(guided[1].schedule, ScheduleKind::InputOrder) << "guided rows: the input order next";
   const std::vector<AutoPick> keyless = auto_candidates(o, Device::Gpu, false, false);
   ASSERT_EQ(keyless.size(), 3u);  // no sort key: no LeafSort
   EXPECT_EQ(keyless[0].schedule, ScheduleKind::HybridKey);
