@@ -416,7 +416,7 @@ __global__ void adaptive_shared_data_kernel(AdaptiveForestView v, AdaptiveBatch 
         acc = c.base_margin[o];
         int t = t0;
         if (stride == 1)
-          for (; t < t1 && (t & 3) != 0; ++t) acc = add_rn(acc, forest_bits_float(mine[t]));  // to a 16-byte boundary
+          for (; t < t1 && (t & 3) != 0; ++t) acc = add_rn(acc, bits_to_float(mine[t]));  // to a 16-byte boundary
         acc = add_in_order(acc, reinterpret_cast<const float*>(mine) + static_cast<std::size_t>(t) * stride, t1 - t, stride);
       } else if (words == 1) {
         acc = 0.0;

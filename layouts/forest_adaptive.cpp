@@ -88,7 +88,7 @@ AdaptiveForest AdaptiveForest::build(const Forest& f, const AdaptiveOptions& opt
         node.value = std::numeric_limits<float>::quiet_NaN();
         node.info = kForestLeafBit | kAdaptiveLtSecondBit | (static_cast<std::uint32_t>(q) << a.feature_bits);
         if (a.common.leaf_width > 0) leaf_word = static_cast<std::uint32_t>(tree.leaf_index[k]);
-        else leaf_word = forest_float_bits(tree.value[k]);
+        else leaf_word = float_to_bits(tree.value[k]);
         a.expected_visits[static_cast<std::size_t>(t)] += p[k] * (level[k] + 1);
         a.depth[static_cast<std::size_t>(t)] = std::max(a.depth[static_cast<std::size_t>(t)], level[k]);
       } else {

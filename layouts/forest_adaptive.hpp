@@ -90,7 +90,7 @@ CANOPY_HD inline std::uint32_t adaptive_second(ForestNode n, float x, const std:
   // Categorical: the left side is the categories outside the set.
   if (kCat && (n.info & kAdaptiveCategoricalBit))
     lt = x != x ? (n.info >> 29) & 1u
-                : static_cast<std::uint32_t>(!forest_category_right(categories + forest_float_bits(n.value), x));
+                : static_cast<std::uint32_t>(!forest_category_right(categories + float_to_bits(n.value), x));
   return (lt ^ (n.info >> 30) ^ 1u) & 1u;  // that side is the second child iff bit 30
 }
 
@@ -124,7 +124,7 @@ CANOPY_HD inline std::uint32_t adaptive_fast_step(ForestNode n, int feature_bits
 template <bool kFast = false>
 CANOPY_HD inline ForestNode adaptive_leaf(const AdaptiveForestView& v, index_t t, std::uint32_t k) {
   const std::uint32_t w = (kFast ? v.fast_leaf : v.leaf)[v.tree_begin[t] + k];
-  return ForestNode{forest_bits_float(w), kForestLeafBit | (w & kForestIndexMask)};
+  return ForestNode{bits_to_float(w), kForestLeafBit | (w & kForestIndexMask)};
 }
 
 // The widest leaf vectors the fast copy keeps at its positions (a random forest's class

@@ -127,7 +127,7 @@ ForestNode ForestCommon::inner_node(index_t src, const ForestTree& t, index_t n)
   const std::uint32_t info = static_cast<std::uint32_t>(t.feature[i]) | (t.default_left[i] ? kForestDefaultLeftBit : 0u);
   if (!t.is_categorical(n)) return ForestNode{t.value[i], info};
   const std::uint32_t offset = category_offset[static_cast<std::size_t>(src)][i];
-  return ForestNode{forest_bits_float(offset), info | kForestCategoricalBit};
+  return ForestNode{bits_to_float(offset), info | kForestCategoricalBit};
 }
 
 // ---- CSR --------------------------------------------------------------------------------------

@@ -22,12 +22,12 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "layouts/arrays.hpp"
 #include "layouts/forest.hpp"
+#include "core/bits.hpp"
 #include "core/types.hpp"
 
 namespace canopy {
@@ -59,25 +59,6 @@ CANOPY_HD inline bool forest_is_leaf(std::uint32_t info) { return (info & kFores
 CANOPY_HD inline std::uint32_t forest_index(std::uint32_t info) { return info & kForestIndexMask; }
 CANOPY_HD inline std::uint32_t forest_feature(std::uint32_t info) { return info & kForestFeatureMask; }
 
-CANOPY_HD inline std::uint32_t forest_float_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-#endif
-}
-CANOPY_HD inline float forest_bits_float(std::uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-#endif
-}
-
 // A categorical split's test for a present value x: right iff its category, x truncated, is
 // in the set at `set` ([0]: the set's words W; then W words, bit c % 32 of word c / 32 for
 // category c). Negative values, categories past the words and +Infinity go left: XGBoost
@@ -94,7 +75,7 @@ CANOPY_HD inline bool forest_category_right(const std::uint32_t* set, float x) {
 CANOPY_HD inline int forest_go_right(ForestNode n, const float* row, const std::uint32_t* categories) {
   const float x = row[forest_feature(n.info)];
   if (x != x) return (n.info & kForestDefaultLeftBit) ? 0 : 1;
-  if (n.info & kForestCategoricalBit) return forest_category_right(categories + forest_float_bits(n.value), x) ? 1 : 0;
+  if (n.info & kForestCategoricalBit) return forest_category_right(categories + float_to_bits(n.value), x) ? 1 : 0;
   return x < n.value ? 0 : 1;
 }
 

@@ -12,12 +12,12 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
 #include "layouts/ball_tree.hpp"
 #include "layouts/kdtree.hpp"
 #include "layouts/vp_tree.hpp"
+#include "core/bits.hpp"
 #include "core/rounding.hpp"
 
 namespace canopy {
@@ -94,30 +94,17 @@ struct VpMetric {
 #endif
 // dist2 >= 0 (a sum of squares, never -0), so its bits order as the floats do.
 CANOPY_HD inline std::uint64_t knn_key(float d2, std::int32_t id) {
-#if defined(__CUDA_ARCH__)
-  const std::uint32_t bits = __float_as_uint(d2);
-#else
-  std::uint32_t bits;
-  std::memcpy(&bits, &d2, sizeof bits);
-#endif
-  return (static_cast<std::uint64_t>(bits) << 32) | static_cast<std::uint32_t>(id);
+  return (static_cast<std::uint64_t>(float_to_bits(d2)) << 32) | static_cast<std::uint32_t>(id);
 }
-CANOPY_HD inline float knn_key_dist2(std::uint64_t key) {
-  const auto bits = static_cast<std::uint32_t>(key >> 32);
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(bits);
-#else
-  float d2;
-  std::memcpy(&d2, &bits, sizeof d2);
-  return d2;
-#endif
-}
+CANOPY_HD inline float knn_key_dist2(std::uint64_t key) { return bits_to_float(static_cast<std::uint32_t>(key >> 32)); }
 template <int Cap>
 struct KnnSlots {
   std::uint64_t key[Cap];  // knn_key of (dist2, original index): the tree has fewer than 2^31 points
 };
 template <>
-struct KnnSlots<0> {};
+struct KnnSlots<0> {
+  int found;  // candidates in the result rows so far (Cap > 0: the k-th key says whether k are)
+};
 
 template <int MaxDim, class Metric, int Cap = 0>
 struct KnnVisitor {
@@ -137,7 +124,6 @@ struct KnnVisitor {
   struct State : KnnSlots<Cap> {
     float q[MaxDim];
     float bound2;  // +inf until k candidates are known
-    int found;
     index_t query;
   };
 
@@ -145,18 +131,24 @@ struct KnnVisitor {
     State s;
     load_query(queries + query * dims, dims, s.q);
     s.bound2 = std::numeric_limits<float>::infinity();
-    s.found = 0;
     s.query = query;
     if constexpr (Cap > 0) {
 CANOPY_KNN_UNROLL
       for (int j = 0; j < Cap; ++j) s.key[j] = j < Cap - k ? 0 : kEmptyKey;
+    } else {
+      s.found = 0;
     }
     return s;
   }
   CANOPY_HD bool descend(State& s, node_id n) const { return metric.may_hold(s.q, n, s.bound2); }
   CANOPY_HD int first_child(const State& s, node_id n) const { return metric.first_child(s.q, n); }
   // The inspector's probe goes on until k candidates give a pruning bound.
-  CANOPY_HD bool probe_satisfied(const State& s) const { return s.found == k; }
+  CANOPY_HD bool probe_satisfied(const State& s) const {
+    if constexpr (Cap > 0)
+      return s.key[Cap - 1] != kEmptyKey;
+    else
+      return s.found == k;
+  }
 
   CANOPY_HD void leaf_range(State& s, index_t first, index_t count) const {
     if constexpr (Cap > 0) {
@@ -174,8 +166,7 @@ CANOPY_KNN_UNROLL
           s.key[j] = up < s.key[j] ? up : s.key[j];
         }
         if (c < s.key[0]) s.key[0] = c;
-        if (s.found < k) ++s.found;
-        if (s.found == k) s.bound2 = knn_key_dist2(s.key[Cap - 1]);
+        s.bound2 = knn_key_dist2(s.key[Cap - 1]);  // +inf while the k-th slot is empty
       }
     } else {
       float* d = dist + s.query * k;
