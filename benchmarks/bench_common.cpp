@@ -112,13 +112,8 @@ int parse_depth(const std::string& spec) {
 }
 
 std::uint64_t hash_words(const std::vector<std::uint64_t>& words) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::uint64_t w : words) {
-    for (int b = 0; b < 8; ++b) {
-      h ^= (w >> (8 * b)) & 0xffu;
-      h *= 1099511628211ull;
-    }
-  }
+  std::uint64_t h = kHashSeed;
+  for (std::uint64_t w : words) h = hash_step(h, w);
   return h;
 }
 

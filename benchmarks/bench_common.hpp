@@ -5,6 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -44,7 +48,8 @@ int parse_depth(const std::string& spec);                 // a number or auto (k
 std::optional<GuidedProbe> parse_probe(const std::string& spec);
 
 // One run of a workload: its phase times, nodes per warp (count_nodes), the depth it used, a
-// checksum, and the whole result as words, so variants can be compared exactly.
+// checksum, and its result as words (counts) or as digests of its words (set_result_digests), so
+// variants can be compared exactly.
 struct Measured {
   TraversalStats stats;
   std::uint64_t checksum = 0;
@@ -108,8 +113,34 @@ nlohmann::json suite_json(const Suite& s);
 // The --json file: j dumped with `indent` spaces a level; throws where it cannot be opened.
 void write_json(const std::string& path, const nlohmann::json& j, int indent = 2);
 
-// FNV-1a over 64-bit words: the checksum of result vectors that are not counts.
+// A 64-bit hash of words (a multiply-xorshift chain): the checksum of result vectors that are not
+// counts, and the digest of a block of them.
+inline std::uint64_t hash_step(std::uint64_t h, std::uint64_t w) {
+  h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+  return h ^ (h >> 29);
+}
+constexpr std::uint64_t kHashSeed = 1469598103934665603ull;
 std::uint64_t hash_words(const std::vector<std::uint64_t>& words);
+
+// A result of n words (word(i) for i < n) as one digest per kDigestBlock words, hashed in parallel,
+// and its checksum over the digests. Comparing digests compares the words (two different blocks
+// share a digest with probability about 2^-64) without holding them: 3x10^7 queries' k = 30
+// neighbours are 1.8x10^9 words.
+constexpr std::size_t kDigestBlock = 256;
+template <class Word>
+void set_result_digests(Measured& m, std::size_t n, const Word& word) {
+  const std::size_t blocks = (n + kDigestBlock - 1) / kDigestBlock;
+  m.result.assign(blocks, 0);
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, blocks), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t b = r.begin(); b != r.end(); ++b) {
+      std::uint64_t h = kHashSeed;
+      const std::size_t end = std::min(n, (b + 1) * kDigestBlock);
+      for (std::size_t i = b * kDigestBlock; i < end; ++i) h = hash_step(h, word(i));
+      m.result[b] = h;
+    }
+  });
+  m.checksum = hash_words(m.result);
+}
 
 // The input options every point-set workload shares (InputConfig), with the help texts that
 // differ between workloads, and loading them: a CSV(.gz) file with chosen columns or a

@@ -89,10 +89,10 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
         opt.row_cap = c.row_cap;
         KnnResult r = nn.run(in.queries.data(), in.queries.size(), opt);
         Measured m;
-        m.result.reserve(r.indices.size() * 2);
-        for (index_t i : r.indices) m.result.push_back(static_cast<std::uint64_t>(i));
-        for (float d : r.distances) m.result.push_back(float_bits(d));
-        m.checksum = hash_words(m.result);
+        const std::size_t n = r.indices.size();
+        set_result_digests(m, 2 * n, [&](std::size_t i) {
+          return i < n ? static_cast<std::uint64_t>(r.indices[i]) : float_bits(r.distances[i - n]);
+        });
         m.stats = std::move(r);
         return m;
       },
@@ -142,9 +142,7 @@ int run_bh(const TraversalBenchConfig& c, const Inputs& in, Device requested) {
         opt.softening = c.softening;
         BhResult r = bh.run(opt);
         Measured m;
-        m.result.reserve(r.forces.size());
-        for (float f : r.forces) m.result.push_back(float_bits(f));
-        m.checksum = hash_words(m.result);
+        set_result_digests(m, r.forces.size(), [&](std::size_t i) { return float_bits(r.forces[i]); });
         m.stats = std::move(r);
         return m;
       },
