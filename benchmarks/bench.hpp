@@ -65,6 +65,7 @@ struct TraversalBenchConfig {
   std::string workload;  // nn, knn, bt, vp, bh
   InputConfig input;     // default per workload: uniform:400000:7, or plummer:1000000 for bh
   int k = 0;  // 0: 1 for nn, bt, vp; 8 for knn
+  int check = 100;  // nn family: sampled queries checked against brute force (0: none)
   float theta = 0.5f;
   float softening = 0.01f;
   SuiteConfig suite;

@@ -3,7 +3,12 @@
 // queries, results compared word for word.
 #include <CLI/CLI.hpp>
 
+#include <tbb/parallel_for.h>
+
 #include <chrono>
+#include <limits>
+#include <queue>
+#include <utility>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -12,7 +17,9 @@
 #include "benchmarks/bench.hpp"
 #include "benchmarks/bench_common.hpp"
 #include "core/checks.hpp"
+#include "core/rounding.hpp"
 #include "core/timing.hpp"
+#include "layouts/geometry.hpp"
 #include "runtime/barnes_hut.hpp"
 #include "runtime/knn.hpp"
 
@@ -24,6 +31,57 @@ std::uint64_t float_bits(float f) {
   std::uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return u;
+}
+
+// `samples` queries spread evenly over the query set and their k smallest (squared distance,
+// index) pairs by brute force, in the library's arithmetic (point_distance2 over padded rows), as
+// the results give them: distances (square roots) and indices, padded with (inf, -1) past n.
+struct BruteSample {
+  std::vector<index_t> queries;
+  std::vector<index_t> index;  // [sample][k]
+  std::vector<float> dist;     // [sample][k]
+};
+BruteSample brute_force_sample(const PointSet& points, const PointSet& queries, int k, int samples) {
+  BruteSample b;
+  const index_t m = queries.size(), n = points.size();
+  const int dims = points.dims;
+  samples = static_cast<int>(std::min<index_t>(samples, m));
+  for (int s = 0; s < samples; ++s) b.queries.push_back(static_cast<index_t>(static_cast<double>(s) * m / samples));
+  b.index.assign(static_cast<std::size_t>(samples) * k, -1);
+  b.dist.assign(static_cast<std::size_t>(samples) * k, std::numeric_limits<float>::infinity());
+  tbb::parallel_for(0, samples, [&](int s) {
+    float q[kMaxDims], p[kMaxDims];
+    load_query(queries.data() + b.queries[s] * dims, dims, q);
+    std::priority_queue<std::pair<float, index_t>> best;  // the k smallest so far, largest on top
+    for (index_t i = 0; i < n; ++i) {
+      load_query(points.data() + i * dims, dims, p);
+      const std::pair<float, index_t> c(point_distance2(q, p), i);
+      if (static_cast<int>(best.size()) < k) {
+        best.push(c);
+      } else if (c < best.top()) {
+        best.pop();
+        best.push(c);
+      }
+    }
+    for (int j = static_cast<int>(best.size()) - 1; j >= 0; --j) {
+      b.index[static_cast<std::size_t>(s) * k + j] = best.top().second;
+      b.dist[static_cast<std::size_t>(s) * k + j] = sqrt_rn(best.top().first);
+      best.pop();
+    }
+  });
+  return b;
+}
+
+// The sampled rows of a result against brute force; throws naming the first query that differs.
+void check_against_brute_force(const BruteSample& b, const KnnResult& r, int k) {
+  for (std::size_t s = 0; s < b.queries.size(); ++s)
+    for (int j = 0; j < k; ++j) {
+      const std::size_t want = s * k + j, got = static_cast<std::size_t>(b.queries[s]) * k + j;
+      if (r.indices[got] != b.index[want] || float_bits(r.distances[got]) != float_bits(b.dist[want]))
+        throw Error("query " + std::to_string(b.queries[s]) + ": neighbour " + std::to_string(j) + " is (" +
+                    std::to_string(r.indices[got]) + ", " + std::to_string(r.distances[got]) +
+                    "), brute force gives (" + std::to_string(b.index[want]) + ", " + std::to_string(b.dist[want]) + ")");
+    }
 }
 
 int finish(const TraversalBenchConfig& c, const Suite& suite, nlohmann::json j) {
@@ -79,6 +137,11 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
               to_string(tree.built_on()), build_ms);
   std::printf("guided inspector rows: probe %s, row cap %s\n", to_string(rows.probe),
               rows.cap > 0 ? std::to_string(rows.cap).c_str() : "none");
+  if (c.check < 0) throw Error("--check " + std::to_string(c.check) + " must be >= 0 (0: no brute-force check)");
+  const auto tb = std::chrono::steady_clock::now();
+  const BruteSample brute = brute_force_sample(in.points, in.queries, k, c.check);
+  const double brute_ms = ms_since(tb);
+  bool brute_checked = false;
   const Suite suite = run_suite(
       parse_variants(c.suite.variants, true), parse_depths(c.suite.depths), c.suite.depth, dev, c.suite.repeat,
       [&](const TraversalOptions& t) {
@@ -88,6 +151,10 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
         opt.probe = probe;
         opt.row_cap = c.row_cap;
         KnnResult r = nn.run(in.queries.data(), in.queries.size(), opt);
+        if (!brute_checked) {  // the first run; the others must equal it word for word
+          check_against_brute_force(brute, r, k);
+          brute_checked = true;
+        }
         Measured m;
         const std::size_t n = r.indices.size();
         set_result_digests(m, 2 * n, [&](std::size_t i) {
@@ -108,6 +175,10 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
   j["shuffled"] = c.input.shuffle_set;
   j["dims"] = in.points.dims;
   j["k"] = k;
+  j["brute_force_checked"] = brute.queries.size();
+  if (!brute.queries.empty())
+    std::printf("brute force: %zu sampled queries' %d neighbours equal the first run's (%.0f ms on the host)\n",
+                brute.queries.size(), k, brute_ms);
   j["probe"] = to_string(rows.probe);
   j["row_cap"] = rows.cap;
   j["leaf_size"] = tree.leaf_size();
@@ -174,6 +245,10 @@ void add_traversal_options(CLI::App& app, TraversalBenchConfig& c) {
        "queries it)",
        "seed of --generate and of the tree/query split", "put the queries (bh: bodies) in a random order (seed)"});
   app.add_option("--k", c.k, "neighbours per query (default 1 for nn, bt, vp; 8 for knn)");
+  app.add_option("--check", c.check,
+                 "nn family: queries (spread evenly) whose neighbours the first run must share with brute force "
+                 "(0: none)")
+      ->capture_default_str();
   app.add_option("--theta", c.theta, "bh: opening angle")->capture_default_str();
   app.add_option("--softening", c.softening, "bh: softening length epsilon")->capture_default_str();
   add_suite_options(app, c.suite,
