@@ -111,12 +111,6 @@ int parse_depth(const std::string& spec) {
   return static_cast<int>(d);
 }
 
-std::uint64_t hash_words(const std::vector<std::uint64_t>& words) {
-  std::uint64_t h = kHashSeed;
-  for (std::uint64_t w : words) h = hash_step(h, w);
-  return h;
-}
-
 void add_pipeline_options(CLI::App& app, PipelineArgs& args) {
   app.add_option("--pipeline", args.pipeline,
                  "on: the hybrid variants run pipelined (chunks overlapping inspection, scheduling and execution)")

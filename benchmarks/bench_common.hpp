@@ -120,7 +120,13 @@ inline std::uint64_t hash_step(std::uint64_t h, std::uint64_t w) {
   return h ^ (h >> 29);
 }
 constexpr std::uint64_t kHashSeed = 1469598103934665603ull;
-std::uint64_t hash_words(const std::vector<std::uint64_t>& words);
+template <class It>
+std::uint64_t hash_words(It first, It last) {
+  std::uint64_t h = kHashSeed;
+  for (; first != last; ++first) h = hash_step(h, static_cast<std::uint64_t>(*first));
+  return h;
+}
+inline std::uint64_t hash_words(const std::vector<std::uint64_t>& words) { return hash_words(words.begin(), words.end()); }
 
 // A result of n words (word(i) for i < n) as one digest per kDigestBlock words, hashed in parallel,
 // and its checksum over the digests. Comparing digests compares the words (two different blocks

@@ -71,9 +71,7 @@ Measured measure_lists(PointCorrelation& pc, const PointSet& queries, const PcOp
     if (size != counts[q])
       throw Error("--output lists: query " + std::to_string(q) + "'s list holds " + std::to_string(size) +
                   " points, its count is " + std::to_string(counts[q]));
-    std::uint64_t h = kHashSeed;
-    for (index_t i = r.offsets[q]; i < r.offsets[q + 1]; ++i) h = hash_step(h, static_cast<std::uint64_t>(r.indices[i]));
-    m.result[q] = h;
+    m.result[q] = hash_words(r.indices.begin() + r.offsets[q], r.indices.begin() + r.offsets[q + 1]);
   }
   r.times.execute_ms += r.scan_ms + r.fill_ms + r.sort_ms + r.copy_ms;
   m.stats = std::move(static_cast<TraversalStats&>(r));

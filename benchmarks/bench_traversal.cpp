@@ -1,21 +1,21 @@
 // canopy-bench nn | knn | bt | vp | bh: the guided nearest-neighbour workloads on the kd-tree,
 // ball tree and vp-tree, and Barnes-Hut on an octree; every variant on the same tree and
-// queries, results compared word for word.
+// queries, results compared exactly (by digests of their words) and sampled against brute force.
 #include <CLI/CLI.hpp>
 
 #include <tbb/parallel_for.h>
 
 #include <chrono>
+#include <cstdio>
 #include <limits>
 #include <queue>
-#include <utility>
-#include <cstdio>
-#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "benchmarks/bench.hpp"
 #include "benchmarks/bench_common.hpp"
+#include "core/bits.hpp"
 #include "core/checks.hpp"
 #include "core/rounding.hpp"
 #include "core/timing.hpp"
@@ -26,12 +26,6 @@
 namespace canopy {
 namespace bench {
 namespace {
-
-std::uint64_t float_bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
 
 // `samples` queries spread evenly over the query set and their k smallest (squared distance,
 // index) pairs by brute force, in the library's arithmetic (point_distance2 over padded rows), as
@@ -77,7 +71,7 @@ void check_against_brute_force(const BruteSample& b, const KnnResult& r, int k) 
   for (std::size_t s = 0; s < b.queries.size(); ++s)
     for (int j = 0; j < k; ++j) {
       const std::size_t want = s * k + j, got = static_cast<std::size_t>(b.queries[s]) * k + j;
-      if (r.indices[got] != b.index[want] || float_bits(r.distances[got]) != float_bits(b.dist[want]))
+      if (r.indices[got] != b.index[want] || float_to_bits(r.distances[got]) != float_to_bits(b.dist[want]))
         throw Error("query " + std::to_string(b.queries[s]) + ": neighbour " + std::to_string(j) + " is (" +
                     std::to_string(r.indices[got]) + ", " + std::to_string(r.distances[got]) +
                     "), brute force gives (" + std::to_string(b.index[want]) + ", " + std::to_string(b.dist[want]) + ")");
@@ -158,12 +152,15 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
         Measured m;
         const std::size_t n = r.indices.size();
         set_result_digests(m, 2 * n, [&](std::size_t i) {
-          return i < n ? static_cast<std::uint64_t>(r.indices[i]) : float_bits(r.distances[i - n]);
+          return i < n ? static_cast<std::uint64_t>(r.indices[i]) : float_to_bits(r.distances[i - n]);
         });
         m.stats = std::move(r);
         return m;
       },
       pipeline);
+  if (!brute.queries.empty())
+    std::printf("brute force: %zu sampled queries' %d neighbours equal the first run's (%.0f ms on the host)\n",
+                brute.queries.size(), k, brute_ms);
   nlohmann::json j;
   j["workload"] = c.workload;
   j["tree"] = tree_name;
@@ -176,9 +173,6 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
   j["dims"] = in.points.dims;
   j["k"] = k;
   j["brute_force_checked"] = brute.queries.size();
-  if (!brute.queries.empty())
-    std::printf("brute force: %zu sampled queries' %d neighbours equal the first run's (%.0f ms on the host)\n",
-                brute.queries.size(), k, brute_ms);
   j["probe"] = to_string(rows.probe);
   j["row_cap"] = rows.cap;
   j["leaf_size"] = tree.leaf_size();
@@ -213,7 +207,7 @@ int run_bh(const TraversalBenchConfig& c, const Inputs& in, Device requested) {
         opt.softening = c.softening;
         BhResult r = bh.run(opt);
         Measured m;
-        set_result_digests(m, r.forces.size(), [&](std::size_t i) { return float_bits(r.forces[i]); });
+        set_result_digests(m, r.forces.size(), [&](std::size_t i) { return float_to_bits(r.forces[i]); });
         m.stats = std::move(r);
         return m;
       },
