@@ -63,6 +63,10 @@ std::vector<Variant> parse_variants(const std::string& list, bool guided) {
   return out;
 }
 
+void start_device(Device requested) {
+  if (requested != Device::Cpu && gpu_available()) (void)gpu_free_memory();
+}
+
 Device parse_device(const std::string& s) {
   if (s == "auto") return Device::Auto;
   if (s == "cpu") return Device::Cpu;

@@ -42,6 +42,9 @@ double median(std::vector<double> v);
 // Where a driver builds its tree: on the CPU when the run is (--device cpu), else wherever
 // Device::Auto builds fastest.
 inline Device build_device(Device requested) { return requested == Device::Cpu ? Device::Cpu : Device::Auto; }
+// Makes the process's CUDA context (about 0.1 s, once) where a GPU may be used, so that a timed
+// build measures the build.
+void start_device(Device requested);
 std::vector<int> parse_depths(const std::string& spec);  // "4-14" or "6,8,10,auto"; "" = none
 int parse_depth(const std::string& spec);                 // a number or auto (kAutoDepth)
 // --probe: full, lean, none, or auto (empty: the options' default).

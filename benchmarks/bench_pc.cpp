@@ -101,6 +101,7 @@ int run_pc(const PcConfig& config) {
   KdTreeOptions topt;
   topt.leaf_size = c.suite.leaf_size;
   topt.device = build_device(requested);
+  start_device(requested);
   const auto t0 = std::chrono::steady_clock::now();
   const KdTree tree = KdTree::build(points.data(), points.size(), points.dims, topt);
   const double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -153,6 +154,8 @@ int run_pc(const PcConfig& config) {
     j["radius"] = radius;
     j["depth"] = suite_depth(suite, c.suite.depth);
     j["leaf_size"] = tree.leaf_size();
+    j["built_on"] = to_string(tree.built_on());
+    j["build_ms"] = build_ms;  // wall time from host points, as printed
     j["repeat"] = c.suite.repeat;
     j["results_identical"] = suite.all_same;
     j["variants"] = suite_json(suite);

@@ -93,6 +93,7 @@ int finish(const TraversalBenchConfig& c, const Suite& suite, nlohmann::json j) 
 template <class Tree>
 int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, const char* tree_name) {
   const int k = c.k > 0 ? c.k : (c.workload == "knn" ? 8 : 1);
+  start_device(requested);
   const auto t0 = std::chrono::steady_clock::now();
   const Tree tree = [&] {
     if constexpr (std::is_same_v<Tree, KdTree>) {
@@ -176,6 +177,8 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
   j["probe"] = to_string(rows.probe);
   j["row_cap"] = rows.cap;
   j["leaf_size"] = tree.leaf_size();
+  j["built_on"] = to_string(tree.built_on());
+  j["build_ms"] = build_ms;  // wall time from host points, as printed
   return finish(c, suite, j);
 }
 
@@ -188,6 +191,7 @@ int run_bh(const TraversalBenchConfig& c, const Inputs& in, Device requested) {
   OctreeOptions o;
   o.leaf_size = c.suite.leaf_size;
   o.device = build_device(requested);
+  start_device(requested);
   const auto t0 = std::chrono::steady_clock::now();
   const Octree tree = Octree::build(in.points.data(), mass.data(), n, o);
   const double build_ms = ms_since(t0);
