@@ -67,6 +67,21 @@ void start_device(Device requested) {
   if (requested != Device::Cpu && gpu_available()) (void)gpu_free_memory();
 }
 
+std::string build_time_text(const BuildTimes& t) {
+  char buf[128];
+  if (t.runs > 1)
+    std::snprintf(buf, sizeof buf, " in %.1f ms (median of %d builds; the first %.1f ms)", t.median_ms, t.runs, t.first_ms);
+  else
+    std::snprintf(buf, sizeof buf, " in %.1f ms", t.first_ms);
+  return buf;
+}
+
+void add_build_json(nlohmann::json& j, const BuildTimes& t) {
+  j["build_ms"] = t.median_ms;  // wall time from host points
+  j["build_first_ms"] = t.first_ms;
+  j["builds"] = t.runs;
+}
+
 Device parse_device(const std::string& s) {
   if (s == "auto") return Device::Auto;
   if (s == "cpu") return Device::Cpu;

@@ -58,8 +58,13 @@ Measured measure_counts(PointCorrelation& pc, const PointSet& queries, const PcO
 // between variants is a hash per list. The execute column is the whole of what follows the
 // schedule: the count pass's executor, the scan, the fill, the sort and the copies. The GPU's
 // count pass cannot run the CPU emulator, so no nodes per warp.
+// The phases of a list call (ms): what the execute column sums.
+struct ListPhases {
+  double count = 0, scan = 0, fill = 0, sort = 0, copy = 0;
+};
+
 Measured measure_lists(PointCorrelation& pc, const PointSet& queries, const PcOptions& opt,
-                       const std::vector<index_t>& counts) {
+                       const std::vector<index_t>& counts, ListPhases& last) {
   PcListOptions o(opt);
   o.count_nodes = false;
   PcListResult r = pc.run_lists(queries.data(), queries.size(), o);
@@ -73,6 +78,7 @@ Measured measure_lists(PointCorrelation& pc, const PointSet& queries, const PcOp
                   " points, its count is " + std::to_string(counts[q]));
     m.result[q] = hash_words(r.indices.begin() + r.offsets[q], r.indices.begin() + r.offsets[q + 1]);
   }
+  last = {r.times.execute_ms, r.scan_ms, r.fill_ms, r.sort_ms, r.copy_ms};
   r.times.execute_ms += r.scan_ms + r.fill_ms + r.sort_ms + r.copy_ms;
   m.stats = std::move(static_cast<TraversalStats&>(r));
   return m;
@@ -102,9 +108,9 @@ int run_pc(const PcConfig& config) {
   topt.leaf_size = c.suite.leaf_size;
   topt.device = build_device(requested);
   start_device(requested);
-  const auto t0 = std::chrono::steady_clock::now();
-  const KdTree tree = KdTree::build(points.data(), points.size(), points.dims, topt);
-  const double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  BuildTimes bt;
+  const KdTree tree =
+      timed_build(c.suite.repeat, [&] { return KdTree::build(points.data(), points.size(), points.dims, topt); }, bt);
 
   const float radius = parse_radius(c.radius, tree, queries, c.input.seed);
 
@@ -112,14 +118,14 @@ int run_pc(const PcConfig& config) {
   const Device dev = pc.device();
   std::printf("canopy-bench pc: %s\n", in.source.c_str());
   print_device_line(dev, requested);
-  std::printf("points %lld, queries %lld%s, dims %d, radius %.6g, tree: %d levels, leaf size %d, built on the %s in "
-              "%.1f ms\n",
+  std::printf("points %lld, queries %lld%s, dims %d, radius %.6g, tree: %d levels, leaf size %d, built on the %s%s\n",
               static_cast<long long>(points.size()), static_cast<long long>(queries.size()),
               c.input.shuffle_set ? " (shuffled)" : "", points.dims, radius, tree.height(), tree.leaf_size(),
-              to_string(tree.built_on()), build_ms);
+              to_string(tree.built_on()), build_time_text(bt).c_str());
 
   const bool lists = c.output == "lists";
   std::vector<index_t> counts;
+  ListPhases phases;
   if (lists) {
     PcOptions opt;
     opt.radius = radius;
@@ -135,10 +141,13 @@ int run_pc(const PcConfig& config) {
         PcOptions opt;
         static_cast<TraversalOptions&>(opt) = t;
         opt.radius = radius;
-        return lists ? measure_lists(pc, queries, opt, counts) : measure_counts(pc, queries, opt);
+        return lists ? measure_lists(pc, queries, opt, counts, phases) : measure_counts(pc, queries, opt);
       },
       parse_pipeline(c.suite.pipeline));
   print_suite(suite);
+  if (lists)
+    std::printf("the last run's execute: count pass %.3f + scan %.3f + fill %.3f + sort %.3f + copies to the host %.3f ms\n",
+                phases.count, phases.scan, phases.fill, phases.sort, phases.copy);
 
   if (!c.suite.json.empty()) {
     nlohmann::json j;
@@ -155,8 +164,11 @@ int run_pc(const PcConfig& config) {
     j["depth"] = suite_depth(suite, c.suite.depth);
     j["leaf_size"] = tree.leaf_size();
     j["built_on"] = to_string(tree.built_on());
-    j["build_ms"] = build_ms;  // wall time from host points, as printed
+    add_build_json(j, bt);
     j["repeat"] = c.suite.repeat;
+    if (lists)
+      j["list_phases_ms"] = {{"count", phases.count}, {"scan", phases.scan}, {"fill", phases.fill},
+                             {"sort", phases.sort}, {"copy", phases.copy}};
     j["results_identical"] = suite.all_same;
     j["variants"] = suite_json(suite);
     write_json(c.suite.json, j);

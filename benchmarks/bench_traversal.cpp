@@ -94,8 +94,8 @@ template <class Tree>
 int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, const char* tree_name) {
   const int k = c.k > 0 ? c.k : (c.workload == "knn" ? 8 : 1);
   start_device(requested);
-  const auto t0 = std::chrono::steady_clock::now();
-  const Tree tree = [&] {
+  BuildTimes bt;
+  const Tree tree = timed_build(c.suite.repeat, [&] {
     if constexpr (std::is_same_v<Tree, KdTree>) {
       KdTreeOptions o;
       o.leaf_size = c.suite.leaf_size;
@@ -112,8 +112,7 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
       o.device = build_device(requested);
       return VpTree::build(in.points.data(), in.points.size(), in.points.dims, o);
     }
-  }();
-  const double build_ms = ms_since(t0);
+  }, bt);
   NearestNeighbors nn(tree, requested);
   const Device dev = nn.device();
   const std::optional<GuidedProbe> probe = parse_probe(c.probe);
@@ -126,10 +125,10 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
   const GuidedRows rows = guided_rows(shown, dev);
   std::printf("canopy-bench %s: %s, %s, k = %d\n", c.workload.c_str(), in.source.c_str(), tree_name, k);
   print_device_line(dev, requested);
-  std::printf("tree points %lld, queries %lld%s, dims %d, tree: %d levels, leaf size %d, built on the %s in %.1f ms\n",
+  std::printf("tree points %lld, queries %lld%s, dims %d, tree: %d levels, leaf size %d, built on the %s%s\n",
               static_cast<long long>(in.points.size()), static_cast<long long>(in.queries.size()),
               c.input.shuffle_set ? " (shuffled)" : "", in.points.dims, tree.height(), tree.leaf_size(),
-              to_string(tree.built_on()), build_ms);
+              to_string(tree.built_on()), build_time_text(bt).c_str());
   std::printf("guided inspector rows: probe %s, row cap %s\n", to_string(rows.probe),
               rows.cap > 0 ? std::to_string(rows.cap).c_str() : "none");
   if (c.check < 0) throw Error("--check " + std::to_string(c.check) + " must be >= 0 (0: no brute-force check)");
@@ -178,7 +177,7 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
   j["row_cap"] = rows.cap;
   j["leaf_size"] = tree.leaf_size();
   j["built_on"] = to_string(tree.built_on());
-  j["build_ms"] = build_ms;  // wall time from host points, as printed
+  add_build_json(j, bt);
   return finish(c, suite, j);
 }
 
