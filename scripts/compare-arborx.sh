@@ -44,11 +44,15 @@ build() {
   arborx=$(source_tree arborx https://github.com/arborx/ArborX "$ARBORX_COMMIT" "${ARBORX_SRC:-}")
   # Kokkos is built from a copy: the CUDA 13 patch must not touch a caller's tree.
   rm -rf "$work/kokkos-src" && cp -r "$kokkos" "$work/kokkos-src"
-  # CUDA 13 changed two runtime calls that this Kokkos uses (cudaGraphAddDependencies gained
+  # CUDA 13 changed two runtime calls that this Kokkos makes (cudaGraphAddDependencies gained
   # edge data, cudaMemPrefetchAsync takes a cudaMemLocation); newer Kokkos has the same fix.
-  if grep -q 'cudaGraphAddDependencies(graph, from, to, numDependencies)' \
-      "$work/kokkos-src/core/src/Cuda/Kokkos_Cuda_Instance.hpp"; then
-    patch -s -d "$work/kokkos-src" -p1 < "$root/benchmarks/arborx/kokkos-cuda13.patch"
+  local inst=$work/kokkos-src/core/src/Cuda/Kokkos_Cuda_Instance.hpp
+  if grep -q 'cudaGraphAddDependencies(graph, from, to, numDependencies)' "$inst"; then
+    sed -i \
+      -e 's|^\( *\)return cudaGraphAddDependencies(graph, from, to, numDependencies);|#if CUDART_VERSION >= 13000\n\1return cudaGraphAddDependencies(graph, from, to, nullptr, numDependencies);\n#else\n&\n#endif|' \
+      -e 's|^\( *\)return cudaMemPrefetchAsync(devPtr, count, dstDevice, m_stream);|#if CUDART_VERSION >= 13000\n\1cudaMemLocation loc{};\n\1loc.type = cudaMemLocationTypeDevice;\n\1loc.id = dstDevice;\n\1return cudaMemPrefetchAsync(devPtr, count, loc, 0, m_stream);\n#else\n&\n#endif|' \
+      "$inst"
+    grep -q 'cudaMemLocationTypeDevice' "$inst" || { echo "compare-arborx: the CUDA 13 edit of $inst failed" >&2; exit 1; }
   fi
   # nvcc_wrapper's default sm_70 is gone from CUDA 13; CMake's compiler checks call it bare.
   sed "s/^default_arch=\"sm_70\"/default_arch=\"sm_$arch\"/" "$work/kokkos-src/bin/nvcc_wrapper" > "$work/bin/nvcc_wrapper"
