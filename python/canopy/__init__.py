@@ -22,7 +22,7 @@ Canopy's errors are ValueError (MemoryError when the GPU lacks memory), with Can
 import numpy as np
 
 from . import _canopy, _nodes, _periodic
-from ._arrays import _Input, _cupy, _on_device
+from ._arrays import _Input, _cupy, _device_dtype, _host_copy, _like, _on_device
 from ._pairs import _PairQueries
 from ._tree_util import (_ABS, _U32, _ball_factor, _count_radii, _host_rows, _int, _minkowski, _number, _options,
                          _ordered, _rel, _stats, _workers)
@@ -49,7 +49,8 @@ class _PointTree(_PairQueries):
 
     float32 data: the tree and its searches are float32 (the fast path). float64, integer and
     bool data: kept as float64 (.data); the tree is built over float32 coordinates relative to the
-    data's centre and every answer is made exact in float64 (see docs/python.md)."""
+    data's centre and every answer is made exact in float64 (see docs/python.md). CUDA arrays of
+    float32 stay on the device; other CUDA arrays are copied to the host and kept exact there."""
     _kind = None
     _scalar_index = int  # a single point's index: Python's int (cKDTree), numpy's (KDTree)
 
@@ -68,6 +69,10 @@ class _PointTree(_PairQueries):
                           boxsize=boxsize, device=device)
         self.last_stats = None
         self._host = not _on_device(data)
+        if not self._host and _device_dtype(data) != np.float32:
+            # float64 (or integer) CUDA data: kept exact as float64 on the host, as numpy data is;
+            # the results of CUDA queries go back to the device (see query).
+            data, self._host = _host_copy(data), True
         self._center = None
         self._eps_x = 0.0
         if not self._host or (isinstance(data, np.ndarray) and data.dtype == np.float32):
@@ -267,7 +272,7 @@ class _PointTree(_PairQueries):
         if self._box is not None:  # a periodic box: the query and its images (_periodic.py)
             if kc:
                 dist[:, :kc], idx[:, :kc] = _periodic.knn(self, self._box.wrap(q), kc, ub, p, opts)
-            return self._shape_knn(dist, idx, ks, listed, lead, single, np)
+            return tuple(_like(x, a) for a in self._shape_knn(dist, idx, ks, listed, lead, single, np))
 
         def radius(rows, D):
             return np.minimum(np.partition(D, kc - 1, axis=1)[:, kc - 1], ub)
@@ -279,7 +284,8 @@ class _PointTree(_PairQueries):
                 far = ~(Dk < ub)  # (NaN too: a NaN query has no neighbours)
                 Dk[far], Ik[far] = np.inf, n
                 dist[rows, :kc], idx[rows, :kc] = Dk, Ik
-        return self._shape_knn(dist, idx, ks, listed, lead, single, np)
+        # (CUDA queries of a host tree: the arrays go back to the device)
+        return tuple(_like(x, a) for a in self._shape_knn(dist, idx, ks, listed, lead, single, np))
 
     def _query_fast(self, x, ks, kmax, kc, listed, p, ub, opts):
         """The tree's own float32 answer (float32 trees, p = 2; any tree for CUDA arrays)."""
@@ -375,14 +381,14 @@ class _PointTree(_PairQueries):
             counter = _periodic.counts(self, q, np.array([float(r)]), opts, self)  # (kd-tree counts of images)
             if counter is not None:
                 counts = next(counter).reshape(lead)
-                return counts[()] if single else counts
+                return counts[()] if single else _like(x, counts)
         parts = [(np.empty(0, np.int64), np.empty(0, np.int64))]
         for i, j, _ in self._ball_flat(q, q32, eps_q, rr, p, opts):
             parts.append((i, j))
         i, j = (np.concatenate(c) for c in zip(*parts))
         if return_length:
             counts = np.bincount(i, minlength=len(q)).astype(np.int64).reshape(lead)
-            return counts[()] if single else counts
+            return counts[()] if single else _like(x, counts)
         if not _ordered(i, j, self.n):
             order = np.lexsort((j, i))
             i, j = i[order], j[order]

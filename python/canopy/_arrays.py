@@ -27,6 +27,31 @@ def _cupy():
     return _cupy_module
 
 
+def _device_dtype(x):
+    """A CUDA array's numpy dtype, read without a copy."""
+    if hasattr(x, "__cuda_array_interface__"):
+        return np.dtype(x.__cuda_array_interface__["typestr"])
+    return _cupy().from_dlpack(x).dtype
+
+
+def _host_copy(x):
+    """A CUDA array's values as a numpy array (one copy to the host)."""
+    cp = _cupy()
+    return (cp.asarray(x) if hasattr(x, "__cuda_array_interface__") else cp.from_dlpack(x)).get()
+
+
+def _like(x, a):
+    """A host result as the device array kind of the input x: cupy, or a torch tensor on the same
+    device for torch inputs; a is returned unchanged when x is not a CUDA array or a is no array."""
+    if not isinstance(a, np.ndarray) or not _on_device(x):
+        return a
+    d = _cupy().asarray(a)
+    if type(x).__module__.split(".")[0] == "torch":
+        import torch
+        return torch.from_dlpack(d)
+    return d
+
+
 class _Input:
     """One input array as Canopy reads it: C-ordered float32 rows, on the host or the device.
     numeric=False takes float32 and float64 only; numeric=True (forests) also bool and integer

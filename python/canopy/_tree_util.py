@@ -5,6 +5,8 @@ import types
 
 import numpy as np
 
+from ._arrays import _host_copy, _on_device
+
 _OPTIONS = ("device", "schedule", "executor", "depth", "pipeline", "chunk", "memory_budget")
 
 
@@ -70,8 +72,9 @@ def _workers(workers):
 
 
 def _host_rows(x, name, m):
-    """x as a float64 numpy array (..., m) of host rows (lists, ints and bools converted)."""
-    a = np.asarray(x)
+    """x as a numpy array (..., m) of host rows (lists, ints and bools converted; a CUDA array
+    copied to the host)."""
+    a = _host_copy(x) if _on_device(x) else np.asarray(x)
     if a.dtype.kind == "c":
         raise TypeError(f"{name}: complex data (dtype {a.dtype}) are not points")
     if a.dtype.kind not in "biuf":
