@@ -47,9 +47,6 @@ inline Device build_device(Device requested) { return requested == Device::Cpu ?
 // Makes the process's CUDA context (about 0.1 s, once) where a GPU may be used, so that a timed
 // build measures the build.
 void start_device(Device requested);
-// " in 5.1 ms" or " in 5.1 ms (median of 3 builds; the first 21.7 ms)", for the build line.
-struct BuildTimes;
-std::string build_time_text(const BuildTimes& t);
 // A tree built up to `runs` times, the last one kept: more than once only where it was built on
 // the GPU, whose first build in a process also loads the build's kernels. The first build's wall
 // time and the median's.
@@ -57,6 +54,8 @@ struct BuildTimes {
   double first_ms = 0, median_ms = 0;
   int runs = 0;
 };
+// " in 5.1 ms" or " in 5.1 ms (median of 3 builds; the first 21.7 ms)", for the build line.
+std::string build_time_text(const BuildTimes& t);
 template <class Build>
 auto timed_build(int runs, Build build, BuildTimes& t) {
   std::vector<double> ms;

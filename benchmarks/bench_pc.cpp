@@ -54,15 +54,15 @@ Measured measure_counts(PointCorrelation& pc, const PointSet& queries, const PcO
   return m;
 }
 
-// One run of the lists (--output lists): each list's size must be its count; the result compared
-// between variants is a hash per list. The execute column is the whole of what follows the
-// schedule: the count pass's executor, the scan, the fill, the sort and the copies. The GPU's
-// count pass cannot run the CPU emulator, so no nodes per warp.
 // The phases of a list call (ms): what the execute column sums.
 struct ListPhases {
   double count = 0, scan = 0, fill = 0, sort = 0, copy = 0;
 };
 
+// One run of the lists (--output lists): each list's size must be its count; the result compared
+// between variants is a hash per list. The execute column is the whole of what follows the
+// schedule: the count pass's executor, the scan, the fill, the sort and the copies. The GPU's
+// count pass cannot run the CPU emulator, so no nodes per warp. `last`: this run's phases.
 Measured measure_lists(PointCorrelation& pc, const PointSet& queries, const PcOptions& opt,
                        const std::vector<index_t>& counts, ListPhases& last) {
   PcListOptions o(opt);

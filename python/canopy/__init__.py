@@ -22,7 +22,7 @@ Canopy's errors are ValueError (MemoryError when the GPU lacks memory), with Can
 import numpy as np
 
 from . import _canopy, _nodes, _periodic
-from ._arrays import _Input, _cupy, _device_dtype, _host_copy, _like, _on_device
+from ._arrays import _Input, _as_cupy, _cupy, _like, _on_device
 from ._pairs import _PairQueries
 from ._tree_util import (_ABS, _U32, _ball_factor, _count_radii, _host_rows, _int, _minkowski, _number, _options,
                          _ordered, _rel, _stats, _workers)
@@ -69,10 +69,12 @@ class _PointTree(_PairQueries):
                           boxsize=boxsize, device=device)
         self.last_stats = None
         self._host = not _on_device(data)
-        if not self._host and _device_dtype(data) != np.float32:
-            # float64 (or integer) CUDA data: kept exact as float64 on the host, as numpy data is;
-            # the results of CUDA queries go back to the device (see query).
-            data, self._host = _host_copy(data), True
+        if not self._host:
+            dev = _as_cupy(data)
+            if dev.dtype != np.float32:
+                # float64 (or integer) CUDA data: kept exact as float64 on the host, as numpy data
+                # is; the results of CUDA queries go back to the device (see query).
+                data, self._host = dev.get(), True
         self._center = None
         self._eps_x = 0.0
         if not self._host or (isinstance(data, np.ndarray) and data.dtype == np.float32):

@@ -27,17 +27,14 @@ def _cupy():
     return _cupy_module
 
 
-def _device_dtype(x):
-    """A CUDA array's numpy dtype, read without a copy."""
-    if hasattr(x, "__cuda_array_interface__"):
-        return np.dtype(x.__cuda_array_interface__["typestr"])
-    return _cupy().from_dlpack(x).dtype
-
-
-def _host_copy(x):
-    """A CUDA array's values as a numpy array (one copy to the host)."""
+def _as_cupy(x):
+    """A CUDA array as a cupy array over the same memory (no copy)."""
     cp = _cupy()
-    return (cp.asarray(x) if hasattr(x, "__cuda_array_interface__") else cp.from_dlpack(x)).get()
+    return cp.asarray(x) if hasattr(x, "__cuda_array_interface__") else cp.from_dlpack(x)
+
+
+def _is_torch(x):
+    return type(x).__module__.split(".")[0] == "torch"
 
 
 def _like(x, a):
@@ -46,7 +43,7 @@ def _like(x, a):
     if not isinstance(a, np.ndarray) or not _on_device(x):
         return a
     d = _cupy().asarray(a)
-    if type(x).__module__.split(".")[0] == "torch":
+    if _is_torch(x):
         import torch
         return torch.from_dlpack(d)
     return d
@@ -61,11 +58,9 @@ class _Input:
         if self._ready(x, width):  # a serving loop's rows: nothing to convert or check
             return
         self.device = _on_device(x)
-        self.torch = type(x).__module__.split(".")[0] == "torch"
+        self.torch = _is_torch(x)
         xp = _cupy() if self.device else np
-        if self.device and not hasattr(x, "__cuda_array_interface__"):
-            x = xp.from_dlpack(x)
-        a = xp.asarray(x)
+        a = _as_cupy(x) if self.device else np.asarray(x)
         if numeric and a.dtype.kind == "O":  # lists with None, say: numbers or a clear error
             try:
                 a = a.astype(np.float64)

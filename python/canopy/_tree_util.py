@@ -5,7 +5,7 @@ import types
 
 import numpy as np
 
-from ._arrays import _host_copy, _on_device
+from ._arrays import _as_cupy, _on_device
 
 _OPTIONS = ("device", "schedule", "executor", "depth", "pipeline", "chunk", "memory_budget")
 
@@ -74,7 +74,7 @@ def _workers(workers):
 def _host_rows(x, name, m):
     """x as a numpy array (..., m) of host rows (lists, ints and bools converted; a CUDA array
     copied to the host)."""
-    a = _host_copy(x) if _on_device(x) else np.asarray(x)
+    a = _as_cupy(x).get() if _on_device(x) else np.asarray(x)
     if a.dtype.kind == "c":
         raise TypeError(f"{name}: complex data (dtype {a.dtype}) are not points")
     if a.dtype.kind not in "biuf":
