@@ -22,6 +22,7 @@
 #include "layouts/gpu_build.hpp"
 #include "layouts/median_tree_build.hpp"
 #include "layouts/point_tree.hpp"
+#include "layouts/resident.hpp"
 
 namespace canopy {
 namespace {
@@ -364,7 +365,7 @@ class MedianGpuBuild {
     uploaded_ = !is_device_pointer(points);
     if (uploaded_) {
       input_.reserve(total, "the tree build's points", s);
-      copy_to_device(input_.get(), points, total, s);
+      detail::copy_up(input_.get(), points, total * sizeof(float), s, &staging_);
       pts = input_.get();
     }
     t1.record(s);
@@ -440,12 +441,6 @@ class MedianGpuBuild {
     n_nodes = node_count;
   }
 
-  // Queues the copy of `count` elements of a device array into a host vector (resized).
-  template <class T>
-  void fetch(std::vector<T>& out, const T* src, std::size_t count) {
-    out.resize(count);
-    copy_to_host(out.data(), src, count, stream.get());
-  }
   // One of a tree's arrays in the build's device memory, by the name its map_view gives it.
   struct Array {
     const char* name;
@@ -471,7 +466,8 @@ class MedianGpuBuild {
     for (const Array& a : shared) add(a);
     for (const Array& a : extra) add(a);
     t2.record(s);
-    fetch(nodes_out, nodes.get(), static_cast<std::size_t>(n_nodes));
+    nodes_out.resize(static_cast<std::size_t>(n_nodes));  // zero-filled while the device builds
+    detail::copy_down(nodes_out.data(), nodes.get(), nodes_out.size() * sizeof(KdNode), s, &staging_);
     t3.record(s);
     stream.sync();
     if (stats) {
@@ -488,6 +484,7 @@ class MedianGpuBuild {
   bool uploaded_ = false;  // the last upload() copied host points
   std::shared_ptr<detail::ResidentArrays> last_resident_;  // the last tree's arrays (keep)
   DeviceBuffer<float> input_;
+  detail::StagingSlots staging_;  // the upload's and the nodes' copies (large trees)
   DeviceBuffer<index_t> table_sizes_, table_nodes_;
   DeviceBuffer<index_t> lists_[2][kMaxDims + 1];
   DeviceBuffer<std::uint32_t> keys_, sorted_keys_;

@@ -383,6 +383,7 @@ struct OctreeGpuBuilder::Impl {
   Event t0, t1, t2, t3;
   std::shared_ptr<detail::ResidentArrays> last_resident;  // the last tree's arrays
   DeviceBuffer<float> xyz_copy, mass_copy;
+  detail::StagingSlots staging;  // large inputs' and trees' copies
   DeviceBuffer<unsigned char> temp;
   DeviceBuffer<Summary> summary;
   PinnedBuffer<Summary> host_summary;
@@ -551,12 +552,12 @@ Octree OctreeGpuBuilder::build(const float* xyz, const float* mass, index_t n, c
   const float* d_mass = mass;
   if (!where.xyz_on_device) {
     b.xyz_copy.reserve(un * 3, "the octree build's coordinates", s);
-    copy_to_device(b.xyz_copy.get(), xyz, un * 3, s);
+    detail::copy_up(b.xyz_copy.get(), xyz, un * 3 * sizeof(float), s, &b.staging);
     d_xyz = b.xyz_copy.get();
   }
   if (!where.mass_on_device) {
     b.mass_copy.reserve(un, "the octree build's masses", s);
-    copy_to_device(b.mass_copy.get(), mass, un, s);
+    detail::copy_up(b.mass_copy.get(), mass, un * sizeof(float), s, &b.staging);
     d_mass = b.mass_copy.get();
   }
   t1.record(s);
@@ -593,8 +594,8 @@ Octree OctreeGpuBuilder::build(const float* xyz, const float* mass, index_t n, c
   t2.record(s);
   tree.nodes_.resize(un_nodes);
   tree.child_ids_.resize(n_links);
-  copy_to_host(tree.nodes_.data(), b.nodes.get(), un_nodes, s);
-  if (n_links > 0) copy_to_host(tree.child_ids_.data(), b.child_ids.get(), n_links, s);
+  detail::copy_down(tree.nodes_.data(), b.nodes.get(), un_nodes * sizeof(tree.nodes_[0]), s, &b.staging);
+  detail::copy_down(tree.child_ids_.data(), b.child_ids.get(), n_links * sizeof(tree.child_ids_[0]), s, &b.staging);
   copy_to_host(b.host_summary.get(), b.summary.get(), 1, s);
   t3.record(s);
   stream.sync();

@@ -20,53 +20,104 @@ cudaStream_t resident_stream() {
   return s;
 }
 
-// A download's page-locked staging: two slots, so the device fills one while the host empties
-// the other. Made per download and freed after it (a tree's host copy is made once), so no
-// memory outlives the copies (a process-wide staging was a leak to the tools).
+// Page-locked staging: two slots, so the device fills one while the host empties the other (or
+// the reverse). Made per copy and freed after it (a tree's host copy is made once), so no memory
+// outlives the copies (a process-wide staging was a leak to the tools).
 constexpr std::size_t kStageBytes = std::size_t{8} << 20;
 
+class Staging {
+ public:
+  Staging(std::size_t largest, cudaStream_t stream, StagingSlots* keep)
+      : stage_(std::min(kStageBytes, std::max<std::size_t>(largest, 1))), stream_(stream), slot_(keep ? *keep : own_) {
+    for (PinnedMemory& m : slot_) m.reserve(stage_, "the staging of a host copy", nullptr);
+  }
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  // No copy may still use a slot when it is freed.
+  ~Staging() { cudaStreamSynchronize(stream_); }
+
+  void to_host(char* dst, const char* src, std::size_t bytes) {
+    for (std::size_t at = 0; at < bytes; at += stage_) {
+      const std::size_t len = std::min(stage_, bytes - at);
+      // Slot `next_` is empty: the host copied it out right after the last chunk went out.
+      CANOPY_CUDA_CHECK(cudaMemcpyAsync(slot_[next_].get(), src + at, len, cudaMemcpyDeviceToHost, stream_));
+      used_[next_].record(stream_);
+      empty_pending();
+      pending_ = {dst + at, len, next_};
+      next_ ^= 1;
+    }
+  }
+  // Host to device: slot `next_` is refilled once its last chunk has gone out.
+  void to_device(char* dst, const char* src, std::size_t bytes) {
+    for (std::size_t at = 0; at < bytes; at += stage_) {
+      const std::size_t len = std::min(stage_, bytes - at);
+      CANOPY_CUDA_CHECK(cudaEventSynchronize(used_[next_].get()));
+      copy_on_cores(slot_[next_].get(), src + at, len);
+      CANOPY_CUDA_CHECK(cudaMemcpyAsync(dst + at, slot_[next_].get(), len, cudaMemcpyHostToDevice, stream_));
+      used_[next_].record(stream_);
+      next_ ^= 1;
+    }
+  }
+  // The last chunk of a download, copied out of its slot.
+  void empty_pending() {
+    if (pending_.slot < 0) return;
+    CANOPY_CUDA_CHECK(cudaEventSynchronize(used_[pending_.slot].get()));
+    copy_on_cores(pending_.dst, slot_[pending_.slot].get(), pending_.bytes);
+    pending_.slot = -1;
+  }
+
+ private:
+  std::size_t stage_;
+  cudaStream_t stream_;
+  StagingSlots own_;
+  StagingSlots& slot_;
+  Event used_[2];  // each slot's last copy
+  int next_ = 0;
+  struct Pending {
+    char* dst = nullptr;
+    std::size_t bytes = 0;
+    int slot = -1;  // -1: none
+  } pending_;
+};
+
 }  // namespace
+
+void staged_to_host(void* dst, const void* src, std::size_t bytes, stream_t stream, StagingSlots* keep) {
+  if (bytes == 0) return;
+  Staging staging(bytes, static_cast<cudaStream_t>(stream), keep);
+  staging.to_host(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
+  staging.empty_pending();
+}
+
+void staged_to_device(void* dst, const void* src, std::size_t bytes, stream_t stream, StagingSlots* keep) {
+  if (bytes == 0) return;
+  Staging staging(bytes, static_cast<cudaStream_t>(stream), keep);
+  staging.to_device(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
+}
+
+void copy_up(void* dst, const void* src, std::size_t bytes, stream_t stream, StagingSlots* keep) {
+  if (bytes >= kStagedCopyMin)
+    staged_to_device(dst, src, bytes, stream, keep);
+  else if (bytes > 0)
+    CANOPY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)));
+}
+
+void copy_down(void* dst, const void* src, std::size_t bytes, stream_t stream, StagingSlots* keep) {
+  if (bytes >= kStagedCopyMin)
+    staged_to_host(dst, src, bytes, stream, keep);
+  else if (bytes > 0)
+    CANOPY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)));
+}
 
 void ResidentArrays::download(const std::vector<Download>& copies) const {
   if (copies.empty()) return;
   std::size_t largest = 0;
   for (const Download& c : copies) largest = std::max(largest, c.bytes);
-  const std::size_t stage = std::min(kStageBytes, std::max<std::size_t>(largest, 1));
   Stream stream;  // its own: a build's allocations (resident_stream) need not wait
-  PinnedMemory slot[2];
-  for (PinnedMemory& m : slot) m.reserve(stage, "the host copy's staging", nullptr);
-  Event filled[2];
-  // Declared last, so it runs first: no copy may still be writing a slot when it is freed.
-  struct WaitOnExit {
-    cudaStream_t s;
-    ~WaitOnExit() { cudaStreamSynchronize(s); }
-  } wait_on_exit{stream.get()};
-  // The chunk in a slot that the host has yet to copy out (slot -1: none).
-  struct Pending {
-    char* dst = nullptr;
-    std::size_t bytes = 0;
-    int slot = -1;
-  } pending;
-  auto empty_pending = [&] {
-    if (pending.slot < 0) return;
-    CANOPY_CUDA_CHECK(cudaEventSynchronize(filled[pending.slot].get()));
-    copy_on_cores(pending.dst, slot[pending.slot].get(), pending.bytes);
-    pending.slot = -1;
-  };
-  int next = 0;
-  for (const Download& c : copies) {
-    const char* src = static_cast<const char*>(find(c.name));
-    for (std::size_t at = 0; at < c.bytes; at += stage) {
-      const std::size_t len = std::min(stage, c.bytes - at);
-      // Slot `next` is empty: the host copied it out right after the last chunk went out.
-      CANOPY_CUDA_CHECK(cudaMemcpyAsync(slot[next].get(), src + at, len, cudaMemcpyDeviceToHost, stream.get()));
-      filled[next].record(stream.get());
-      empty_pending();
-      pending = {static_cast<char*>(c.dst) + at, len, next};
-      next ^= 1;
-    }
-  }
-  empty_pending();
+  Staging staging(largest, stream.get(), nullptr);
+  for (const Download& c : copies)
+    staging.to_host(static_cast<char*>(c.dst), static_cast<const char*>(find(c.name)), c.bytes);
+  staging.empty_pending();
 }
 
 ResidentArrays::~ResidentArrays() {

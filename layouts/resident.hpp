@@ -3,6 +3,7 @@
 // goes by the name the tree's map_view gives it. CUDA-free; layouts/resident.cu holds the CUDA.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstring>
@@ -26,6 +27,20 @@ class ResidentArrays;
 void run_side_by_side(const std::vector<std::function<void()>>& tasks);
 // memcpy spread over TBB's threads.
 void copy_on_cores(void* dst, const void* src, std::size_t bytes);
+// Copies between pageable host memory and device memory on `stream` through two page-locked
+// slots, the link filling (or emptying) one while the host's cores empty (or fill) the other: a
+// copy into or out of pageable memory runs at a fraction of the link's speed. Return when the
+// copy is complete. `keep`: slots to use and keep (a builder's, for its next copies: each
+// allocation costs milliseconds); else they are made for the copy and freed after it.
+using StagingSlots = std::array<PinnedMemory, 2>;
+void staged_to_host(void* dst, const void* src, std::size_t bytes, stream_t stream, StagingSlots* keep = nullptr);
+void staged_to_device(void* dst, const void* src, std::size_t bytes, stream_t stream, StagingSlots* keep = nullptr);
+// Below this many bytes a plain copy is as fast (the slots' allocation is not free).
+constexpr std::size_t kStagedCopyMin = std::size_t{16} << 20;
+// A build's copy of pageable host memory up (its points) or down (its nodes) on `stream`: staged
+// from kStagedCopyMin bytes on (returning when it is complete), a plain copy below.
+void copy_up(void* dst, const void* src, std::size_t bytes, stream_t stream, StagingSlots* keep);
+void copy_down(void* dst, const void* src, std::size_t bytes, stream_t stream, StagingSlots* keep);
 // The arrays for a builder's next tree: `last`'s when no layout holds them any longer (a
 // simulation's rebuilds then allocate nothing), else new ones.
 std::shared_ptr<ResidentArrays> next_resident(std::shared_ptr<ResidentArrays>& last);

@@ -99,7 +99,8 @@ int key_depth(const std::vector<index_t>& leaves, index_t n, bool hinted) {
   return std::max(1, height);
 }
 
-std::vector<AutoPick> auto_candidates(const TraversalOptions& opt, Device device, bool sort_key, bool guided) {
+std::vector<AutoPick> auto_candidates(const TraversalOptions& opt, Device device, bool sort_key, bool guided,
+                                      bool wide) {
   const bool any_schedule = opt.schedule == ScheduleKind::Auto, any_executor = opt.executor == ExecutorKind::Auto;
   if (device != Device::Gpu) {
     return {{any_schedule ? ScheduleKind::InputOrder : opt.schedule,
@@ -128,10 +129,14 @@ std::vector<AutoPick> auto_candidates(const TraversalOptions& opt, Device device
     else
       out.push_back({s, ExecutorKind::Independent});
   }
-  // The model: guided rows (kNN and its kin) never gained from lockstep on the H100 or the H200,
-  // whose vote walks a warp's union of paths, so they are not tried under it. Unguided rows try
+  // The model: guided rows (kNN and its kin) gained from lockstep on the H100 and the H200 only
+  // for wide searches (workload_wide), whose paths a warp's sorted queries mostly share; narrow
+  // ones pay for the union of paths, so they are not tried under it. Unguided rows try
   // independent threads over the sorted orders last, and lockstep over the input order only
   // where the caller fixed that order (lockstep pays off over an order that groups queries).
+  // Second, where it often wins: a budget that cuts the trial short has tried it.
+  if (any_executor && guided && wide && schedules.front() != ScheduleKind::InputOrder)
+    out.insert(out.begin() + 1, {schedules.front(), ExecutorKind::FsmLockstep});
   if (any_executor && !guided) {
     for (ScheduleKind s : schedules)
       if (s != ScheduleKind::InputOrder) out.push_back({s, ExecutorKind::Independent});
@@ -154,17 +159,18 @@ std::vector<index_t> block_sample(const index_t* order, index_t n, index_t m, in
   if (m >= n || blocks < 1) {
     rows.resize(static_cast<std::size_t>(n));
     for (index_t i = 0; i < n; ++i) rows[i] = order ? order[i] : i;
-  } else {
-    const index_t each = std::max<index_t>(1, m / blocks);
-    for (int b = 0; b < blocks; ++b) {
-      // Block b starts at the b-th of `blocks` even divisions of the room left beside the blocks.
-      const index_t start = static_cast<index_t>((n - each * blocks) * static_cast<double>(b) / std::max(1, blocks - 1));
-      const index_t first = std::min(start + b * each, n - each);
-      for (index_t i = first; i < first + each; ++i) rows.push_back(order ? order[i] : i);
-    }
+    return rows;
   }
-  std::sort(rows.begin(), rows.end());
-  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  // The blocks neither overlap nor repeat a position, and `order` is a permutation: the rows are
+  // distinct as they come (sorting them cost the trial 20 ms at 2^18 rows).
+  const index_t each = std::max<index_t>(1, m / blocks);
+  rows.reserve(static_cast<std::size_t>(each) * static_cast<std::size_t>(blocks));
+  for (int b = 0; b < blocks; ++b) {
+    // Block b starts at the b-th of `blocks` even divisions of the room left beside the blocks.
+    const index_t start = static_cast<index_t>((n - each * blocks) * static_cast<double>(b) / std::max(1, blocks - 1));
+    const index_t first = std::min(start + b * each, n - each);
+    for (index_t i = first; i < first + each; ++i) rows.push_back(order ? order[i] : i);
+  }
   return rows;
 }
 

@@ -201,18 +201,37 @@ struct AutoPick {
 // What an Auto call on `device` chooses between, the prior first: the pick a shape's first call
 // runs without a trial. On the GPU: LeafSort (where the workload has a sort key; else HybridKey)
 // under independent threads for guided rows, FSM lockstep for unguided ones. Guided rows: then
-// the input order, then HybridKey, all under independent threads (lockstep never won them).
-// Unguided rows: HybridKey under lockstep, the sorted orders under independent threads, the
-// input order last. A kind the options fix stays fixed. On the CPU no trial: independent tasks over the
-// input order (the lockstep kinds are the warp emulator, there to count nodes).
-std::vector<AutoPick> auto_candidates(const TraversalOptions& opt, Device device, bool sort_key, bool guided);
+// the input order, then HybridKey, under independent threads, and lockstep over the sorted order
+// only for a `wide` search (see workload_wide). Unguided rows: HybridKey under lockstep, the
+// sorted orders under independent threads, the input order last. A kind the options fix stays
+// fixed. On the CPU no trial: independent tasks over the input order (the lockstep kinds are the
+// warp emulator, there to count nodes).
+std::vector<AutoPick> auto_candidates(const TraversalOptions& opt, Device device, bool sort_key, bool guided,
+                                      bool wide = false);
+
+// A guided workload says with an optional `bool wide_search() const` that its queries search
+// regions wide beside a warp's group of sorted queries (kNN with k > 16 over a kd-tree). There a
+// lockstep warp's union of paths costs little more than each lane's own, and it shares the nodes'
+// and leaves' loads: on the H200, 10^6 uniform 3-d points, k = 30, 7.9 against 9.1 ms; over the
+// cities file it loses (0.83 against 0.48 ms), so Auto tries it rather than assuming it.
+template <class W, class = void>
+struct has_wide_search : std::false_type {};
+template <class W>
+struct has_wide_search<W, std::void_t<decltype(std::declval<const W&>().wide_search())>> : std::true_type {};
+template <class W>
+bool workload_wide(const W& w) {
+  if constexpr (has_wide_search<W>::value)
+    return w.wide_search();
+  else
+    return false;
+}
 
 // The queries of each candidate's trial for a call of n: about one call's work over all the
 // candidates, within [kAutoSampleMin, kAutoSample] (n when smaller).
 index_t auto_sample_size(index_t n, std::size_t candidates);
 
-// m query indices (ascending) taken as `blocks` runs of consecutive positions of `order` (null:
-// the input order) spread evenly over 0..n-1; all of them when m >= n.
+// m distinct query indices, in position order, taken as `blocks` runs of consecutive positions of
+// `order` (a permutation; null: the input order) spread evenly over 0..n-1; all of them when m >= n.
 std::vector<index_t> block_sample(const index_t* order, index_t n, index_t m, int blocks);
 
 // Auto's picks, process-wide (a simulation that rebuilds its tree every step pays for one trial,
@@ -489,11 +508,14 @@ TraversalStats run_plan(const W& w, const typename W::View& view, Device held, G
 template <class W>
 void plan_auto(const W& w, const typename W::View& view, EngineState& state, index_t n, CallPlan& p) {
   if (p.opt.schedule != ScheduleKind::Auto && p.opt.executor != ExecutorKind::Auto) return;
-  p.candidates = auto_candidates(p.opt, p.where, W::kSortKey, W::kGuided);
+  const bool wide = workload_wide(w);
+  p.candidates = auto_candidates(p.opt, p.where, W::kSortKey, W::kGuided, wide);
   AutoPick pick = p.candidates.front();
   if (p.candidates.size() > 1 && n > 0 && workload_rerunnable_v<W>) {
-    p.auto_key = AutoChoice::key(typeid(W).hash_code(), W::topology(view).height, tree_size_for_key<W>(view, state),
-                                 n, p.where, p.opt);
+    // A wide search has its own candidates, so its own picks (kNN with k = 30 and k = 8 differ).
+    const std::size_t workload = typeid(W).hash_code() ^ (wide ? std::size_t{0x9e3779b97f4a7c15ull} : 0);
+    p.auto_key = AutoChoice::key(workload, W::topology(view).height, tree_size_for_key<W>(view, state), n, p.where,
+                                 p.opt);
     AutoPick known{};
     bool settled = false;
     if (!AutoChoice::find(p.auto_key, &known, &settled))
@@ -564,21 +586,30 @@ void run_auto_trial(const W& w, const typename W::View& view, Device held, GpuPa
                     const CallData& call, const CallPlan& p, const TraversalStats& st, double call_wall_ms) {
   const auto start = std::chrono::steady_clock::now();
   const index_t n = call.n;
-  // The trial's data: samples of the call (gathered on the host), or the call itself.
-  TrialCall in_order, sorted;
+  // The trial's data: samples of the call (gathered on the host) at the input order's positions
+  // and at the call's schedule's, each made when a candidate first needs it (a trial that its
+  // budget stops early gathers no more); or the call itself.
   const bool gpu_trial = p.where == Device::Gpu;
   const stream_t trial_stream = gpu_trial ? gpu->stream() : nullptr;
-  if (p.trial_sampled) {
-    const std::vector<float> staged = host_copy_of_queries(call.queries, n, w.query_dims, p.opt.stream);
-    const float* queries = staged.empty() ? call.queries : staged.data();
-    const index_t m = auto_sample_size(n, p.candidates.size());
-    const std::vector<index_t> a = block_sample(nullptr, n, m, kAutoBlocks);
-    const std::vector<index_t> b = block_sample(st.schedule.order.data(), n, m, kAutoBlocks);
-    in_order = trial_call(w, call, queries, &a, gpu_trial, trial_stream);
-    sorted = trial_call(w, call, queries, &b, gpu_trial, trial_stream);
-  } else {
-    in_order = trial_call(w, call, nullptr, nullptr, gpu_trial, trial_stream);
-  }
+  std::vector<float> staged;
+  if (p.trial_sampled) staged = host_copy_of_queries(call.queries, n, w.query_dims, p.opt.stream);
+  const float* queries = staged.empty() ? call.queries : staged.data();
+  TrialCall samples[2];
+  bool made[2] = {false, false};
+  const auto data_for = [&](const AutoPick& c) -> const TrialCall& {
+    const int i = p.trial_sampled && c.schedule != ScheduleKind::InputOrder ? 1 : 0;
+    if (!made[i]) {
+      if (p.trial_sampled) {
+        const std::vector<index_t> rows = block_sample(i ? st.schedule.order.data() : nullptr, n,
+                                                       auto_sample_size(n, p.candidates.size()), kAutoBlocks);
+        samples[i] = trial_call(w, call, queries, &rows, gpu_trial, trial_stream);
+      } else {
+        samples[i] = trial_call(w, call, nullptr, nullptr, gpu_trial, trial_stream);
+      }
+      made[i] = true;
+    }
+    return samples[i];
+  };
   const double budget = kAutoTrialBudget * call_wall_ms;
   double best = p.trial_sampled ? 0 : run_ms(st), cheapest = 0;
   // The next run is assumed to cost twice the cheapest so far: a candidate can be far slower
@@ -592,7 +623,7 @@ void run_auto_trial(const W& w, const typename W::View& view, Device held, GpuPa
     t.executor = c.executor;
     // A sample runs at the whole call's depth: its blocks have the call's density.
     if (c.schedule == ScheduleKind::HybridKey && p.trial_depth == 0) t.depth = workload_key_depth(w, view, state, n);
-    const TrialCall& s = p.trial_sampled && c.schedule != ScheduleKind::InputOrder ? sorted : in_order;
+    const TrialCall& s = data_for(c);
     const CallPlan trial = fixed_plan(w, view, held, gpu, state, s.data.n, t);
     auto once = [&] {
       const auto t0 = std::chrono::steady_clock::now();

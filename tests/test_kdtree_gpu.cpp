@@ -10,6 +10,7 @@
 
 #include "core/checks.hpp"
 #include "core/device.hpp"
+#include "core/device_buffer.hpp"
 #include "io/dataset.hpp"
 #include "layouts/ball_tree.hpp"
 #include "layouts/kdtree.hpp"
@@ -150,6 +151,45 @@ TEST(KdTreeGpu, EqualsTheCpuTreeOnEveryGenerator) {
   expect_gpu_equals_cpu(pl.coords, pl.size(), pl.dims, 8, "plummer");
   const PointSet u = generate("uniform:1000003:3", 10);
   expect_gpu_equals_cpu(u.coords, u.size(), u.dims, 8, "uniform:1000003:3");
+}
+
+// A large tree's points go up and its nodes come back through page-locked staging (above
+// detail::kStagedCopyMin): the tree equals the CPU's, from a one-off build and from a builder's
+// second build, which reuses the slots it kept.
+TEST(KdTreeGpu, StagedCopiesOfALargeTreeEqualTheCpuTree) {
+  CANOPY_REQUIRE_GPU();
+  const PointSet u = generate("uniform:5000003:3", 12);
+  const index_t n = u.size();
+  ASSERT_GE(u.coords.size() * sizeof(float), detail::kStagedCopyMin);
+  KdTreeOptions o;
+  o.device = Device::Cpu;
+  const KdTree cpu = KdTree::build(u.coords.data(), n, 3, o);
+  ASSERT_GE(cpu.nodes().size() * sizeof(KdNode), detail::kStagedCopyMin);
+  test::expect_same_tree(KdTree::build_on_gpu(u.coords.data(), n, 3, o), cpu, "a one-off build");
+  KdTreeGpuBuilder builder;
+  const PointSet other = generate("uniform:5000003:3", 13);
+  test::expect_same_tree(builder.build(other.coords.data(), n, 3, o), KdTree::build(other.coords.data(), n, 3, o),
+                         "a builder's first build");
+  test::expect_same_tree(builder.build(u.coords.data(), n, 3, o), cpu, "the builder's second build");
+}
+
+// The staged copies alone: every byte there and back, at sizes around the 8 MiB slots, with
+// slots made per copy and with kept ones.
+TEST(StagedCopy, EveryByteGoesThereAndBack) {
+  CANOPY_REQUIRE_GPU();
+  const std::size_t slot = std::size_t{8} << 20;
+  detail::StagingSlots kept;
+  for (std::size_t bytes : {std::size_t{1}, slot - 1, slot, slot + 1, 3 * slot + 12345}) {
+    for (bool keep : {false, true}) {
+      std::vector<unsigned char> src(bytes), back(bytes, 0);
+      for (std::size_t i = 0; i < bytes; ++i) src[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
+      DeviceBuffer<unsigned char> d;
+      d.reserve(bytes, "the test's copy", nullptr);
+      detail::staged_to_device(d.get(), src.data(), bytes, nullptr, keep ? &kept : nullptr);
+      detail::staged_to_host(back.data(), d.get(), bytes, nullptr, keep ? &kept : nullptr);
+      EXPECT_TRUE(back == src) << bytes << " bytes, " << (keep ? "kept" : "own") << " slots";
+    }
+  }
 }
 
 TEST(KdTreeGpu, EqualsTheCpuTreeWithManyEqualPoints) {

@@ -248,10 +248,19 @@ TEST(AutoChoice, CandidatesAndSamples) {
   EXPECT_EQ(guided[0].executor, ExecutorKind::Independent);
   for (const AutoPick& p : guided) EXPECT_EQ(p.executor, ExecutorKind::Independent) << "guided rows: no lockstep";
   EXPECT_EQ(guided[1].schedule, ScheduleKind::InputOrder) << "guided rows: the input order next";
+  // A wide guided search (kNN, k > 16): lockstep over the sorted order second, the rest as before.
+  const std::vector<AutoPick> wide = auto_candidates(o, Device::Gpu, true, true, true);
+  ASSERT_EQ(wide.size(), 4u);
+  EXPECT_EQ(wide[0].schedule, ScheduleKind::LeafSort);
+  EXPECT_EQ(wide[0].executor, ExecutorKind::Independent);
+  EXPECT_EQ(wide[1].schedule, ScheduleKind::LeafSort);
+  EXPECT_EQ(wide[1].executor, ExecutorKind::FsmLockstep);
+  for (std::size_t i = 2; i < wide.size(); ++i) EXPECT_EQ(wide[i].executor, ExecutorKind::Independent);
+  EXPECT_EQ(auto_candidates(o, Device::Cpu, true, true, true).size(), 1u) << "no trial on the CPU";
   const std::vector<AutoPick> keyless = auto_candidates(o, Device::Gpu, false, false);
   ASSERT_EQ(keyless.size(), 3u);  // no sort key: no LeafSort
   EXPECT_EQ(keyless[0].schedule, ScheduleKind::HybridKey);
-  for (const auto& all : {gpu, guided, keyless}) {
+  for (const auto& all : {gpu, guided, wide, keyless}) {
     std::set<std::pair<int, int>> distinct;
     for (const AutoPick& p : all) distinct.insert({static_cast<int>(p.schedule), static_cast<int>(p.executor)});
     EXPECT_EQ(distinct.size(), all.size());
@@ -266,6 +275,7 @@ TEST(AutoChoice, CandidatesAndSamples) {
   o.schedule = ScheduleKind::InputOrder;  // lockstep over the input order only where it is fixed
   EXPECT_EQ(auto_candidates(o, Device::Gpu, true, false).size(), 2u);
   EXPECT_EQ(auto_candidates(o, Device::Gpu, true, true).size(), 1u);
+  EXPECT_EQ(auto_candidates(o, Device::Gpu, true, true, true).size(), 1u) << "no lockstep over a fixed input order";
 
   // The sample: about one call's work over the candidates (and the close ones' second timing),
   // within [kAutoSampleMin, kAutoSample], the whole of a smaller call.
@@ -276,14 +286,23 @@ TEST(AutoChoice, CandidatesAndSamples) {
   EXPECT_EQ(auto_sample_size(1000000, 3), kAutoSampleMin);
   EXPECT_EQ(auto_sample_size(index_t{100000000}, 5), kAutoSample);
 
-  // Blocks of consecutive positions of the order, spread over it, ascending, no repeats.
+  // Blocks of consecutive positions of the order, spread over it, in position order, no repeats.
   std::vector<index_t> order(1000);
   std::iota(order.rbegin(), order.rend(), 0);  // 999 .. 0
   const std::vector<index_t> rows = block_sample(order.data(), 1000, 80, 8);
   ASSERT_EQ(rows.size(), 80u);
-  EXPECT_TRUE(std::is_sorted(rows.begin(), rows.end()));
-  EXPECT_EQ(rows.front(), 0);   // the last block ends the order
-  EXPECT_EQ(rows.back(), 999);  // the first block starts it
+  EXPECT_TRUE(std::is_sorted(rows.rbegin(), rows.rend())) << "the order's positions, in turn";
+  EXPECT_EQ(rows.front(), 999);  // the first block starts the order
+  EXPECT_EQ(rows.back(), 0);     // the last block ends it
+  EXPECT_EQ(std::set<index_t>(rows.begin(), rows.end()).size(), rows.size());
+  for (std::size_t b = 0; b < 8; ++b)  // each block: 10 consecutive positions
+    for (std::size_t i = 1; i < 10; ++i) EXPECT_EQ(rows[b * 10 + i], rows[b * 10 + i - 1] - 1);
+  const std::vector<index_t> in_order = block_sample(nullptr, 100000, 4096, 8);
+  ASSERT_EQ(in_order.size(), 4096u);
+  EXPECT_TRUE(std::is_sorted(in_order.begin(), in_order.end()));
+  EXPECT_EQ(std::adjacent_find(in_order.begin(), in_order.end()), in_order.end());
+  EXPECT_EQ(in_order.front(), 0);
+  EXPECT_EQ(in_order.back(), 99999);
   EXPECT_EQ(block_sample(nullptr, 50, 80, 8).size(), 50u);
 }
 

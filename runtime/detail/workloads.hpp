@@ -110,6 +110,8 @@ struct KnnWorkload : PointTreeWorkload<Tree> {
       f(make_knn_visitor<M>(tree, queries, k, dist, index));
     });
   }
+  // Auto tries lockstep over the sorted order for these (runtime/engine.hpp, workload_wide).
+  bool wide_search() const { return std::is_same_v<View, KdTreeView> && k > 16; }
   // The leaf of each query's greedy descent (greedy_leaf), which needs no candidate list.
   template <class F>
   void with_sort_key(const View& tree, const float* queries, F&& f) const {
