@@ -10,7 +10,6 @@
 
 #include "core/checks.hpp"
 #include "core/device.hpp"
-#include "core/device_buffer.hpp"
 #include "io/dataset.hpp"
 #include "layouts/ball_tree.hpp"
 #include "layouts/kdtree.hpp"
@@ -183,10 +182,10 @@ TEST(StagedCopy, EveryByteGoesThereAndBack) {
     for (bool keep : {false, true}) {
       std::vector<unsigned char> src(bytes), back(bytes, 0);
       for (std::size_t i = 0; i < bytes; ++i) src[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
-      DeviceBuffer<unsigned char> d;
-      d.reserve(bytes, "the test's copy", nullptr);
-      detail::staged_to_device(d.get(), src.data(), bytes, nullptr, keep ? &kept : nullptr);
-      detail::staged_to_host(back.data(), d.get(), bytes, nullptr, keep ? &kept : nullptr);
+      void* d = test::device_alloc(bytes);
+      detail::staged_to_device(d, src.data(), bytes, nullptr, keep ? &kept : nullptr);
+      detail::staged_to_host(back.data(), d, bytes, nullptr, keep ? &kept : nullptr);
+      test::device_free(d);
       EXPECT_TRUE(back == src) << bytes << " bytes, " << (keep ? "kept" : "own") << " slots";
     }
   }
