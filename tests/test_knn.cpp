@@ -84,9 +84,9 @@ void exact_in_every_dimension(Device device) {
   for (int dims : {2, 3, 7, 16}) {
     const std::vector<float> points = test::clustered_points(1200, dims, 10 + dims);
     const std::vector<float> queries = make_queries(points, dims, 200, 20 + dims);
-    // k = 1, 8, 13 and 30 run the kd-tree's register lists (Cap 8, 16 and 32), 64 the list in
-    // the results.
-    for (int k : {1, 8, 13, 30, 64}) expect_all_variants_exact<Tree>(points, queries, dims, k, device);
+    // k = 1, 8, 13, 30, 40 and 64 run the kd-tree's register lists (Cap 8, 16, 32 and 64, with
+    // and without sentinels), 65 the list in the results.
+    for (int k : {1, 8, 13, 30, 40, 64, 65}) expect_all_variants_exact<Tree>(points, queries, dims, k, device);
   }
 }
 
