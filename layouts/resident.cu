@@ -21,8 +21,9 @@ cudaStream_t resident_stream() {
 }
 
 // Page-locked staging: two slots, so the device fills one while the host empties the other (or
-// the reverse). Made per copy and freed after it (a tree's host copy is made once), so no memory
-// outlives the copies (a process-wide staging was a leak to the tools).
+// the reverse). Made per copy and freed after it (a tree's host copy is made once), or kept by
+// the builder that asks (its next build's copies allocate nothing); never process-wide (that was
+// a leak to the tools).
 constexpr std::size_t kStageBytes = std::size_t{8} << 20;
 
 class Staging {
@@ -98,15 +99,15 @@ void staged_to_device(void* dst, const void* src, std::size_t bytes, stream_t st
 void copy_up(void* dst, const void* src, std::size_t bytes, stream_t stream, StagingSlots* keep) {
   if (bytes >= kStagedCopyMin)
     staged_to_device(dst, src, bytes, stream, keep);
-  else if (bytes > 0)
-    CANOPY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)));
+  else
+    copy_async(dst, src, bytes, stream);
 }
 
 void copy_down(void* dst, const void* src, std::size_t bytes, stream_t stream, StagingSlots* keep) {
   if (bytes >= kStagedCopyMin)
     staged_to_host(dst, src, bytes, stream, keep);
-  else if (bytes > 0)
-    CANOPY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)));
+  else
+    copy_async(dst, src, bytes, stream);
 }
 
 void ResidentArrays::download(const std::vector<Download>& copies) const {

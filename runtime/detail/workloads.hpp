@@ -113,7 +113,7 @@ struct KnnWorkload : PointTreeWorkload<Tree> {
       f(make_knn_visitor<M>(tree, queries, k, dist, index));
     });
   }
-  // Auto tries lockstep over the sorted order for these (runtime/engine.hpp, workload_wide).
+  // Auto tries lockstep over the sorted order for these (runtime/auto_choice.hpp, workload_wide).
   bool wide_search() const { return std::is_same_v<View, KdTreeView> && k > 16; }
   // The leaf of each query's greedy descent (greedy_leaf), which needs no candidate list.
   template <class F>
