@@ -1,7 +1,12 @@
 """Input arrays as Canopy reads them (shared by the trees in __init__.py and forest.py): C-ordered
 float32 rows on the host (numpy) or the device (cupy, torch, anything with
 __cuda_array_interface__ or a CUDA DLPack capsule), and results in the input's kind of array."""
+import sys
+import threading
+
 import numpy as np
+
+_F32 = np.dtype(np.float32)
 
 
 def _on_device(x):
@@ -13,17 +18,18 @@ def _on_device(x):
 
 
 _cupy_module = None
+_cupy_ndarray = None  # cupy.ndarray once cupy is imported: the serving loop's type test
 
 
 def _cupy():
-    global _cupy_module
+    global _cupy_module, _cupy_ndarray
     if _cupy_module is None:  # (an import statement per call costs a serving loop's call ~0.5 us)
         try:
             import cupy
         except ImportError as e:  # a CUDA array without cupy: say what is needed
             raise ValueError("CUDA arrays need cupy to hold Canopy's results on the device "
                              "(pass a numpy array instead)") from e
-        _cupy_module = cupy
+        _cupy_module, _cupy_ndarray = cupy, cupy.ndarray
     return _cupy_module
 
 
@@ -88,11 +94,12 @@ class _Input:
         t = type(x)
         if t is np.ndarray:
             self.xp, self.device = np, False
-        elif t.__name__ == "ndarray" and t.__module__.startswith("cupy"):
+        elif t is _cupy_ndarray or (t.__name__ == "ndarray" and t.__module__.startswith("cupy")):
             self.xp, self.device = _cupy(), True
         else:
             return False
-        if x.dtype != np.float32 or x.ndim != 2 or not x.flags.c_contiguous or (width is not None and x.shape[1] != width):
+        if (x.dtype is not _F32 and x.dtype != _F32) or x.ndim != 2 or not x.flags.c_contiguous or (
+                width is not None and x.shape[1] != width):
             return False
         self.torch = self.single = False
         self.array = x
@@ -100,10 +107,11 @@ class _Input:
         self.ptr = x.data.ptr if self.device else x
         return True
 
-    def empty(self, shape, dtype):
+    def empty(self, shape, dtype, slots=None):
         """A result array and its address for the C++ side: the numpy array itself (the binding
-        reads its data pointer), or a device array's pointer."""
-        out = self.xp.empty(shape, dtype=dtype)
+        reads its data pointer), or a device array's pointer. slots: an _OutputSlots to take a
+        small device result from."""
+        out = slots.empty(self.xp, shape, dtype) if slots is not None else self.xp.empty(shape, dtype=dtype)
         return out, (out.data.ptr if self.device else out)
 
     def result(self, a):
@@ -112,3 +120,44 @@ class _Input:
             return a
         import torch
         return torch.from_dlpack(a) if self.device else torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _count_in_loop(items):
+    for a in items:
+        return sys.getrefcount(a)
+
+
+# What sys.getrefcount says of a list's element that nothing else refers to, read in the loop that
+# _OutputSlots uses (measured, not assumed: interpreters count borrowed references differently).
+_ALONE = _count_in_loop([object()]) if hasattr(sys, "getrefcount") else None
+
+
+class _OutputSlots:
+    """Small device results of a serving loop, reused: a cupy allocation costs a call ~4 us (a
+    tenth of a 10,000-row forest call on the H100). A result is handed out again only once nothing
+    but these slots refers to it (the caller dropped it and every view of it: a view, a DLPack or
+    __cuda_array_interface__ consumer holds a reference), so no result the caller can still see is
+    ever overwritten: the same rule as cupy's own memory pool, whose freed blocks the next
+    allocation takes. Two slots: a loop keeps its last result while making the next. Results above
+    LARGEST bytes are allocated each time (the allocation is nothing beside their call) and not
+    kept, so a forest holds at most 2 x LARGEST bytes here."""
+
+    LARGEST = 4 << 20
+
+    def __init__(self):
+        self._slots = []
+        self._lock = threading.Lock()  # (two threads must not take the same free slot)
+
+    def empty(self, xp, shape, dtype):
+        size = np.dtype(dtype).itemsize
+        for d in shape:
+            size *= d
+        if xp is np or size > self.LARGEST or _ALONE is None:
+            return xp.empty(shape, dtype=dtype)
+        with self._lock:
+            for a in self._slots:
+                if sys.getrefcount(a) == _ALONE and a.shape == shape and a.dtype == dtype:
+                    return a
+            a = xp.empty(shape, dtype=dtype)
+            self._slots = [a] + self._slots[:1]
+            return a

@@ -20,12 +20,14 @@ import os
 import numpy as np
 
 from . import _canopy
-from ._arrays import _Input
+from . import _arrays
+from ._arrays import _Input, _OutputSlots
 from .sklearn_export import forest_to_dict as _sklearn_forest_to_dict
 
 __all__ = ["Forest"]
 
 _DEVICES = ("auto", "cpu", "gpu")
+_DEFAULT_OPTIONS = {d: {"device": d} for d in _DEVICES}  # (read, never written, by the binding)
 _LAYOUTS = ("auto", "csr", "reorg", "hier", "hierarchical", "adaptive")
 _KERNELS = ("auto", "direct", "shared-data", "shared-forest", "split-shared-forest", "hybrid")
 _OUTPUTS = ("margin", "prob", "class", "leaf")
@@ -60,7 +62,7 @@ def _run_options(call, options, device):
     """The C++ run options from a call's keyword arguments: a TypeError names unknown keywords
     and wrongly typed values, a ValueError unknown names."""
     if not options and device in _DEVICES:  # the default call: nothing to check
-        return {"device": device}
+        return _DEFAULT_OPTIONS[device]
     unknown = sorted(set(options) - set(_RUN_OPTIONS))
     if unknown:
         raise TypeError(f"{call}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))} "
@@ -370,8 +372,15 @@ class Forest:
         self._core.configure(layout, cache_dir)
         self._subsets = {}
         self._widths = {}  # (C++ forest, output): columns of the output
+        self._outs = _OutputSlots()  # a serving loop's small device results
         self._starts = None
-        self.last_stats = None
+        self._last = None  # the last call's C++ stats, wrapped when read
+
+    @property
+    def last_stats(self):
+        """What the last call ran (a ForestStats), None before the first."""
+        c = self._last
+        return None if c is None else ForestStats(c)
 
     def _meta_get(self, key):
         """A field of the model document, read the first time one is needed (a file's feature
@@ -539,7 +548,8 @@ class Forest:
                          f"(the model's: {_names(model)})")
 
     def _rows(self, X, validate_features):
-        if type(X) is not np.ndarray:  # (a serving loop's numpy rows skip the pandas checks)
+        t = type(X)
+        if t is not np.ndarray and t is not _arrays._cupy_ndarray:  # (a serving loop's rows skip the pandas checks)
             if _is_dataframe(X):
                 if validate_features:
                     self._check_columns(list(X.columns))
@@ -558,13 +568,14 @@ class Forest:
         width = self._widths.get((core, output))
         if width is None:
             width = self._widths[(core, output)] = core.width(output)
-        out, op = rows.empty((rows.n, width), np.float64 if f64 else np.float32)
-        self.last_stats = ForestStats(core.predict(rows.ptr, rows.n, op, f64, output, opts))
+        out, op = rows.empty((rows.n, width), np.float64 if f64 else np.float32, self._outs)
+        self._last = core.predict(rows.ptr, rows.n, op, f64, output, opts)
         return rows, out
 
     @staticmethod
     def _finish(rows, out):
-        out = rows.result(out)
+        if rows.torch:
+            out = rows.result(out)
         return out[0] if rows.single else out
 
     def _labels(self, rows, index):
