@@ -98,6 +98,19 @@ std::vector<float> uniform(long long n, int dims, std::uint64_t seed) {
   return x;
 }
 
+void normalize(std::vector<float>& x, int dims, const std::vector<float>& lo, const std::vector<float>& hi);
+
+// Points and queries into the points' bounding box's unit cube.
+void normalize_to_points(std::vector<float>& px, std::vector<float>& qx, int dims) {
+  std::vector<float> lo(px.begin(), px.begin() + dims), hi = lo;
+  for (std::size_t i = 0; i < px.size(); ++i) {
+    lo[i % dims] = std::min(lo[i % dims], px[i]);
+    hi[i % dims] = std::max(hi[i % dims], px[i]);
+  }
+  normalize(px, dims, lo, hi);
+  normalize(qx, dims, lo, hi);
+}
+
 void normalize(std::vector<float>& x, int dims, const std::vector<float>& lo, const std::vector<float>& hi) {
   const std::size_t n = x.size() / dims;
   for (int d = 0; d < dims; ++d) {
@@ -155,17 +168,59 @@ struct Counter {
   }
 };
 
+// Brute force once per sampled query, spread over the host's cores: the k-th smallest squared
+// distance for each k, and the points surely and possibly within the radius (r2 its square).
+struct Truth {
+  std::vector<double> kth;
+  long long sure = 0, maybe = 0;
+};
+
+template <int D>
+std::vector<Truth> brute_force(const Args& a, const std::vector<float>& px, const std::vector<float>& qx,
+                               const std::vector<long long>& sample, double r2) {
+  const double band = 1e-5 * r2;
+  std::vector<Truth> truth(sample.size());
+  const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  for (unsigned w = 0; w < workers; ++w)
+    pool.emplace_back([&, w] {
+      std::vector<double> all(static_cast<std::size_t>(a.points));
+      for (std::size_t s = w; s < sample.size(); s += workers) {
+        const float* q = &qx[sample[s] * D];
+        for (long long i = 0; i < a.points; ++i) all[i] = dist2(q, &px[i * D], D);
+        Truth& t = truth[s];
+        for (int k : a.ks) {
+          std::nth_element(all.begin(), all.begin() + (k - 1), all.end());
+          t.kth.push_back(all[k - 1]);
+        }
+        for (double d2 : all) {
+          t.sure += d2 <= r2 - band;
+          t.maybe += d2 <= r2 + band;
+        }
+      }
+    });
+  for (auto& th : pool) th.join();
+  return truth;
+}
+
+// The results as JSON, for scripts/compare_arborx_table.py.
+void write_json(const Args& a, int dims, double upload_ms, const std::vector<std::string>& rows) {
+  FILE* f = std::fopen(a.json.c_str(), "w");
+  if (!f) throw std::runtime_error("cannot write " + a.json);
+  std::fprintf(f, "{\"library\": \"ArborX %s\", \"kokkos\": \"%d.%d.%d\", \"n_points\": %lld, \"n_queries\": %lld, "
+                  "\"dims\": %d, \"repeat\": %d, \"upload_ms\": %.3f, \"rows\": [",
+               ArborX::version().c_str(), KOKKOS_VERSION_MAJOR, KOKKOS_VERSION_MINOR, KOKKOS_VERSION_PATCH, a.points,
+               a.queries, dims, a.repeat, upload_ms);
+  for (std::size_t i = 0; i < rows.size(); ++i) std::fprintf(f, "%s%s", i ? ", " : "", rows[i].c_str());
+  std::fprintf(f, "]}\n");
+  std::fclose(f);
+}
+
 template <int D>
 int run(const Args& a) {
   using Point = ArborX::Point<D>;
   std::vector<float> px = uniform(a.points, D, a.seed), qx = uniform(a.queries, D, a.seed + 1);
-  std::vector<float> lo(px.begin(), px.begin() + D), hi = lo;
-  for (std::size_t i = 0; i < px.size(); ++i) {
-    lo[i % D] = std::min(lo[i % D], px[i]);
-    hi[i % D] = std::max(hi[i % D], px[i]);
-  }
-  normalize(px, D, lo, hi);
-  normalize(qx, D, lo, hi);
+  normalize_to_points(px, qx, D);
 
   auto on_host = [](const std::vector<float>& x, const char* label) {
     const std::size_t n = x.size() / D;
@@ -188,36 +243,8 @@ int run(const Args& a) {
   std::vector<long long> sample;
   for (int s = 0; s < a.check && s < nq; ++s) sample.push_back(static_cast<long long>(s * (double(nq) / a.check)));
 
-  // Brute force once per sampled query, spread over the host's cores: the k-th smallest
-  // squared distance for each k, and the points surely and possibly within the radius.
-  const double rf = static_cast<float>(a.radius), r2 = rf * rf, band = 1e-5 * r2;
-  struct Truth {
-    std::vector<double> kth;
-    long long sure = 0, maybe = 0;
-  };
-  std::vector<Truth> truth(sample.size());
-  {
-    const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
-    std::vector<std::thread> pool;
-    for (unsigned w = 0; w < workers; ++w)
-      pool.emplace_back([&, w] {
-        std::vector<double> all(static_cast<std::size_t>(a.points));
-        for (std::size_t s = w; s < sample.size(); s += workers) {
-          const float* q = &qx[sample[s] * D];
-          for (long long i = 0; i < a.points; ++i) all[i] = dist2(q, &px[i * D], D);
-          Truth& t = truth[s];
-          for (int k : a.ks) {
-            std::nth_element(all.begin(), all.begin() + (k - 1), all.end());
-            t.kth.push_back(all[k - 1]);
-          }
-          for (double d2 : all) {
-            t.sure += d2 <= r2 - band;
-            t.maybe += d2 <= r2 + band;
-          }
-        }
-      });
-    for (auto& th : pool) th.join();
-  }
+  const double rf = static_cast<float>(a.radius), r2 = rf * rf;
+  const std::vector<Truth> truth = brute_force<D>(a, px, qx, sample, r2);
 
   std::printf("points uploaded in %.3f ms\n", upload_ms);
   std::vector<std::string> rows;
@@ -302,17 +329,7 @@ int run(const Args& a) {
     if (bad) return 1;
   }
 
-  if (!a.json.empty()) {
-    FILE* f = std::fopen(a.json.c_str(), "w");
-    if (!f) throw std::runtime_error("cannot write " + a.json);
-    std::fprintf(f, "{\"library\": \"ArborX %s\", \"kokkos\": \"%d.%d.%d\", \"n_points\": %lld, \"n_queries\": %lld, "
-                    "\"dims\": %d, \"repeat\": %d, \"upload_ms\": %.3f, \"rows\": [",
-                 ArborX::version().c_str(), KOKKOS_VERSION_MAJOR, KOKKOS_VERSION_MINOR, KOKKOS_VERSION_PATCH, a.points,
-                 a.queries, D, a.repeat, upload_ms);
-    for (std::size_t i = 0; i < rows.size(); ++i) std::fprintf(f, "%s%s", i ? ", " : "", rows[i].c_str());
-    std::fprintf(f, "]}\n");
-    std::fclose(f);
-  }
+  if (!a.json.empty()) write_json(a, D, upload_ms, rows);
   return 0;
 }
 
