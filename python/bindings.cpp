@@ -32,6 +32,8 @@
 namespace py = pybind11;
 using namespace canopy;
 
+void register_exact_filter(py::module_& m);  // exact_filter.cpp
+
 // An array's address as the Python side passes it: a numpy array (its data pointer, read here:
 // numpy's ctypes.data costs a serving loop's call about 0.6 us each), or an int (a device pointer).
 struct Address {
@@ -533,6 +535,7 @@ PYBIND11_MODULE(_canopy, m) {
     }
   });
   m.def("gpu_available", &gpu_available);
+  register_exact_filter(m);
   m.def("gpu_description", &gpu_description);
 
   py::class_<PointIndex>(m, "PointIndex")

@@ -24,15 +24,14 @@ import numpy as np
 from . import _canopy, _nodes, _periodic
 from ._arrays import _Input, _as_cupy, _cupy, _like, _on_device
 from ._pairs import _PairQueries
-from ._tree_util import (_ABS, _U32, _ball_factor, _count_radii, _host_rows, _int, _minkowski, _number, _options,
-                         _ordered, _rel, _stats, _workers)
+from ._tree_util import (_ABS, _U32, _ball_factor, _count_radii, _gc_paused, _host_rows, _int, _lists, _minkowski,
+                         _number, _options, _ordered, _rel, _stats, _workers)
 from ._nodes import cKDTreeNode
 from .forest import Forest
 
 __all__ = ["KDTree", "cKDTree", "BallTree", "VPTree", "cKDTreeNode", "barnes_hut", "Forest", "gpu_available", "gpu_description"]
 
 _LIST_ITEMS = 1 << 24  # radius-list candidates per engine call (memory: _ball_chunks)
-_DIST_ITEMS = 1 << 16  # candidate pairs per float64 distance slice
 
 gpu_available = _canopy.gpu_available
 gpu_description = _canopy.gpu_description
@@ -394,13 +393,13 @@ class _PointTree(_PairQueries):
         if not _ordered(i, j, self.n):
             order = np.lexsort((j, i))
             i, j = i[order], j[order]
-        bounds = np.searchsorted(i, np.arange(len(q) + 1)).tolist()
-        j = j.tolist()
+        lists = _lists(i, j, len(q))
         if single:
-            return j[bounds[0]:bounds[1]]
+            return lists[0]
         out = np.empty(len(q), dtype=object)
-        for row, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
-            out[row] = j[a:b]
+        with _gc_paused():
+            for row, got in enumerate(lists):
+                out[row] = got
         return out.reshape(lead)
 
     def _ball_flat(self, q, q32, eps_q, rr, p, opts, upper=False):
@@ -446,6 +445,7 @@ class _PointTree(_PairQueries):
             counts = np.empty(len(sample), np.int64)
             self._index.count(np.ascontiguousarray(q32[sample]), len(sample), float(hi[rows_fast].max()), counts, opts)
             step = int(max(1, min(len(rows_fast), _LIST_ITEMS // (2 * counts.mean() + 1))))
+        q, rr = np.ascontiguousarray(q, np.float64), np.ascontiguousarray(rr, np.float64)
         s = 0
         while s < len(rows_fast):
             rows = rows_fast[s:s + step]
@@ -458,18 +458,10 @@ class _PointTree(_PairQueries):
                 offsets, idx, st = self._index.ball(sub, len(rows), 0.0, opts, radii=radii)
             self.last_stats = _stats(st)
             step = int(max(1, min(len(rows_fast), _LIST_ITEMS * len(rows) // max(1, len(idx)))))
-            i = np.repeat(rows, np.diff(offsets))
-            if self._keep is not None:
-                idx = self._keep[idx]
-            if upper:  # (query_pairs: only j > i, before the distances)
-                keep = idx > i
-                i, idx = i[keep], idx[keep]
-            for a in range(0, len(idx), _DIST_ITEMS):  # float64 distances, a slice of pairs at a time
-                ii, jj = i[a:a + _DIST_ITEMS], idx[a:a + _DIST_ITEMS]
-                with np.errstate(invalid="ignore", over="ignore"):
-                    D = _minkowski(self._gather(jj) - q[ii], p)
-                inside = D <= rr[ii]
-                yield ii[inside], jj[inside], D[inside]
+            # float64 p-distances of the candidates, those within rr[row] kept (query_pairs: only
+            # j > row), on the host's cores; the same arithmetic as _minkowski
+            yield _canopy.filter_pairs(offsets, idx, np.ascontiguousarray(rows, np.int64), q, self.data, rr,
+                                       self.m, float(p), upper, self._keep)
 
     def _ball(self, q, q32, eps_q, rr, p, opts):
         """The exact ball search behind query_ball_point and the pair queries: for chunks of the

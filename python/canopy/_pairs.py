@@ -3,7 +3,7 @@ canopy's trees, built on their exact ball search."""
 import numpy as np
 
 from . import _periodic
-from ._tree_util import _count_radii, _minkowski, _number, _options, _ordered, _stats
+from ._tree_util import _count_radii, _gc_paused, _lists, _minkowski, _number, _options, _ordered, _stats
 
 
 class _PairQueries:
@@ -16,9 +16,7 @@ class _PairQueries:
         p >= 1; eps >= 0 is accepted (the answers are exact)."""
         other, r, p = self._pair_args(other, r, p, eps, "query_ball_tree", "r")
         i, j, _ = self._pair_arrays(other, r, p, _options(options))
-        bounds = np.searchsorted(i, np.arange(self.n + 1)).tolist()
-        j = j.tolist()
-        return [j[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        return _lists(i, j, self.n)
 
     def query_pairs(self, r, p=2.0, eps=0, output_type="set", **options):
         """The pairs (i, j), i < j, of this tree's points within distance r of each other, as
@@ -30,7 +28,8 @@ class _PairQueries:
         i, j, _ = self._pair_arrays(self, r, p, _options(options), upper=True)
         if output_type == "ndarray":
             return np.stack([i, j], axis=1).astype(np.intp, copy=False)
-        return set(zip(i.tolist(), j.tolist()))
+        with _gc_paused():
+            return set(zip(i.tolist(), j.tolist()))
 
     def sparse_distance_matrix(self, other, max_distance, p=2.0, output_type="dok_matrix", **options):
         """The distances d(i, j) <= max_distance between this tree's points i and other's points
@@ -45,7 +44,8 @@ class _PairQueries:
         other, r, p = self._pair_args(other, max_distance, p, 0, "sparse_distance_matrix", "max_distance")
         i, j, d = self._pair_arrays(other, r, p, _options(options))
         if output_type == "dict":
-            return dict(zip(zip(i.tolist(), j.tolist()), d.tolist()))
+            with _gc_paused():
+                return dict(zip(zip(i.tolist(), j.tolist()), d.tolist()))
         if output_type == "ndarray":
             out = np.empty(len(i), dtype=np.dtype([("i", np.intp), ("j", np.intp), ("v", np.float64)], align=True))
             out["i"], out["j"], out["v"] = i, j, d

@@ -1,5 +1,7 @@
 """Shared pieces of canopy's trees: option checks, input rows, and the distance bounds that make
 float64 and p-norm answers exact (docs/python.md, "scipy")."""
+import contextlib
+import gc
 import os
 import types
 
@@ -8,6 +10,28 @@ import numpy as np
 from ._arrays import _as_cupy, _on_device
 
 _OPTIONS = ("device", "schedule", "executor", "depth", "pipeline", "chunk", "memory_budget")
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Many small containers made at once (scipy's neighbour lists, pair sets and dicts), with
+    Python's cyclic collector paused: it would rescan them over and over as they are made (10^6
+    lists of 33 ints: 7.9 s with it, 1.4 s without). They hold numbers only: no cycles to miss."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _lists(i, j, n):
+    """The j of each i = 0 .. n - 1 as a list of n lists of ints ((i, j) ordered by i)."""
+    bounds = np.searchsorted(i, np.arange(n + 1)).tolist()
+    with _gc_paused():
+        j = j.tolist()
+        return [j[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def _stats(d):

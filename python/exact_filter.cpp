@@ -1,0 +1,164 @@
+// The exact float64 test of the kd-tree's float32 radius candidates (canopy._canopy.filter_pairs),
+// on the host's cores: the Python side did it with numpy (a gather of the candidates' points,
+// their p-distances, a mask), which cost more than the GPU's search itself at 10^6 points.
+#include <pybind11/pybind11.h>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/types.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+// A C-ordered numpy array's buffer, checked for its element size and length.
+struct View {
+  const void* p = nullptr;
+  std::int64_t n = 0;
+  int itemsize = 0;
+};
+
+View view_of(const py::handle& a, const char* name, std::int64_t at_least, std::initializer_list<int> sizes) {
+  Py_buffer b;
+  if (PyObject_GetBuffer(a.ptr(), &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+    PyErr_Clear();
+    throw canopy::Error(std::string("filter_pairs: ") + name + " is not a C-ordered array");
+  }
+  View v{b.buf, static_cast<std::int64_t>(b.len / std::max<Py_ssize_t>(b.itemsize, 1)), static_cast<int>(b.itemsize)};
+  PyBuffer_Release(&b);
+  if (std::find(sizes.begin(), sizes.end(), v.itemsize) == sizes.end() || v.n < at_least)
+    throw canopy::Error(std::string("filter_pairs: ") + name + " has the wrong element size or length");
+  return v;
+}
+
+// The p-norm of x - q in float64, as the Python side's _minkowski (scipy's minkowski_distance):
+// the coordinates' differences summed in order.
+template <class T>
+double distance(const double* q, const T* x, int m, double p) {
+  double s = 0;
+  if (p == 2) {
+    for (int d = 0; d < m; ++d) {
+      const double v = static_cast<double>(x[d]) - q[d];
+      s += v * v;
+    }
+    return std::sqrt(s);
+  }
+  if (p == 1) {
+    for (int d = 0; d < m; ++d) s += std::fabs(static_cast<double>(x[d]) - q[d]);
+    return s;
+  }
+  if (std::isinf(p)) {
+    for (int d = 0; d < m; ++d) {
+      const double v = std::fabs(static_cast<double>(x[d]) - q[d]);
+      s = (v > s || std::isnan(v)) ? v : s;  // (a NaN coordinate: NaN, as numpy's max)
+    }
+    return s;
+  }
+  for (int d = 0; d < m; ++d) s += std::pow(std::fabs(static_cast<double>(x[d]) - q[d]), p);
+  return std::pow(s, 1.0 / p);
+}
+
+struct Kept {
+  std::vector<std::int64_t> i, j;
+  std::vector<double> d;
+};
+
+// rows[k]'s candidates idx[offsets[k] .. offsets[k + 1]) (engine ids; keep maps them to data
+// rows when given) kept where distance(q[rows[k]], data[j]) <= rr[rows[k]] and, with upper, j >
+// rows[k]: (i, j, d) int64, int64, float64 arrays ordered by k, then by the candidates' order.
+template <class T>
+py::tuple filter(const std::int64_t* offsets, const std::int64_t* idx, const std::int64_t* rows, std::int64_t nrows,
+                 const double* q, const T* data, std::int64_t n_data, const double* rr, int m, double p, bool upper,
+                 const std::int64_t* keep, std::int64_t n_ids) {
+  constexpr std::int64_t kRowsPerBlock = 2048;
+  const std::int64_t blocks = (nrows + kRowsPerBlock - 1) / kRowsPerBlock;
+  std::vector<Kept> kept(static_cast<std::size_t>(blocks));
+  std::vector<std::int64_t> start(static_cast<std::size_t>(blocks) + 1, 0);
+  {
+    py::gil_scoped_release free;
+    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, blocks), [&](const tbb::blocked_range<std::int64_t>& r) {
+      for (std::int64_t b = r.begin(); b != r.end(); ++b) {
+        Kept& k = kept[static_cast<std::size_t>(b)];
+        for (std::int64_t a = b * kRowsPerBlock; a < std::min(nrows, (b + 1) * kRowsPerBlock); ++a) {
+          const std::int64_t row = rows[a];
+          const double* qr = q + row * m;
+          for (std::int64_t c = offsets[a]; c < offsets[a + 1]; ++c) {
+            if (idx[c] < 0 || idx[c] >= n_ids) throw canopy::Error("filter_pairs: a candidate index is out of range");
+            const std::int64_t j = keep ? keep[idx[c]] : idx[c];
+            if (j < 0 || j >= n_data) throw canopy::Error("filter_pairs: keep maps a candidate out of the data");
+            if (upper && j <= row) continue;
+            const double d = distance(qr, data + j * m, m, p);
+            if (d <= rr[row]) {
+              k.i.push_back(row);
+              k.j.push_back(j);
+              k.d.push_back(d);
+            }
+          }
+        }
+      }
+    });
+    for (std::int64_t b = 0; b < blocks; ++b)
+      start[static_cast<std::size_t>(b) + 1] = start[static_cast<std::size_t>(b)] + static_cast<std::int64_t>(kept[b].i.size());
+  }
+  const py::object empty = py::module_::import("numpy").attr("empty");
+  const std::int64_t total = start.back();
+  py::object oi = empty(total, "int64"), oj = empty(total, "int64"), od = empty(total, "float64");
+  auto* pi = static_cast<std::int64_t*>(const_cast<void*>(view_of(oi, "i", total, {8}).p));
+  auto* pj = static_cast<std::int64_t*>(const_cast<void*>(view_of(oj, "j", total, {8}).p));
+  auto* pd = static_cast<double*>(const_cast<void*>(view_of(od, "d", total, {8}).p));
+  {
+    py::gil_scoped_release free;
+    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, blocks), [&](const tbb::blocked_range<std::int64_t>& r) {
+      for (std::int64_t b = r.begin(); b != r.end(); ++b) {
+        const Kept& k = kept[static_cast<std::size_t>(b)];
+        const std::int64_t s = start[static_cast<std::size_t>(b)];
+        std::copy(k.i.begin(), k.i.end(), pi + s);
+        std::copy(k.j.begin(), k.j.end(), pj + s);
+        std::copy(k.d.begin(), k.d.end(), pd + s);
+      }
+    });
+  }
+  return py::make_tuple(oi, oj, od);
+}
+
+}  // namespace
+
+void register_exact_filter(py::module_& m) {
+  m.def(
+      "filter_pairs",
+      [](const py::object& offsets, const py::object& idx, const py::object& rows, const py::object& q,
+         const py::object& data, const py::object& rr, int dims, double p, bool upper, const py::object& keep) {
+        if (dims < 1) throw canopy::Error("filter_pairs: dims = " + std::to_string(dims) + " must be >= 1");
+        const View vr = view_of(rows, "rows", 0, {8});
+        const View vo = view_of(offsets, "offsets", vr.n + 1, {8});
+        const auto* o = static_cast<const std::int64_t*>(vo.p);
+        const View vi = view_of(idx, "idx", o[vr.n], {8});
+        const View vq = view_of(q, "q", 0, {8});
+        const View vd = view_of(data, "data", 0, {4, 8});
+        const View vrr = view_of(rr, "rr", vq.n / dims, {8});
+        const auto* rws = static_cast<const std::int64_t*>(vr.p);
+        const std::int64_t nq = vq.n / dims, nd = vd.n / dims;
+        const std::int64_t* kp = keep.is_none() ? nullptr : static_cast<const std::int64_t*>(view_of(keep, "keep", 0, {8}).p);
+        const std::int64_t nk = keep.is_none() ? nd : view_of(keep, "keep", 0, {8}).n;
+        // Every index is checked before it is read (the candidates' in the loop): an error, not a
+        // read past an array.
+        for (std::int64_t a = 0; a < vr.n; ++a)
+          if (rws[a] < 0 || rws[a] >= nq || o[a] > o[a + 1]) throw canopy::Error("filter_pairs: rows or offsets out of range");
+        if (vr.n && o[0] < 0) throw canopy::Error("filter_pairs: rows or offsets out of range");
+        const auto* ix = static_cast<const std::int64_t*>(vi.p);
+        const auto* qd = static_cast<const double*>(vq.p);
+        const auto* r = static_cast<const double*>(vrr.p);
+        if (vd.itemsize == 4)
+          return filter(o, ix, rws, vr.n, qd, static_cast<const float*>(vd.p), nd, r, dims, p, upper, kp, nk);
+        return filter(o, ix, rws, vr.n, qd, static_cast<const double*>(vd.p), nd, r, dims, p, upper, kp, nk);
+      },
+      py::arg("offsets"), py::arg("idx"), py::arg("rows"), py::arg("q"), py::arg("data"), py::arg("rr"),
+      py::arg("dims"), py::arg("p"), py::arg("upper"), py::arg("keep"));
+}
