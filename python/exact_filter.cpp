@@ -7,6 +7,7 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -81,6 +82,8 @@ py::tuple filter(const std::int64_t* offsets, const std::int64_t* idx, const std
   const std::int64_t blocks = (nrows + kRowsPerBlock - 1) / kRowsPerBlock;
   std::vector<Kept> kept(static_cast<std::size_t>(blocks));
   std::vector<std::int64_t> start(static_cast<std::size_t>(blocks) + 1, 0);
+  // (no exception may cross TBB's tasks: the module's own C++ runtime is not libtbb's)
+  std::atomic<int> bad{0};
   {
     py::gil_scoped_release free;
     tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, blocks), [&](const tbb::blocked_range<std::int64_t>& r) {
@@ -90,9 +93,15 @@ py::tuple filter(const std::int64_t* offsets, const std::int64_t* idx, const std
           const std::int64_t row = rows[a];
           const double* qr = q + row * m;
           for (std::int64_t c = offsets[a]; c < offsets[a + 1]; ++c) {
-            if (idx[c] < 0 || idx[c] >= n_ids) throw canopy::Error("filter_pairs: a candidate index is out of range");
+            if (idx[c] < 0 || idx[c] >= n_ids) {
+              bad = 1;
+              return;
+            }
             const std::int64_t j = keep ? keep[idx[c]] : idx[c];
-            if (j < 0 || j >= n_data) throw canopy::Error("filter_pairs: keep maps a candidate out of the data");
+            if (j < 0 || j >= n_data) {
+              bad = 2;
+              return;
+            }
             if (upper && j <= row) continue;
             const double d = distance(qr, data + j * m, m, p);
             if (d <= rr[row]) {
@@ -104,6 +113,8 @@ py::tuple filter(const std::int64_t* offsets, const std::int64_t* idx, const std
         }
       }
     });
+    if (bad == 1) throw canopy::Error("filter_pairs: a candidate index is out of range");
+    if (bad == 2) throw canopy::Error("filter_pairs: keep maps a candidate out of the data");
     for (std::int64_t b = 0; b < blocks; ++b)
       start[static_cast<std::size_t>(b) + 1] = start[static_cast<std::size_t>(b)] + static_cast<std::int64_t>(kept[b].i.size());
   }

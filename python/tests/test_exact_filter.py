@@ -1,0 +1,81 @@
+"""canopy._canopy.filter_pairs, the exact float64 test behind query_ball_point, query_ball_tree,
+query_pairs and sparse_distance_matrix: against the p-distance computed in Python, one pair at a
+time (the coordinates' differences summed in order), and its refusals of bad indices."""
+import math
+
+import numpy as np
+import pytest
+
+from canopy import _canopy
+
+
+def reference(offsets, idx, rows, q, data, rr, p, upper, keep):
+    out = []
+    for k, row in enumerate(rows):
+        for c in range(offsets[k], offsets[k + 1]):
+            j = int(keep[idx[c]]) if keep is not None else int(idx[c])
+            if upper and j <= row:
+                continue
+            diff = [float(data[j, d]) - float(q[row, d]) for d in range(q.shape[1])]
+            if p == 2:
+                s = 0.0
+                for v in diff:
+                    s += v * v
+                dist = math.sqrt(s)
+            elif p == 1:
+                dist = 0.0
+                for v in diff:
+                    dist += abs(v)
+            elif p == np.inf:
+                dist = max(abs(v) for v in diff)
+            else:
+                s = 0.0
+                for v in diff:
+                    s += math.pow(abs(v), p)
+                dist = math.pow(s, 1.0 / p)
+            if dist <= rr[row]:
+                out.append((row, j, dist))
+    return out
+
+
+@pytest.mark.parametrize("dims", [1, 3, 5, 8, 17])
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.5, np.inf])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_equals_the_pairwise_reference(dims, p, dtype):
+    rng = np.random.default_rng(dims * 10 + int(min(p, 9)))
+    n, nq = 300, 60
+    data = rng.random((n, dims)).astype(dtype)
+    q = rng.random((nq, dims))
+    rr = rng.random(nq) * 0.6 * dims ** (1 / min(p, 9))
+    keep = np.flatnonzero(rng.random(n) < 0.9)  # the engine's ids -> the data's rows
+    rows = np.sort(rng.choice(nq, 40, replace=False)).astype(np.int64)
+    counts = rng.integers(0, 30, len(rows))
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    idx = rng.integers(0, len(keep), offsets[-1]).astype(np.int64)
+    for upper in (False, True):
+        for k in (keep, None):
+            ids = idx if k is not None else keep[idx]
+            i, j, d = _canopy.filter_pairs(offsets, ids, rows, q, data, rr, dims, float(p), upper, k)
+            want = reference(offsets, ids, rows, q, data, rr, p, upper, k)
+            assert list(zip(i.tolist(), j.tolist())) == [(a, b) for a, b, _ in want]
+            assert d.tolist() == [c for _, _, c in want]  # bit for bit
+
+
+def test_bad_indices_are_errors():
+    data = np.zeros((5, 2))
+    q = np.zeros((3, 2))
+    rr = np.ones(3)
+    offsets = np.array([0, 2], np.int64)
+    rows = np.array([1], np.int64)
+    with pytest.raises(ValueError, match="candidate index is out of range"):
+        _canopy.filter_pairs(offsets, np.array([0, 5], np.int64), rows, q, data, rr, 2, 2.0, False, None)
+    with pytest.raises(ValueError, match="keep maps a candidate out of the data"):
+        _canopy.filter_pairs(offsets, np.array([0, 1], np.int64), rows, q, data, rr, 2, 2.0, False,
+                             np.array([0, 7], np.int64))
+    with pytest.raises(ValueError, match="rows or offsets out of range"):
+        _canopy.filter_pairs(offsets, np.array([0, 1], np.int64), np.array([3], np.int64), q, data, rr, 2, 2.0, False,
+                             None)
+    with pytest.raises(ValueError, match="wrong element size or length"):
+        _canopy.filter_pairs(offsets, np.array([0, 1], np.int32), rows, q, data, rr, 2, 2.0, False, None)
+    with pytest.raises(ValueError, match="not a C-ordered array"):
+        _canopy.filter_pairs(offsets, np.array([0, 1], np.int64), rows, q[:, :1], data, rr, 2, 2.0, False, None)
