@@ -203,7 +203,7 @@ class _PairQueries:
         (_search's bounds, and float64's own rounding): counting at a radius hi past r + that
         slack counts a superset of the points within r, at a radius lo short of r - slack a
         subset; where the two counts agree they are the answer, and the rows where they differ
-        (points within rounding of r) are resolved by the exact ball search (_ball)."""
+        (points within rounding of r) are resolved by the exact ball search (_ball_flat)."""
         q, q32, eps_q, _, _ = other._rows(self.data, keep64=self.data.dtype != np.float32)
         finite = np.isfinite(q32).all(axis=1)
         rows = np.flatnonzero(finite)
@@ -220,10 +220,10 @@ class _PairQueries:
             out[rows] = c_lo
             exact = np.isfinite(hi) & (c_hi == c_lo)
             todo = np.concatenate([rows[~exact], np.flatnonzero(~finite)]) if np.isfinite(hi) else np.arange(self.n)
-            if len(todo):
-                for rws, D, I, inside in other._ball(q[todo], q32[todo], eps_q[todo], np.full(len(todo), r),
-                                                     2.0, opts):
-                    out[todo[rws]] = inside.sum(axis=1)
+            if len(todo):  # (one radius-list call for them, and the float64 check: _ball_flat)
+                out[todo] = 0
+                for rws, _, _ in other._ball_flat(q[todo], q32[todo], eps_q[todo], np.full(len(todo), r), 2.0, opts):
+                    out[todo] += np.bincount(rws, minlength=len(todo))
             yield out
 
     def _pairs(self, other, r, p, opts, upper=False):
