@@ -24,8 +24,8 @@ import numpy as np
 from . import _canopy, _nodes, _periodic
 from ._arrays import _Input, _as_cupy, _cupy, _like, _on_device
 from ._pairs import _PairQueries
-from ._tree_util import (_ABS, _U32, _ball_factor, _count_radii, _gc_paused, _host_rows, _int, _lists, _minkowski,
-                         _number, _options, _ordered, _rel, _stats, _workers)
+from ._tree_util import (_ABS, _U32, _ball_factor, _count_radii, _gc_paused, _host_rows, _int, _joined, _lists,
+                         _minkowski, _number, _options, _rel, _stats, _workers)
 from ._nodes import cKDTreeNode
 from .forest import Forest
 
@@ -383,16 +383,14 @@ class _PointTree(_PairQueries):
             if counter is not None:
                 counts = next(counter).reshape(lead)
                 return counts[()] if single else _like(x, counts)
-        parts = [(np.empty(0, np.int64), np.empty(0, np.int64))]
-        for i, j, _ in self._ball_flat(q, q32, eps_q, rr, p, opts):
-            parts.append((i, j))
-        i, j = (np.concatenate(c) for c in zip(*parts))
+        chunks = self._ball_flat(q, q32, eps_q, rr, p, opts, tag=True)
         if return_length:
-            counts = np.bincount(i, minlength=len(q)).astype(np.int64).reshape(lead)
+            counts = np.zeros(len(q), np.int64)
+            for i, _, _, _ in chunks:
+                counts += np.bincount(i, minlength=len(q))
+            counts = counts.reshape(lead)
             return counts[()] if single else _like(x, counts)
-        if not _ordered(i, j, self.n):
-            order = np.lexsort((j, i))
-            i, j = i[order], j[order]
+        i, j, _ = _joined(chunks, self.n, False)
         lists = _lists(i, j, len(q))
         if single:
             return lists[0]
@@ -402,20 +400,26 @@ class _PointTree(_PairQueries):
                 out[row] = got
         return out.reshape(lead)
 
-    def _ball_flat(self, q, q32, eps_q, rr, p, opts, upper=False):
+    def _ball_flat(self, q, q32, eps_q, rr, p, opts, upper=False, tag=False):
         """The pairs (row of q, point) at p-distance <= rr[row], as flat arrays (rows, indices,
         distances) in chunks, each pair once: _ball's, or in a periodic box _periodic.ball's.
-        upper: the kd-tree's lists may leave out pairs with index <= row (query_pairs filters)."""
+        upper: the kd-tree's lists may leave out pairs with index <= row (query_pairs filters).
+        tag: each chunk has a fourth element, True for the kd-tree lists' chunks, which are
+        ordered by (row, index), follow each other in that order and, with upper, hold index >
+        row only (_joined reads it)."""
         if self._box is not None:
-            yield from _periodic.ball(self, self._box.wrap(q), rr, p, opts)
+            for c in _periodic.ball(self, self._box.wrap(q), rr, p, opts):
+                yield (*c, False) if tag else c
             return
         rest = np.arange(len(q))
         if self._kind == "kd" and self._index is not None and len(q):
             rest, chunks = self._ball_lists(q, q32, eps_q, rr, p, opts, upper)
-            yield from chunks
+            for c in chunks:
+                yield (*c, True) if tag else c
         if len(rest):
             for rows, D, I, inside in self._ball(q[rest], q32[rest], eps_q[rest], rr[rest], p, opts):
-                yield np.repeat(rest[rows], inside.sum(axis=1)), I[inside], D[inside]
+                c = np.repeat(rest[rows], inside.sum(axis=1)), I[inside], D[inside]
+                yield (*c, False) if tag else c
 
     def _ball_lists(self, q, q32, eps_q, rr, p, opts, upper=False):
         """The kd-tree's radius lists as exact candidates: (rows left for _ball, a generator of

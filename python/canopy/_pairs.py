@@ -3,7 +3,7 @@ canopy's trees, built on their exact ball search."""
 import numpy as np
 
 from . import _periodic
-from ._tree_util import _count_radii, _gc_paused, _lists, _minkowski, _number, _options, _ordered, _stats
+from ._tree_util import _count_radii, _gc_paused, _joined, _lists, _minkowski, _number, _options, _stats
 
 
 class _PairQueries:
@@ -15,7 +15,7 @@ class _PairQueries:
         Exact in float64 over both trees' data (float32 data: over its float32 values), any
         p >= 1; eps >= 0 is accepted (the answers are exact)."""
         other, r, p = self._pair_args(other, r, p, eps, "query_ball_tree", "r")
-        i, j, _ = self._pair_arrays(other, r, p, _options(options))
+        i, j, _ = self._pair_arrays(other, r, p, _options(options), with_d=False)
         return _lists(i, j, self.n)
 
     def query_pairs(self, r, p=2.0, eps=0, output_type="set", **options):
@@ -25,7 +25,7 @@ class _PairQueries:
         if output_type not in ("set", "ndarray"):
             raise ValueError(f"Invalid output type {output_type!r}: 'set' or 'ndarray'")
         _, r, p = self._pair_args(self, r, p, eps, "query_pairs", "r")
-        i, j, _ = self._pair_arrays(self, r, p, _options(options), upper=True)
+        i, j, _ = self._pair_arrays(self, r, p, _options(options), upper=True, with_d=False)
         if output_type == "ndarray":
             return np.stack([i, j], axis=1).astype(np.intp, copy=False)
         with _gc_paused():
@@ -226,26 +226,15 @@ class _PairQueries:
                     out[todo] += np.bincount(rws, minlength=len(todo))
             yield out
 
-    def _pairs(self, other, r, p, opts, upper=False):
+    def _pairs(self, other, r, p, opts, upper=False, tag=False):
         """Every pair (i of self, j of other) at float64 p-distance <= r, each once, in chunks
-        (i, j, d): other's exact ball search (_ball_flat: periodic across a box) with self's points
-        as its queries (float64 points are kept unrounded, float32 points are exact). Memory: one
-        chunk of candidates. upper: pairs with j <= i may be left out (query_pairs)."""
+        (i, j, d): other's exact ball search (_ball_flat: periodic across a box, tag as there) with
+        self's points as its queries (float64 points are kept unrounded, float32 points are exact).
+        Memory: one chunk of candidates. upper: pairs with j <= i may be left out (query_pairs)."""
         q, q32, eps_q, _, _ = other._rows(self.data, keep64=self.data.dtype != np.float32)
-        yield from other._ball_flat(q, q32, eps_q, np.full(len(q), r), p, opts, upper)
+        yield from other._ball_flat(q, q32, eps_q, np.full(len(q), r), p, opts, upper, tag)
 
-    def _pair_arrays(self, other, r, p, opts, upper=False):
-        """The pairs of _pairs as arrays (i, j, d) ordered by (i, j); upper: only i < j."""
-        parts = [(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64))]
-        for i, j, d in self._pairs(other, r, p, opts, upper):
-            if upper:
-                keep = i < j
-                i, j, d = i[keep], j[keep], d[keep]
-            parts.append((i.astype(np.int64, copy=False), j.astype(np.int64, copy=False), d))
-        i, j, d = (np.concatenate(c) for c in zip(*parts))
-        if _ordered(i, j, other.n):
-            return i, j, d
-        order = np.lexsort((j, i))
-        return i[order], j[order], d[order]
-
-
+    def _pair_arrays(self, other, r, p, opts, upper=False, with_d=True):
+        """The pairs of _pairs as arrays (i, j, d) ordered by (i, j) (d None unless with_d); upper:
+        only i < j."""
+        return _joined(self._pairs(other, r, p, opts, upper, tag=True), other.n, with_d, upper)

@@ -26,6 +26,32 @@ def _gc_paused():
             gc.enable()
 
 
+def _joined(chunks, n, with_d=True, upper=False):
+    """The chunks (i, j, d, listed) of _ball_flat(tag=True) as arrays (i, j, d) ordered by (i, j)
+    (d None unless with_d; j < n). upper: only i < j, which the listed chunks hold already. The
+    kd-tree's lists come in order: joined without a sort, or the order check, where every chunk
+    is listed and each starts past the one before."""
+    parts, listed, last = [], True, -1
+    for i, j, d, from_lists in chunks:
+        if upper and not from_lists:
+            keep = i < j
+            i, j, d = i[keep], j[keep], d[keep]
+        if len(i):
+            first = int(i[0]) * (n + 1) + int(j[0])
+            listed = listed and from_lists and first > last
+            last = int(i[-1]) * (n + 1) + int(j[-1])
+        parts.append((i, j, d if with_d else None))
+    if not parts:
+        return np.empty(0, np.int64), np.empty(0, np.int64), (np.empty(0) if with_d else None)
+    i = np.concatenate([c[0] for c in parts]).astype(np.int64, copy=False)
+    j = np.concatenate([c[1] for c in parts]).astype(np.int64, copy=False)
+    d = np.concatenate([c[2] for c in parts]).astype(np.float64, copy=False) if with_d else None
+    if listed or _ordered(i, j, n):
+        return i, j, d
+    order = np.lexsort((j, i))
+    return i[order], j[order], (d[order] if with_d else None)
+
+
 def _lists(i, j, n):
     """The j of each i = 0 .. n - 1 as a list of n lists of ints ((i, j) ordered by i)."""
     bounds = np.searchsorted(i, np.arange(n + 1)).tolist()

@@ -79,3 +79,26 @@ def test_bad_indices_are_errors():
         _canopy.filter_pairs(offsets, np.array([0, 1], np.int32), rows, q, data, rr, 2, 2.0, False, None)
     with pytest.raises(ValueError, match="not a C-ordered array"):
         _canopy.filter_pairs(offsets, np.array([0, 1], np.int64), rows, q[:, :1], data, rr, 2, 2.0, False, None)
+
+
+def test_joined_orders_every_mix_of_chunks():
+    from canopy._tree_util import _joined
+    rng = np.random.default_rng(3)
+    n = 50
+    pairs = sorted({(int(a), int(b)) for a, b in rng.integers(0, n, (400, 2))})
+    i = np.array([a for a, _ in pairs], np.int64)
+    j = np.array([b for _, b in pairs], np.int64)
+    d = rng.random(len(i))
+    cuts = [0, 90, 200, 200, len(i)]
+    listed = [(i[a:b], j[a:b], d[a:b], True) for a, b in zip(cuts, cuts[1:])]
+    for upper in (False, True):
+        want = (i < j) if upper else np.ones(len(i), bool)
+        for chunks in (listed, listed[::-1], [listed[0], (*listed[2][:3], False), listed[1], listed[3]],
+                       [(c[0][::-1], c[1][::-1], c[2][::-1], False) for c in listed]):
+            up = [c if not upper or not c[3] else (c[0][c[0] < c[1]], c[1][c[0] < c[1]], c[2][c[0] < c[1]], True)
+                  for c in chunks]
+            gi, gj, gd = _joined(iter(up), n, True, upper)
+            np.testing.assert_array_equal(gi, i[want])
+            np.testing.assert_array_equal(gj, j[want])
+            np.testing.assert_array_equal(gd, d[want])
+    assert _joined(iter([]), n, False)[2] is None
