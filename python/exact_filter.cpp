@@ -156,8 +156,9 @@ void register_exact_filter(py::module_& m) {
         const View vrr = view_of(rr, "rr", vq.n / dims, {8});
         const auto* rws = static_cast<const std::int64_t*>(vr.p);
         const std::int64_t nq = vq.n / dims, nd = vd.n / dims;
-        const std::int64_t* kp = keep.is_none() ? nullptr : static_cast<const std::int64_t*>(view_of(keep, "keep", 0, {8}).p);
-        const std::int64_t nk = keep.is_none() ? nd : view_of(keep, "keep", 0, {8}).n;
+        const View vk = keep.is_none() ? View{nullptr, nd, 8} : view_of(keep, "keep", 0, {8});
+        const auto* kp = static_cast<const std::int64_t*>(vk.p);  // (null: engine ids are data rows)
+        const std::int64_t nk = vk.n;
         // Every index is checked before it is read (the candidates' in the loop): an error, not a
         // read past an array.
         for (std::int64_t a = 0; a < vr.n; ++a)

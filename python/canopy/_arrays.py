@@ -149,10 +149,12 @@ class _OutputSlots:
         self._lock = threading.Lock()  # (two threads must not take the same free slot)
 
     def empty(self, xp, shape, dtype):
+        if xp is np or _ALONE is None:  # (numpy rows: nothing more on their path)
+            return xp.empty(shape, dtype=dtype)
         size = np.dtype(dtype).itemsize
         for d in shape:
             size *= d
-        if xp is np or size > self.LARGEST or _ALONE is None:
+        if size > self.LARGEST:
             return xp.empty(shape, dtype=dtype)
         with self._lock:
             for a in self._slots:
