@@ -5,6 +5,7 @@
 #pragma once
 
 #include <climits>
+#include <cstddef>
 #include <cstdint>
 
 #include "executor/executor.hpp"
@@ -164,6 +165,24 @@ fsm_lockstep_kernel(Topology tree, Visitor v, const index_t* order, index_t n, i
   if (kCountNodes && lane == 0) warp_nodes[warp] = visited;
 }
 
+// The dynamic shared memory a block of `threads` gets for the visitor's per-thread scratch
+// (shared_bytes_per_thread): 0 when it asks for none or more than kMaxVisitorShared, or more
+// than the device allows a block (the visitor then keeps its scratch in global memory).
+constexpr std::size_t kMaxVisitorShared = 100 * 1024;
+template <class Kernel>
+std::size_t visitor_shared_bytes(Kernel kernel, std::size_t per_thread, int threads, std::size_t static_bytes) {
+  const std::size_t bytes = per_thread * static_cast<std::size_t>(threads);
+  if (bytes == 0 || bytes > kMaxVisitorShared) return 0;
+  if (bytes + static_bytes > 48 * 1024) {
+    int device = 0, optin = 0;
+    CANOPY_CUDA_CHECK(cudaGetDevice(&device));
+    CANOPY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (bytes + static_bytes > static_cast<std::size_t>(optin)) return 0;
+    CANOPY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  }
+  return bytes;
+}
+
 // Launches one executor over n scheduled queries on `stream`. warp_nodes (lockstep only) may
 // be null; when given, the instrumented kernel writes each warp's node count there.
 template <class Topology, class Visitor>
@@ -174,18 +193,24 @@ void launch_executor(ExecutorKind k, const Topology& tree, const Visitor& v, con
   const unsigned lock_blocks = static_cast<unsigned>((warps + kLockstepWarpsPerBlock - 1) / kLockstepWarpsPerBlock);
   // A lockstep kernel in its instrumented build (counting each warp's nodes) or its plain one.
   using Kernel = void (*)(Topology, Visitor, const index_t*, index_t, index_t*);
+  const std::size_t per_thread = shared_bytes_per_thread(v);
   const auto lockstep = [&](Kernel counting, Kernel plain, const char* name) {
-    (warp_nodes ? counting : plain)<<<lock_blocks, kLockstepWarpsPerBlock * 32, 0, stream>>>(tree, v, order, n,
-                                                                                            warp_nodes);
+    const Kernel kernel = warp_nodes ? counting : plain;
+    const std::size_t stacks = kLockstepWarpsPerBlock * Topology::kMaxStack * 2 * sizeof(std::uint32_t);
+    const std::size_t shared = visitor_shared_bytes(kernel, per_thread, kLockstepWarpsPerBlock * 32, stacks);
+    kernel<<<lock_blocks, kLockstepWarpsPerBlock * 32, shared, stream>>>(tree, v, order, n, warp_nodes);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) throw_cuda_error(err, name, __FILE__, __LINE__);
   };
   switch (k) {
-    case ExecutorKind::Independent:
+    case ExecutorKind::Independent: {
+      const std::size_t shared =
+          visitor_shared_bytes(independent_kernel<Topology, Visitor>, per_thread, kIndependentBlock, 0);
       independent_kernel<<<static_cast<unsigned>((n + kIndependentBlock - 1) / kIndependentBlock),
-                           kIndependentBlock, 0, stream>>>(tree, v, order, n);
+                           kIndependentBlock, shared, stream>>>(tree, v, order, n);
       CANOPY_CUDA_CHECK_LAUNCH("independent_kernel");
       break;
+    }
     case ExecutorKind::MaskLockstep:
       lockstep(mask_lockstep_kernel<true, Topology, Visitor>, mask_lockstep_kernel<false, Topology, Visitor>,
                "launch of mask_lockstep_kernel");

@@ -24,6 +24,7 @@
 // (the result must not depend on that order, only the pruning may).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -103,6 +104,31 @@ CANOPY_HD inline int home_child(const Visitor& v, const typename Visitor::State&
     return v.home_child(s, n);
   } else {
     return preferred_child(v, s, n);
+  }
+}
+
+// Dynamic shared memory a visitor asks the executor kernels for, per thread (0: none), with an
+// optional `std::size_t shared_bytes_per_thread() const`; a wrapper holding an `inner` visitor
+// asks for what its inner one does. A visitor must work without it too (a kernel that cannot
+// give that much launches with none), as KnnVisitor's heap does (runtime/knn_visitor.hpp).
+template <class V, class = void>
+struct has_shared_bytes : std::false_type {};
+template <class V>
+struct has_shared_bytes<V, std::void_t<decltype(std::declval<const V&>().shared_bytes_per_thread())>>
+    : std::true_type {};
+template <class V, class = void>
+struct has_inner_visitor : std::false_type {};
+template <class V>
+struct has_inner_visitor<V, std::void_t<decltype(std::declval<const V&>().inner)>> : std::true_type {};
+template <class V>
+std::size_t shared_bytes_per_thread(const V& v) {
+  if constexpr (has_shared_bytes<V>::value) {
+    return v.shared_bytes_per_thread();
+  } else if constexpr (has_inner_visitor<V>::value) {
+    return shared_bytes_per_thread(v.inner);
+  } else {
+    (void)v;
+    return 0;
   }
 }
 

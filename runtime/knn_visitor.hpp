@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 
@@ -78,35 +79,58 @@ struct VpMetric {
   }
 };
 
-// The candidate list of one query, ascending by (dist2, index); the k-th squared distance is the
-// pruning bound. Cap = 0: the list lives in the query's rows of the result arrays (any k).
-// Cap > 0 (k <= Cap): in the State, as Cap keys (knn_key: dist2's bits above the index, so one
-// unsigned compare orders two (dist2, index) pairs) whose last k hold the candidates behind
-// Cap - k sentinels (0) that no candidate passes, so the k-th is always slot Cap - 1. Every
-// index is a compile-time constant, so on the GPU the list stays in registers, and a
-// candidate's insertion is Cap predicated min/max steps with no memory traffic (the rows of the
-// result arrays are a thread's own, scattered lines: each move was a cache miss).
-// finish() writes distances (square roots) and indices.
-#if defined(__CUDA_ARCH__)
-#define CANOPY_KNN_UNROLL _Pragma("unroll")
-#else
-#define CANOPY_KNN_UNROLL
-#endif
+// The candidate list of one query: the k smallest (dist2, index) pairs seen so far; the k-th
+// squared distance is the pruning bound. finish() writes them ascending, as distances (square
+// roots) and indices.
+// - Rows (Heap = false): the list lives sorted in the query's rows of the result arrays, an
+//   insertion shifting up to k entries.
+// - Heap (the tree has fewer than 2^31 points): a binary max-heap of k keys (knn_key: dist2's bits
+//   above the index, so one unsigned compare orders two pairs, ties included) whose root is the
+//   k-th candidate, so an insertion costs log2(k) steps. It lives in the block's dynamic shared
+//   memory when the kernel was launched with shared_bytes_per_thread() for every thread (slot j
+//   of thread t at j * blockDim + t: free of bank conflicts whichever slot each lane reads), else in the
+//   query's index row, whose index_t slots hold the keys until finish(). The earlier lists, sorted
+//   in registers (8 to 64 slots, every insertion a pass over all of them), lost to it at every k
+//   (docs/design.md, "kNN candidate lists").
 // dist2 >= 0 (a sum of squares, never -0), so its bits order as the floats do.
 CANOPY_HD inline std::uint64_t knn_key(float d2, std::int32_t id) {
   return (static_cast<std::uint64_t>(float_to_bits(d2)) << 32) | static_cast<std::uint32_t>(id);
 }
 CANOPY_HD inline float knn_key_dist2(std::uint64_t key) { return bits_to_float(static_cast<std::uint32_t>(key >> 32)); }
-template <int Cap>
+template <bool Heap>
 struct KnnSlots {
-  std::uint64_t key[Cap];  // knn_key of (dist2, original index): the tree has fewer than 2^31 points
+  int found;  // candidates in the result rows so far
 };
 template <>
-struct KnnSlots<0> {
-  int found;  // candidates in the result rows so far (Cap > 0: the k-th key says whether k are)
+struct KnnSlots<true> {
+  std::uint64_t* heap;
+  int stride;
+  std::uint64_t top;  // heap[0], kept in a register: every candidate is compared with it
 };
+// Replaces the root of the max-heap h[0..size) (slots `stride` apart) with c and restores the
+// heap: the larger child moves up while it exceeds c.
+CANOPY_HD inline void knn_heap_sift(std::uint64_t* h, int stride, int size, std::uint64_t c) {
+  int i = 0;
+  for (;;) {
+    const int l = 2 * i + 1;
+    if (l >= size) break;
+    int m = l;
+    std::uint64_t km = h[l * stride];
+    if (l + 1 < size) {
+      const std::uint64_t kr = h[(l + 1) * stride];
+      if (kr > km) {
+        m = l + 1;
+        km = kr;
+      }
+    }
+    if (!(km > c)) break;
+    h[i * stride] = km;
+    i = m;
+  }
+  h[i * stride] = c;
+}
 
-template <int MaxDim, class Metric, int Cap = 0>
+template <int MaxDim, class Metric, bool Heap = false>
 struct KnnVisitor {
   static constexpr bool kGuided = true;
   static constexpr std::int32_t kEmpty = std::numeric_limits<std::int32_t>::max();
@@ -121,20 +145,41 @@ struct KnnVisitor {
   float* dist = nullptr;              // [queries][k]
   index_t* index = nullptr;           // [queries][k]
 
-  struct State : KnnSlots<Cap> {
+  struct State : KnnSlots<Heap> {
     float q[MaxDim];
     float bound2;  // +inf until k candidates are known
     index_t query;
   };
+
+  // Dynamic shared memory a kernel gives each thread for the heap (executor/gpu_kernels.cuh asks).
+  CANOPY_HD std::size_t shared_bytes_per_thread() const {
+    return Heap ? static_cast<std::size_t>(k) * sizeof(std::uint64_t) : 0;
+  }
+  // The heap's slots: the kernel's shared memory when it has k keys for every thread of the block,
+  // else the query's index row.
+  CANOPY_HD std::uint64_t* heap_slots(index_t query, int& stride) const {
+#if defined(__CUDA_ARCH__)
+    extern __shared__ std::uint64_t canopy_knn_heap[];
+    unsigned bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+    if (blockDim.y == 1 && blockDim.z == 1 && bytes >= shared_bytes_per_thread() * blockDim.x) {
+      stride = static_cast<int>(blockDim.x);
+      return canopy_knn_heap + threadIdx.x;
+    }
+#endif
+    stride = 1;
+    return reinterpret_cast<std::uint64_t*>(index + query * k);
+  }
 
   CANOPY_HD State init(index_t query) const {
     State s;
     load_query(queries + query * dims, dims, s.q);
     s.bound2 = std::numeric_limits<float>::infinity();
     s.query = query;
-    if constexpr (Cap > 0) {
-CANOPY_KNN_UNROLL
-      for (int j = 0; j < Cap; ++j) s.key[j] = j < Cap - k ? 0 : kEmptyKey;
+    if constexpr (Heap) {
+      s.heap = heap_slots(query, s.stride);
+      for (int j = 0; j < k; ++j) s.heap[j * s.stride] = kEmptyKey;
+      s.top = kEmptyKey;
     } else {
       s.found = 0;
     }
@@ -144,29 +189,22 @@ CANOPY_KNN_UNROLL
   CANOPY_HD int first_child(const State& s, node_id n) const { return metric.first_child(s.q, n); }
   // The inspector's probe goes on until k candidates give a pruning bound.
   CANOPY_HD bool probe_satisfied(const State& s) const {
-    if constexpr (Cap > 0)
-      return s.key[Cap - 1] != kEmptyKey;
+    if constexpr (Heap)
+      return s.top != kEmptyKey;
     else
       return s.found == k;
   }
 
   CANOPY_HD void leaf_range(State& s, index_t first, index_t count) const {
-    if constexpr (Cap > 0) {
+    if constexpr (Heap) {
       for (index_t i = first; i < first + count; ++i) {
         const float d2 = point_distance2(s.q, points + i * MaxDim);
         if (d2 > s.bound2) continue;
-        // (d2, index) must beat the k-th candidate (ties: the lower index wins).
         const std::uint64_t c = knn_key(d2, static_cast<std::int32_t>(point_ids[i]));
-        if (!(c < s.key[Cap - 1])) continue;
-        // Top down, slot j keeps the middle of (slot j - 1, c, slot j): slot j - 1's entry where c
-        // precedes it, c where it falls between, else its own (old values read before written).
-CANOPY_KNN_UNROLL
-        for (int j = Cap - 1; j > 0; --j) {
-          const std::uint64_t up = s.key[j - 1] > c ? s.key[j - 1] : c;
-          s.key[j] = up < s.key[j] ? up : s.key[j];
-        }
-        if (c < s.key[0]) s.key[0] = c;
-        s.bound2 = knn_key_dist2(s.key[Cap - 1]);  // +inf while the k-th slot is empty
+        if (!(c < s.top)) continue;  // ties: the lower index wins
+        knn_heap_sift(s.heap, s.stride, k, c);
+        s.top = s.heap[0];
+        s.bound2 = knn_key_dist2(s.top);  // +inf while a sentinel is left
       }
     } else {
       float* d = dist + s.query * k;
@@ -197,14 +235,18 @@ CANOPY_KNN_UNROLL
   CANOPY_HD void finish(State& s, index_t query) const {
     float* d = dist + query * k;
     index_t* id = index + query * k;
-    if constexpr (Cap > 0) {
-CANOPY_KNN_UNROLL
-      for (int j = 0; j < Cap; ++j) {
-        const int out = j - (Cap - k);
-        if (out < 0) continue;
-        const bool empty = s.key[j] == kEmptyKey;  // only when the tree has fewer than k points
-        d[out] = empty ? std::numeric_limits<float>::infinity() : sqrt_rn(knn_key_dist2(s.key[j]));
-        id[out] = empty ? index_t{-1} : static_cast<index_t>(static_cast<std::int32_t>(s.key[j] & 0xffffffffu));
+    if constexpr (Heap) {
+      // Heap sort: the largest key goes to the end, the rest is a heap again; then ascending.
+      for (int end = k - 1; end > 0; --end) {
+        const std::uint64_t last = s.heap[end * s.stride];
+        s.heap[end * s.stride] = s.heap[0];
+        knn_heap_sift(s.heap, s.stride, end, last);
+      }
+      for (int j = 0; j < k; ++j) {  // a row heap's slot j is read before id[j] overwrites it
+        const std::uint64_t key = s.heap[j * s.stride];
+        const bool empty = key == kEmptyKey;  // only when the tree has fewer than k points
+        d[j] = empty ? std::numeric_limits<float>::infinity() : sqrt_rn(knn_key_dist2(key));
+        id[j] = empty ? index_t{-1} : static_cast<index_t>(static_cast<std::int32_t>(key & 0xffffffffu));
       }
     } else {
       for (int j = 0; j < s.found; ++j) d[j] = sqrt_rn(d[j]);
@@ -221,11 +263,11 @@ template <> struct metric_for<KdTreeView> { using type = KdMetric; };
 template <> struct metric_for<BallTreeView> { using type = BallMetric; };
 template <> struct metric_for<VpTreeView> { using type = VpMetric; };
 
-// The kNN visitor over a tree view (host or device pointers alike); Cap as KnnVisitor says.
-template <int MaxDim, class View, int Cap = 0>
-KnnVisitor<MaxDim, typename metric_for<View>::type, Cap> make_knn_visitor(const View& tree, const float* queries,
+// The kNN visitor over a tree view (host or device pointers alike); Heap as KnnVisitor says.
+template <int MaxDim, class View, bool Heap = false>
+KnnVisitor<MaxDim, typename metric_for<View>::type, Heap> make_knn_visitor(const View& tree, const float* queries,
                                                                           int k, float* dist, index_t* index) {
-  KnnVisitor<MaxDim, typename metric_for<View>::type, Cap> v;
+  KnnVisitor<MaxDim, typename metric_for<View>::type, Heap> v;
   v.metric.tree = tree;
   v.points = tree.points;
   v.point_ids = tree.point_ids;

@@ -74,9 +74,46 @@ void exact_in_every_dimension(Device device) {
   for (int dims : {2, 3, 7, 16}) {
     const std::vector<float> points = test::clustered_points(1200, dims, 10 + dims);
     const std::vector<float> queries = make_queries(points, dims, 200, 20 + dims);
-    // k = 1, 8, 13, 30, 40 and 64 run the kd-tree's register lists (Cap 8, 16, 32 and 64, with
-    // and without sentinels), 65 the list in the results.
-    for (int k : {1, 8, 13, 30, 40, 64, 65}) expect_all_variants_exact<Tree>(points, queries, dims, k, device);
+    // The kd-tree's heap at every k, on the GPU in shared memory (k = 64: over 48 KiB a block, the
+    // opt-in), at k = 150 in the index rows (a block's heaps would take over kMaxVisitorShared);
+    // ball and vp trees: the list in the rows at k <= 8, the heap above.
+    for (int k : {1, 2, 8, 9, 30, 64, 150}) expect_all_variants_exact<Tree>(points, queries, dims, k, device);
+  }
+}
+
+// The heap asks the executor kernels for k keys a thread, through any wrapper; the list in the
+// results asks for nothing.
+TEST(KnnHeap, SharedMemoryRequest) {
+  const std::vector<float> points = test::random_points(100, 3, 1);
+  const KdTree tree = build_tree<KdTree>(points, 3);
+  const auto heap = make_knn_visitor<4, KdTreeView, true>(tree.view(), points.data(), 30, nullptr, nullptr);
+  EXPECT_EQ(shared_bytes_per_thread(heap), 30 * sizeof(std::uint64_t));
+  EXPECT_EQ(shared_bytes_per_thread(ForwardingVisitor<decltype(heap)>{heap}), 30 * sizeof(std::uint64_t));
+  EXPECT_EQ(shared_bytes_per_thread(make_knn_visitor<4>(tree.view(), points.data(), 30, nullptr, nullptr)), 0u);
+}
+
+// The heap's sift against a sorted reference: after every replacement of the root the slots
+// hold the k smallest keys seen, the root the largest of them, at every stride.
+TEST(KnnHeap, SiftKeepsTheKSmallest) {
+  std::mt19937 rng(7);
+  for (int k : {1, 2, 3, 7, 30, 64}) {
+    for (int stride : {1, 3}) {
+      std::vector<std::uint64_t> h(static_cast<std::size_t>(k * stride), ~std::uint64_t{0});
+      std::vector<std::uint64_t> seen;
+      for (int i = 0; i < 500; ++i) {
+        const std::uint64_t c = rng() % 1000;  // repeats included
+        seen.push_back(c);
+        if (c < h[0]) knn_heap_sift(h.data(), stride, k, c);
+        std::vector<std::uint64_t> want = seen, got;
+        std::sort(want.begin(), want.end());
+        want.resize(std::min<std::size_t>(want.size(), static_cast<std::size_t>(k)));
+        for (int j = 0; j < k; ++j)
+          if (h[static_cast<std::size_t>(j * stride)] != ~std::uint64_t{0}) got.push_back(h[static_cast<std::size_t>(j * stride)]);
+        std::sort(got.begin(), got.end());
+        ASSERT_EQ(got, want) << "k " << k << " after " << i + 1;
+        for (int j = 1; j < k; ++j) ASSERT_GE(h[0], h[static_cast<std::size_t>(j * stride)]);
+      }
+    }
   }
 }
 

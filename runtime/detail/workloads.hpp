@@ -91,26 +91,20 @@ struct KnnWorkload : PointTreeWorkload<Tree> {
     output_bytes[0] = static_cast<std::size_t>(k) * sizeof(index_t);
     output_bytes[1] = static_cast<std::size_t>(k) * sizeof(float);
   }
-  // Over a kd-tree, k <= 64 keeps the candidate list in registers (KnnVisitor's Cap: 8, 16, 32
-  // or 64, four builds of the kernels, not one per k: an insertion costs Cap steps, so a k far
-  // below Cap pays for the sentinels); other trees and larger k keep it in the results. Cap 64
-  // costs registers and still beats the list in the results (H200, 10^6 uniform 3-d, k = 64:
-  // 21.8 against 97.7 ms; 10^7: 239 against 739).
+  // The candidate list (KnnVisitor): a heap for trees of fewer than 2^31 points, but in the
+  // result rows for a ball or vp tree at k <= 8, where the heap's setup and final sort cost more
+  // than its insertions save (H200, 2 x 10^5 7-d points, k = 1: 6% slower).
   template <class F>
   void with_visitor(const View& tree, const float* queries, void* const* out, F&& f) const {
     auto* dist = static_cast<float*>(out[1]);
     auto* index = static_cast<index_t*>(out[0]);
     dispatch_dims(tree.dims, [&](auto md) {
       constexpr int M = decltype(md)::value;
-      if constexpr (std::is_same_v<View, KdTreeView>) {
-        if (tree.n_points < std::numeric_limits<std::int32_t>::max() && k <= 64) {
-          if (k <= 8) return f(make_knn_visitor<M, View, 8>(tree, queries, k, dist, index));
-          if (k <= 16) return f(make_knn_visitor<M, View, 16>(tree, queries, k, dist, index));
-          if (k <= 32) return f(make_knn_visitor<M, View, 32>(tree, queries, k, dist, index));
-          return f(make_knn_visitor<M, View, 64>(tree, queries, k, dist, index));
-        }
-      }
-      f(make_knn_visitor<M>(tree, queries, k, dist, index));
+      const bool small_list = !std::is_same_v<View, KdTreeView> && k <= 8;
+      if (tree.n_points < std::numeric_limits<std::int32_t>::max() && !small_list)
+        f(make_knn_visitor<M, View, true>(tree, queries, k, dist, index));
+      else
+        f(make_knn_visitor<M>(tree, queries, k, dist, index));
     });
   }
   // Auto tries lockstep over the sorted order for these (runtime/auto_choice.hpp, workload_wide).
