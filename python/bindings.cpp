@@ -205,6 +205,21 @@ class PointIndex {
     return stats_dict(st);
   }
 
+  // Counts at several radii in one walk (PointCorrelation::run_radii) into counts [n][len(radii)]
+  // (int64); radii non-decreasing.
+  py::dict count_radii(Address queries, index_t n, const std::vector<float>& radii, Address counts, const py::dict& kw) {
+    if (!kd_) throw Error("radius counts (count_neighbors) run over a KDTree; this tree is a ball or vp tree");
+    PcOptions o;
+    static_cast<TraversalOptions&>(o) = traversal_options(kw);
+    TraversalStats st;
+    {
+      py::gil_scoped_release free;
+      st = point_correlation().run_radii(at<const float>(queries), n, radii.data(), static_cast<int>(radii.size()), o,
+                                         at<index_t>(counts));
+    }
+    return stats_dict(st);
+  }
+
   // Radius neighbour lists (PointCorrelation::run_lists): (offsets, indices, stats), offsets an
   // int64 numpy array [n + 1] and indices int64 [offsets[n]] (query i's at offsets[i] ..
   // offsets[i + 1]), made with numpy.empty once the count pass has given the total (the GIL
@@ -547,6 +562,7 @@ PYBIND11_MODULE(_canopy, m) {
       .def_property_readonly("built_on", &PointIndex::built_on)
       .def("knn", &PointIndex::knn)
       .def("count", &PointIndex::count)
+      .def("count_radii", &PointIndex::count_radii)
       .def("nodes", &PointIndex::nodes)
       .def("ball", &PointIndex::ball, py::arg("queries"), py::arg("n"), py::arg("r"), py::arg("kw"), py::kw_only(),
            py::arg("radii") = py::none(), py::arg("sorted") = true);

@@ -26,6 +26,11 @@ detail::PcWorkload workload(const KdTree& tree, const PcOptions& opt) {
   return w;
 }
 
+PcOptions opt_with_radius(PcOptions o, float radius) {
+  o.radius = radius;
+  return o;
+}
+
 // run_lists' per-query radii, each finite and >= 0 (an error names the first that is not); a host
 // copy when they are in device memory (empty otherwise).
 std::vector<float> check_radii(const float* radii, index_t n, stream_t after) {
@@ -69,6 +74,29 @@ PcResult PointCorrelation::run(const float* queries, index_t n, const PcOptions&
 TraversalStats PointCorrelation::run(const float* queries, index_t n, const PcOptions& opt, index_t* counts) {
   const detail::PcWorkload w = workload(tree_, opt);
   if (!counts && n > 0) throw Error("PointCorrelation::run: the counts buffer is null");
+  CallData call;
+  call.queries = queries;
+  call.n = n;
+  call.outputs[0] = counts;
+  return engine_->run(w, call, opt);
+}
+
+TraversalStats PointCorrelation::run_radii(const float* queries, index_t n, const float* radii, int n_radii,
+                                          const PcOptions& opt, index_t* counts) {
+  const std::string who = "PointCorrelation::run_radii: ";
+  if (n_radii < 1 || n_radii > kMaxPcRadii)
+    throw Error(who + "n_radii = " + std::to_string(n_radii) + " is outside 1.." + std::to_string(kMaxPcRadii));
+  if (!radii) throw Error(who + "the radii are null");
+  for (int j = 0; j < n_radii; ++j) {
+    if (!std::isfinite(radii[j]) || radii[j] < 0.0f)
+      throw Error(who + "radii[" + std::to_string(j) + "] = " + std::to_string(radii[j]) + " must be finite and >= 0");
+    if (j > 0 && radii[j] < radii[j - 1])
+      throw Error(who + "radii[" + std::to_string(j) + "] = " + std::to_string(radii[j]) + " is below radii[" +
+                  std::to_string(j - 1) + "] (they must be non-decreasing)");
+  }
+  if (!counts && n > 0) throw Error(who + "the counts buffer is null");
+  detail::PcWorkload w = workload(tree_, opt_with_radius(opt, radii[n_radii - 1]));
+  w.set_radii(radii, n_radii);
   CallData call;
   call.queries = queries;
   call.n = n;

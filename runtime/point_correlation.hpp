@@ -72,6 +72,12 @@ class PointCorrelation {
   // after the work queued on options.stream).
   TraversalStats run(const float* queries, index_t n_queries, const PcOptions& options, index_t* counts);
 
+  // Counts at several radii in one walk (the two-point correlation's bins): counts[i * n_radii +
+  // j] is run()'s count for query i at radii[j], for the cost of one run() at the largest. radii:
+  // host memory, 1..kMaxPcRadii (32) of them, non-decreasing, each finite and >= 0 (an error
+  // names the first that is not); options.radius is not read. Queries and counts as for run().
+  TraversalStats run_radii(const float* queries, index_t n_queries, const float* radii, int n_radii,
+                           const PcOptions& options, index_t* counts);
   // The tree points within the radius of each query, as lists: a count pass, its offsets, and a
   // fill over the count pass's schedule (RaggedStats: the count pass's phases, the scan, fill,
   // sort and copies). Every schedule, executor, depth, the pipeline and the memory budget as

@@ -162,6 +162,80 @@ TEST(CountsEqualBruteForceEdge, LargeBatchAcrossWarpsAndBlocks) {
 
 using test::error_of;
 
+// Several radii in one walk (run_radii): every column equals the brute-force count at its radius
+// for every variant (radii 0, repeated, and past every point included), and a lockstep warp
+// visits the nodes of the largest radius's run() (the instrumented GPU kernels agree).
+void expect_radii(Device device) {
+  for (int dims : {2, 3, 7}) {
+    const std::vector<float> pts = test::clustered_points(2000, dims, 40 + dims);
+    const std::vector<float> queries = test::random_points(700, dims, 50 + dims);
+    const index_t m = 700;
+    const KdTree tree = KdTree::build(pts.data(), 2000, dims);
+    std::vector<float> radii = {0.0f, test::radius_for(tree, queries, 1), test::radius_for(tree, queries, 5)};
+    radii.push_back(radii.back());
+    radii.push_back(test::radius_for(tree, queries, 40));
+    if (dims == 2) radii.push_back(1e6f);
+    if (dims == 3)  // as many as a walk takes
+      while (radii.size() < static_cast<std::size_t>(kMaxPcRadii)) radii.push_back(radii.back() * 1.05f);
+    const int n_radii = static_cast<int>(radii.size());
+    std::vector<std::vector<index_t>> expect;
+    for (float r : radii) expect.push_back(test::brute_force_counts(pts, queries, dims, r));
+    PointCorrelation pc(tree, device);
+    for (const Variant& v : kAll) {
+      PcOptions o;
+      o.device = device;
+      o.executor = v.executor;
+      o.schedule = v.schedule;
+      o.count_nodes = v.executor == ExecutorKind::MaskLockstep || v.executor == ExecutorKind::FsmLockstep;
+      o.gpu_count_nodes = device == Device::Gpu && o.count_nodes;
+      std::vector<index_t> counts(static_cast<std::size_t>(m * n_radii), -1);
+      const TraversalStats st = pc.run_radii(queries.data(), m, radii.data(), n_radii, o, counts.data());
+      for (int j = 0; j < n_radii; ++j)
+        for (index_t i = 0; i < m; ++i)
+          ASSERT_EQ(counts[static_cast<std::size_t>(i * n_radii + j)], expect[static_cast<std::size_t>(j)][i])
+              << name(v, device) << ", dims " << dims << ", query " << i << ", radius " << radii[j];
+      if (o.count_nodes && v.schedule != ScheduleKind::Auto) {
+        o.radius = radii.back();
+        EXPECT_EQ(st.warp_nodes, pc.run(queries.data(), m, o).warp_nodes) << name(v, device);
+        if (o.gpu_count_nodes) EXPECT_EQ(st.gpu_warp_nodes, st.warp_nodes) << name(v, device);
+      }
+    }
+  }
+}
+
+TEST(PcRadii, EqualBruteForceCpu) { expect_radii(Device::Cpu); }
+TEST(PcRadii, EqualBruteForceGpu) {
+  CANOPY_REQUIRE_GPU();
+  expect_radii(Device::Gpu);
+}
+
+TEST(PcRadii, BadRadiiAreErrorsNamingThem) {
+  const std::vector<float> pts = test::random_points(200, 2, 4);
+  const KdTree tree = KdTree::build(pts.data(), 200, 2);
+  PointCorrelation pc(tree, Device::Cpu);
+  std::vector<index_t> counts(200 * 40);
+  auto err = [&](std::vector<float> r, int n) {
+    return error_of([&] { pc.run_radii(pts.data(), 200, r.data(), n, PcOptions{}, counts.data()); });
+  };
+  EXPECT_NE(err({0.1f}, 0).find("n_radii = 0"), std::string::npos);
+  EXPECT_NE(err(std::vector<float>(33, 0.1f), 33).find("n_radii = 33 is outside 1..32"), std::string::npos);
+  EXPECT_NE(err({0.1f, std::nanf("")}, 2).find("radii[1]"), std::string::npos);
+  EXPECT_NE(err({-0.1f}, 1).find("radii[0]"), std::string::npos);
+  const std::string down = err({0.2f, 0.1f}, 2);
+  EXPECT_NE(down.find("non-decreasing"), std::string::npos) << down;
+  EXPECT_NE(error_of([&] { pc.run_radii(pts.data(), 200, nullptr, 1, PcOptions{}, counts.data()); }).find("null"),
+            std::string::npos);
+  const float r = 0.1f;
+  EXPECT_NE(error_of([&] { pc.run_radii(pts.data(), 200, &r, 1, PcOptions{}, nullptr); }).find("counts"),
+            std::string::npos);
+  // One radius: run()'s count.
+  std::vector<index_t> one(200);
+  pc.run_radii(pts.data(), 200, &r, 1, PcOptions{}, one.data());
+  PcOptions o;
+  o.radius = r;
+  EXPECT_EQ(one, pc.run(pts.data(), 200, o).counts);
+}
+
 TEST(RuntimeErrors, BadOptionsAndQueries) {
   const std::vector<float> pts = test::random_points(500, 2, 4);
   const KdTree tree = KdTree::build(pts.data(), 500, 2);

@@ -6,6 +6,28 @@ from . import _periodic
 from ._tree_util import _count_radii, _gc_paused, _joined, _lists, _minkowski, _number, _options, _stats
 
 
+class _RadiiCounts:
+    """Kd-tree counts of float32 rows at many radii, a few walks for all (run_radii: up to 32
+    radii a walk, the columns held in at most 2^24 counts at a time): at(v, floor) is the count of
+    every row at radius v, one of the radii it was made for; no later call asks below floor."""
+
+    def __init__(self, owner, other, rows, brackets, opts):
+        self._owner, self._index, self._rows, self._opts = owner, other._index, rows, opts
+        self._values = sorted({v for hi, lo in brackets if np.isfinite(hi) for v in (hi, lo) if v == hi or v > 0})
+        self._group = max(1, min(32, (1 << 24) // max(1, len(rows))))
+        self._have = {}
+
+    def at(self, v, floor):
+        if v not in self._have:
+            self._have = {u: c for u, c in self._have.items() if u >= floor}
+            start = self._values.index(v)
+            group = self._values[start:start + self._group]
+            out = np.empty((len(self._rows), len(group)), np.int64)
+            self._owner.last_stats = _stats(self._index.count_radii(self._rows, len(self._rows), group, out, self._opts))
+            self._have.update({u: out[:, j] for j, u in enumerate(group)})
+        return self._have[v]
+
+
 class _PairQueries:
     """The pair queries; a tree class inherits them."""
 
@@ -96,12 +118,9 @@ class _PairQueries:
         searched = u[~(u >= bound)] if np.isfinite(bound) else u
         opts = _options(options)
         counter = None
-        # (kd-tree counts at two radii per r; over three radii on the CPU, one search for lists at
-        # the largest r and the pairs' float64 distances binned is faster, unless the lists are long)
-        lists = (other._box is None and other.device == "cpu" and len(searched) > 2 and p == 2
-                 and other._kind == "kd" and other._index is not None
-                 and self._mean_count(other, float(searched[-1]), opts) <= 8 * len(searched))
-        if len(searched) and p == 2 and w2 is None and other._kind == "kd" and other._index is not None and not lists:
+        # (kd-tree counts at two radii per r, all from one walk: faster than binning the pairs'
+        # float64 distances from lists at the largest r, on the CPU too)
+        if len(searched) and p == 2 and w2 is None and other._kind == "kd" and other._index is not None:
             counter = (self._row_counts(other, searched, opts) if other._box is None
                        else _periodic.counts(other, other._rows(self.data, keep64=self.data.dtype != np.float32)[0],
                                              searched, opts, self))
@@ -131,18 +150,6 @@ class _PairQueries:
         if np.ndim(r) == 0:
             return np.float64(out[0]) if weighted else int(out[0])
         return out
-
-    def _mean_count(self, other, r, opts):
-        """An estimate of the mean count of other's points within r of self's (kd-tree counts of a
-        sample of self's points)."""
-        sample = self.data[::max(1, self.n // 1024)]
-        q32 = other._rows(sample, keep64=sample.dtype != np.float32)[1]
-        q32 = np.ascontiguousarray(q32[np.isfinite(q32).all(axis=1)])
-        if not len(q32) or not r < 1e38:
-            return np.inf
-        counts = np.empty(len(q32), np.int64)
-        other._index.count(q32, len(q32), r, counts, opts)
-        return float(counts.mean())
 
     def _total(self, w):
         """The number (or the weight, w) of this tree's points that pairs can hold: those without
@@ -209,14 +216,16 @@ class _PairQueries:
         rows = np.flatnonzero(finite)
         sub = np.ascontiguousarray(q32[rows])
         slack = other._eps_x + (float(eps_q[rows].max()) if len(rows) else 0.0)
-        for r in radii.tolist():
+        brackets = [tuple(float(v) for v in _count_radii(r, slack, self.m)) for r in radii.tolist()]
+        counts = _RadiiCounts(self, other, sub, brackets, opts)
+        for r, (hi, lo) in zip(radii.tolist(), brackets):
             out = np.zeros(self.n, np.int64)
-            hi, lo = (float(v) for v in _count_radii(r, slack, self.m))
-            c_hi, c_lo = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
+            c_hi = c_lo = np.zeros(len(rows), np.int64)
             if len(rows) and np.isfinite(hi):
-                self.last_stats = _stats(other._index.count(sub, len(rows), hi, c_hi, opts))
+                floor = lo if lo > 0 else hi
                 if lo > 0:
-                    self.last_stats = _stats(other._index.count(sub, len(rows), lo, c_lo, opts))
+                    c_lo = counts.at(lo, floor)
+                c_hi = counts.at(hi, floor)
             out[rows] = c_lo
             exact = np.isfinite(hi) & (c_hi == c_lo)
             todo = np.concatenate([rows[~exact], np.flatnonzero(~finite)]) if np.isfinite(hi) else np.arange(self.n)

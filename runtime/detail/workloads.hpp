@@ -52,16 +52,34 @@ struct PointTreeWorkload {
   int query_dims = 0;
 };
 
-// Point correlation: counts [n] of index_t.
+// Point correlation: counts [n] of index_t, or [n][n_radii] at several radii in one walk.
 struct PcWorkload : PointTreeWorkload<KdTree> {
   static constexpr bool kGuided = false;
   const char* name = "PointCorrelation";
   std::size_t output_bytes[2] = {sizeof(index_t), 0};
   float radius2 = 0;
+  int n_radii = 1;                 // > 1: radii2 holds them (set_radii)
+  float radii2[kMaxPcRadii] = {};  // non-decreasing
 
+  void set_radii(const float* r, int n) {
+    n_radii = n;
+    for (int j = 0; j < n; ++j) radii2[j] = r[j] * r[j];
+    radius2 = radii2[n - 1];
+    output_bytes[0] = static_cast<std::size_t>(n) * sizeof(index_t);
+  }
   template <class F>
   void with_visitor(const View& tree, const float* queries, void* const* out, F&& f) const {
     dispatch_dims(tree.dims, [&](auto md) {
+      if (n_radii > 1) {
+        PcRadiiVisitor<decltype(md)::value> v;
+        v.tree = tree;
+        v.queries = queries;
+        v.counts = static_cast<index_t*>(out[0]);
+        v.n_radii = n_radii;
+        for (int j = 0; j < n_radii; ++j) v.radii2[j] = radii2[j];
+        f(v);
+        return;
+      }
       PointCorrelationVisitor<decltype(md)::value> v;
       v.tree = tree;
       v.queries = queries;
