@@ -630,3 +630,27 @@ def test_nan_points_are_in_no_answer():
         canopy.KDTree(np.array([[0.0, 1.0], [np.inf, 0.0]]))
     d, i = canopy.KDTree(np.full((4, 2), np.nan)).query([0.5, 0.5], k=2)
     assert np.isinf(d).all() and (i == 4).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_count_neighbors_ties_at_every_radius(dtype):
+    # A lattice puts many pairs exactly at the radii 0.25 i (the rows the float32 counts cannot
+    # settle go to the exact search, one for a batch of radii), the others fall between lattice
+    # distances; 40 radii are three batches; a NaN row counts nothing (scipy's tree counts every
+    # pair once it holds a NaN: not compared). (At a rounded radius such as 0.25 sqrt(3) the two
+    # differ on the pairs at exactly that distance: scipy compares d^2 with r^2, canopy d with r;
+    # docs/python.md.)
+    g = np.arange(12, dtype=np.float64) * 0.25
+    pts = np.stack(np.meshgrid(g, g, g[:6], indexing="ij"), axis=-1).reshape(-1, 3)
+    a, b = pts[::3].astype(dtype), pts.astype(dtype)
+    k = np.arange(1, 35)
+    steps = np.sort(np.concatenate([0.25 * np.arange(1, 7), 0.125 * (np.sqrt(k) + np.sqrt(k + 1))]))
+    A, B = canopy.cKDTree(a), canopy.cKDTree(b)
+    SA, SB = ScipyTree(a.astype(np.float64)), ScipyTree(b.astype(np.float64))
+    for r in (steps, steps[:3], steps[-1]):
+        assert np.array_equal(A.count_neighbors(B, r), SA.count_neighbors(SB, r))
+    assert np.array_equal(A.count_neighbors(B, steps, cumulative=False), SA.count_neighbors(SB, steps, cumulative=False))
+    nan = a.copy()
+    nan[5] = np.nan
+    assert np.array_equal(canopy.cKDTree(nan).count_neighbors(B, steps),
+                          canopy.cKDTree(np.delete(a, 5, axis=0)).count_neighbors(B, steps))
