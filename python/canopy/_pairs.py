@@ -95,18 +95,19 @@ class _PairQueries:
                 bound = float(_minkowski(ext, p)) * (1 + 1e-10)
         searched = u[~(u >= bound)] if np.isfinite(bound) else u
         opts = _options(options)
-        counter = None
+        totals = None  # the (weighted) pairs within each searched radius
         # (kd-tree counts at two radii per r, all from one walk: faster than binning the pairs'
         # float64 distances from lists at the largest r, on the CPU too)
         if len(searched) and p == 2 and w2 is None and other._kind == "kd" and other._index is not None:
-            counter = (self._row_counts(other, searched, opts) if other._box is None
-                       else _periodic.counts(other, other._rows(self.data, keep64=self.data.dtype != np.float32)[0],
-                                             searched, opts, self))
-        if counter is not None:
-            prev = np.zeros(self.n, np.int64)
-            for k, row_counts in enumerate(counter):
-                bins[k] = (row_counts - prev).sum() if w1 is None else (row_counts - prev) @ w1
-                prev = row_counts
+            if other._box is None:
+                totals = self._radii_totals(other, searched, opts, w1)
+            else:
+                counter = _periodic.counts(other, other._rows(self.data, keep64=self.data.dtype != np.float32)[0],
+                                           searched, opts, self)
+                if counter is not None:
+                    totals = [c.sum() if w1 is None else c @ w1 for c in counter]
+        if totals is not None:
+            bins[:len(searched)] = np.diff(np.asarray(totals, bins.dtype), prepend=0)
         elif len(searched):
             for i, j, d in self._pairs(other, float(searched[-1]), p, opts):
                 wij = None
@@ -180,45 +181,49 @@ class _PairQueries:
             return w
         return check(w1, self), check(w2, other)
 
-    def _row_counts(self, other, radii, opts):
-        """For each radius, every point of self's count of other's points within it (float64
-        2-norm), exact, from other's kd-tree counts in float32. A pair at float64 distance D has
-        engine distance d~ (float32 coordinates) with |d~^2 - d^2| <= _rel(m) d^2 + 1e-36 (m + 2
-        roundings of size 2^-24 at most, doubled) and |d - D| <= eps_x + eps_q + D 1e-12
-        (_search's bounds, and float64's own rounding): counting at a radius hi past r + that
-        slack counts a superset of the points within r, at a radius lo short of r - slack a
-        subset; where the two counts agree they are the answer, and the rows where they differ
-        (points within rounding of r) are resolved by the exact ball search (_ball_flat), one for
-        all the radii of a batch: on the GPU each search is a few engine calls of fixed cost
-        (H200, 10^6 points, 8 radii: 7 searches took 0.2 of the call's 0.37 s)."""
+    def _radii_totals(self, other, radii, opts, w=None):
+        """For each radius, the pairs (i of self, j of other) within it (float64 2-norm), exact, or
+        their weights w[i] summed, from other's kd-tree counts in float32. A pair at float64
+        distance D has engine distance d~ (float32 coordinates) with |d~^2 - d^2| <= _rel(m) d^2 +
+        1e-36 (m + 2 roundings of size 2^-24 at most, doubled) and |d - D| <= eps_x + eps_q + D
+        1e-12 (_search's bounds, and float64's own rounding): counting at a radius hi past r + that
+        slack counts a superset of the points within r, at a radius lo short of r - slack a subset;
+        where a row's two counts agree they are its answer, and the rows where they differ (points
+        within rounding of r) are counted by the exact ball search (_ball_flat). Radii go in
+        batches of one walk (run_radii: all their counts, at most 32 radii and 2^24 counts), each
+        batch's uncertain rows in one exact search at its largest radius: on the GPU a search is a
+        few engine calls of fixed cost (H200, 10^6 points, 8 radii: 7 searches took 0.2 of the
+        call's 0.37 s), and the rows' sums are the columns' (not a row array per radius)."""
         q, q32, eps_q, _, _ = other._rows(self.data, keep64=self.data.dtype != np.float32)
         finite = np.isfinite(q32).all(axis=1)
         rows = np.flatnonzero(finite)
         bad = np.flatnonzero(~finite)
         sub = np.ascontiguousarray(q32[rows])
         slack = other._eps_x + (float(eps_q[rows].max()) if len(rows) else 0.0)
+        w = None if w is None else np.asarray(w, np.float64)
         radii = radii.tolist()
-        # Radii in batches whose counts (2 a radius) are one walk (run_radii: 32 radii at most)
-        # of at most 2^24 counts; each batch's rows within rounding of any of its radii are one
-        # exact search, at its largest.
         per_walk = max(2, min(32, (1 << 24) // max(1, len(rows))))
-        done = 0
+        totals, done = [], 0
         while done < len(radii):
             batch = radii[done:done + per_walk // 2]
             done += len(batch)
             brackets = [tuple(float(v) for v in _count_radii(r, slack, self.m)) for r in batch]
             values = sorted({v for hi, lo in brackets if np.isfinite(hi) for v in (hi, lo) if v == hi or v > 0})
-            cols, zero = {}, np.zeros(len(rows), np.int64)
+            counts = np.zeros((len(rows), max(1, len(values))), np.int64)
             if len(rows) and values:
-                counts = np.empty((len(rows), len(values)), np.int64)
                 self.last_stats = _stats(other._index.count_radii(sub, len(rows), values, counts, opts))
-                cols = {v: counts[:, j] for j, v in enumerate(values)}
-            lows, todos = [], []
+            col = {v: j for j, v in enumerate(values)}
+            sums = counts.sum(axis=0) if w is None else w[rows] @ counts
+            plan = []  # per radius: (its total so far, the column of its lo count or None, its uncertain rows)
             for hi, lo in brackets:
-                c_lo = cols[lo] if lo > 0 and np.isfinite(hi) else zero
-                lows.append(c_lo)
-                todos.append(np.concatenate([rows[cols[hi] != c_lo], bad]) if np.isfinite(hi) else np.arange(self.n))
-            union = np.unique(np.concatenate(todos))
+                if not np.isfinite(hi):
+                    plan.append((0, None, np.arange(self.n)))
+                    continue
+                low = col[lo] if lo > 0 else None
+                c_lo = counts[:, low] if low is not None else 0
+                plan.append((sums[low] if low is not None else 0, low,
+                             np.concatenate([rows[counts[:, col[hi]] != c_lo], bad])))
+            union = np.unique(np.concatenate([t for _, _, t in plan]))
             pair_rows, pair_d = np.empty(0, np.int64), np.empty(0)
             if len(union):  # (one radius-list call, and the float64 check: _ball_flat)
                 found = list(other._ball_flat(q[union], q32[union], eps_q[union], np.full(len(union), batch[-1]), 2.0,
@@ -226,13 +231,17 @@ class _PairQueries:
                 if found:
                     pair_rows = np.concatenate([c[0] for c in found])
                     pair_d = np.concatenate([c[2] for c in found])
-            for r, c_lo, todo in zip(batch, lows, todos):
-                out = np.zeros(self.n, np.int64)
-                out[rows] = c_lo
+            for r, (total, low, todo) in zip(batch, plan):
                 if len(todo):
-                    within = np.bincount(pair_rows[pair_d <= r], minlength=len(union))
-                    out[todo] = within[np.searchsorted(union, todo)]
-                yield out
+                    exact = np.bincount(pair_rows[pair_d <= r], minlength=len(union))[np.searchsorted(union, todo)]
+                    at = np.searchsorted(rows, todo)  # a finite row's place in counts (bad rows: none)
+                    known = np.zeros(len(todo), np.int64)
+                    if low is not None:
+                        ok = finite[todo]
+                        known[ok] = counts[at[ok], low]
+                    total = total + ((exact - known).sum() if w is None else (exact - known) @ w[todo])
+                totals.append(total)
+        return totals
 
     def _pairs(self, other, r, p, opts, upper=False, tag=False):
         """Every pair (i of self, j of other) at float64 p-distance <= r, each once, in chunks

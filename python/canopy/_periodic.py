@@ -343,7 +343,7 @@ def ball(tree, qw, rr, p, opts):
 def counts(other, q, radii, opts, stats):
     """Periodic counts by other's kd-tree (p = 2), or None where its counts cannot give them: a
     generator of, for each radius, each row of q's count of other's points within it (the pair
-    queries' _row_counts, query_ball_point's counts). Each row and its images (for the largest
+    queries' _radii_totals, query_ball_point's counts). Each row and its images (for the largest
     radius) are counted at the float32 radii hi and lo of _count_radii; a row whose summed counts
     agree has its exact count, the others are counted by the exact periodic ball search. Needs hi
     under half of every periodic size: then no point lies within lo of two images of one row
