@@ -26,11 +26,6 @@ detail::PcWorkload workload(const KdTree& tree, const PcOptions& opt) {
   return w;
 }
 
-PcOptions opt_with_radius(PcOptions o, float radius) {
-  o.radius = radius;
-  return o;
-}
-
 // run_lists' per-query radii, each finite and >= 0 (an error names the first that is not); a host
 // copy when they are in device memory (empty otherwise).
 std::vector<float> check_radii(const float* radii, index_t n, stream_t after) {
@@ -95,7 +90,7 @@ TraversalStats PointCorrelation::run_radii(const float* queries, index_t n, cons
                   std::to_string(j - 1) + "] (they must be non-decreasing)");
   }
   if (!counts && n > 0) throw Error(who + "the counts buffer is null");
-  detail::PcWorkload w = workload(tree_, opt_with_radius(opt, radii[n_radii - 1]));
+  detail::PcWorkload w = workload(tree_, PcOptions{});  // its radii (checked above) come next
   w.set_radii(radii, n_radii);
   CallData call;
   call.queries = queries;
