@@ -131,6 +131,38 @@ void exact_on_real_data(Device device) {
   }
 }
 
+// The heap takes a leaf's points kChunk at a time (8 in 3-d, 4 above 4-d): leaves of one point,
+// of fewer than a chunk, of several chunks and a partial one give the brute-force answer under
+// every executor.
+void exact_at_every_leaf_size(Device device) {
+  for (int dims : {3, 7}) {
+    const std::vector<float> points = test::clustered_points(1500, dims, 40 + dims);
+    const std::vector<float> queries = make_queries(points, dims, 200, 50 + dims);
+    const index_t m = static_cast<index_t>(queries.size()) / dims;
+    for (int leaf : {1, 3, 13, 40}) {
+      KdTreeOptions o;
+      o.leaf_size = leaf;
+      const KdTree tree = KdTree::build(points.data(), static_cast<index_t>(points.size()) / dims, dims, o);
+      NearestNeighbors nn(tree, device);
+      for (int k : {1, 9, 30}) {
+        const Neighbours ref = brute_knn(points, queries, dims, k);
+        for (ExecutorKind e : kExecutors) {
+          KnnOptions opt = test::options_on<KnnOptions>(device, ScheduleKind::LeafSort, e);
+          opt.k = k;
+          const KnnResult r = nn.run(queries.data(), m, opt);
+          ASSERT_EQ(r.indices, ref.indices) << "dims " << dims << " leaf " << leaf << " k " << k << " " << to_string(e);
+          ASSERT_EQ(r.distances, ref.distances) << "dims " << dims << " leaf " << leaf << " k " << k;
+        }
+      }
+    }
+  }
+}
+TEST(KnnHeap, ExactAtEveryLeafSizeCpu) { exact_at_every_leaf_size(Device::Cpu); }
+TEST(KnnHeap, ExactAtEveryLeafSizeGpu) {
+  CANOPY_REQUIRE_GPU();
+  exact_at_every_leaf_size(Device::Gpu);
+}
+
 TEST(KnnExact, RealSubsetsCpu) {
   exact_on_real_data<KdTree>(Device::Cpu);
   exact_on_real_data<BallTree>(Device::Cpu);
