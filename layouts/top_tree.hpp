@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -28,23 +29,41 @@ struct TopTreeView {
   }
 };
 
+// Whether a topology's nodes record their depth (the median-split trees' KdNode): then every
+// node of its array is in the tree, and a scan of the array counts the levels.
+template <class T, class = void>
+struct has_node_depths : std::false_type {};
+template <class T>
+struct has_node_depths<T, std::void_t<decltype(std::declval<const T&>().nodes[0].depth),
+                                      decltype(std::declval<const T&>().n_nodes)>> : std::true_type {};
+
 // leaves[d], d = 1..height: how many top-leaves the top-tree of depth d has (leaves[0] = 0).
-// One pass over the tree.
+// One pass over the tree: a scan of the node array where the nodes record their depth (a walk
+// of a 10^6-point kd-tree's 2.6x10^5 nodes took 5 ms of Auto's trial on the H200's host).
 template <class Topology>
 std::vector<index_t> top_leaves_by_depth(const Topology& tree) {
   const int h = tree.height;
   std::vector<index_t> nodes_at(static_cast<std::size_t>(h) + 1, 0), leaves_at(nodes_at);
-  std::vector<std::pair<node_id, int>> stack{{0, 0}};
-  while (!stack.empty()) {
-    const auto [n, d] = stack.back();
-    stack.pop_back();
-    if (d > h) continue;  // a malformed height: TopTree::build reports it
-    ++nodes_at[static_cast<std::size_t>(d)];
-    if (tree.is_leaf(n)) {
-      ++leaves_at[static_cast<std::size_t>(d)];
-      continue;
+  if constexpr (has_node_depths<Topology>::value) {
+    for (node_id n = 0; n < static_cast<node_id>(tree.n_nodes); ++n) {
+      const int d = tree.nodes[n].depth;
+      if (d < 0 || d > h) continue;  // a malformed height: TopTree::build reports it
+      ++nodes_at[static_cast<std::size_t>(d)];
+      if (tree.is_leaf(n)) ++leaves_at[static_cast<std::size_t>(d)];
     }
-    for (int i = 0; i < tree.child_count(n); ++i) stack.push_back({tree.child(n, i), d + 1});
+  } else {
+    std::vector<std::pair<node_id, int>> stack{{0, 0}};
+    while (!stack.empty()) {
+      const auto [n, d] = stack.back();
+      stack.pop_back();
+      if (d > h) continue;  // a malformed height: TopTree::build reports it
+      ++nodes_at[static_cast<std::size_t>(d)];
+      if (tree.is_leaf(n)) {
+        ++leaves_at[static_cast<std::size_t>(d)];
+        continue;
+      }
+      for (int i = 0; i < tree.child_count(n); ++i) stack.push_back({tree.child(n, i), d + 1});
+    }
   }
   std::vector<index_t> out(static_cast<std::size_t>(h) + 1, 0);
   index_t shallower = 0;  // tree leaves above depth d - 1

@@ -1,5 +1,8 @@
 #include "runtime/engine.hpp"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <mutex>
 #include <string>
@@ -41,8 +44,12 @@ std::vector<index_t> spread_sample(index_t n, index_t m) {
 
 std::vector<float> gather_rows(const float* data, int dims, const std::vector<index_t>& rows) {
   std::vector<float> out(rows.size() * static_cast<std::size_t>(dims));
-  for (std::size_t i = 0; i < rows.size(); ++i)
-    std::copy(data + rows[i] * dims, data + (rows[i] + 1) * dims, out.begin() + static_cast<std::ptrdiff_t>(i) * dims);
+  // On the host's cores: Auto's trial gathers 2^18 rows at the call's scheduled positions, one
+  // cache miss each (7-10 ms on one core of the H200's host, as long as the call it follows).
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows.size(), 1 << 12), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t i = r.begin(); i < r.end(); ++i)
+      std::copy(data + rows[i] * dims, data + (rows[i] + 1) * dims, out.begin() + static_cast<std::ptrdiff_t>(i) * dims);
+  });
   return out;
 }
 
@@ -164,13 +171,14 @@ std::vector<index_t> block_sample(const index_t* order, index_t n, index_t m, in
   // The blocks neither overlap nor repeat a position, and `order` is a permutation: the rows are
   // distinct as they come (sorting them cost the trial 20 ms at 2^18 rows).
   const index_t each = std::max<index_t>(1, m / blocks);
-  rows.reserve(static_cast<std::size_t>(each) * static_cast<std::size_t>(blocks));
-  for (int b = 0; b < blocks; ++b) {
+  rows.resize(static_cast<std::size_t>(each) * static_cast<std::size_t>(blocks));
+  tbb::parallel_for(0, blocks, [&](int b) {
     // Block b starts at the b-th of `blocks` even divisions of the room left beside the blocks.
     const index_t start = static_cast<index_t>((n - each * blocks) * static_cast<double>(b) / std::max(1, blocks - 1));
     const index_t first = std::min(start + b * each, n - each);
-    for (index_t i = first; i < first + each; ++i) rows.push_back(order ? order[i] : i);
-  }
+    index_t* out = rows.data() + static_cast<std::size_t>(b) * static_cast<std::size_t>(each);
+    for (index_t i = first; i < first + each; ++i) *out++ = order ? order[i] : i;
+  });
   return rows;
 }
 

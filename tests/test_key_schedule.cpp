@@ -181,16 +181,38 @@ TEST(KeyInspector, BarnesHutKeyIsATopLeafThatHoldsTheBody) {
   }
 }
 
+// A tree's topology without its nodes' depths: top_leaves_by_depth walks it.
+template <class View>
+struct WalkedTopology {
+  View v;
+  int height;
+  bool is_leaf(node_id n) const { return v.is_leaf(n); }
+  int child_count(node_id n) const { return v.child_count(n); }
+  node_id child(node_id n, int i) const { return v.child(n, i); }
+};
+
+// The scan of the nodes' depths (every built-in tree) against the walk and TopTree::build.
+template <class View>
+void expect_top_leaves_per_depth(const View& v, const char* tree) {
+  static_assert(has_node_depths<View>::value, "the built-in trees' nodes record their depth");
+  static_assert(!has_node_depths<WalkedTopology<View>>::value, "the adapter has none");
+  const std::vector<index_t> scanned = top_leaves_by_depth(v);
+  ASSERT_EQ(scanned.size(), static_cast<std::size_t>(v.height) + 1) << tree;
+  EXPECT_EQ(scanned, top_leaves_by_depth(WalkedTopology<View>{v, v.height})) << tree;
+  for (int d = 1; d <= v.height; ++d) EXPECT_EQ(scanned[d], TopTree::build(v, d).size()) << tree << ", depth " << d;
+}
+
 TEST(KeyDepth, TopLeavesPerDepthAreTheTopTreesSizes) {
   const PcSetup s(5000);
   const std::vector<float> xyz = test::clustered_points(4000, 3, 2);
   const std::vector<float> mass(4000, 1.0f);
   const Octree oct = Octree::build(xyz.data(), mass.data(), 4000);
-  const std::vector<index_t> kd = top_leaves_by_depth(s.tree.view());
-  const std::vector<index_t> ot = top_leaves_by_depth(oct.view());
-  ASSERT_EQ(kd.size(), static_cast<std::size_t>(s.tree.height()) + 1);
-  for (int d = 1; d <= s.tree.height(); ++d) EXPECT_EQ(kd[d], TopTree::build(s.tree.view(), d).size()) << d;
-  for (int d = 1; d <= oct.height(); ++d) EXPECT_EQ(ot[d], TopTree::build(oct.view(), d).size()) << d;
+  expect_top_leaves_per_depth(s.tree.view(), "kd-tree");
+  expect_top_leaves_per_depth(oct.view(), "octree");
+  const BallTree ball = BallTree::build(xyz.data(), 4000, 3);
+  expect_top_leaves_per_depth(ball.view(), "ball tree");
+  const VpTree vp = VpTree::build(xyz.data(), 4000, 3);
+  expect_top_leaves_per_depth(vp.view(), "vp-tree");
 }
 
 TEST(KeyDepth, TheShallowestTopTreeWithEnoughTopLeaves) {
