@@ -24,8 +24,8 @@ import numpy as np
 from . import _canopy, _nodes, _periodic
 from ._arrays import _Input, _as_cupy, _cupy, _like, _on_device
 from ._pairs import _PairQueries
-from ._tree_util import (_ABS, _U32, _ball_factor, _count_radii, _gc_paused, _host_rows, _int, _joined, _lists,
-                         _minkowski, _number, _options, _rel, _stats, _workers)
+from ._tree_util import (_ABS, _U32, _ball_factor, _count_radii, _extents, _gc_paused, _host_rows, _int, _joined,
+                         _lists, _minkowski, _number, _options, _rel, _stats, _workers)
 from ._nodes import cKDTreeNode
 from .forest import Forest
 
@@ -99,8 +99,12 @@ class _PointTree(_PairQueries):
             self.boxsize, self._box = box.boxsize, (box if box.any() else None)
             self._args["boxsize"] = box.boxsize
         xp = np if self._host else _cupy()
-        self.maxes = xp.amax(self.data, axis=0) if self.n else xp.full(self.m, -np.inf)
-        self.mins = xp.amin(self.data, axis=0) if self.n else xp.full(self.m, np.inf)
+        if not self.n:
+            self.mins, self.maxes = xp.full(self.m, np.inf), xp.full(self.m, -np.inf)
+        elif self._host:
+            self.mins, self.maxes = _extents(self.data)
+        else:
+            self.mins, self.maxes = xp.amin(self.data, axis=0), xp.amax(self.data, axis=0)
         self._index = None  # none for an empty tree: every search answers from its shapes
         # The points in the float32 engine's tree: all of them, or (host data) those without a NaN
         # coordinate, which are in no answer (scipy's searches never find them either); _keep maps
@@ -109,7 +113,8 @@ class _PointTree(_PairQueries):
         if self.n == 0:
             return
         kept = self.data
-        if self._host:
+        # Finite extents: no NaN (it would be a column's extent) and no infinity, unchecked per row.
+        if self._host and not (np.isfinite(self.mins).all() and np.isfinite(self.maxes).all()):
             nan = np.isnan(self.data).any(axis=1)
             if nan.any():
                 self._keep = np.flatnonzero(~nan)

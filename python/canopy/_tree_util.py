@@ -121,6 +121,16 @@ def _workers(workers):
                                   "cannot use -1 for the number of workers")
 
 
+def _extents(a):
+    """(mins, maxes) of a host array's columns. A narrow array's columns are reduced one at a
+    time: numpy's reduction over axis 0 of (n, 3) float32 rows steps row by row (10^6 points:
+    38 ms for both on one core, against 3 ms by column). NaN propagates as in np.amin/np.amax."""
+    if a.shape[1] > 16:
+        return np.amin(a, axis=0), np.amax(a, axis=0)
+    return (np.array([a[:, j].min() for j in range(a.shape[1])], a.dtype),
+            np.array([a[:, j].max() for j in range(a.shape[1])], a.dtype))
+
+
 def _host_rows(x, name, m):
     """x as a numpy array (..., m) of host rows (lists, ints and bools converted; a CUDA array
     copied to the host)."""
