@@ -97,14 +97,6 @@ CANOPY_HD inline std::uint64_t knn_key(float d2, std::int32_t id) {
   return (static_cast<std::uint64_t>(float_to_bits(d2)) << 32) | static_cast<std::uint32_t>(id);
 }
 CANOPY_HD inline float knn_key_dist2(std::uint64_t key) { return bits_to_float(static_cast<std::uint32_t>(key >> 32)); }
-// The index of the lowest set bit of a non-zero mask.
-CANOPY_HD inline int lowest_bit(unsigned mask) {
-#if defined(__CUDA_ARCH__)
-  return __ffs(mask) - 1;
-#else
-  return __builtin_ctz(mask);
-#endif
-}
 template <bool Heap>
 struct KnnSlots {
   int found;  // candidates in the result rows so far
@@ -203,39 +195,16 @@ struct KnnVisitor {
       return s.found == k;
   }
 
-  // Heap: a leaf's points kChunk at a time, every distance first (their loads in flight together),
-  // then each lane inserts only the points it accepted, so a lockstep warp waits for its busiest
-  // lane rather than for every point some lane accepts. The heap ends with the same k smallest
-  // keys as one point at a time: the filter's bound is the chunk's first, each insertion checks
-  // the current one.
-  static constexpr int kChunk = MaxDim <= 4 ? 8 : 4;
   CANOPY_HD void leaf_range(State& s, index_t first, index_t count) const {
     if constexpr (Heap) {
-      for (index_t base = first; base < first + count; base += kChunk) {
-        const index_t left = first + count - base;
-        float d2[kChunk];
-        unsigned accept = 0;
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-        for (int j = 0; j < kChunk; ++j) {
-          d2[j] = j < left ? point_distance2(s.q, points + (base + j) * MaxDim) : 0.0f;
-          if (j < left && d2[j] <= s.bound2) accept |= 1u << j;
-        }
-        while (accept != 0) {
-          const int j = lowest_bit(accept);
-          accept &= accept - 1;
-          float dj = d2[0];  // d2[j] without indexing the array by a variable (it stays in registers)
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-          for (int t = 1; t < kChunk; ++t) dj = t == j ? d2[t] : dj;
-          const std::uint64_t c = knn_key(dj, static_cast<std::int32_t>(point_ids[base + j]));
-          if (!(c < s.top)) continue;  // ties: the lower index wins
-          knn_heap_sift(s.heap, s.stride, k, c);
-          s.top = s.heap[0];
-          s.bound2 = knn_key_dist2(s.top);  // +inf while a sentinel is left
-        }
+      for (index_t i = first; i < first + count; ++i) {
+        const float d2 = point_distance2(s.q, points + i * MaxDim);
+        if (d2 > s.bound2) continue;
+        const std::uint64_t c = knn_key(d2, static_cast<std::int32_t>(point_ids[i]));
+        if (!(c < s.top)) continue;  // ties: the lower index wins
+        knn_heap_sift(s.heap, s.stride, k, c);
+        s.top = s.heap[0];
+        s.bound2 = knn_key_dist2(s.top);  // +inf while a sentinel is left
       }
     } else {
       float* d = dist + s.query * k;

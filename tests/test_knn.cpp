@@ -131,8 +131,8 @@ void exact_on_real_data(Device device) {
   }
 }
 
-// The heap takes a leaf's points kChunk at a time (8 in 3-d, 4 above 4-d): leaves of one point,
-// of fewer than a chunk, of several chunks and a partial one give the brute-force answer under
+// Leaf sizes other than the default (one point, a few, more than 8, 40: the sizes a leaf loop
+// taking points in chunks of 4 or 8 would split unevenly) give the brute-force answer under
 // every executor.
 void exact_at_every_leaf_size(Device device) {
   for (int dims : {3, 7}) {
