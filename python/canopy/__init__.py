@@ -24,8 +24,8 @@ import numpy as np
 from . import _canopy, _nodes, _periodic
 from ._arrays import _Input, _as_cupy, _cupy, _like, _on_device
 from ._pairs import _PairQueries
-from ._tree_util import (_ABS, _U32, _ball_factor, _count_radii, _extents, _gc_paused, _host_rows, _int, _joined,
-                         _lists, _minkowski, _number, _options, _rel, _stats, _workers)
+from ._tree_util import (_ABS, _U32, _ball_factor, _count_radii, _extents, _finite_rows, _gc_paused, _host_rows,
+                         _int, _joined, _lists, _minkowski, _number, _options, _rel, _stats, _workers)
 from ._nodes import cKDTreeNode
 from .forest import Forest
 
@@ -121,7 +121,7 @@ class _PointTree(_PairQueries):
                 self._n_eng, kept = len(self._keep), self.data[self._keep]
                 if not len(kept):
                     return
-                self._lo, self._hi = np.amin(kept, axis=0), np.amax(kept, axis=0)
+                self._lo, self._hi = _extents(kept)
                 if not self._exact:
                     pts = _Input(kept, "data")
             if not np.isfinite(kept).all():  # (no NaN left: an infinite coordinate)
@@ -203,7 +203,7 @@ class _PointTree(_PairQueries):
         compared with every point."""
         n, m, n_eng = self.n, self.m, self._n_eng  # (the engine's tree holds n_eng of the n points)
         rel, fac = 1 + _rel(m), _ball_factor(m, p)
-        finite = np.isfinite(q32).all(axis=1)
+        finite = _finite_rows(q32)
         brute = np.flatnonzero(~finite) if self._index is not None else np.arange(len(q))
         if self._index is not None:
             pending = np.flatnonzero(finite)
@@ -437,7 +437,7 @@ class _PointTree(_PairQueries):
         coordinate or radius are left to _ball."""
         with np.errstate(over="ignore", invalid="ignore"):
             hi = _count_radii(rr * _ball_factor(self.m, p), self._eps_x + eps_q, self.m)[0]
-        fast = np.isfinite(q32).all(axis=1) & np.isfinite(hi) & (hi < 1e38)
+        fast = _finite_rows(q32) & np.isfinite(hi) & (hi < 1e38)
         rows_fast = np.flatnonzero(fast)
         return np.flatnonzero(~fast), self._ball_chunks(q, q32, hi, rr, p, rows_fast, opts, upper)
 
@@ -487,10 +487,10 @@ class _PointTree(_PairQueries):
         if self._kind != "kd" or self._index is None or not rr.size or not np.isfinite(rr).all():
             return 16
         rho = float(rr.max()) * _ball_factor(self.m, p) * (1 + 2 * _rel(self.m)) + 2 * self._eps_x + 1e-30
-        finite = np.isfinite(q32).all(axis=1)
+        finite = _finite_rows(q32)
         if rho > 1e38 or not finite.any():
             return 16
-        rows = np.ascontiguousarray(q32[finite])
+        rows = np.ascontiguousarray(q32 if finite.all() else q32[finite])  # (every row finite: no gather)
         counts = np.empty(len(rows), np.int64)
         self.last_stats = _stats(self._index.count(rows, len(rows), rho, counts, opts))
         kp = np.full(len(q32), 16, np.int64)

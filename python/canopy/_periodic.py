@@ -20,7 +20,7 @@ images within R of the box are searched as balls of radius R. Rows that would ne
 (a radius near the box's size) are compared with every point instead."""
 import numpy as np
 
-from ._tree_util import _U32, _ball_factor, _count_radii, _stats
+from ._tree_util import _U32, _ball_factor, _count_radii, _finite_rows, _stats
 
 _BLOCK = 1 << 22  # candidates a block of query rows aims at (memory: a few of these arrays)
 
@@ -204,7 +204,7 @@ class _Box:
         img, q32, eps_q = rows64
         counts = np.full(len(owner), tree._n_eng, np.int64)
         hi = _count_radii(radius * _ball_factor(tree.m, p), tree._eps_x + eps_q, tree.m)[0]
-        ok = np.flatnonzero((hi < 1e37) & np.isfinite(q32).all(axis=1))
+        ok = np.flatnonzero((hi < 1e37) & _finite_rows(q32))
         step = np.ceil(4 * np.log2(hi[ok]))
         for v in np.unique(step).tolist():
             rows = ok[step == v]
@@ -263,7 +263,7 @@ def knn(tree, qw, kc, ub, p, opts):
     box, n = tree._box, tree.n
     dist = np.full((len(qw), kc), np.inf)
     idx = np.full((len(qw), kc), n, np.int64)
-    good = np.flatnonzero(np.isfinite(qw).all(axis=1))  # a NaN row has no neighbours
+    good = np.flatnonzero(_finite_rows(qw))  # a NaN row has no neighbours
     step = max(1, _BLOCK // (2 * (kc + 4)))
 
     def kth(D):
@@ -307,7 +307,7 @@ def ball(tree, qw, rr, p, opts):
     box, n = tree._box, tree.n
     if not n or not len(qw):
         return
-    good = np.flatnonzero(np.isfinite(qw).all(axis=1) & (rr >= 0))
+    good = np.flatnonzero(_finite_rows(qw) & (rr >= 0))
     step, s = 1024, 0
     while s < len(good):
         blk = good[s:s + step]
@@ -351,7 +351,7 @@ def counts(other, q, radii, opts, stats):
     row. stats: whose last_stats."""
     box, nq = other._box, len(q)
     q = box.wrap(q)
-    good = np.flatnonzero(np.isfinite(q).all(axis=1))
+    good = np.flatnonzero(_finite_rows(q))
     rmax = np.full(len(good), float(radii.max()))
     if box.image_counts(other, q[good], rmax).sum() * 64 > nq * other.n:
         return None  # (images by the thousand, in many dimensions: comparing with every point is cheaper)

@@ -131,6 +131,14 @@ def _extents(a):
             np.array([a[:, j].max() for j in range(a.shape[1])], a.dtype))
 
 
+def _finite_rows(a):
+    """Which rows of a 2-d host array hold only finite values (a bool array). Finite column
+    extents answer for every row at once, with no per-row scan and its (n, m) temporary."""
+    if len(a) and all(np.isfinite(e).all() for e in _extents(a)):
+        return np.ones(len(a), bool)
+    return np.isfinite(a).all(axis=1)
+
+
 def _host_rows(x, name, m):
     """x as a numpy array (..., m) of host rows (lists, ints and bools converted; a CUDA array
     copied to the host)."""

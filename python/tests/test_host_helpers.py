@@ -1,0 +1,62 @@
+"""The pair and tree helpers' host-side shortcuts against the whole-array numpy operations they
+stand for."""
+import numpy as np
+
+import canopy
+
+
+def test_extents_are_numpys():
+    # A tree's mins and maxes, by column for narrow rows: numpy's (and scipy's) np.amin and
+    # np.amax along axis 0, NaN and -0 included; finite extents skip the per-row NaN scan.
+    from canopy._tree_util import _extents
+    rng = np.random.default_rng(9)
+    for m in (1, 3, 16, 17, 40):
+        for dtype in (np.float32, np.float64):
+            a = (rng.random((500, m)) - 0.5).astype(dtype)
+            a[7, 0] = -0.0
+            if m > 1:
+                a[3, 1] = np.nan
+            lo, hi = _extents(a)
+            assert lo.dtype == a.dtype and hi.dtype == a.dtype
+            assert np.array_equal(lo, np.amin(a, axis=0), equal_nan=True)
+            assert np.array_equal(hi, np.amax(a, axis=0), equal_nan=True)
+            if m > 16:  # (the trees' limit: the helper alone)
+                continue
+            t = canopy.KDTree(a)
+            assert np.array_equal(t.mins, np.amin(a, axis=0), equal_nan=True)
+            assert np.array_equal(t.maxes, np.amax(a, axis=0), equal_nan=True)
+            keep = np.flatnonzero(~np.isnan(a).any(axis=1))
+            assert np.array_equal(t.query(a[keep[:5]], k=1)[1], keep[:5])
+
+
+def test_count_scan_is_the_plain_one():
+    # count_neighbors' one pass over row blocks: column sums and, per (hi, lo) column pair, the
+    # rows whose counts differ (lo None: non-zero), as the whole-array operations give them.
+    from canopy._pairs import _scan_counts
+    rng = np.random.default_rng(4)
+    counts = rng.integers(0, 3, (1000, 6)).astype(np.int64)
+    counts[:, 1] = counts[:, 0]
+    counts[::37, 1] += 1
+    pairs = [(1, 0), (3, 2), (5, None), (4, 4)]
+    for block in (1, 7, 256, 1 << 13):
+        sums, rows = _scan_counts(counts, pairs, block)
+        assert np.array_equal(sums, counts.sum(axis=0))
+        for (h, l), got in zip(pairs, rows):
+            want = np.flatnonzero(counts[:, h] != (counts[:, l] if l is not None else 0))
+            assert np.array_equal(got, want), (block, h, l)
+    sums, rows = _scan_counts(np.zeros((0, 2), np.int64), [(1, 0)])
+    assert np.array_equal(sums, [0, 0]) and len(rows[0]) == 0
+
+
+def test_finite_rows_are_numpys():
+    # Rows with only finite values: from the column extents when those are finite, else per row.
+    from canopy._tree_util import _finite_rows
+    rng = np.random.default_rng(5)
+    for dtype in (np.float32, np.float64):
+        a = rng.random((300, 3)).astype(dtype)
+        assert np.array_equal(_finite_rows(a), np.ones(300, bool))
+        for bad in (np.nan, np.inf, -np.inf):
+            b = a.copy()
+            b[[4, 200], [0, 2]] = bad
+            assert np.array_equal(_finite_rows(b), np.isfinite(b).all(axis=1))
+        assert len(_finite_rows(a[:0])) == 0
