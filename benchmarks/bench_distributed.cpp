@@ -63,9 +63,9 @@ void add_dist_options(CLI::App& app, DistConfig& c) {
                  "and reports the speedup")
       ->capture_default_str();
   app.add_option("--on-device", c.on_device,
-                 "replicate: 1 puts the queries or rows and the results in each rank's device memory (gather "
-                 "local only), as a simulation holding its data on the GPU; 0 host memory. Buffers are reused "
-                 "from call to call either way")
+                 "1 puts the queries or rows and the results in each rank's device memory, as a simulation "
+                 "holding its data on the GPU (replicate: gather local only; partition, pc and knn: routed, moved "
+                 "and gathered GPU to GPU); 0 host memory. Buffers are reused from call to call either way")
       ->capture_default_str();
   app.add_option("--variant", c.variant,
                  "pc, knn: the schedule x executor of every call, the baseline's too (auto: the API's default)")
@@ -99,7 +99,18 @@ int env_int(const char* name, int fallback) {
 struct RankRow {
   double local_ms, total_ms;
   double bytes, items, tree_bytes;
+  double gpu_used;  // bytes of its GPU's memory in use after the calls (every process on that GPU)
+  double route_ms, move_ms, combine_ms;  // a partitioned device call's steps (DistributedStats)
 };
+
+double gpu_bytes_in_use() {
+  std::size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<double>(total - free);
+}
 
 // A workload as the driver times it: the distributed call (keeping its result), the
 // one-process call on rank 0 (keeping its result), and whether rank 0's distributed result
@@ -173,7 +184,10 @@ class Buffer {
   // Every byte set to 0xff: index results -1, float results NaN (what a call did not write).
   void clear() {
     if (device_) {
-      const cudaError_t e = cudaMemset(d_, 0xff, n_ * sizeof(T));
+      // Finished before the call: its work runs on non-blocking streams, which the legacy
+      // stream's memset does not order against.
+      cudaError_t e = cudaMemset(d_, 0xff, n_ * sizeof(T));
+      if (e == cudaSuccess) e = cudaDeviceSynchronize();
       if (e != cudaSuccess) throw Error(std::string("cudaMemset of a benchmark buffer: ") + cudaGetErrorString(e));
     } else {
       std::memset(static_cast<void*>(h_.data()), 0xff, n_ * sizeof(T));
@@ -317,21 +331,25 @@ DistWorkload search_workload(const DistConfig& c, Device device, bool partition,
     auto pc = std::make_shared<PointCorrelation>(searched, device);
     auto one_pc = one_needed ? std::make_shared<PointCorrelation>(*whole, device) : nullptr;
     auto res = std::make_shared<PcResult>();
-    // Replicate: the calls into buffers made once (partition returns its counts).
-    auto counts = std::make_shared<Buffer<index_t>>(partition ? 0 : static_cast<std::size_t>(m), dev);
+    // Replicate and device queries: the calls into buffers made once (partition from the host
+    // returns its counts).
+    const bool into = !partition || dev;
+    auto counts = std::make_shared<Buffer<index_t>>(into ? static_cast<std::size_t>(m) : 0, dev);
     auto one = std::make_shared<Buffer<index_t>>(one_needed ? static_cast<std::size_t>(m) : 0, dev);
     keep.insert(keep.end(), {o, pc, one_pc, res, counts, one});
     w.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
-      if (partition)
+      if (partition && dev)
+        distributed::point_correlation_into(MPI_COMM_WORLD, *part, *pc, q, m, *o, counts->data(), st, g);
+      else if (partition)
         *res = distributed::point_correlation(MPI_COMM_WORLD, *part, *pc, q, m, *o, st, g);
       else
         distributed::point_correlation_into(MPI_COMM_WORLD, *pc, q, m, *o, counts->data(), st, g, shard);
     };
     w.one = [=] { one_pc->run(q, m, *o, one->data()); };
-    if (!partition) w.clear = [=] { counts->clear(); };
+    if (into) w.clear = [=] { counts->clear(); };
     w.same = [=](distributed::Gather, index_t share) {
       const std::size_t items = static_cast<std::size_t>(share);
-      if (!partition)
+      if (into)
         return same_written_rows(one->head(static_cast<std::size_t>(m)), counts->head(static_cast<std::size_t>(m)), 1,
                                  items);
       const std::vector<index_t>& got = res->counts;
@@ -349,27 +367,30 @@ DistWorkload search_workload(const DistConfig& c, Device device, bool partition,
     auto one_nn = one_needed ? std::make_shared<NearestNeighbors>(*whole, device) : nullptr;
     auto res = std::make_shared<KnnResult>();
     const std::size_t values = static_cast<std::size_t>(m) * static_cast<std::size_t>(std::max(c.k, 0));
-    auto idx = std::make_shared<Buffer<index_t>>(partition ? 0 : values, dev);
-    auto dist = std::make_shared<Buffer<float>>(partition ? 0 : values, dev);
+    const bool into = !partition || dev;
+    auto idx = std::make_shared<Buffer<index_t>>(into ? values : 0, dev);
+    auto dist = std::make_shared<Buffer<float>>(into ? values : 0, dev);
     auto one_idx = std::make_shared<Buffer<index_t>>(one_needed ? values : 0, dev);
     auto one_dist = std::make_shared<Buffer<float>>(one_needed ? values : 0, dev);
     keep.insert(keep.end(), {o, nn, one_nn, res, idx, dist, one_idx, one_dist});
     const int k = c.k;
     w.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
-      if (partition)
+      if (partition && dev)
+        distributed::nearest_neighbors_into(MPI_COMM_WORLD, *part, *nn, q, m, *o, idx->data(), dist->data(), st, g);
+      else if (partition)
         *res = distributed::nearest_neighbors(MPI_COMM_WORLD, *part, *nn, q, m, *o, st, g);
       else
         distributed::nearest_neighbors_into(MPI_COMM_WORLD, *nn, q, m, *o, idx->data(), dist->data(), st, g, shard);
     };
     w.one = [=] { one_nn->run(q, m, *o, one_idx->data(), one_dist->data()); };
-    if (!partition)
+    if (into)
       w.clear = [=] {
         idx->clear();
         dist->clear();
       };
     w.same = [=](distributed::Gather, index_t share) {
       const std::size_t items = static_cast<std::size_t>(share) * static_cast<std::size_t>(k);
-      if (!partition) {
+      if (into) {
         const std::vector<float> od = one_dist->head(values), gd = dist->head(values);
         return same_written_rows(one_idx->head(values), idx->head(values), static_cast<std::size_t>(k),
                                  static_cast<std::size_t>(share), &od, &gd);
@@ -490,10 +511,10 @@ int run_dist(const DistConfig& c) {
   if (modes.empty()) throw Error("--gather: no mode given");
   const bool one_needed = rank == 0 && (c.check || c.baseline);
   const bool dev = c.on_device != 0;
-  if (dev && (partition || c.workload == "bh"))
-    throw Error("--on-device 1: replicate mode, pc, knn and forest (partition routes queries through the host)");
-  if (dev && (modes.size() != 1 || modes[0] != distributed::Gather::Local))
-    throw Error("--on-device 1 takes --gather local (MPI here moves host memory)");
+  if (dev && (c.workload == "bh" || (partition && c.workload == "forest")))
+    throw Error("--on-device 1: pc, knn (replicate or partition) and forest (replicate)");
+  if (dev && !partition && (modes.size() != 1 || modes[0] != distributed::Gather::Local))
+    throw Error("--on-device 1 takes --gather local in replicate mode (it moves device results through host memory)");
 
   std::vector<std::shared_ptr<void>> keep;  // what the workload's closures use
   DistWorkload w;
@@ -534,7 +555,8 @@ int run_dist(const DistConfig& c) {
   std::vector<std::vector<RankRow>> rows_per_mode;
   for (const Timing& t : timings) {
     RankRow mine{t.last.local_ms, median(t.total), static_cast<double>(t.last.bytes_moved),
-                 static_cast<double>(t.last.local_items), w.tree_bytes};
+                 static_cast<double>(t.last.local_items), w.tree_bytes, gpu_bytes_in_use(),
+                 t.last.route_ms, t.last.move_ms, t.last.combine_ms};
     std::vector<RankRow> rows(static_cast<std::size_t>(ranks));
     MPI_Gather(&mine, sizeof mine, MPI_BYTE, rows.data(), sizeof mine, MPI_BYTE, 0, MPI_COMM_WORLD);
     rows_per_mode.push_back(rows);
@@ -546,17 +568,23 @@ int run_dist(const DistConfig& c) {
   if (c.baseline) std::printf("one process, one device: %.3f ms (rank 0, the whole tree, every query)\n", one_ms);
   nlohmann::json per_mode = nlohmann::json::array();
   for (std::size_t i = 0; i < modes.size(); ++i) {
-    std::printf("gather %s:\n%6s %12s %12s %14s %12s %14s\n", distributed::to_string(modes[i]), "rank", "items",
-                "local ms", "bytes moved", "call ms", "tree bytes");
+    std::printf("gather %s (data through %s):\n%6s %12s %12s %14s %12s %14s %14s\n", distributed::to_string(modes[i]),
+                timings[i].last.transport, "rank", "items", "local ms", "bytes moved", "call ms", "tree bytes",
+                "GPU bytes used");
     double bytes = 0, slowest = 0;
     nlohmann::json per = nlohmann::json::array();
     for (int r = 0; r < ranks; ++r) {
       const RankRow& x = rows_per_mode[i][static_cast<std::size_t>(r)];
-      std::printf("%6d %12.0f %12.3f %14.0f %12.3f %14.0f\n", r, x.items, x.local_ms, x.bytes, x.total_ms, x.tree_bytes);
+      std::printf("%6d %12.0f %12.3f %14.0f %12.3f %14.0f %14.0f\n", r, x.items, x.local_ms, x.bytes, x.total_ms,
+                  x.tree_bytes, x.gpu_used);
+      if (x.route_ms + x.move_ms + x.combine_ms > 0)
+        std::printf("%6s steps: route %.3f ms, move %.3f ms, local %.3f ms, combine %.3f ms\n", "", x.route_ms,
+                    x.move_ms, x.local_ms, x.combine_ms);
       bytes += x.bytes;
       slowest = std::max(slowest, x.total_ms);
       per.push_back({{"rank", r}, {"items", x.items}, {"local_ms", x.local_ms}, {"bytes_moved", x.bytes},
-                     {"call_ms", x.total_ms}, {"tree_bytes", x.tree_bytes}});
+                     {"call_ms", x.total_ms}, {"tree_bytes", x.tree_bytes}, {"gpu_bytes_used", x.gpu_used},
+                     {"route_ms", x.route_ms}, {"move_ms", x.move_ms}, {"combine_ms", x.combine_ms}});
     }
     const double imbalance = timings[i].last.imbalance;
     std::printf("total: %.3f ms (slowest rank's call), %.0f bytes moved, queries and results (%.1f per item), load "
@@ -568,7 +596,8 @@ int run_dist(const DistConfig& c) {
       std::printf("results %s one process's (Barnes-Hut's tolerance)\n", same_per_mode[i] ? "within" : "NOT within");
     else if (c.check)
       std::printf("results %s one process's\n", same_per_mode[i] ? "identical to" : "DIFFER from");
-    per_mode.push_back({{"gather", distributed::to_string(modes[i])}, {"total_ms", slowest}, {"bytes_moved", bytes},
+    per_mode.push_back({{"gather", distributed::to_string(modes[i])}, {"transport", timings[i].last.transport},
+                        {"total_ms", slowest}, {"bytes_moved", bytes},
                         {"imbalance", imbalance}, {"speedup", c.baseline && slowest > 0 ? nlohmann::json(one_ms / slowest) : nlohmann::json()},
                         {"identical", c.check ? nlohmann::json(bool(same_per_mode[i])) : nlohmann::json()},
                         {"per_rank", per}});

@@ -26,9 +26,9 @@
 // Barnes-Hut, replicated: every rank holds the whole octree and computes the forces on its share
 // of the bodies (BarnesHut::run over a body range), bit for bit the one-process forces.
 // Partitioned (PartitionedBarnesHut): each rank holds its own bodies and imports the locally
-// essential part of the others'. Not yet here (issue 21): the routing on the GPU (the inspector
-// routes on the host's threads), and kNN's second round by the inspector (it tests the top
-// leaves' boxes against the k-th distance on the host).
+// essential part of the others'. Queries in device memory take the partitioned tree's device
+// path (point_correlation_into and nearest_neighbors_into below): routed, moved and combined on
+// the GPUs.
 #pragma once
 
 #include <mpi.h>
@@ -88,6 +88,12 @@ struct DistributedStats {
   double slowest_local_ms = 0;    // the slowest rank's share
   double wall_ms = 0;             // the whole call on this rank, gathering included
   std::uint64_t bytes_moved = 0;  // query and result bytes this rank sent and received
+  const char* transport = "host memory";  // how they travelled (device calls: also CUDA IPC, CUDA-aware MPI)
+  // A partitioned call with device queries, step by step on this rank (ms): routing and packing
+  // the queries, moving bytes between the ranks (waits for the others included), combining the
+  // answers (kNN's replies and merges, pc's sums, the gather's placing); local_ms is the local
+  // searches alone there.
+  double route_ms = 0, move_ms = 0, combine_ms = 0;
   double imbalance = 1;           // slowest share / mean share (1: perfectly balanced)
 };
 
@@ -139,6 +145,10 @@ void predict_forest(MPI_Comm comm, ForestPredictor& predictor, const float* rows
                     const ForestRunOptions& options, float* out, DistributedStats* stats = nullptr,
                     Gather gather = Gather::All);
 
+namespace detail {
+struct PartitionDevice;
+}
+
 // A kd-tree whose points are split among the ranks of `comm` by its top-tree.
 class PartitionedKdTree {
  public:
@@ -151,6 +161,9 @@ class PartitionedKdTree {
   // a deeper top-tree spread the points thinner).
   PartitionedKdTree(MPI_Comm comm, const float* points, index_t n, int dims, int depth,
                     const KdTreeOptions& options = {}, std::uint64_t memory_budget = 0);
+  ~PartitionedKdTree();
+  PartitionedKdTree(const PartitionedKdTree&) = delete;
+  PartitionedKdTree& operator=(const PartitionedKdTree&) = delete;
 
   const KdTree& local() const { return *local_; }
   // Bytes of this rank's tree (KdTree::bytes) and of the top-tree every rank holds.
@@ -172,6 +185,12 @@ class PartitionedKdTree {
   // left to right: what the inspector routes queries over.
   const KdTree& top() const { return *top_; }
   const std::vector<node_id>& top_leaf_nodes() const { return leaf_node_; }
+  // The calls with device queries: the top-tree, this rank's points and the transport on the
+  // device, made by the first such call (collective). transport(): how they move bytes
+  // ("CUDA IPC", "CUDA-aware MPI", "host memory"; empty before the first).
+  detail::PartitionDevice& device_side() const;
+  const char* transport() const;
+  std::uint64_t device_bytes() const;  // the device side's copies (0 before the first call)
 
  private:
   MPI_Comm comm_;
@@ -184,6 +203,7 @@ class PartitionedKdTree {
   std::vector<int> owner_;         // per top-tree leaf node, in left-to-right order
   std::vector<node_id> leaf_node_; // the top-tree's leaf node ids, left to right
   std::vector<float> boxes_;
+  mutable std::unique_ptr<detail::PartitionDevice> device_;
 };
 
 // Barnes-Hut over bodies split among the ranks by the same cut (each rank owns the bodies of a
@@ -286,6 +306,23 @@ PcResult point_correlation(MPI_Comm comm, const PartitionedKdTree& tree, PointCo
 KnnResult nearest_neighbors(MPI_Comm comm, const PartitionedKdTree& tree, NearestNeighbors& local,
                             const float* queries, index_t n, const KnnOptions& options,
                             DistributedStats* stats = nullptr, Gather gather = Gather::All);
+
+// The same into the caller's buffers with room for every query (counts[n]; indices and
+// distances [n][k]), as the replicated calls into buffers leave them: each rank's share at its
+// items' places, All and Root filling the rest. With the queries and the buffers in device memory
+// (on every rank) nothing passes through the host: the queries are routed on the GPU by the
+// top-tree (the same box tests as the host's routing), move GPU to GPU (stats->transport says
+// how), are answered by the ranks' local trees there, and the answers come back and combine
+// there (counts add; kNN merges by (squared distance, index) on the GPU), gathered to rank 0's or
+// every rank's buffers by the same transport. The results are the same bits as one process's.
+// Host buffers take the host path above.
+TraversalStats point_correlation_into(MPI_Comm comm, const PartitionedKdTree& tree, PointCorrelation& local,
+                                      const float* queries, index_t n, const PcOptions& options, index_t* counts,
+                                      DistributedStats* stats = nullptr, Gather gather = Gather::All);
+TraversalStats nearest_neighbors_into(MPI_Comm comm, const PartitionedKdTree& tree, NearestNeighbors& local,
+                                      const float* queries, index_t n, const KnnOptions& options, index_t* indices,
+                                      float* distances, DistributedStats* stats = nullptr,
+                                      Gather gather = Gather::All);
 
 }  // namespace distributed
 }  // namespace canopy

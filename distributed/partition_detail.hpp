@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "distributed/distributed.hpp"
+#include "distributed/partition_gpu.hpp"
 #include "layouts/kdtree.hpp"
 
 namespace canopy {
@@ -29,6 +30,49 @@ TopCut cut_top_tree(const float* points, index_t n, int dims, int depth, int ran
 // MPI_Alltoallv of byte messages: out[d] goes to rank d; returns what every rank sent here, in
 // rank order.
 std::vector<std::vector<char>> exchange(MPI_Comm comm, const std::vector<std::vector<char>>& out, DistributedStats* st);
+
+// How device bytes travel between the ranks (partitioned_device.cpp): the MPI library itself
+// where it is CUDA-aware, CUDA IPC where every rank is on one host, else through host memory.
+enum class Transport { Host, Ipc, CudaAwareMpi };
+const char* to_string(Transport t);
+
+// Byte runs between the ranks' device memory. Each rank keeps a mailbox (device memory the
+// others can write to, with IPC) that receives one exchange's bytes and holds them until the next.
+class DeviceExchange {
+ public:
+  DeviceExchange(MPI_Comm comm, stream_t stream);  // collective: the transport is agreed here
+  ~DeviceExchange();
+  DeviceExchange(const DeviceExchange&) = delete;
+  DeviceExchange& operator=(const DeviceExchange&) = delete;
+  Transport transport() const { return kind_; }
+  stream_t stream() const { return stream_; }
+
+  // What arrived: sender r's bytes at base + at[r], size[r] of them, senders in rank order with
+  // no gaps (runs of whole records stay contiguous).
+  struct Inbox {
+    const char* base = nullptr;
+    std::vector<std::uint64_t> at, size;
+    std::uint64_t total = 0;
+  };
+  // Collective: bytes[r] bytes from from[r] (device memory) go to rank r. The work queued on
+  // stream() so far is finished first.
+  Inbox run(const std::vector<const void*>& from, const std::vector<std::uint64_t>& bytes, DistributedStats* st);
+
+ private:
+  bool connect(std::size_t bytes);
+  MPI_Comm comm_;
+  stream_t stream_;
+  int rank_ = 0, ranks_ = 1;
+  Transport kind_ = Transport::Host;
+  IpcMemory box_;
+  std::vector<std::unique_ptr<IpcPeer>> peers_;
+};
+
+// A partitioned tree's device side (PartitionedKdTree::device_side).
+struct PartitionDevice {
+  std::unique_ptr<PartitionGpu> gpu;
+  std::unique_ptr<DeviceExchange> exchange;
+};
 
 }  // namespace detail
 }  // namespace distributed

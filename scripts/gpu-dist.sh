@@ -67,7 +67,15 @@ if [[ ${FUZZ_S:-0} -gt 0 && -f stage/fuzz.tgz ]]; then
      > fuzz_forest_diff.log 2>&1; rm -rf corpus) &
 fi
 
-steps=${STEPS:-smoke pc pc-dev knn knn-dev forest forest-dev part-pc part-knn part-forest tests}
+mpi_tests() {  # canopy_mpi_tests on np ranks and on 3 (the partitioned device tests build GPU trees)
+  timeout 150 "${mpirun[@]}" $bin/canopy_mpi_tests --gtest_brief=1 > "$out/mpi_tests.txt" 2>&1
+  echo "canopy_mpi_tests exit $?: $(tail -1 "$out/mpi_tests.txt")"
+  timeout 150 "$launcher" --bind-to none --oversubscribe -np 3 $bin/canopy_mpi_tests --gtest_brief=1 \
+    > "$out/mpi_tests_np3.txt" 2>&1
+  echo "canopy_mpi_tests -np 3 exit $?: $(tail -1 "$out/mpi_tests_np3.txt")"
+}
+
+steps=${STEPS:-smoke pc pc-dev knn knn-dev forest forest-dev part-pc part-knn part-pc-dev part-knn-dev part-forest tests}
 for step in $steps; do
   case $step in
     smoke)
@@ -138,6 +146,16 @@ for step in $steps; do
     part-knn)
       dist knn_partition 200 --workload knn --k 8 --distribute partition --generate uniform:20000000:3 \
         --memory-budget-mb 480 --gather root --repeat 1 --warmup 1 ;;
+    mpi-tests)
+      mpi_tests ;;
+    part-pc-dev|part-knn-dev)
+      # Partitioned with the queries and results on the GPUs (issue 39): routed, moved and gathered
+      # GPU to GPU (TRANSPORT: auto, ipc or host, CANOPY_DIST_TRANSPORT), against one process on
+      # one GPU with the whole tree and the same device queries.
+      w=${step#part-}; w=${w%-dev}
+      CANOPY_DIST_TRANSPORT=${TRANSPORT:-auto} dist "${w}_partition_dev_${TRANSPORT:-auto}_k${K:-8}" 200 --workload "$w" --k ${K:-8} \
+        --distribute partition --generate uniform:20000000:3 --memory-budget-mb 480 --on-device 1 --gather local,root \
+        --repeat 5 --warmup 2 ;;
     tests)
       left=$((${BUDGET_S:-480} - $(elapsed)))
       ((left > 60)) || { echo "no time left for the tests"; continue; }
@@ -146,8 +164,7 @@ for step in $steps; do
         CUDA_VISIBLE_DEVICES=$i GTEST_TOTAL_SHARDS=$gpus GTEST_SHARD_INDEX=$i timeout $((left - 30)) \
           $bin/canopy_tests --gtest_brief=1 > "$out/tests_$i.txt" 2>&1 &
       done
-      timeout 25 "${mpirun[@]}" $bin/canopy_mpi_tests --gtest_brief=1 > "$out/mpi_tests.txt" 2>&1
-      echo "canopy_mpi_tests exit $?: $(tail -1 "$out/mpi_tests.txt")"
+      mpi_tests
       wait
       for ((i = 0; i < gpus; ++i)); do echo "shard $i: $(grep -E '^\[  (PASSED|FAILED)|tests? ran|SKIPPED \]' "$out/tests_$i.txt" | tr '\n' ' ')"; done
       grep -h "FAILED \]" "$out"/tests_*.txt | head -20
