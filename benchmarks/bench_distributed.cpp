@@ -64,8 +64,8 @@ void add_dist_options(CLI::App& app, DistConfig& c) {
       ->capture_default_str();
   app.add_option("--on-device", c.on_device,
                  "1 puts the queries or rows and the results in each rank's device memory, as a simulation "
-                 "holding its data on the GPU (replicate: gather local only; partition, pc and knn: routed, moved "
-                 "and gathered GPU to GPU); 0 host memory. Buffers are reused from call to call either way")
+                 "holding its data on the GPU (gathered GPU to GPU; partition, pc and knn: also routed and moved "
+                 "GPU to GPU); 0 host memory. Buffers are reused from call to call either way")
       ->capture_default_str();
   app.add_option("--variant", c.variant,
                  "pc, knn: the schedule x executor of every call, the baseline's too (auto: the API's default)")
@@ -513,8 +513,6 @@ int run_dist(const DistConfig& c) {
   const bool dev = c.on_device != 0;
   if (dev && (c.workload == "bh" || (partition && c.workload == "forest")))
     throw Error("--on-device 1: pc, knn (replicate or partition) and forest (replicate)");
-  if (dev && !partition && (modes.size() != 1 || modes[0] != distributed::Gather::Local))
-    throw Error("--on-device 1 takes --gather local in replicate mode (it moves device results through host memory)");
 
   std::vector<std::shared_ptr<void>> keep;  // what the workload's closures use
   DistWorkload w;

@@ -88,7 +88,7 @@ struct DistributedStats {
   double slowest_local_ms = 0;    // the slowest rank's share
   double wall_ms = 0;             // the whole call on this rank, gathering included
   std::uint64_t bytes_moved = 0;  // query and result bytes this rank sent and received
-  const char* transport = "host memory";  // how they travelled (device calls: also CUDA IPC, CUDA-aware MPI)
+  const char* transport = "none";  // how they travelled: "host memory" (MPI), "CUDA IPC", "CUDA-aware MPI"
   // A partitioned call with device queries, step by step on this rank (ms): routing and packing
   // the queries, moving bytes between the ranks (waits for the others included), combining the
   // answers (kNN's replies and merges, pc's sums, the gather's placing); local_ms is the local
@@ -121,7 +121,9 @@ BhResult barnes_hut(MPI_Comm comm, BarnesHut& bh, const BhOptions& options, Dist
 // otherwise be either the stats or a buffer), as the single-process runs' (host or device memory):
 // counts[n], indices[n][k] and distances[n][k], forces[bodies][3]. Each rank writes its share at
 // its items' places; All and Root then fill the rest of the buffers that hold every result, in
-// place (host memory only: device buffers take Gather::Local). Buffers reused from call to call
+// place: device buffers (on every rank) GPU to GPU, by the transport the partitioned calls use
+// (CUDA-aware MPI, CUDA IPC between the ranks of one host, else host memory; stats->transport),
+// host buffers by MPI. Buffers reused from call to call
 // cost nothing to allocate or fault in, which is most of what gathering into new vectors costs.
 // pc and kNN pick their shares by `shard`: with Spatial a rank's items are positions
 // share_of(n, rank, ranks) of the queries' spatial order (every rank computes the same order,

@@ -93,19 +93,32 @@ inline ShareCounts share_counts(index_t n, int ranks) {
 // True where this rank holds every item's result after a gather.
 inline bool holds_all(Gather mode, int rank) { return mode == Gather::All || (mode == Gather::Root && rank == 0); }
 
+// Collective: whether `rows` (each rank's result buffer) is device memory, the same on every
+// rank (an error on every rank if not). Device rows gather through gather_device_rows: GPU to GPU,
+// by the transport the MPI layer picks (partitioned_device.cpp).
+bool rows_on_device(MPI_Comm comm, const void* rows);
+// Each rank's share of n rows already at its items' places in `rows` (room for n, device memory),
+// moved by `mode` into the other ranks' buffers.
+void gather_device_rows(MPI_Comm comm, Gather mode, void* rows, index_t n, std::size_t row_bytes, DistributedStats* st);
+
 // Moves the results by `mode`, in place: `full` (room for n items of `width` values, or null
 // where this rank does not hold them all) already holds this rank's share at its items' places,
-// or `share` holds it (ranks sending to the root). MPI reads host memory only, which run_share
-// has checked (check_gather_buffer). Items travel as one MPI datatype of width values, so the
+// or `share` holds it (ranks sending to the root). Device buffers (full on every rank) move GPU
+// to GPU (gather_device_rows), host buffers by MPI. Items travel as one MPI datatype of width values, so the
 // counts stay within MPI's int for up to INT_MAX items whatever their width.
 template <class T>
 void gather_in_place(MPI_Comm comm, Gather mode, T* full, const T* share, index_t n, index_t width,
                      DistributedStats* st) {
   if (mode == Gather::Local) return;
+  if (rows_on_device(comm, full ? static_cast<const void*>(full) : share)) {
+    gather_device_rows(comm, mode, full, n, static_cast<std::size_t>(width) * sizeof(T), st);
+    return;
+  }
   const auto [rank, ranks] = place_in(comm);
   if (n > static_cast<index_t>(INT_MAX))
     throw Error(std::to_string(n) + " results are more than one MPI message's " + std::to_string(INT_MAX) +
                 " items (split the queries into several calls)");
+  if (st) st->transport = "host memory";
   const ShareCounts sc = share_counts(n, ranks);
   const std::vector<int>& count = sc.count;
   const std::vector<int>& at = sc.at;
@@ -128,14 +141,6 @@ void gather_in_place(MPI_Comm comm, Gather mode, T* full, const T* share, index_
     else
       st->bytes_moved += rank == 0 ? others : own_bytes;
   }
-}
-
-// A gather that moves results refuses device memory (this MPI layer passes host buffers only),
-// on every rank together: called inside run_share.
-inline void check_gather_buffer(Gather mode, const void* p, const char* what) {
-  if (mode != Gather::Local && p && is_device_pointer(p))
-    throw Error(std::string(what) + " is device memory: gather " + to_string(mode) +
-                " moves results through host memory (device buffers take Gather::Local)");
 }
 
 // A share computed apart (the partitioned calls), gathered by `mode`: every item's results

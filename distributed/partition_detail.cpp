@@ -100,7 +100,10 @@ std::vector<std::vector<char>> exchange(MPI_Comm comm, const std::vector<std::ve
   std::vector<char> got(static_cast<std::size_t>(in));
   check_mpi(MPI_Alltoallv(flat.data(), send.data(), sat.data(), MPI_BYTE, got.data(), recv.data(), rat.data(), MPI_BYTE, comm),
             "MPI_Alltoallv");
-  if (st) st->bytes_moved += total + in;
+  if (st) {
+    st->bytes_moved += total + in;
+    st->transport = "host memory";
+  }
   std::vector<std::vector<char>> from(static_cast<std::size_t>(ranks));
   for (int r = 0; r < ranks; ++r)
     from[static_cast<std::size_t>(r)].assign(got.begin() + rat[static_cast<std::size_t>(r)],

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -65,8 +66,21 @@ class DeviceExchange {
   int rank_ = 0, ranks_ = 1;
   Transport kind_ = Transport::Host;
   IpcMemory box_;
-  std::vector<std::unique_ptr<IpcPeer>> peers_;
+  std::vector<IpcPeer> peers_;
 };
+
+// The exchange of the replicated calls' device gathers: one per communicator (a duplicate of
+// it, so its messages never meet the caller's) and device, made by the first such call
+// (collective) and kept for the process's life.
+DeviceExchange& device_exchange(MPI_Comm comm);
+
+// Collective: each rank's share of n rows of row_bytes bytes (`share`, device memory; rows
+// share_of(n, rank, ranks)) goes by `mode` (Root: to rank 0, All: to every rank) through `ex`;
+// place(r, rows, begin, count) puts rank r's rows where they belong (device work on ex.stream(),
+// finished before this returns).
+void move_device_shares(DeviceExchange& ex, MPI_Comm comm, Gather mode, const void* share, index_t n,
+                        std::size_t row_bytes, DistributedStats* st,
+                        const std::function<void(int, const void*, index_t, index_t)>& place);
 
 // A partitioned tree's device side (PartitionedKdTree::device_side).
 struct PartitionDevice {

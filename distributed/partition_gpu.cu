@@ -21,50 +21,44 @@ namespace detail {
 
 // ---- memory other processes open --------------------------------------------------------------
 
-IpcMemory::~IpcMemory() {
-  if (ptr_) cudaFree(ptr_);
-}
+void DeviceFree::operator()(void* p) const { cudaFree(p); }
 
 void IpcMemory::reserve(std::size_t bytes, const char* what) {
   if (bytes <= bytes_ && ptr_) return;
-  if (ptr_) CANOPY_CUDA_CHECK(cudaFree(ptr_));
-  ptr_ = nullptr;
+  ptr_.reset();
   bytes_ = 0;
   const std::size_t want = std::max<std::size_t>(bytes, 1 << 20);
-  const cudaError_t e = cudaMalloc(&ptr_, want);
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, want);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    ptr_ = nullptr;
     throw Error(std::string("not enough GPU memory for ") + what + ": " + std::to_string(want) + " bytes (" +
                 cudaGetErrorString(e) + ")");
   }
+  ptr_.reset(p);
   bytes_ = want;
 }
 
 IpcHandle IpcMemory::handle() const {
   static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(IpcHandle), "an IPC handle is 64 bytes");
   cudaIpcMemHandle_t h;
-  CANOPY_CUDA_CHECK(cudaIpcGetMemHandle(&h, ptr_));
+  CANOPY_CUDA_CHECK(cudaIpcGetMemHandle(&h, ptr_.get()));
   IpcHandle out;
   std::memcpy(out.bytes, &h, sizeof h);
   return out;
 }
 
-bool IpcPeer::open(const IpcHandle& h) {
-  close();
+void IpcClose::operator()(void* p) const { cudaIpcCloseMemHandle(p); }
+
+IpcPeer open_ipc(const IpcHandle& h) {
   cudaIpcMemHandle_t ch;
   std::memcpy(&ch, h.bytes, sizeof ch);
-  if (cudaIpcOpenMemHandle(&ptr_, ch, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess) {
+  void* p = nullptr;
+  if (cudaIpcOpenMemHandle(&p, ch, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess) {
     cudaGetLastError();
-    ptr_ = nullptr;
-    return false;
+    return nullptr;
   }
-  return true;
-}
-
-void IpcPeer::close() {
-  if (ptr_) cudaIpcCloseMemHandle(ptr_);
-  ptr_ = nullptr;
+  return IpcPeer(p);
 }
 
 void copy_device_async(void* dst, const void* src, std::size_t bytes, stream_t stream) {
@@ -73,6 +67,20 @@ void copy_device_async(void* dst, const void* src, std::size_t bytes, stream_t s
 }
 
 void sync_stream(stream_t stream) { CANOPY_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+
+int current_device() {
+  int d = 0;
+  CANOPY_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+void StreamDestroy::operator()(stream_t s) const { cudaStreamDestroy(s); }
+
+OwnStream make_stream() {
+  cudaStream_t s = nullptr;
+  CANOPY_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return OwnStream(s);
+}
 
 // ---- the tree's device side -------------------------------------------------------------------
 

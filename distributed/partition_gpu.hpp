@@ -22,39 +22,38 @@ namespace detail {
 struct IpcHandle {
   char bytes[64];  // cudaIpcMemHandle_t
 };
+struct DeviceFree {
+  void operator()(void* p) const;
+};
 class IpcMemory {
  public:
-  IpcMemory() = default;
-  IpcMemory(const IpcMemory&) = delete;
-  IpcMemory& operator=(const IpcMemory&) = delete;
-  ~IpcMemory();
   // Room for `bytes` (contents dropped when it grows).
   void reserve(std::size_t bytes, const char* what);
-  void* get() const { return ptr_; }
+  void* get() const { return ptr_.get(); }
   std::size_t bytes() const { return bytes_; }
   IpcHandle handle() const;
 
  private:
-  void* ptr_ = nullptr;
+  std::unique_ptr<void, DeviceFree> ptr_;
   std::size_t bytes_ = 0;
 };
-// Another process's IpcMemory, opened here (peer access enabled as needed).
-class IpcPeer {
- public:
-  IpcPeer() = default;
-  IpcPeer(const IpcPeer&) = delete;
-  IpcPeer& operator=(const IpcPeer&) = delete;
-  ~IpcPeer() { close(); }
-  bool open(const IpcHandle& h);  // false (and nothing open) where the driver refuses
-  void close();
-  void* get() const { return ptr_; }
-
- private:
-  void* ptr_ = nullptr;
+// Another process's IpcMemory opened here (peer access enabled as needed); null where the
+// driver refuses.
+struct IpcClose {
+  void operator()(void* p) const;
 };
+using IpcPeer = std::unique_ptr<void, IpcClose>;
+IpcPeer open_ipc(const IpcHandle& h);
 // Copies device bytes (any device of this host, opened peers' memory included) on the stream.
 void copy_device_async(void* dst, const void* src, std::size_t bytes, stream_t stream);
 void sync_stream(stream_t stream);
+int current_device();
+// A non-blocking stream of the current device.
+struct StreamDestroy {
+  void operator()(stream_t s) const;
+};
+using OwnStream = std::unique_ptr<CUstream_st, StreamDestroy>;
+OwnStream make_stream();
 
 // Which ranks a query goes to.
 enum class Route {

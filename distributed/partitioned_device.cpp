@@ -1,6 +1,7 @@
-// A partitioned kd-tree's calls with queries and results in device memory (issue 39): the
-// queries routed on the GPU by the top-tree, moved GPU to GPU, answered there, and their answers
-// moved back and combined there. The bytes travel by CUDA-aware MPI where the MPI library has it,
+// The MPI layer's device side (issue 39): a partitioned kd-tree's calls with queries and results
+// in device memory (the queries routed on the GPU by the top-tree, moved GPU to GPU, answered
+// there, and their answers moved back and combined there), and the replicated calls' gathers of
+// device results. The bytes travel by CUDA-aware MPI where the MPI library has it,
 // else by CUDA IPC between the ranks of one host (MPI carries the handles and the barriers), else
 // through host memory: chosen when the tree first takes device queries, the same on every rank.
 #include "distributed/mpi_detail.hpp"
@@ -18,7 +19,9 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <initializer_list>
+#include <mutex>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -34,12 +37,8 @@ using namespace detail;  // NOLINT: this file is the layer the helpers serve
 namespace detail {
 
 const char* to_string(Transport t) {
-  switch (t) {
-    case Transport::Host: return "host memory";
-    case Transport::Ipc: return "CUDA IPC";
-    case Transport::CudaAwareMpi: return "CUDA-aware MPI";
-  }
-  return "?";
+  static const char* const names[] = {"host memory", "CUDA IPC", "CUDA-aware MPI"};  // Transport's order
+  return names[static_cast<int>(t)];
 }
 
 namespace {
@@ -103,8 +102,8 @@ bool DeviceExchange::connect(std::size_t bytes) {
   check_mpi(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, handles.data(), sizeof mine, MPI_BYTE, comm_), "MPI_Allgather");
   for (int r = 0; r < ranks_; ++r) {
     if (r == rank_) continue;
-    peers_[static_cast<std::size_t>(r)] = std::make_unique<IpcPeer>();
-    ok = ok && peers_[static_cast<std::size_t>(r)]->open(handles[static_cast<std::size_t>(r)]);
+    peers_[static_cast<std::size_t>(r)] = open_ipc(handles[static_cast<std::size_t>(r)]);
+    ok = ok && peers_[static_cast<std::size_t>(r)];
   }
   int all = 0;
   check_mpi(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
@@ -187,13 +186,60 @@ DeviceExchange::Inbox DeviceExchange::run(const std::vector<const void*>& from, 
     if (!bytes[d]) continue;
     std::uint64_t at = 0;  // where this rank's bytes land in d's mailbox
     for (std::size_t s = 0; s < me; ++s) at += all[s * R + d];
-    char* to = static_cast<char*>(d == me ? box_.get() : peers_[d]->get());
+    char* to = static_cast<char*>(d == me ? box_.get() : peers_[d].get());
     copy_device_async(to + at, from[d], bytes[d], stream_);
   }
   sync_stream(stream_);
   check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
   in.base = static_cast<const char*>(box_.get());
   return in;
+}
+
+void move_device_shares(DeviceExchange& ex, MPI_Comm comm, Gather mode, const void* share, index_t n,
+                        std::size_t row_bytes, DistributedStats* st,
+                        const std::function<void(int, const void*, index_t, index_t)>& place) {
+  if (mode == Gather::Local) return;
+  const auto [rank, ranks] = place_in(comm);
+  const Share s = share_of(n, rank, ranks);
+  std::vector<const void*> from(static_cast<std::size_t>(ranks), share);
+  std::vector<std::uint64_t> bytes(static_cast<std::size_t>(ranks), 0);
+  for (int r = 0; r < ranks; ++r)
+    if (r != rank && (mode == Gather::All || r == 0)) bytes[static_cast<std::size_t>(r)] = s.count * row_bytes;
+  const DeviceExchange::Inbox in = ex.run(from, bytes, st);
+  const Clock::time_point t = Clock::now();
+  for (int r = 0; r < ranks; ++r)
+    if (in.size[static_cast<std::size_t>(r)]) {
+      const Share theirs = share_of(n, r, ranks);
+      place(r, in.base + in.at[static_cast<std::size_t>(r)], theirs.begin, theirs.count);
+    }
+  sync_stream(ex.stream());
+  if (st) st->combine_ms += ms_since(t);
+}
+
+DeviceExchange& device_exchange(MPI_Comm comm) {
+  // Kept for the process's life (never freed: the ranks' IPC mappings of one another's mailboxes
+  // would otherwise have to be torn down together).
+  struct Entry {
+    MPI_Comm comm;
+    int device;
+    OwnStream stream = make_stream();
+    std::unique_ptr<DeviceExchange> exchange;
+  };
+  static std::mutex lock;
+  static std::vector<Entry*> entries;
+  const std::lock_guard<std::mutex> hold(lock);
+  const int device = current_device();
+  for (Entry* e : entries) {
+    int same = MPI_UNEQUAL;
+    check_mpi(MPI_Comm_compare(comm, e->comm, &same), "MPI_Comm_compare");
+    if (e->device == device && (same == MPI_IDENT || same == MPI_CONGRUENT)) return *e->exchange;
+  }
+  auto* e = new Entry;
+  check_mpi(MPI_Comm_dup(comm, &e->comm), "MPI_Comm_dup");
+  e->device = device;
+  e->exchange = std::make_unique<DeviceExchange>(e->comm, e->stream.get());
+  entries.push_back(e);
+  return *e->exchange;
 }
 
 }  // namespace detail
@@ -243,23 +289,36 @@ std::vector<std::uint64_t> rescaled(const std::vector<std::uint64_t>& size, std:
 // by `mode`: Root fills rank 0's rows, All every rank's.
 void gather_rows(MPI_Comm comm, DeviceExchange& ex, Gather mode, void* rows, index_t n, std::size_t row_bytes,
                  DistributedStats* st) {
-  if (mode == Gather::Local) return;
   const auto [rank, ranks] = place_in(comm);
-  const Share s = share_of(n, rank, ranks);
   char* base = static_cast<char*>(rows);
-  std::vector<const void*> from(static_cast<std::size_t>(ranks), base + s.begin * row_bytes);
-  std::vector<std::uint64_t> bytes(static_cast<std::size_t>(ranks), 0);
-  for (int r = 0; r < ranks; ++r)
-    if (r != rank && (mode == Gather::All || r == 0)) bytes[static_cast<std::size_t>(r)] = s.count * row_bytes;
-  const DeviceExchange::Inbox in = ex.run(from, bytes, st);
-  const Clock::time_point t = Clock::now();
-  for (int r = 0; r < ranks; ++r)
-    if (in.size[static_cast<std::size_t>(r)])
-      copy_device_async(base + share_of(n, r, ranks).begin * row_bytes, in.base + in.at[static_cast<std::size_t>(r)],
-                        in.size[static_cast<std::size_t>(r)], ex.stream());
-  sync_stream(ex.stream());
-  if (st) st->combine_ms += ms_since(t);
+  move_device_shares(ex, comm, mode, base + share_of(n, rank, ranks).begin * row_bytes, n, row_bytes, st,
+                     [&](int, const void* from, index_t begin, index_t count) {
+                       copy_device_async(base + begin * row_bytes, from, static_cast<std::size_t>(count) * row_bytes,
+                                         ex.stream());
+                     });
 }
+
+}  // namespace
+
+namespace detail {
+
+bool rows_on_device(MPI_Comm comm, const void* rows) {
+  const int dev = rows && is_device_pointer(rows);
+  int lo = 0, hi = 0;
+  check_mpi(MPI_Allreduce(&dev, &lo, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(&dev, &hi, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
+  if (lo != hi) throw Error("some ranks' result buffers are device memory and some host memory: the same kind on every rank");
+  return dev == 1;
+}
+
+void gather_device_rows(MPI_Comm comm, Gather mode, void* rows, index_t n, std::size_t row_bytes, DistributedStats* st) {
+  if (mode == Gather::Local) return;
+  gather_rows(comm, device_exchange(comm), mode, rows, n, row_bytes, st);
+}
+
+}  // namespace detail
+
+namespace {
 
 // Every rank agrees that the queries and buffers are all in device memory, or all in host memory.
 bool device_call(MPI_Comm comm, const float* queries, index_t n, std::initializer_list<const void*> outs,

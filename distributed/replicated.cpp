@@ -1,5 +1,6 @@
 #include "distributed/distributed.hpp"
 #include "distributed/mpi_detail.hpp"
+#include "distributed/partition_detail.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -104,7 +105,6 @@ SpatialOrder& thread_order() {
 struct ResultRows {
   void* full;
   std::size_t row_bytes;
-  const char* what;
 };
 
 // A replicated call over spatial shards: this rank's positions s of the queries' spatial order,
@@ -117,7 +117,6 @@ void run_spatial(MPI_Comm comm, const KdTree& tree, const float* queries, index_
   const auto [rank, ranks] = place_in(comm);
   std::vector<void*> compact(outs.size());
   run_timed_share(comm, "queries (positions of the spatial order)", s, stats, [&] {
-    for (const ResultRows& o : outs) check_gather_buffer(gather, o.full, o.what);
     order.compute(tree, spatial_shard_depth(tree, ranks), queries, n, stream);
     const std::size_t query_bytes = static_cast<std::size_t>(tree.dims()) * sizeof(float);
     auto* mine = static_cast<float*>(order.buffer(0, static_cast<std::size_t>(s.count) * query_bytes, order.on_device()));
@@ -130,6 +129,15 @@ void run_spatial(MPI_Comm comm, const KdTree& tree, const float* queries, index_
       order.scatter(compact[k], outs[k].row_bytes, s.begin, s.count, outs[k].full, stream);
   });
   if (gather == Gather::Local) return;
+  if (rows_on_device(comm, outs.front().full)) {
+    // GPU to GPU: the compact shares travel, and each lands at its queries' places.
+    for (std::size_t k = 0; k < outs.size(); ++k)
+      move_device_shares(device_exchange(comm), comm, gather, compact[k], n, outs[k].row_bytes, stats,
+                         [&](int, const void* rows, index_t begin, index_t count) {
+                           order.scatter(rows, outs[k].row_bytes, begin, count, outs[k].full, stream);
+                         });
+    return;
+  }
   const bool all = holds_all(gather, rank);
   std::vector<unsigned char> placed;
   for (std::size_t k = 0; k < outs.size(); ++k) {
@@ -161,7 +169,7 @@ TraversalStats point_correlation_into(MPI_Comm comm, PointCorrelation& pc, const
   const int dims = pc.tree().dims();
   TraversalStats ts;
   if (spatial_shards(comm, shard, &pc.tree(), queries, n)) {
-    run_spatial(comm, pc.tree(), queries, n, options.stream, s, {{counts, sizeof(index_t), "the counts buffer"}},
+    run_spatial(comm, pc.tree(), queries, n, options.stream, s, {{counts, sizeof(index_t)}},
                 gather, stats, [&](const float* q, index_t m, const std::vector<void*>& out) {
                   ts = pc.run(q, m, options, static_cast<index_t*>(out[0]));
                 });
@@ -169,7 +177,6 @@ TraversalStats point_correlation_into(MPI_Comm comm, PointCorrelation& pc, const
     return ts;
   }
   run_timed_share(comm, "queries", s, stats, [&] {
-    check_gather_buffer(gather, counts, "the counts buffer");
     ts = pc.run(queries + s.begin * dims, s.count, options, counts + s.begin);
   });
   gather_in_place(comm, gather, counts, counts + s.begin, n, 1, stats);
@@ -214,7 +221,7 @@ TraversalStats nearest_neighbors_into(MPI_Comm comm, NearestNeighbors& nn, const
   if (spatial_shards(comm, shard, nn.kd_tree(), queries, n)) {
     const std::size_t kk = static_cast<std::size_t>(std::max(options.k, 0));
     run_spatial(comm, *nn.kd_tree(), queries, n, options.stream, s,
-                {{indices, kk * sizeof(index_t), "the indices buffer"}, {distances, kk * sizeof(float), "the distances buffer"}},
+                {{indices, kk * sizeof(index_t)}, {distances, kk * sizeof(float)}},
                 gather, stats, [&](const float* q, index_t m, const std::vector<void*>& out) {
                   check_k(nn, options.k);
                   ts = nn.run(q, m, options, static_cast<index_t*>(out[0]), static_cast<float*>(out[1]));
@@ -224,8 +231,6 @@ TraversalStats nearest_neighbors_into(MPI_Comm comm, NearestNeighbors& nn, const
   }
   run_timed_share(comm, "queries", s, stats, [&] {
     check_k(nn, options.k);
-    check_gather_buffer(gather, indices, "the indices buffer");
-    check_gather_buffer(gather, distances, "the distances buffer");
     ts = nn.run(queries + s.begin * nn.dims(), s.count, options, indices + s.begin * k, distances + s.begin * k);
   });
   gather_in_place(comm, gather, indices, indices + s.begin * k, n, k, stats);
@@ -265,7 +270,6 @@ void predict_forest(MPI_Comm comm, ForestPredictor& predictor, const float* rows
   index_t width = 0;
   run_timed_share(comm, "rows", s, stats, [&] {
     width = predictor.output_width(options.output);
-    check_gather_buffer(gather, out, "the output buffer");
     if (s.count > 0)
       predictor.predict(rows + s.begin * predictor.n_features(), s.count, options, out + s.begin * width);
   });
@@ -280,7 +284,6 @@ TraversalStats barnes_hut_into(MPI_Comm comm, BarnesHut& bh, const BhOptions& op
   const Share s = my_share(comm, n, stats);
   TraversalStats ts;
   run_timed_share(comm, "bodies", s, stats, [&] {
-    check_gather_buffer(gather, forces, "the forces buffer");
     ts = bh.run(options, s.begin, s.count, forces + s.begin * 3);
   });
   gather_in_place(comm, gather, forces, forces + s.begin * 3, n, 3, stats);

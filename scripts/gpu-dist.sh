@@ -93,7 +93,9 @@ for step in $steps; do
     pc)
       dist pc_replicate 120 --workload pc --generate uniform:20000000:3 --gather all,root,local --repeat 5 ;;
     pc-dev)
-      dist pc_replicate_dev 120 --workload pc --generate uniform:20000000:3 --on-device 1 --gather local --repeat 5 ;;
+      # (root and all: the results gathered GPU to GPU)
+      dist pc_replicate_dev 120 --workload pc --generate uniform:20000000:3 --on-device 1 --gather local,root,all \
+        --repeat 5 ;;
     pc-dev-input)
       # The same calls with each rank a contiguous run of the input (random) order, the shards
       # before spatial sharding became auto's choice for device queries.
@@ -122,8 +124,8 @@ for step in $steps; do
     knn)
       dist knn_replicate 150 --workload knn --k 8 --generate uniform:20000000:3 --gather all,root,local --repeat 5 ;;
     knn-dev)
-      dist knn_replicate_dev 120 --workload knn --k 8 --generate uniform:20000000:3 --on-device 1 --gather local \
-        --repeat 5 ;;
+      dist knn_replicate_dev 120 --workload knn --k 8 --generate uniform:20000000:3 --on-device 1 \
+        --gather local,root,all --repeat 5 ;;
     forest)
       dist forest_replicate 150 --workload forest --model stage/forest/covtype_xgb_bin_d8.json.gz \
         --data stage/forest/covtype_bin.csv.gz --label Cover_Type_2 --rows 10000000 --gather all,root,local \
@@ -148,6 +150,12 @@ for step in $steps; do
         --memory-budget-mb 480 --gather root --repeat 1 --warmup 1 ;;
     mpi-tests)
       mpi_tests ;;
+    memcheck-dev)
+      # compute-sanitizer over the device path's MPI tests, one sanitizer per rank
+      timeout 300 "${mpirun[@]}" /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 3 \
+        $bin/canopy_mpi_tests --gtest_brief=1 --gtest_filter='PartitionedDevice.*:DeviceGather.*' \
+        > "$out/memcheck_dev.txt" 2>&1
+      echo "memcheck of the device MPI tests exit $?: $(grep -h 'ERROR SUMMARY' "$out/memcheck_dev.txt" | tr '\n' ' ')" ;;
     part-pc-dev|part-knn-dev)
       # Partitioned with the queries and results on the GPUs (issue 39): routed, moved and gathered
       # GPU to GPU (TRANSPORT: auto, ipc or host, CANOPY_DIST_TRANSPORT), against one process on

@@ -1,9 +1,11 @@
 // The reference for SpatialOrder's cells (scheduler/spatial_order.hpp), independent of its heap:
 // each query's cell found by walking the kd-tree itself, and the stable sort by it. Used by the
-// unit tests and the MPI tests of spatial shards, with the clustered points both take.
+// unit tests and the MPI tests of spatial shards, with the clustered points both take; and the
+// MPI tests' tie case.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -57,6 +59,27 @@ inline std::vector<index_t> stable_by_cell(const KdTree& tree, const float* quer
   std::stable_sort(ids.begin(), ids.end(),
                    [&](index_t a, index_t b) { return cell[static_cast<std::size_t>(a)] < cell[static_cast<std::size_t>(b)]; });
   return ids;
+}
+
+// 2-d points where two squared distances round to one distance: (1, y) lies farther than (1, 0)
+// from the origin (1 + 2^-23 against 1) at the same float distance 1, and has the lower index;
+// then 60 points far off; and three queries, the origin first. The kNN merges of the partitioned
+// trees must order them as one process.
+struct TieCase {
+  std::vector<float> points, queries;
+  index_t n = 0;
+};
+inline TieCase squared_distance_tie() {
+  TieCase c;
+  const float y = 1.5f * std::ldexp(1.0f, -12);
+  c.points = {1.0f, y, 1.0f, 0.0f};
+  for (int i = 0; i < 60; ++i) {
+    c.points.push_back(3.0f + static_cast<float>(i));
+    c.points.push_back(static_cast<float>(i % 5));
+  }
+  c.n = static_cast<index_t>(c.points.size()) / 2;
+  c.queries = {0.0f, 0.0f, 0.5f, 0.25f, 2.0f, 0.0f};
+  return c;
 }
 
 }  // namespace test

@@ -509,28 +509,21 @@ TEST(Distributed, SpatialShardsRunRunsOfTheCellOrderAndEqualOneProcess) {
 // (1, 0) from the origin (1 + 2^-23 against 1) at the same float distance 1, and comes second
 // although its index is lower.
 TEST(Distributed, PartitionedNeighboursOrderBySquaredDistance) {
-  const float y = 1.5f * std::ldexp(1.0f, -12);
-  std::vector<float> p = {1.0f, y, 1.0f, 0.0f};
-  for (int i = 0; i < 60; ++i) {
-    p.push_back(3.0f + static_cast<float>(i));
-    p.push_back(static_cast<float>(i % 5));
-  }
-  const index_t n = static_cast<index_t>(p.size()) / 2;
-  const std::vector<float> q = {0.0f, 0.0f, 0.5f, 0.25f, 2.0f, 0.0f};
+  const test::TieCase tie = test::squared_distance_tie();
   KdTreeOptions o;
   o.device = Device::Cpu;
-  const KdTree whole = KdTree::build(p.data(), n, 2, o);
+  const KdTree whole = KdTree::build(tie.points.data(), tie.n, 2, o);
   NearestNeighbors one_nn(whole, Device::Cpu);
   KnnOptions ko;
   ko.k = 2;
-  const KnnResult one = one_nn.run(q.data(), 3, ko);
+  const KnnResult one = one_nn.run(tie.queries.data(), 3, ko);
   ASSERT_EQ(one.indices[0], 1);  // the case is what it says
   ASSERT_EQ(one.indices[1], 0);
   ASSERT_EQ(one.distances[0], one.distances[1]);
   for (int depth : {2, 3}) {
-    const distributed::PartitionedKdTree part(MPI_COMM_WORLD, p.data(), n, 2, depth, o);
+    const distributed::PartitionedKdTree part(MPI_COMM_WORLD, tie.points.data(), tie.n, 2, depth, o);
     NearestNeighbors local(part.local(), Device::Cpu);
-    const KnnResult all = distributed::nearest_neighbors(MPI_COMM_WORLD, part, local, q.data(), 3, ko);
+    const KnnResult all = distributed::nearest_neighbors(MPI_COMM_WORLD, part, local, tie.queries.data(), 3, ko);
     EXPECT_EQ(all.indices, one.indices) << "depth " << depth;
     EXPECT_EQ(all.distances, one.distances) << "depth " << depth;
   }

@@ -110,6 +110,28 @@ std::vector<float> queries(index_t m, int dims, unsigned seed) {
 
 const char* const kCaps[] = {nullptr, "ipc", "host"};
 
+// Clustered points and queries (queries() above), and one process's answers over them (the CPU
+// search over the whole tree): what every rank checks against.
+struct OneProcess {
+  std::vector<float> p, q;
+  std::vector<index_t> counts;
+  KnnResult knn;
+  OneProcess(index_t n, index_t m, int dims, unsigned seed, float radius, int k)
+      : p(test::blob_points(n, dims, seed, 0.05f, 32)), q(queries(m, dims, seed + 1)) {
+    KdTreeOptions cpu;
+    cpu.device = Device::Cpu;
+    const KdTree whole = KdTree::build(p.data(), n, dims, cpu);
+    PcOptions po;
+    po.radius = radius;
+    po.device = Device::Cpu;
+    counts = PointCorrelation(whole, Device::Cpu).run(q.data(), m, po).counts;
+    KnnOptions ko;
+    ko.k = k;
+    ko.device = Device::Cpu;
+    knn = NearestNeighbors(whole, Device::Cpu).run(q.data(), m, ko);
+  }
+};
+
 TEST(PartitionedDevice, CountsAndNeighboursEqualOneProcessThroughEveryTransport) {
   if (!use_rank_gpu()) GTEST_SKIP() << "no GPU";
   struct Case {
@@ -145,8 +167,11 @@ TEST(PartitionedDevice, CountsAndNeighboursEqualOneProcessThroughEveryTransport)
         distributed::DistributedStats st;
         distributed::point_correlation_into(MPI_COMM_WORLD, part, pc, dq.get(), c.m, o, counts.get(), &st, g);
         expect_rows(counts.host(), one_counts, c.m, 1, all, "pc, " + where + ", gather " + distributed::to_string(g));
-        if (cap && std::string(cap) == "host") EXPECT_STREQ(st.transport, "host memory");
-        if (!cap && place().ranks > 1) EXPECT_STRNE(st.transport, "host memory") << "one host: IPC at least";
+        if (cap && std::string(cap) == "host") {
+          EXPECT_STREQ(st.transport, "host memory");
+        } else if (!cap && place().ranks > 1) {
+          EXPECT_STRNE(st.transport, "host memory") << "one host: IPC at least";
+        }
         for (int k : {1, 8, 33}) {
           KnnOptions ko;
           ko.k = k;
@@ -165,23 +190,59 @@ TEST(PartitionedDevice, CountsAndNeighboursEqualOneProcessThroughEveryTransport)
   }
 }
 
+// The replicated calls gather device results GPU to GPU, from input and spatial shards alike.
+TEST(DeviceGather, ReplicatedCallsGatherDeviceResults) {
+  if (!use_rank_gpu()) GTEST_SKIP() << "no GPU";
+  const index_t n = 5000, m = 1200;
+  const OneProcess one(n, m, 3, 21, 0.06f, 7);
+  KdTreeOptions gpu;
+  gpu.device = Device::Gpu;
+  const KdTree whole = KdTree::build(one.p.data(), n, 3, gpu);
+  PointCorrelation pc(whole, Device::Gpu);
+  NearestNeighbors nn(whole, Device::Gpu);
+  PcOptions po;
+  po.radius = 0.06f;
+  KnnOptions ko;
+  ko.k = 7;
+  po.device = ko.device = Device::Gpu;
+  const Dev<float> dq(one.q);
+  for (distributed::Shard shard : {distributed::Shard::Input, distributed::Shard::Spatial})
+    for (distributed::Gather g : {distributed::Gather::Root, distributed::Gather::All}) {
+      const bool all = g == distributed::Gather::All || place().rank == 0;
+      const std::string what = std::string("shard ") + distributed::to_string(shard) + ", gather " + distributed::to_string(g);
+      Dev<index_t> counts(static_cast<std::size_t>(m)), idx(static_cast<std::size_t>(m * ko.k));
+      Dev<float> dist(static_cast<std::size_t>(m * ko.k));
+      distributed::DistributedStats st;
+      distributed::point_correlation_into(MPI_COMM_WORLD, pc, dq.get(), m, po, counts.get(), &st, g, shard);
+      if (place().ranks > 1) {
+        EXPECT_STRNE(st.transport, "host memory") << what;
+      }
+      distributed::nearest_neighbors_into(MPI_COMM_WORLD, nn, dq.get(), m, ko, idx.get(), dist.get(), &st, g, shard);
+      if (shard == distributed::Shard::Input) {
+        expect_rows(counts.host(), one.counts, m, 1, all, "pc, " + what);
+        expect_rows(idx.host(), one.knn.indices, m, ko.k, all, "knn, " + what);
+        expect_rows(dist.host(), one.knn.distances, m, ko.k, all, "knn, " + what);
+      } else if (all) {  // a spatial shard's own rows lie anywhere: the rows every rank holds
+        EXPECT_EQ(counts.host(), one.counts) << what;
+        EXPECT_EQ(idx.host(), one.knn.indices) << what;
+        EXPECT_EQ(dist.host(), one.knn.distances) << what;
+      }
+    }
+}
+
 // Host buffers take the host path: each rank's share at its places, Root and All filling the rest.
 TEST(PartitionedDevice, HostBuffersTakeTheHostPath) {
   const index_t n = 3000, m = 500;
-  const std::vector<float> p = test::blob_points(n, 3, 11, 0.05f, 32);
-  const std::vector<float> q = queries(m, 3, 12);
+  const OneProcess one(n, m, 3, 11, 0.07f, 5);
   KdTreeOptions cpu;
   cpu.device = Device::Cpu;
-  const KdTree whole = KdTree::build(p.data(), n, 3, cpu);
   PcOptions po;
   po.radius = 0.07f;
   po.device = Device::Cpu;
   KnnOptions ko;
   ko.k = 5;
   ko.device = Device::Cpu;
-  const std::vector<index_t> one_counts = PointCorrelation(whole, Device::Cpu).run(q.data(), m, po).counts;
-  const KnnResult one = NearestNeighbors(whole, Device::Cpu).run(q.data(), m, ko);
-  const distributed::PartitionedKdTree part(MPI_COMM_WORLD, p.data(), n, 3, 3, cpu);
+  const distributed::PartitionedKdTree part(MPI_COMM_WORLD, one.p.data(), n, 3, 3, cpu);
   PointCorrelation pc(part.local(), Device::Cpu);
   NearestNeighbors nn(part.local(), Device::Cpu);
   for (distributed::Gather g : {distributed::Gather::Local, distributed::Gather::Root, distributed::Gather::All}) {
@@ -189,43 +250,68 @@ TEST(PartitionedDevice, HostBuffersTakeTheHostPath) {
     std::vector<index_t> counts(static_cast<std::size_t>(m), -1), idx(static_cast<std::size_t>(m * ko.k), -1);
     std::vector<float> dist(static_cast<std::size_t>(m * ko.k), -1.0f);
     distributed::DistributedStats st;
-    distributed::point_correlation_into(MPI_COMM_WORLD, part, pc, q.data(), m, po, counts.data(), &st, g);
+    distributed::point_correlation_into(MPI_COMM_WORLD, part, pc, one.q.data(), m, po, counts.data(), &st, g);
     EXPECT_STREQ(st.transport, "host memory");
-    distributed::nearest_neighbors_into(MPI_COMM_WORLD, part, nn, q.data(), m, ko, idx.data(), dist.data(), &st, g);
+    distributed::nearest_neighbors_into(MPI_COMM_WORLD, part, nn, one.q.data(), m, ko, idx.data(), dist.data(), &st, g);
     const std::string what = std::string("gather ") + distributed::to_string(g);
-    expect_rows(counts, one_counts, m, 1, all, "pc, " + what);
-    expect_rows(idx, one.indices, m, ko.k, all, "knn, " + what);
-    expect_rows(dist, one.distances, m, ko.k, all, "knn, " + what);
+    expect_rows(counts, one.counts, m, 1, all, "pc, " + what);
+    expect_rows(idx, one.knn.indices, m, ko.k, all, "knn, " + what);
+    expect_rows(dist, one.knn.distances, m, ko.k, all, "knn, " + what);
   }
   EXPECT_STREQ(part.transport(), "");  // no device call: no device side
+}
+
+// k above a rank's own points (its answers padded, every rank asked in the second round), a
+// single query (ranks with no share), and k = every point.
+TEST(PartitionedDevice, SmallSharesAndLargeK) {
+  if (!use_rank_gpu()) GTEST_SKIP() << "no GPU";
+  const index_t n = 90;
+  const std::vector<float> p = test::blob_points(n, 2, 31, 0.1f, 8);
+  const std::vector<float> q = queries(40, 2, 32);
+  KdTreeOptions cpu;
+  cpu.device = Device::Cpu;
+  const KdTree whole = KdTree::build(p.data(), n, 2, cpu);
+  NearestNeighbors one_nn(whole, Device::Cpu);
+  KdTreeOptions gpu;
+  gpu.device = Device::Gpu;
+  const distributed::PartitionedKdTree part(MPI_COMM_WORLD, p.data(), n, 2, 3, gpu);
+  NearestNeighbors nn(part.local(), Device::Gpu);
+  const Dev<float> dq(q);
+  for (const index_t m : {index_t{1}, index_t{40}})
+    for (int k : {60, static_cast<int>(n)}) {
+      KnnOptions ko;
+      ko.k = k;
+      ko.device = Device::Cpu;
+      const KnnResult one = one_nn.run(q.data(), m, ko);
+      ko.device = Device::Gpu;
+      Dev<index_t> idx(static_cast<std::size_t>(m * k));
+      Dev<float> dist(static_cast<std::size_t>(m * k));
+      distributed::nearest_neighbors_into(MPI_COMM_WORLD, part, nn, dq.get(), m, ko, idx.get(), dist.get(), nullptr,
+                                          distributed::Gather::All);
+      EXPECT_EQ(idx.host(), one.indices) << m << " queries, k " << k;
+      EXPECT_EQ(dist.host(), one.distances) << m << " queries, k " << k;
+    }
 }
 
 // The device merge orders candidates by squared distance, then index, as one process does (the
 // host path's case: (1, y) and (1, 0) at one float distance from the origin).
 TEST(PartitionedDevice, NeighboursOrderBySquaredDistance) {
   if (!use_rank_gpu()) GTEST_SKIP() << "no GPU";
-  const float y = 1.5f * std::ldexp(1.0f, -12);
-  std::vector<float> p = {1.0f, y, 1.0f, 0.0f};
-  for (int i = 0; i < 60; ++i) {
-    p.push_back(3.0f + static_cast<float>(i));
-    p.push_back(static_cast<float>(i % 5));
-  }
-  const index_t n = static_cast<index_t>(p.size()) / 2;
-  const std::vector<float> q = {0.0f, 0.0f, 0.5f, 0.25f, 2.0f, 0.0f};
+  const test::TieCase tie = test::squared_distance_tie();
   KdTreeOptions o;
   o.device = Device::Cpu;
-  const KdTree whole = KdTree::build(p.data(), n, 2, o);
+  const KdTree whole = KdTree::build(tie.points.data(), tie.n, 2, o);
   KnnOptions ko;
   ko.k = 2;
   ko.device = Device::Cpu;
-  const KnnResult one = NearestNeighbors(whole, Device::Cpu).run(q.data(), 3, ko);
+  const KnnResult one = NearestNeighbors(whole, Device::Cpu).run(tie.queries.data(), 3, ko);
   ASSERT_EQ(one.indices[0], 1);
   ASSERT_EQ(one.distances[0], one.distances[1]);
   ko.device = Device::Gpu;
   for (int depth : {2, 3}) {
-    const distributed::PartitionedKdTree part(MPI_COMM_WORLD, p.data(), n, 2, depth, o);
+    const distributed::PartitionedKdTree part(MPI_COMM_WORLD, tie.points.data(), tie.n, 2, depth, o);
     NearestNeighbors local(part.local(), Device::Gpu);
-    const Dev<float> dq(q);
+    const Dev<float> dq(tie.queries);
     Dev<index_t> idx(6);
     Dev<float> dist(6);
     distributed::nearest_neighbors_into(MPI_COMM_WORLD, part, local, dq.get(), 3, ko, idx.get(), dist.get(), nullptr,
