@@ -24,8 +24,8 @@ import numpy as np
 from . import _canopy, _nodes, _periodic
 from ._arrays import _Input, _as_cupy, _cupy, _like, _on_device
 from ._pairs import _PairQueries
-from ._tree_util import (_ABS, _U32, _ball_factor, _count_radii, _extents, _finite_rows, _gc_paused, _host_rows,
-                         _int, _joined, _lists, _minkowski, _number, _options, _rel, _stats, _workers)
+from ._tree_util import (_ABS, _U32, _ball_factor, _centred32, _count_radii, _extents, _finite_rows, _gc_paused,
+                         _host_rows, _int, _joined, _lists, _minkowski, _number, _options, _rel, _stats, _workers)
 from ._nodes import cKDTreeNode
 from .forest import Forest
 
@@ -76,6 +76,7 @@ class _PointTree(_PairQueries):
                 data, self._host = dev.get(), True
         self._center = None
         self._eps_x = 0.0
+        self._own32 = None
         if not self._host or (isinstance(data, np.ndarray) and data.dtype == np.float32):
             pts = _Input(data, "data")  # float32 rows (a device float64 array converted on the device)
             self.data = pts.array if (pts.array is not data or not copy_data) else pts.array.copy()
@@ -129,12 +130,18 @@ class _PointTree(_PairQueries):
                 raise ValueError(f"data: point {bad} has an infinite coordinate")
         if self._exact:
             self._center = (self._lo + self._hi) / 2
-            rel = kept - self._center
-            f32 = rel.astype(np.float32)
-            if not np.isfinite(f32).all():
-                raise ValueError("data: coordinates beyond float32's range from the data's centre")
-            radius = float(np.sqrt(np.einsum("ij,ij->i", rel, rel).max()))
+            # Every row lies within half the box of the centre in each column: the box's half
+            # diagonal bounds the rows' distances from it (the rounding bound eps_x), and the
+            # columns' extents say whether float32 holds the rows, without a pass over them.
+            half = np.maximum(np.abs(self._lo - self._center), np.abs(self._hi - self._center))
+            with np.errstate(over="ignore"):
+                if not np.isfinite(np.float32(half.max() * (1 + 1e-12))):
+                    raise ValueError("data: coordinates beyond float32's range from the data's centre")
+            radius = float(np.sqrt(np.dot(half, half))) * (1 + 1e-12)
             self._eps_x = 1.0000001 * _U32 * radius + np.sqrt(self.m) * 2.0 ** -149
+            f32 = _centred32(kept, self._center)
+            if self._keep is None:
+                self._own32 = f32  # the engine's rows of the data itself, which pair calls query
             pts = _Input(f32, "data")
         self._index = _canopy.PointIndex(self._kind, pts.ptr, pts.n, pts.dims, leafsize, device)
 
@@ -164,6 +171,10 @@ class _PointTree(_PairQueries):
         """Host queries: (float64 rows (nq, m), their float32 engine rows, per-row rounding bound
         eps_q, leading shape, single 1-d point?). A float32 tree rounds its queries to float32 (as
         its fast path does) unless keep64: then float64 queries stay exact, as for a float64 tree."""
+        if x is self.data and self._own32 is not None:
+            # The tree's own points (pair and count calls of a tree with itself): their engine
+            # rows were made at construction, and eps_x bounds each one's rounding.
+            return self.data, self._own32, np.broadcast_to(self._eps_x, (self.n,)), (self.n,), False
         a = _host_rows(x, "x", self.m)
         single, lead = a.ndim == 1, a.shape[:-1]
         q = a.reshape(-1, self.m)

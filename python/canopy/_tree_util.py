@@ -165,6 +165,18 @@ def _host_rows(x, name, m):
 # at most 2^-24 of their distance from the tree's centre (+ subnormals' 2^-149), so a point's real
 # float64 distance D satisfies |d~ - D| <= _REL(m) d~ + _ABS + eps_point + eps_query.
 _U32 = 2.0 ** -24
+
+
+def _centred32(x, center, block=1 << 16):
+    """float32(x - center) for float64 rows x, the difference taken in float64 and rounded once,
+    block by block (no float64 copy of the whole array)."""
+    out = np.empty(x.shape, np.float32)
+    tmp = np.empty((min(block, len(x)),) + x.shape[1:], np.float64)
+    for s in range(0, len(x), block):
+        t = tmp[:len(x) - s] if s + block > len(x) else tmp
+        np.subtract(x[s:s + block], center, out=t)
+        out[s:s + len(t)] = t
+    return out
 _ABS = 1e-18
 
 
