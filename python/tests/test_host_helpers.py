@@ -60,3 +60,26 @@ def test_finite_rows_are_numpys():
             b[[4, 200], [0, 2]] = bad
             assert np.array_equal(_finite_rows(b), np.isfinite(b).all(axis=1))
         assert len(_finite_rows(a[:0])) == 0
+
+
+def test_own_rows_are_the_plain_ones():
+    # A float64 tree's engine rows, made block by block at construction, are float32(x - centre)
+    # of the whole array; the rows its calls with itself reuse are those, and eps_x bounds every
+    # row's rounding (what the per-row bounds of any other query array would be).
+    from canopy._tree_util import _U32, _centred32
+    rng = np.random.default_rng(4)
+    for n in (1, 5, 1000, 70000):
+        x = 5e6 + rng.random((n, 3)) * 1000
+        c = x.mean(axis=0)
+        for block in (1, 7, 1 << 16):
+            assert np.array_equal(_centred32(x, c, block), (x - c).astype(np.float32))
+        t = canopy.KDTree(x)
+        q, q32, eps_q, lead, single = t._rows(t.data, keep64=True)
+        rel = x - t._center
+        assert q is t.data and lead == (n,) and not single
+        assert np.array_equal(q32, rel.astype(np.float32))
+        per_row = _U32 * np.sqrt(np.einsum("ij,ij->i", rel, rel))
+        assert (eps_q >= per_row).all() and eps_q.shape == (n,)
+        copy = np.array(x)  # another array of the same values: the per-row path
+        q2, q32b, eps_b, _, _ = t._rows(copy, keep64=True)
+        assert np.array_equal(q32b, q32) and np.array_equal(q2, q) and (eps_q >= eps_b).all()
