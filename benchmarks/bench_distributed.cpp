@@ -76,7 +76,8 @@ void add_dist_options(CLI::App& app, DistConfig& c) {
       ->capture_default_str();
   app.add_option("--shard", c.shard,
                  "pc, knn replicate: the queries a rank runs: input (a contiguous run of the input), spatial (a run "
-                 "of the queries' order by the tree's top cells), auto (spatial for device queries)")
+                 "of the queries' order by the tree's top cells), auto (spatial for device queries); knn partition "
+                 "with --on-device 1: input, or spatial/auto (each rank the queries in its own top leaves)")
       ->capture_default_str();
   app.add_option("--rows", c.rows, "forest: rows (0: the file's; more: copies moved by --jitter)")->capture_default_str();
   app.add_option("--jitter", c.jitter, "forest: standard deviations the copies past the file's rows move by")
@@ -120,6 +121,9 @@ struct DistWorkload {
   std::function<void()> one;
   std::function<bool(distributed::Gather, index_t share)> same;
   std::function<void()> clear;  // the replicated results' buffers emptied (0xff) before the check's call
+  // Rows rank 0 keeps under Gather::Local where that is not its share of the input order (the
+  // partitioned kNN's owner shards), from the check call's stats; null: the share.
+  std::function<index_t(const distributed::DistributedStats&)> local_rows;
   index_t items = 0;
   double tree_bytes = 0;  // this rank's tree (partition) or the whole tree
   std::string what;
@@ -376,7 +380,8 @@ DistWorkload search_workload(const DistConfig& c, Device device, bool partition,
     const int k = c.k;
     w.call = [=](distributed::Gather g, distributed::DistributedStats* st) {
       if (partition && dev)
-        distributed::nearest_neighbors_into(MPI_COMM_WORLD, *part, *nn, q, m, *o, idx->data(), dist->data(), st, g);
+        distributed::nearest_neighbors_into(MPI_COMM_WORLD, *part, *nn, q, m, *o, idx->data(), dist->data(), st, g,
+                                            shard);
       else if (partition)
         *res = distributed::nearest_neighbors(MPI_COMM_WORLD, *part, *nn, q, m, *o, st, g);
       else
@@ -400,11 +405,14 @@ DistWorkload search_workload(const DistConfig& c, Device device, bool partition,
       return gi.size() == items && equal_prefix(one_idx->head(items), gi, items) &&
              equal_prefix(one_dist->head(items), gd, items);
     };
+    // Owner shards (partitioned, device queries, shard auto or spatial): rank 0 keeps its own rows.
+    if (partition && dev && shard != distributed::Shard::Input)
+      w.local_rows = [](const distributed::DistributedStats& st) { return st.local_items; };
     w.what = "knn k " + std::to_string(c.k) + ", " + c.variant;
   }
   w.items = m;
   w.what += ", " + std::to_string(n) + " points (" + in->source + "), " + std::to_string(m) + " queries" +
-            (c.presort ? " in a spatial order" : "") + (partition ? "" : ", shard " + c.shard);
+            (c.presort ? " in a spatial order" : "") + (partition && !dev ? "" : ", shard " + c.shard);
   if (partition)
     w.what += ", top-tree of " + std::to_string(part->leaf_owner().size()) + " leaves; the whole tree " +
               (whole ? std::to_string(whole->bytes()) + " bytes" : std::string("not built"));
@@ -542,9 +550,12 @@ int run_dist(const DistConfig& c) {
     // The last timed call's results are the last mode's: with several modes, each runs again.
     // Replicated pc and kNN run into cleared buffers, so the check sees which rows a rank wrote.
     if (c.check && w.clear) w.clear();
-    if (c.check && (modes.size() > 1 || w.clear)) w.call(modes[i], nullptr);
+    distributed::DistributedStats check_stats;
+    if (c.check && (modes.size() > 1 || w.clear)) w.call(modes[i], &check_stats);
     const bool all_here = modes[i] == distributed::Gather::All || modes[i] == distributed::Gather::Root;
-    const index_t share = all_here ? w.items : distributed::share_of(w.items, 0, ranks).count;
+    const index_t share = all_here     ? w.items
+                          : w.local_rows ? w.local_rows(check_stats)
+                                         : distributed::share_of(w.items, 0, ranks).count;
     const bool ok = rank != 0 || !c.check || w.same(modes[i], share);
     same_per_mode.push_back(ok);
     same = same && ok;

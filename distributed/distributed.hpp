@@ -321,10 +321,16 @@ KnnResult nearest_neighbors(MPI_Comm comm, const PartitionedKdTree& tree, Neares
 TraversalStats point_correlation_into(MPI_Comm comm, const PartitionedKdTree& tree, PointCorrelation& local,
                                       const float* queries, index_t n, const PcOptions& options, index_t* counts,
                                       DistributedStats* stats = nullptr, Gather gather = Gather::All);
+// kNN's shards (`shard`; device queries): Input as above; Spatial (Auto's choice for device
+// queries) shards by the tree itself: every rank holds every query, so each answers those in its
+// own top leaves, whose first round never leaves it, and only the queries within reach of another
+// rank's leaves travel. Local then leaves each result at its query's place on the rank that owns
+// the query's leaf (stats->local_items of them), as the replicated calls' spatial shards do; Root
+// and All gather every row. Host queries take Input (Spatial is an error there).
 TraversalStats nearest_neighbors_into(MPI_Comm comm, const PartitionedKdTree& tree, NearestNeighbors& local,
                                       const float* queries, index_t n, const KnnOptions& options, index_t* indices,
                                       float* distances, DistributedStats* stats = nullptr,
-                                      Gather gather = Gather::All);
+                                      Gather gather = Gather::All, Shard shard = Shard::Auto);
 
 }  // namespace distributed
 }  // namespace canopy

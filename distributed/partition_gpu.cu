@@ -290,6 +290,13 @@ finish_kernel(index_t count, int k, const float* cand_d2, const index_t* cand_id
   distances[t] = have ? sqrt_rn(cand_d2[t]) : INFINITY;
 }
 
+__global__ void __launch_bounds__(kBlock)
+scatter_kernel(const std::uint32_t* compact, index_t words, const index_t* ids, index_t count, std::uint32_t* full) {
+  const index_t t = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  if (t >= count * words) return;
+  full[ids[t / words] * words + t % words] = compact[t];
+}
+
 template <class T>
 T* upload(DeviceBuffer<T>& to, const T* from, std::size_t n, const char* what, cudaStream_t s) {
   to.reserve(std::max<std::size_t>(n, 1), what, s);
@@ -316,7 +323,7 @@ struct PartitionGpu::Impl {
   DeviceBuffer<float> cand_d2, tmp_d2;
   DeviceBuffer<index_t> cand_id, tmp_id;
   DeviceBuffer<int> found, first;
-  DeviceBuffer<unsigned char> slots[4];
+  DeviceBuffer<unsigned char> slots[8];
   PinnedBuffer<index_t> host_count;
 };
 
@@ -353,7 +360,8 @@ std::size_t PartitionGpu::bytes() const { return impl_->bytes; }
 const float* PartitionGpu::packed() const { return impl_->packed.get(); }
 const index_t* PartitionGpu::positions() const { return impl_->positions.get(); }
 
-std::vector<index_t> PartitionGpu::route(Route how, const float* queries, index_t count, float radius2, int k) {
+std::vector<index_t> PartitionGpu::route(Route how, const float* queries, index_t count, float radius2, int k,
+                                         int only) {
   Impl& m = *impl_;
   const cudaStream_t s = m.stream.get();
   std::vector<index_t> per_rank(static_cast<std::size_t>(m.ranks), 0);
@@ -372,6 +380,7 @@ std::vector<index_t> PartitionGpu::route(Route how, const float* queries, index_
   m.selected.reserve(1, "a selection count", s);
   index_t at = 0;
   for (int r = 0; r < m.ranks; ++r) {
+    if (only >= 0 && r != only) continue;
     run_cub("cub::DeviceSelect::If (routing)", m.temp, "the routing's scratch", s, [&](void* t, std::size_t& b) {
       return cub::DeviceSelect::If(t, b, thrust::counting_iterator<index_t>(0), m.positions.get() + at, m.selected.get(),
                                    count, HasRank{m.masks.get(), r}, s);
@@ -458,6 +467,18 @@ void PartitionGpu::finish_knn(index_t count, int k, index_t* indices, float* dis
     finish_kernel<<<grid_for(count * k), kBlock, 0, s>>>(count, k, m.cand_d2.get(), m.cand_id.get(), m.found.get(),
                                                          indices, distances);
     CANOPY_CUDA_CHECK_LAUNCH("finish_kernel");
+  }
+  m.stream.sync();
+}
+
+void PartitionGpu::scatter_rows(const void* compact, std::size_t row_bytes, const index_t* ids, index_t count,
+                                void* full) {
+  Impl& m = *impl_;
+  const index_t words = static_cast<index_t>(row_bytes / 4);
+  if (count > 0 && words > 0) {
+    scatter_kernel<<<grid_for(count * words), kBlock, 0, m.stream.get()>>>(
+        static_cast<const std::uint32_t*>(compact), words, ids, count, static_cast<std::uint32_t*>(full));
+    CANOPY_CUDA_CHECK_LAUNCH("scatter_kernel");
   }
   m.stream.sync();
 }

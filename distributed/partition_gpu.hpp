@@ -79,9 +79,10 @@ class PartitionGpu {
   // Routes queries[count][dims] (device memory, a share's) and packs them by destination, rank
   // by rank, in query order: packed() [sum of the counts][dims], positions() their query
   // positions 0..count-1. Returns the queries per rank. Route::Bound reads the candidates of the
-  // last begin_knn() (k each), Route::Owner records each query's owner for it. Throws naming the
-  // first query with a NaN or infinite coordinate.
-  std::vector<index_t> route(Route how, const float* queries, index_t count, float radius2, int k);
+  // last begin_knn() (k each), Route::Owner records each query's owner for it. only >= 0: packs
+  // the queries of that rank alone (the others' counts are 0). Throws naming the first query with
+  // a NaN or infinite coordinate.
+  std::vector<index_t> route(Route how, const float* queries, index_t count, float radius2, int k, int only = -1);
   const float* packed() const;
   const index_t* positions() const;
 
@@ -103,7 +104,10 @@ class PartitionGpu {
   // The candidates as results: indices[count][k], distances[count][k] (sqrt of the squared).
   void finish_knn(index_t count, int k, index_t* indices, float* distances);
 
-  // Scratch device memory kept between calls: slot 0..3.
+  // full[ids[j]] = compact[j] for rows of row_bytes bytes (a multiple of 4), device memory.
+  void scatter_rows(const void* compact, std::size_t row_bytes, const index_t* ids, index_t count, void* full);
+
+  // Scratch device memory kept between calls: slot 0..7.
   void* scratch(int slot, std::size_t bytes);
 
  private:

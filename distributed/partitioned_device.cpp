@@ -446,28 +446,53 @@ void knn_round(MPI_Comm comm, PartitionDevice& side, NearestNeighbors& local, Ro
 
 }  // namespace
 
-TraversalStats nearest_neighbors_into(MPI_Comm comm, const PartitionedKdTree& tree, NearestNeighbors& local,
-                                      const float* queries, index_t n, const KnnOptions& options, index_t* indices,
-                                      float* distances, DistributedStats* stats, Gather gather) {
-  if (!device_call(comm, queries, n, {indices, distances}, options.stream)) {
-    KnnResult r = nearest_neighbors(comm, tree, local, queries, n, options, stats, gather);
-    place(r.indices, indices, gather, comm, n, options.k);
-    place(r.distances, distances, gather, comm, n, options.k);
-    return r;
+namespace {
+
+// Rows this rank computed (compact, `count` of them, their query ids) go by `mode` to rank 0 or
+// to every rank, which puts them at their ids' places: ids travel once, then each array's rows.
+struct OwnedRows {
+  const void* compact;
+  std::size_t row_bytes;
+  void* full;
+};
+void gather_owned(MPI_Comm comm, PartitionDevice& side, Gather mode, const index_t* ids, index_t count,
+                  const std::vector<OwnedRows>& arrays, DistributedStats* st) {
+  if (mode == Gather::Local) return;
+  const auto [rank, ranks] = place_in(comm);
+  const auto to = [&](std::size_t row_bytes) {
+    std::vector<std::uint64_t> bytes(static_cast<std::size_t>(ranks), 0);
+    for (int r = 0; r < ranks; ++r)
+      if (r != rank && (mode == Gather::All || r == 0)) bytes[static_cast<std::size_t>(r)] = count * row_bytes;
+    return bytes;
+  };
+  DeviceExchange& ex = *side.exchange;
+  const DeviceExchange::Inbox in = ex.run(std::vector<const void*>(static_cast<std::size_t>(ranks), ids),
+                                          to(sizeof(index_t)), st);
+  auto* got = static_cast<index_t*>(side.gpu->scratch(7, in.total));  // (the mailbox's next message overwrites it)
+  copy_device_async(got, in.base, in.total, ex.stream());
+  for (const OwnedRows& a : arrays) {
+    const DeviceExchange::Inbox rows =
+        ex.run(std::vector<const void*>(static_cast<std::size_t>(ranks), a.compact), to(a.row_bytes), st);
+    const Clock::time_point t = Clock::now();
+    for (int r = 0; r < ranks; ++r) {
+      const std::size_t from = static_cast<std::size_t>(r);
+      side.gpu->scatter_rows(rows.base + rows.at[from], a.row_bytes, got + in.at[from] / sizeof(index_t),
+                             static_cast<index_t>(in.size[from] / sizeof(index_t)), a.full);
+    }
+    if (st) st->combine_ms += ms_since(t);
   }
-  const Clock::time_point start = Clock::now();
-  const Share s = my_share(comm, n, stats);
+}
+
+// Input shards: this rank answers its share of the input order; each query goes to the owner of
+// its top leaf, then to the other ranks within its k-th squared distance (all of them while fewer
+// than k are known), and the answers come back.
+TraversalStats knn_input_shards(MPI_Comm comm, const PartitionedKdTree& tree, PartitionDevice& side,
+                                NearestNeighbors& local, const float* queries, index_t n, const KnnOptions& options,
+                                index_t* indices, float* distances, DistributedStats* stats, Gather gather) {
+  const Share s = share_of(n, place_in(comm).rank, place_in(comm).ranks);
   const int dims = tree.dims(), k = options.k;
-  PartitionDevice& side = tree.device_side();
-  run_share(comm, "queries", s, [&] {
-    if (k < 1 || k > tree.global_size())
-      throw Error("k = " + std::to_string(k) + " is outside 1.." + std::to_string(tree.global_size()) + " (the tree's points)");
-    side.gpu->begin_knn(s.count, k);
-  });
-  if (stats) stats->local_items = 0;
+  run_share(comm, "queries", s, [&] { side.gpu->begin_knn(s.count, k); });
   TraversalStats ts;
-  // Round 1: each query to the owner of its top leaf; round 2: to the other ranks within its
-  // k-th squared distance (all of them while fewer than k are known).
   knn_round(comm, side, local, Route::Owner, queries, s, dims, options, stats, ts);
   knn_round(comm, side, local, Route::Bound, queries, s, dims, options, stats, ts);
   const std::size_t width = static_cast<std::size_t>(k);
@@ -476,6 +501,76 @@ TraversalStats nearest_neighbors_into(MPI_Comm comm, const PartitionedKdTree& tr
   if (stats) stats->combine_ms += ms_since(t);
   gather_rows(comm, *side.exchange, gather, indices, n, width * sizeof(index_t), stats);
   gather_rows(comm, *side.exchange, gather, distances, n, width * sizeof(float), stats);
+  return ts;
+}
+
+// Owner shards: every rank holds every query, so each answers the queries in its own top leaves
+// (their first round stays on the rank), and only those within reach of another rank's leaves
+// travel, in the second round. The results stay at their queries' places on the answering rank.
+TraversalStats knn_owner_shards(MPI_Comm comm, const PartitionedKdTree& tree, PartitionDevice& side,
+                                NearestNeighbors& local, const float* queries, index_t n, const KnnOptions& options,
+                                index_t* indices, float* distances, DistributedStats* stats, Gather gather) {
+  const int rank = place_in(comm).rank, dims = tree.dims(), k = options.k;
+  const std::size_t qb = sizeof(float) * static_cast<std::size_t>(dims);
+  index_t own = 0;
+  float* own_q = nullptr;
+  index_t* own_ids = nullptr;
+  run_share(comm, "queries", Share{0, n}, [&] {
+    const Clock::time_point t = Clock::now();
+    own = side.gpu->route(Route::Owner, queries, n, 0, k, rank)[static_cast<std::size_t>(rank)];
+    own_q = static_cast<float*>(side.gpu->scratch(3, static_cast<std::size_t>(own) * qb));
+    own_ids = static_cast<index_t*>(side.gpu->scratch(4, static_cast<std::size_t>(own) * sizeof(index_t)));
+    copy_device_async(own_q, side.gpu->packed(), static_cast<std::size_t>(own) * qb, side.gpu->stream());
+    copy_device_async(own_ids, side.gpu->positions(), static_cast<std::size_t>(own) * sizeof(index_t),
+                      side.gpu->stream());
+    sync_stream(side.gpu->stream());
+    side.gpu->begin_knn(own, k);
+    if (stats) stats->route_ms += ms_since(t);
+  });
+  TraversalStats ts;
+  const Share mine{0, own};
+  knn_round(comm, side, local, Route::Owner, own_q, mine, dims, options, stats, ts);  // (to this rank alone)
+  knn_round(comm, side, local, Route::Bound, own_q, mine, dims, options, stats, ts);
+  if (stats) stats->local_items = own;
+  const std::size_t width = static_cast<std::size_t>(k);
+  auto* ci = static_cast<index_t*>(side.gpu->scratch(5, static_cast<std::size_t>(own) * width * sizeof(index_t)));
+  auto* cd = static_cast<float*>(side.gpu->scratch(6, static_cast<std::size_t>(own) * width * sizeof(float)));
+  const Clock::time_point t = Clock::now();
+  side.gpu->finish_knn(own, k, ci, cd);
+  side.gpu->scatter_rows(ci, width * sizeof(index_t), own_ids, own, indices);
+  side.gpu->scatter_rows(cd, width * sizeof(float), own_ids, own, distances);
+  if (stats) stats->combine_ms += ms_since(t);
+  gather_owned(comm, side, gather, own_ids, own,
+               {{ci, width * sizeof(index_t), indices}, {cd, width * sizeof(float), distances}}, stats);
+  return ts;
+}
+
+}  // namespace
+
+TraversalStats nearest_neighbors_into(MPI_Comm comm, const PartitionedKdTree& tree, NearestNeighbors& local,
+                                      const float* queries, index_t n, const KnnOptions& options, index_t* indices,
+                                      float* distances, DistributedStats* stats, Gather gather, Shard shard) {
+  const bool dev = device_call(comm, queries, n, {indices, distances}, options.stream);
+  if (!dev) {
+    if (shard == Shard::Spatial) throw Error("shard spatial: a partitioned tree's owner shards need device queries");
+    KnnResult r = nearest_neighbors(comm, tree, local, queries, n, options, stats, gather);
+    place(r.indices, indices, gather, comm, n, options.k);
+    place(r.distances, distances, gather, comm, n, options.k);
+    return r;
+  }
+  const Clock::time_point start = Clock::now();
+  my_share(comm, n, stats);
+  PartitionDevice& side = tree.device_side();
+  run_share(comm, "queries", Share{0, n}, [&] {
+    if (options.k < 1 || options.k > tree.global_size())
+      throw Error("k = " + std::to_string(options.k) + " is outside 1.." + std::to_string(tree.global_size()) +
+                  " (the tree's points)");
+  });
+  if (stats) stats->local_items = 0;
+  const TraversalStats ts =
+      shard == Shard::Input
+          ? knn_input_shards(comm, tree, side, local, queries, n, options, indices, distances, stats, gather)
+          : knn_owner_shards(comm, tree, side, local, queries, n, options, indices, distances, stats, gather);
   finish_stats(comm, stats, start);
   return ts;
 }

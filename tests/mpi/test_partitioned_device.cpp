@@ -94,6 +94,31 @@ void expect_rows(const std::vector<T>& got, const std::vector<T>& one, index_t n
   EXPECT_EQ(wrong, 0u) << what << " (rank " << p.rank << ")";
 }
 
+// Rows of an owner-shard kNN call: with `all` every row equals one process's; else the rows this
+// rank wrote (the rest keep Dev's -1) equal one process's and are the `owned` ones (the call's
+// local_items); and the ranks' owned rows together are every row once.
+void expect_owned_rows(const std::vector<index_t>& idx, const std::vector<float>& dist, const KnnResult& one, index_t n,
+                       int k, bool all, index_t owned, const std::string& what) {
+  index_t total = 0;
+  MPI_Allreduce(&owned, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(total, n) << what;
+  if (all) {
+    EXPECT_EQ(idx, one.indices) << what;
+    EXPECT_EQ(dist, one.distances) << what;
+    return;
+  }
+  index_t written = 0, wrong = 0;
+  for (index_t i = 0; i < n; ++i) {
+    if (idx[static_cast<std::size_t>(i * k)] == -1) continue;
+    ++written;
+    for (index_t c = i * k; c < (i + 1) * k; ++c)
+      wrong += idx[static_cast<std::size_t>(c)] != one.indices[static_cast<std::size_t>(c)] ||
+               std::memcmp(&dist[static_cast<std::size_t>(c)], &one.distances[static_cast<std::size_t>(c)], 4) != 0;
+  }
+  EXPECT_EQ(wrong, 0) << what << " (rank " << place().rank << ")";
+  EXPECT_EQ(written, owned) << what;
+}
+
 // Queries: half near the points, a tenth far outside them (their balls and bounds reach every
 // rank or none), the rest uniform over the points' box.
 std::vector<float> queries(index_t m, int dims, unsigned seed) {
@@ -178,12 +203,20 @@ TEST(PartitionedDevice, CountsAndNeighboursEqualOneProcessThroughEveryTransport)
           ko.device = Device::Cpu;
           const KnnResult one = one_nn.run(q.data(), c.m, ko);
           ko.device = Device::Gpu;
-          Dev<index_t> idx(static_cast<std::size_t>(c.m * k));
-          Dev<float> dist(static_cast<std::size_t>(c.m * k));
-          distributed::nearest_neighbors_into(MPI_COMM_WORLD, part, nn, dq.get(), c.m, ko, idx.get(), dist.get(), &st, g);
-          const std::string what = "knn k " + std::to_string(k) + ", " + where + ", gather " + distributed::to_string(g);
-          expect_rows(idx.host(), one.indices, c.m, k, all, what);
-          expect_rows(dist.host(), one.distances, c.m, k, all, what);
+          for (distributed::Shard shard : {distributed::Shard::Input, distributed::Shard::Auto}) {
+            Dev<index_t> idx(static_cast<std::size_t>(c.m * k));
+            Dev<float> dist(static_cast<std::size_t>(c.m * k));
+            distributed::nearest_neighbors_into(MPI_COMM_WORLD, part, nn, dq.get(), c.m, ko, idx.get(), dist.get(), &st,
+                                                g, shard);
+            const std::string what = "knn k " + std::to_string(k) + ", " + where + ", gather " +
+                                     distributed::to_string(g) + ", shard " + distributed::to_string(shard);
+            if (shard == distributed::Shard::Input) {
+              expect_rows(idx.host(), one.indices, c.m, k, all, what);
+              expect_rows(dist.host(), one.distances, c.m, k, all, what);
+            } else {
+              expect_owned_rows(idx.host(), dist.host(), one, c.m, k, all, st.local_items, what);
+            }
+          }
         }
       }
     }
@@ -258,6 +291,11 @@ TEST(PartitionedDevice, HostBuffersTakeTheHostPath) {
     expect_rows(idx, one.knn.indices, m, ko.k, all, "knn, " + what);
     expect_rows(dist, one.knn.distances, m, ko.k, all, "knn, " + what);
   }
+  std::vector<index_t> idx(static_cast<std::size_t>(m * 5));
+  std::vector<float> dist(idx.size());
+  EXPECT_THROW(distributed::nearest_neighbors_into(MPI_COMM_WORLD, part, nn, one.q.data(), m, ko, idx.data(), dist.data(),
+                                                   nullptr, distributed::Gather::Local, distributed::Shard::Spatial),
+               Error);  // owner shards need device queries
   EXPECT_STREQ(part.transport(), "");  // no device call: no device side
 }
 
