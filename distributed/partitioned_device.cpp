@@ -96,9 +96,12 @@ DeviceExchange::~DeviceExchange() = default;
 // false on every rank if any rank could not open a peer's.
 bool DeviceExchange::connect(std::size_t bytes) {
   int ok = 1;
-  run_share(comm_, "mailbox", Share{0, 0}, [&] { box_.reserve(bytes, "this rank's mailbox (received queries and answers)"); });
+  IpcHandle mine{};
+  run_share(comm_, "mailbox", Share{0, 0}, [&] {
+    box_.reserve(bytes, "this rank's mailbox (received queries and answers)");
+    mine = box_.handle();
+  });
   std::vector<IpcHandle> handles(static_cast<std::size_t>(ranks_));
-  const IpcHandle mine = box_.handle();
   check_mpi(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, handles.data(), sizeof mine, MPI_BYTE, comm_), "MPI_Allgather");
   for (int r = 0; r < ranks_; ++r) {
     if (r == rank_) continue;
@@ -140,14 +143,18 @@ DeviceExchange::Inbox DeviceExchange::run(const std::vector<const void*>& from, 
   }
   if (kind_ == Transport::Host) {
     std::vector<std::vector<char>> out(R);
-    for (std::size_t r = 0; r < R; ++r) {
-      out[r].resize(bytes[r]);
-      if (bytes[r]) copy_memory(out[r].data(), from[r], bytes[r]);
-    }
+    run_share(comm_, "device to host copies", Share{0, 0}, [&] {
+      for (std::size_t r = 0; r < R; ++r) {
+        out[r].resize(bytes[r]);
+        if (bytes[r]) copy_memory(out[r].data(), from[r], bytes[r]);
+      }
+    });
     const std::vector<std::vector<char>> got = exchange(comm_, out, nullptr);
-    run_share(comm_, "mailbox", Share{0, 0}, [&] { box_.reserve(in.total, "this rank's mailbox"); });
-    for (std::size_t s = 0; s < R; ++s)
-      if (in.size[s]) copy_memory(static_cast<char*>(box_.get()) + in.at[s], got[s].data(), in.size[s]);
+    run_share(comm_, "mailbox", Share{0, 0}, [&] {
+      box_.reserve(in.total, "this rank's mailbox");
+      for (std::size_t s = 0; s < R; ++s)
+        if (in.size[s]) copy_memory(static_cast<char*>(box_.get()) + in.at[s], got[s].data(), in.size[s]);
+    });
     in.base = static_cast<const char*>(box_.get());
     return in;
   }
@@ -182,15 +189,17 @@ DeviceExchange::Inbox DeviceExchange::run(const std::vector<const void*>& from, 
       throw Error("CUDA IPC: a rank could not open another rank's mailbox after it grew");
   }
   check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
-  for (std::size_t d = 0; d < R; ++d) {
-    if (!bytes[d]) continue;
-    std::uint64_t at = 0;  // where this rank's bytes land in d's mailbox
-    for (std::size_t s = 0; s < me; ++s) at += all[s * R + d];
-    char* to = static_cast<char*>(d == me ? box_.get() : peers_[d].get());
-    copy_device_async(to + at, from[d], bytes[d], stream_);
-  }
-  sync_stream(stream_);
-  check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
+  // (run_share's agreement is the second barrier, and a failed copy fails every rank)
+  run_share(comm_, "device copies", Share{0, 0}, [&] {
+    for (std::size_t d = 0; d < R; ++d) {
+      if (!bytes[d]) continue;
+      std::uint64_t at = 0;  // where this rank's bytes land in d's mailbox
+      for (std::size_t s = 0; s < me; ++s) at += all[s * R + d];
+      char* to = static_cast<char*>(d == me ? box_.get() : peers_[d].get());
+      copy_device_async(to + at, from[d], bytes[d], stream_);
+    }
+    sync_stream(stream_);
+  });
   in.base = static_cast<const char*>(box_.get());
   return in;
 }
