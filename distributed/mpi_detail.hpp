@@ -93,10 +93,10 @@ inline ShareCounts share_counts(index_t n, int ranks) {
 // True where this rank holds every item's result after a gather.
 inline bool holds_all(Gather mode, int rank) { return mode == Gather::All || (mode == Gather::Root && rank == 0); }
 
-// Collective: whether `rows` (each rank's result buffer) is device memory, the same on every
-// rank (an error on every rank if not). Device rows gather through gather_device_rows: GPU to GPU,
-// by the transport the MPI layer picks (partitioned_device.cpp).
-bool rows_on_device(MPI_Comm comm, const void* rows);
+// Collective: whether `p` (each rank's buffer; `what` names them in the error) is device memory,
+// the same on every rank (an error on every rank if not). Device rows gather through
+// gather_device_rows: GPU to GPU, by the transport the MPI layer picks (partitioned_device.cpp).
+bool on_device_everywhere(MPI_Comm comm, const void* p, const char* what);
 // Each rank's share of n rows already at its items' places in `rows` (room for n, device memory),
 // moved by `mode` into the other ranks' buffers.
 void gather_device_rows(MPI_Comm comm, Gather mode, void* rows, index_t n, std::size_t row_bytes, DistributedStats* st);
@@ -110,7 +110,7 @@ template <class T>
 void gather_in_place(MPI_Comm comm, Gather mode, T* full, const T* share, index_t n, index_t width,
                      DistributedStats* st) {
   if (mode == Gather::Local) return;
-  if (rows_on_device(comm, full ? static_cast<const void*>(full) : share)) {
+  if (on_device_everywhere(comm, full ? static_cast<const void*>(full) : share, "result buffers")) {
     gather_device_rows(comm, mode, full, n, static_cast<std::size_t>(width) * sizeof(T), st);
     return;
   }

@@ -166,19 +166,6 @@ __device__ bool before(float da, index_t ia, float db, index_t ib) {
 
 __host__ __device__ std::size_t ids_offset(int k) { return (static_cast<std::size_t>(k) * sizeof(float) + 7) / 8 * 8; }
 
-// point_distance2's arithmetic (the kNN visitor's) on a point in registers: point_distance2
-// reads its point with global-memory loads.
-template <int W>
-__device__ float distance2(const float (&q)[W], const float (&p)[W]) {
-  float t[W];
-#pragma unroll
-  for (int d = 0; d < W; ++d) {
-    const float diff = sub_rn(q[d], p[d]);
-    t[d] = mul_rn(diff, diff);
-  }
-  return pairwise_sum(t);
-}
-
 // One (query, neighbour) pair per thread: the squared distance recomputed from this rank's
 // point, the point named by its global id; (inf, -1) past the local search's k_local.
 template <int W>
@@ -192,11 +179,10 @@ reply_kernel(const float* queries, int dims, index_t count, const index_t* local
   float dc = INFINITY;
   index_t ic = -1;
   if (c < k_local) {
-    float q[W], p[W];
+    float q[W];
     load_query(queries + j * dims, dims, q);
     const index_t li = local_idx[j * k_local + c];
-    load_query(points + li * dims, dims, p);
-    dc = distance2<W>(q, p);
+    dc = point_distance2<W>(q, points + li * W);  // the kNN visitor's arithmetic, on its padded rows
     ic = ids[li];
   }
   reinterpret_cast<float*>(records + j * record)[c] = dc;
@@ -345,10 +331,16 @@ PartitionGpu::PartitionGpu(const KdTree& top, const std::vector<node_id>& leaf_n
   std::vector<int> node_owner(static_cast<std::size_t>(v.n_nodes), -1);
   for (std::size_t i = 0; i < leaf_node.size(); ++i) node_owner[static_cast<std::size_t>(leaf_node[i])] = owner[i];
   m.top.owner = upload(m.owner, node_owner.data(), node_owner.size(), "the top leaves' owners", s);
-  upload(m.points, local_points.data(), local_points.size(), "this rank's points", s);
+  // Padded as the trees' rows are, so the replies read them as the kNN visitor does.
+  const int stride = padded_dims(v.dims);
+  const std::size_t local = local_ids.size();
+  std::vector<float> padded(local * static_cast<std::size_t>(stride), 0.0f);
+  for (std::size_t i = 0; i < local; ++i)
+    std::copy_n(local_points.begin() + static_cast<std::ptrdiff_t>(i * v.dims), v.dims, padded.begin() + i * stride);
+  upload(m.points, padded.data(), padded.size(), "this rank's points", s);
   upload(m.ids, local_ids.data(), local_ids.size(), "this rank's point ids", s);
   m.bytes = static_cast<std::size_t>(v.n_nodes) * (sizeof(KdNode) + 2 * v.stride * sizeof(float) + sizeof(int)) +
-            local_points.size() * sizeof(float) + local_ids.size() * sizeof(index_t);
+            padded.size() * sizeof(float) + local * sizeof(index_t);
   m.host_count.reserve(1);
   m.stream.sync();
 }
@@ -365,8 +357,10 @@ std::vector<index_t> PartitionGpu::route(Route how, const float* queries, index_
   Impl& m = *impl_;
   const cudaStream_t s = m.stream.get();
   std::vector<index_t> per_rank(static_cast<std::size_t>(m.ranks), 0);
-  const index_t bad = first_non_finite_on_device(queries, count * m.dims, s) / m.dims;
-  if (bad < count) throw Error("query " + std::to_string(bad) + " has a NaN or infinite coordinate");
+  if (how != Route::Bound) {  // (a second round routes the queries its first round checked)
+    const index_t bad = first_non_finite_on_device(queries, count * m.dims, s) / m.dims;
+    if (bad < count) throw Error("query " + std::to_string(bad) + " has a NaN or infinite coordinate");
+  }
   if (count == 0) return per_rank;
   m.masks.reserve(static_cast<std::size_t>(count), "the queries' destinations", s);
   if (how == Route::Owner) m.first.reserve(static_cast<std::size_t>(count), "the queries' first ranks", s);

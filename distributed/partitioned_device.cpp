@@ -272,7 +272,7 @@ std::uint64_t PartitionedKdTree::device_bytes() const { return device_ ? device_
 
 namespace {
 
-// Where each rank's bytes come from: `per[r]` records of `record` bytes each, rank after rank.
+// Where each rank's bytes come from: runs of bytes[r] bytes laid end to end from `base`, rank after rank.
 std::vector<const void*> runs(const void* base, const std::vector<std::uint64_t>& bytes) {
   std::vector<const void*> from(bytes.size());
   std::uint64_t at = 0;
@@ -311,12 +311,13 @@ void gather_rows(MPI_Comm comm, DeviceExchange& ex, Gather mode, void* rows, ind
 
 namespace detail {
 
-bool rows_on_device(MPI_Comm comm, const void* rows) {
-  const int dev = rows && is_device_pointer(rows);
+bool on_device_everywhere(MPI_Comm comm, const void* p, const char* what) {
+  const int dev = p && is_device_pointer(p);
   int lo = 0, hi = 0;
   check_mpi(MPI_Allreduce(&dev, &lo, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
   check_mpi(MPI_Allreduce(&dev, &hi, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
-  if (lo != hi) throw Error("some ranks' result buffers are device memory and some host memory: the same kind on every rank");
+  if (lo != hi)
+    throw Error(std::string("some ranks' ") + what + " are device memory and some host memory: the same kind on every rank");
   return dev == 1;
 }
 
@@ -332,19 +333,14 @@ namespace {
 // Every rank agrees that the queries and buffers are all in device memory, or all in host memory.
 bool device_call(MPI_Comm comm, const float* queries, index_t n, std::initializer_list<const void*> outs,
                  stream_t caller) {
-  int dev = 0;
   run_share(comm, "queries", Share{0, n}, [&] {
-    dev = is_device_pointer(queries);
+    const bool dev = is_device_pointer(queries);
     for (const void* p : outs)
-      if (p && is_device_pointer(p) != static_cast<bool>(dev))
+      if (p && is_device_pointer(p) != dev)
         throw Error("the queries and the result buffers must all be device memory or all host memory");
     if (dev && caller) sync_stream(caller);
   });
-  int lo = 0, hi = 0;
-  check_mpi(MPI_Allreduce(&dev, &lo, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
-  check_mpi(MPI_Allreduce(&dev, &hi, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
-  if (lo != hi) throw Error("some ranks pass queries in device memory and some in host memory: the same kind on every rank");
-  return dev == 1;
+  return on_device_everywhere(comm, queries, "queries");
 }
 
 // A vector call's results placed in a buffer with room for n rows.

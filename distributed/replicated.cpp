@@ -129,7 +129,7 @@ void run_spatial(MPI_Comm comm, const KdTree& tree, const float* queries, index_
       order.scatter(compact[k], outs[k].row_bytes, s.begin, s.count, outs[k].full, stream);
   });
   if (gather == Gather::Local) return;
-  if (rows_on_device(comm, outs.front().full)) {
+  if (on_device_everywhere(comm, outs.front().full, "result buffers")) {
     // GPU to GPU: the compact shares travel, and each lands at its queries' places.
     for (std::size_t k = 0; k < outs.size(); ++k)
       move_device_shares(device_exchange(comm), comm, gather, compact[k], n, outs[k].row_bytes, stats,

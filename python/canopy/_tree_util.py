@@ -165,6 +165,7 @@ def _host_rows(x, name, m):
 # at most 2^-24 of their distance from the tree's centre (+ subnormals' 2^-149), so a point's real
 # float64 distance D satisfies |d~ - D| <= _REL(m) d~ + _ABS + eps_point + eps_query.
 _U32 = 2.0 ** -24
+_ABS = 1e-18
 
 
 def _centred32(x, center, block=1 << 16):
@@ -177,7 +178,6 @@ def _centred32(x, center, block=1 << 16):
         np.subtract(x[s:s + block], center, out=t)
         out[s:s + len(t)] = t
     return out
-_ABS = 1e-18
 
 
 def _rel(m):
