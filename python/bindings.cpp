@@ -34,6 +34,12 @@ using namespace canopy;
 
 void register_exact_filter(py::module_& m);  // exact_filter.cpp
 
+// A vector's bytes, for numpy.frombuffer on the Python side (no numpy API here: see Address).
+template <class T>
+py::bytes as_bytes(const std::vector<T>& a) {
+  return py::bytes(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(T));
+}
+
 // An array's address as the Python side passes it: a numpy array (its data pointer, read here:
 // numpy's ctypes.data costs a serving loop's call about 0.6 us each), or an int (a device pointer).
 struct Address {
@@ -172,11 +178,8 @@ class PointIndex {
       split[i] = nd.split_dim >= 0 ? v.hi(static_cast<node_id>(i + 1))[nd.split_dim]
                                    : std::numeric_limits<float>::quiet_NaN();
     }
-    auto raw = [](const auto& a) {
-      return py::bytes(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(a[0]));
-    };
     const std::vector<index_t> ids(v.point_ids, v.point_ids + v.n_points);
-    return py::make_tuple(raw(first), raw(count), raw(dim), raw(split), raw(ids));
+    return py::make_tuple(as_bytes(first), as_bytes(count), as_bytes(dim), as_bytes(split), as_bytes(ids));
   }
 
   py::dict knn(Address queries, index_t n, int k, Address indices, Address distances,
@@ -218,6 +221,23 @@ class PointIndex {
                                          at<index_t>(counts));
     }
     return stats_dict(st);
+  }
+
+  // count_radii summed on the device (PointCorrelation::run_radii_totals): (totals, rows, flags,
+  // row_counts, stats), the arrays as bytes for numpy.frombuffer (int64, int64, uint32, int64
+  // [rows][len(radii)]).
+  py::tuple count_radii_totals(Address queries, index_t n, const std::vector<float>& radii,
+                               const std::vector<std::pair<int, int>>& compare, const py::dict& kw) {
+    if (!kd_) throw Error("radius counts (count_neighbors) run over a KDTree; this tree is a ball or vp tree");
+    PcOptions o;
+    static_cast<TraversalOptions&>(o) = traversal_options(kw);
+    PcRadiiTotals t;
+    {
+      py::gil_scoped_release free;
+      t = point_correlation().run_radii_totals(at<const float>(queries), n, radii.data(), static_cast<int>(radii.size()),
+                                               o, compare);
+    }
+    return py::make_tuple(as_bytes(t.totals), as_bytes(t.rows), as_bytes(t.flags), as_bytes(t.row_counts), stats_dict(t));
   }
 
   // Radius neighbour lists (PointCorrelation::run_lists): (offsets, indices, stats), offsets an
@@ -563,6 +583,7 @@ PYBIND11_MODULE(_canopy, m) {
       .def("knn", &PointIndex::knn)
       .def("count", &PointIndex::count)
       .def("count_radii", &PointIndex::count_radii)
+      .def("count_radii_totals", &PointIndex::count_radii_totals)
       .def("nodes", &PointIndex::nodes)
       .def("ball", &PointIndex::ball, py::arg("queries"), py::arg("n"), py::arg("r"), py::arg("kw"), py::kw_only(),
            py::arg("radii") = py::none(), py::arg("sorted") = true);

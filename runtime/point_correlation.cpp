@@ -8,8 +8,10 @@
 #include <string>
 
 #include "core/checks.hpp"
+#include "core/timing.hpp"
 #include "executor/cpu_executor.hpp"
 #include "runtime/detail/pc_lists.hpp"
+#include "runtime/detail/pc_totals.hpp"
 #include "runtime/detail/workloads.hpp"
 #include "runtime/engine.hpp"
 #include "runtime/ragged.hpp"
@@ -42,6 +44,58 @@ std::vector<float> check_radii(const float* radii, index_t n, stream_t after) {
       throw Error("PointCorrelation::run_lists: radii[" + std::to_string(i) + "] = " + std::to_string(r[i]) +
                   " must be finite and >= 0");
   return staged;
+}
+
+// run_radii's radii: 1..kMaxPcRadii of them, each finite and >= 0, non-decreasing.
+void check_radii_list(const std::string& who, const float* radii, int n_radii) {
+  if (n_radii < 1 || n_radii > kMaxPcRadii)
+    throw Error(who + "n_radii = " + std::to_string(n_radii) + " is outside 1.." + std::to_string(kMaxPcRadii));
+  if (!radii) throw Error(who + "the radii are null");
+  for (int j = 0; j < n_radii; ++j) {
+    if (!std::isfinite(radii[j]) || radii[j] < 0.0f)
+      throw Error(who + "radii[" + std::to_string(j) + "] = " + std::to_string(radii[j]) + " must be finite and >= 0");
+    if (j > 0 && radii[j] < radii[j - 1])
+      throw Error(who + "radii[" + std::to_string(j) + "] = " + std::to_string(radii[j]) + " is below radii[" +
+                  std::to_string(j - 1) + "] (they must be non-decreasing)");
+  }
+}
+
+// Adds counts [n][m]'s column sums to out.totals and appends its flagged rows (query first + i),
+// their flags and counts: run_radii_totals on the CPU.
+void add_totals(const index_t* counts, index_t n, int m, const std::vector<std::pair<int, int>>& compare,
+                index_t first, PcRadiiTotals& out) {
+  for (index_t i = 0; i < n; ++i) {
+    const index_t* row = counts + i * m;
+    std::uint32_t f = 0;
+    for (int j = 0; j < m; ++j) out.totals[j] += row[j];
+    for (std::size_t c = 0; c < compare.size(); ++c)
+      if (row[compare[c].first] != (compare[c].second < 0 ? 0 : row[compare[c].second])) f |= 1u << c;
+    if (!f) continue;
+    out.rows.push_back(first + i);
+    out.flags.push_back(f);
+    out.row_counts.insert(out.row_counts.end(), row, row + m);
+  }
+}
+
+// The flagged rows ascending (the GPU appends them in no particular order), flags and counts along.
+void sort_flagged(PcRadiiTotals& out, int m) {
+  if (std::is_sorted(out.rows.begin(), out.rows.end())) return;
+  std::vector<std::size_t> order(out.rows.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return out.rows[a] < out.rows[b]; });
+  PcRadiiTotals sorted;
+  sorted.rows.reserve(order.size());
+  sorted.flags.reserve(order.size());
+  sorted.row_counts.reserve(out.row_counts.size());
+  for (std::size_t i : order) {
+    sorted.rows.push_back(out.rows[i]);
+    sorted.flags.push_back(out.flags[i]);
+    sorted.row_counts.insert(sorted.row_counts.end(), out.row_counts.begin() + i * m,
+                             out.row_counts.begin() + (i + 1) * m);
+  }
+  out.rows = std::move(sorted.rows);
+  out.flags = std::move(sorted.flags);
+  out.row_counts = std::move(sorted.row_counts);
 }
 
 }  // namespace
@@ -79,16 +133,7 @@ TraversalStats PointCorrelation::run(const float* queries, index_t n, const PcOp
 TraversalStats PointCorrelation::run_radii(const float* queries, index_t n, const float* radii, int n_radii,
                                           const PcOptions& opt, index_t* counts) {
   const std::string who = "PointCorrelation::run_radii: ";
-  if (n_radii < 1 || n_radii > kMaxPcRadii)
-    throw Error(who + "n_radii = " + std::to_string(n_radii) + " is outside 1.." + std::to_string(kMaxPcRadii));
-  if (!radii) throw Error(who + "the radii are null");
-  for (int j = 0; j < n_radii; ++j) {
-    if (!std::isfinite(radii[j]) || radii[j] < 0.0f)
-      throw Error(who + "radii[" + std::to_string(j) + "] = " + std::to_string(radii[j]) + " must be finite and >= 0");
-    if (j > 0 && radii[j] < radii[j - 1])
-      throw Error(who + "radii[" + std::to_string(j) + "] = " + std::to_string(radii[j]) + " is below radii[" +
-                  std::to_string(j - 1) + "] (they must be non-decreasing)");
-  }
+  check_radii_list(who, radii, n_radii);
   if (!counts && n > 0) throw Error(who + "the counts buffer is null");
   detail::PcWorkload w = workload(tree_, PcOptions{});  // its radii (checked above) come next
   w.set_radii(radii, n_radii);
@@ -97,6 +142,50 @@ TraversalStats PointCorrelation::run_radii(const float* queries, index_t n, cons
   call.n = n;
   call.outputs[0] = counts;
   return engine_->run(w, call, opt);
+}
+
+PcRadiiTotals PointCorrelation::run_radii_totals(const float* queries, index_t n, const float* radii, int n_radii,
+                                                const PcOptions& opt, const std::vector<std::pair<int, int>>& compare) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string who = "PointCorrelation::run_radii_totals: ";
+  check_radii_list(who, radii, n_radii);
+  if (compare.size() > static_cast<std::size_t>(detail::kMaxRadiiCompare))
+    throw Error(who + std::to_string(compare.size()) + " comparisons (at most " +
+                std::to_string(detail::kMaxRadiiCompare) + ")");
+  for (std::size_t c = 0; c < compare.size(); ++c) {
+    const auto [a, b] = compare[c];
+    if (a < 0 || a >= n_radii || b < -1 || b >= n_radii)
+      throw Error(who + "compare[" + std::to_string(c) + "] = (" + std::to_string(a) + ", " + std::to_string(b) +
+                  ") names a radius outside 0.." + std::to_string(n_radii - 1) + " (-1 as the second: 0)");
+  }
+  PcRadiiTotals out;
+  out.totals.assign(static_cast<std::size_t>(n_radii), 0);
+  if (n <= 0) {
+    static_cast<TraversalStats&>(out) = run_radii(queries, n, radii, n_radii, opt, nullptr);
+    return out;
+  }
+  const index_t batch = std::max<index_t>(1, (index_t{1} << 25) / n_radii);
+  const std::size_t dims = static_cast<std::size_t>(tree_.dims());
+  if (opt.device != Device::Cpu && device() == Device::Gpu) {
+    detail::radii_totals_gpu(n, n_radii, compare, batch, opt.stream,
+                             [&](index_t first, index_t count, index_t* counts, stream_t stream) {
+                               PcOptions o = opt;
+                               o.stream = stream;
+                               return run_radii(queries + first * dims, count, radii, n_radii, o, counts);
+                             },
+                             out);
+  } else {
+    std::vector<index_t> counts;
+    for (index_t first = 0; first < n; first += batch) {
+      const index_t count = std::min(batch, n - first);
+      counts.assign(static_cast<std::size_t>(count) * n_radii, 0);
+      static_cast<TraversalStats&>(out) = run_radii(queries + first * dims, count, radii, n_radii, opt, counts.data());
+      add_totals(counts.data(), count, n_radii, compare, first, out);
+    }
+  }
+  sort_flagged(out, n_radii);
+  out.wall_ms = ms_since(t0);
+  return out;
 }
 
 PcListResult PointCorrelation::run_lists(const float* queries, index_t n, const PcListOptions& opt) {

@@ -11,7 +11,9 @@
 //   // query i's neighbours: l.indices[l.offsets[i] .. l.offsets[i + 1]), ascending point ids
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "layouts/kdtree.hpp"
@@ -39,6 +41,16 @@ struct PcListOptions : PcOptions {
   // Per-query radii [n_queries] (host or device memory; each finite and >= 0), or null: `radius`
   // for every query.
   const float* radii = nullptr;
+};
+
+// run_radii_totals: run_radii's counts summed over the queries, and the queries with a tree point
+// between two of the radii, without the per-query counts leaving the device. The statistics are
+// the last batch of queries' (a call of more than 2^25 counts runs in batches), wall_ms the call's.
+struct PcRadiiTotals : TraversalStats {
+  std::vector<std::int64_t> totals;  // [n_radii]: the pairs (query, tree point) within radii[j]
+  std::vector<index_t> rows;         // the queries some comparison flags, ascending
+  std::vector<std::uint32_t> flags;  // bit c of flags[i]: comparison c flags query rows[i]
+  std::vector<index_t> row_counts;   // [rows.size()][n_radii]: those queries' counts
 };
 
 struct PcListResult : RaggedStats {
@@ -78,6 +90,14 @@ class PointCorrelation {
   // names the first that is not); options.radius is not read. Queries and counts as for run().
   TraversalStats run_radii(const float* queries, index_t n_queries, const float* radii, int n_radii,
                            const PcOptions& options, index_t* counts);
+  // run_radii summed: totals[j] = the sum over the queries of their counts at radii[j] (a
+  // two-point correlation's cumulative histogram), the counts kept where the walk ran (on the GPU
+  // a buffer of at most 2^25 counts; only the totals and the flagged rows come to the host).
+  // compare: at most 32 pairs (a, b) of positions in radii; comparison c flags the queries whose
+  // counts at radii[a] and radii[b] differ (b = -1: whose count at radii[a] is not 0), i.e. those
+  // with a tree point between the two radii. Errors: run_radii's, a position outside 0..n_radii - 1.
+  PcRadiiTotals run_radii_totals(const float* queries, index_t n_queries, const float* radii, int n_radii,
+                                 const PcOptions& options, const std::vector<std::pair<int, int>>& compare = {});
   // The tree points within the radius of each query, as lists: a count pass, its offsets, and a
   // fill over the count pass's schedule (RaggedStats: the count pass's phases, the scan, fill,
   // sort and copies). Every schedule, executor, depth, the pipeline and the memory budget as

@@ -4,13 +4,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu_trace.hpp"
+#include "stream_probe.hpp"
 #include "runtime/point_correlation.hpp"
 #include "test_errors.hpp"
 #include "test_util.hpp"
@@ -234,6 +237,117 @@ TEST(PcRadii, BadRadiiAreErrorsNamingThem) {
   PcOptions o;
   o.radius = r;
   EXPECT_EQ(one, pc.run(pts.data(), 200, o).counts);
+}
+
+// run_radii_totals against run_radii's counts (brute-force-checked above): the column sums, and
+// for each comparison exactly the queries whose two counts differ, with their counts.
+void expect_totals(const PcRadiiTotals& t, const std::vector<index_t>& counts, index_t n, int m,
+                   const std::vector<std::pair<int, int>>& compare, const std::string& what) {
+  ASSERT_EQ(t.totals.size(), static_cast<std::size_t>(m)) << what;
+  std::vector<index_t> rows;
+  std::vector<std::uint32_t> flags;
+  for (int j = 0; j < m; ++j) {
+    std::int64_t sum = 0;
+    for (index_t i = 0; i < n; ++i) sum += counts[static_cast<std::size_t>(i * m + j)];
+    EXPECT_EQ(t.totals[j], sum) << what << ", radius " << j;
+  }
+  for (index_t i = 0; i < n; ++i) {
+    std::uint32_t f = 0;
+    for (std::size_t c = 0; c < compare.size(); ++c) {
+      const index_t a = counts[static_cast<std::size_t>(i * m + compare[c].first)];
+      const index_t b = compare[c].second < 0 ? 0 : counts[static_cast<std::size_t>(i * m + compare[c].second)];
+      if (a != b) f |= 1u << c;
+    }
+    if (f) {
+      rows.push_back(i);
+      flags.push_back(f);
+    }
+  }
+  ASSERT_EQ(t.rows, rows) << what;
+  EXPECT_EQ(t.flags, flags) << what;
+  ASSERT_EQ(t.row_counts.size(), rows.size() * m) << what;
+  for (std::size_t k = 0; k < rows.size(); ++k)
+    for (int j = 0; j < m; ++j)
+      ASSERT_EQ(t.row_counts[k * m + j], counts[static_cast<std::size_t>(rows[k] * m + j)]) << what;
+}
+
+void expect_radii_totals(Device device) {
+  for (int dims : {2, 3, 5}) {
+    const index_t n = 3000;
+    const std::vector<float> pts = test::clustered_points(4000, dims, 60 + dims);
+    const std::vector<float> queries = test::random_points(n, dims, 70 + dims);
+    const KdTree tree = KdTree::build(pts.data(), 4000, dims);
+    std::vector<float> radii = {0.0f, test::radius_for(tree, queries, 2), test::radius_for(tree, queries, 6)};
+    radii.push_back(radii.back() * 1.0001f);
+    radii.push_back(test::radius_for(tree, queries, 30));
+    const int m = static_cast<int>(radii.size());
+    const std::vector<std::pair<int, int>> compare = {{3, 2}, {1, -1}, {4, 0}, {2, 2}, {0, -1}};
+    PointCorrelation pc(tree, device);
+    PcOptions o;
+    o.device = device;
+    std::vector<index_t> counts(static_cast<std::size_t>(n * m));
+    pc.run_radii(queries.data(), n, radii.data(), m, o, counts.data());
+    const PcRadiiTotals t = pc.run_radii_totals(queries.data(), n, radii.data(), m, o, compare);
+    expect_totals(t, counts, n, m, compare, std::string(to_string(device)) + ", dims " + std::to_string(dims));
+    EXPECT_FALSE(t.rows.empty());  // the shell between radii 2 and 3 holds points for some queries
+    EXPECT_EQ(t.device, device);
+    if (device == Device::Gpu) {  // queries in device memory
+      const std::size_t bytes = queries.size() * sizeof(float);
+      float* dq = static_cast<float*>(test::device_alloc(bytes));
+      copy_memory(dq, queries.data(), bytes);
+      const PcRadiiTotals d = pc.run_radii_totals(dq, n, radii.data(), m, o, compare);
+      test::device_free(dq);
+      expect_totals(d, counts, n, m, compare, "device queries, dims " + std::to_string(dims));
+    }
+    const PcRadiiTotals none = pc.run_radii_totals(queries.data(), n, radii.data(), m, o);  // no comparisons
+    EXPECT_EQ(none.totals, t.totals);
+    EXPECT_TRUE(none.rows.empty() && none.flags.empty() && none.row_counts.empty());
+  }
+}
+
+TEST(PcRadiiTotals, EqualRunRadiiCpu) { expect_radii_totals(Device::Cpu); }
+TEST(PcRadiiTotals, EqualRunRadiiGpu) {
+  CANOPY_REQUIRE_GPU();
+  expect_radii_totals(Device::Gpu);
+}
+
+// More than 2^25 counts: batches of queries, their rows numbered for the whole call.
+TEST(PcRadiiTotals, BatchesOfQueriesGpu) {
+  CANOPY_REQUIRE_GPU();
+  const index_t n = (index_t{1} << 20) + 4321;
+  const int m = 32;
+  const std::vector<float> pts = test::random_points(3000, 3, 8);
+  const std::vector<float> queries = test::random_points(n, 3, 9);
+  const KdTree tree = KdTree::build(pts.data(), 3000, 3);
+  std::vector<float> radii(m);
+  for (int j = 0; j < m; ++j) radii[j] = 0.002f * static_cast<float>(j + 1);
+  PointCorrelation pc(tree, Device::Gpu);
+  std::vector<index_t> counts(static_cast<std::size_t>(n) * m);
+  pc.run_radii(queries.data(), n, radii.data(), m, PcOptions{}, counts.data());
+  const std::vector<std::pair<int, int>> compare = {{20, 19}, {5, -1}};
+  expect_totals(pc.run_radii_totals(queries.data(), n, radii.data(), m, PcOptions{}, compare), counts, n, m, compare,
+                "batches");
+}
+
+TEST(PcRadiiTotals, BadCallsAreErrorsNamingThem) {
+  const std::vector<float> pts = test::random_points(200, 2, 4);
+  const KdTree tree = KdTree::build(pts.data(), 200, 2);
+  PointCorrelation pc(tree, Device::Cpu);
+  const std::vector<float> r = {0.1f, 0.2f};
+  auto err = [&](std::vector<std::pair<int, int>> c) {
+    return error_of([&] { pc.run_radii_totals(pts.data(), 200, r.data(), 2, PcOptions{}, c); });
+  };
+  EXPECT_NE(err({{0, 2}}).find("compare[0] = (0, 2)"), std::string::npos) << err({{0, 2}});
+  EXPECT_NE(err({{1, 0}, {-1, 0}}).find("compare[1]"), std::string::npos);
+  EXPECT_NE(err(std::vector<std::pair<int, int>>(33, {1, 0})).find("33 comparisons"), std::string::npos);
+  const std::vector<float> down = {0.2f, 0.1f};
+  EXPECT_NE(error_of([&] { pc.run_radii_totals(pts.data(), 200, down.data(), 2, PcOptions{}); }).find("non-decreasing"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { pc.run_radii_totals(pts.data(), 200, r.data(), 0, PcOptions{}); }).find("n_radii = 0"),
+            std::string::npos);
+  const PcRadiiTotals empty = pc.run_radii_totals(pts.data(), 0, r.data(), 2, PcOptions{}, {{1, 0}});
+  EXPECT_EQ(empty.totals, (std::vector<std::int64_t>{0, 0}));
+  EXPECT_TRUE(empty.rows.empty());
 }
 
 TEST(RuntimeErrors, BadOptionsAndQueries) {
