@@ -25,6 +25,7 @@
 #include "layouts/octree.hpp"
 #include "layouts/vp_tree.hpp"
 #include "runtime/barnes_hut.hpp"
+#include "runtime/exact_filter.hpp"
 #include "runtime/forest_predictor.hpp"
 #include "runtime/knn.hpp"
 #include "runtime/point_correlation.hpp"
@@ -122,6 +123,19 @@ py::dict stats_dict(const TraversalStats& st) {
   d["total_ms"] = st.times.total_ms();
   d["wall_ms"] = st.wall_ms;
   d["auto_trial_ms"] = st.auto_trial_ms;
+  return d;
+}
+
+// A ragged call's statistics: the count pass's, and the lists' own.
+py::dict ragged_stats_dict(const RaggedStats& st) {
+  py::dict d = stats_dict(st);
+  d["total"] = st.total;
+  d["scan_ms"] = st.scan_ms;
+  d["fill_ms"] = st.fill_ms;
+  d["sort_ms"] = st.sort_ms;
+  d["copy_ms"] = st.copy_ms;
+  d["fill_batches"] = st.fill_batches;
+  d["lists_ms"] = st.lists_ms();
   return d;
 }
 
@@ -240,6 +254,53 @@ class PointIndex {
     return py::make_tuple(as_bytes(t.totals), as_bytes(t.rows), as_bytes(t.flags), as_bytes(t.row_counts), stats_dict(t));
   }
 
+  // The exact pairs of _ball_chunks on the GPU (exact_pairs_gpu): the float32 queries' lists
+  // within hi (or radii[a]) filtered there by the float64 p-distance of q[a] (float64 [n][dims])
+  // and data[keep[id]] against rr[a]; (ij int64 (total, 2) whose i are rows[a], d float64
+  // [total] or None, stats), ordered by (a, candidate).
+  py::tuple ball_exact(Address queries, index_t n, float r, const py::object& radii, Address rows, Address q, Address rr,
+                       Address data, bool data_f64, index_t n_data, const py::object& keep, index_t n_ids, double p,
+                       bool upper, bool with_d, const py::dict& kw) {
+    if (!kd_) throw Error("exact radius pairs run over a KDTree; this tree is a ball or vp tree");
+    PcListOptions o;
+    static_cast<TraversalOptions&>(o) = traversal_options(kw);
+    o.radius = r;
+    if (!radii.is_none()) o.radii = at<const float>(radii.cast<Address>());
+    ExactFilter f;
+    f.rows = at<const index_t>(rows);
+    f.q = at<const double>(q);
+    f.rr = at<const double>(rr);
+    f.data = data.p;
+    f.data_f64 = data_f64;
+    f.n_data = n_data;
+    f.keep = keep.is_none() ? nullptr : at<const index_t>(keep.cast<Address>());
+    f.n_ids = keep.is_none() ? n_data : n_ids;
+    f.dims = kd_->dims();
+    f.p = p;
+    f.upper = upper;
+    f.with_d = with_d;
+    const py::object empty = py::module_::import("numpy").attr("empty");
+    py::object ij, d = py::none();
+    RaggedStats st;
+    {
+      py::gil_scoped_release free;
+      st = exact_pairs_gpu(point_correlation(), at<const float>(queries), n, o, f, [&](index_t total) {
+        py::gil_scoped_acquire gil;
+        ExactPairsOut out;
+        try {
+          ij = empty(py::make_tuple(total, 2), "int64");
+          if (with_d) d = empty(total, "float64");
+        } catch (const py::error_already_set& e) {
+          throw OutOfMemory("exact pairs: numpy.empty(" + std::to_string(total) + " pairs) failed: " + e.what());
+        }
+        out.ij = at<index_t>(ij.cast<Address>());
+        if (with_d) out.d = at<double>(d.cast<Address>());
+        return out;
+      });
+    }
+    return py::make_tuple(ij, d, ragged_stats_dict(st));  // (total: the candidates)
+  }
+
   // Radius neighbour lists (PointCorrelation::run_lists): (offsets, indices, stats), offsets an
   // int64 numpy array [n + 1] and indices int64 [offsets[n]] (query i's at offsets[i] ..
   // offsets[i + 1]), made with numpy.empty once the count pass has given the total (the GIL
@@ -269,15 +330,7 @@ class PointIndex {
         return at<index_t>(indices.cast<Address>());
       });
     }
-    py::dict d = stats_dict(st);
-    d["total"] = st.total;
-    d["scan_ms"] = st.scan_ms;
-    d["fill_ms"] = st.fill_ms;
-    d["sort_ms"] = st.sort_ms;
-    d["copy_ms"] = st.copy_ms;
-    d["fill_batches"] = st.fill_batches;
-    d["lists_ms"] = st.lists_ms();
-    return py::make_tuple(offsets, indices, d);
+    return py::make_tuple(offsets, indices, ragged_stats_dict(st));
   }
 
  private:
@@ -584,6 +637,7 @@ PYBIND11_MODULE(_canopy, m) {
       .def("count", &PointIndex::count)
       .def("count_radii", &PointIndex::count_radii)
       .def("count_radii_totals", &PointIndex::count_radii_totals)
+      .def("ball_exact", &PointIndex::ball_exact)
       .def("nodes", &PointIndex::nodes)
       .def("ball", &PointIndex::ball, py::arg("queries"), py::arg("n"), py::arg("r"), py::arg("kw"), py::kw_only(),
            py::arg("radii") = py::none(), py::arg("sorted") = true);

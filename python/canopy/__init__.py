@@ -399,7 +399,7 @@ class _PointTree(_PairQueries):
             if counter is not None:
                 counts = next(counter).reshape(lead)
                 return counts[()] if single else _like(x, counts)
-        chunks = self._ball_flat(q, q32, eps_q, rr, p, opts, tag=True)
+        chunks = self._ball_flat(q, q32, eps_q, rr, p, opts, tag=True, with_d=False)
         if return_length:
             counts = np.zeros(len(q), np.int64)
             for i, _, _, _ in chunks:
@@ -416,20 +416,21 @@ class _PointTree(_PairQueries):
                 out[row] = got
         return out.reshape(lead)
 
-    def _ball_flat(self, q, q32, eps_q, rr, p, opts, upper=False, tag=False):
+    def _ball_flat(self, q, q32, eps_q, rr, p, opts, upper=False, tag=False, with_d=True):
         """The pairs (row of q, point) at p-distance <= rr[row], as flat arrays (rows, indices,
         distances) in chunks, each pair once: _ball's, or in a periodic box _periodic.ball's.
         upper: the kd-tree's lists may leave out pairs with index <= row (query_pairs filters).
         tag: each chunk has a fourth element, True for the kd-tree lists' chunks, which are
         ordered by (row, index), follow each other in that order and, with upper, hold index >
-        row only (_joined reads it)."""
+        row only (_joined reads it). with_d False: the lists' chunks may carry None for the
+        distances."""
         if self._box is not None:
             for c in _periodic.ball(self, self._box.wrap(q), rr, p, opts):
                 yield (*c, False) if tag else c
             return
         rest = np.arange(len(q))
         if self._kind == "kd" and self._index is not None and len(q):
-            rest, chunks = self._ball_lists(q, q32, eps_q, rr, p, opts, upper)
+            rest, chunks = self._ball_lists(q, q32, eps_q, rr, p, opts, upper, with_d)
             for c in chunks:
                 yield (*c, True) if tag else c
         if len(rest):
@@ -437,7 +438,7 @@ class _PointTree(_PairQueries):
                 c = np.repeat(rest[rows], inside.sum(axis=1)), I[inside], D[inside]
                 yield (*c, False) if tag else c
 
-    def _ball_lists(self, q, q32, eps_q, rr, p, opts, upper=False):
+    def _ball_lists(self, q, q32, eps_q, rr, p, opts, upper=False, with_d=True):
         """The kd-tree's radius lists as exact candidates: (rows left for _ball, a generator of
         chunks (rows, indices, distances) ordered by (row, index)). The engine lists every point
         whose float32 distance is within hi, a float32 radius past every rounding (_count_radii
@@ -446,38 +447,55 @@ class _PointTree(_PairQueries):
         _search); the candidates' float64 p-distances are then computed as _search computes them
         (_minkowski over data[j] - q[i]) and masked by <= rr. Rows with a non-finite float32
         coordinate or radius are left to _ball."""
+        r, slack = rr * _ball_factor(self.m, p), self._eps_x + eps_q
         with np.errstate(over="ignore", invalid="ignore"):
-            hi = _count_radii(rr * _ball_factor(self.m, p), self._eps_x + eps_q, self.m)[0]
+            if len(r) > 1 and r.min() == r.max() and slack.min() == slack.max():  # (one radius: one value)
+                hi = np.full(len(r), _count_radii(r[:1], slack[:1], self.m)[0][0])
+            else:
+                hi = _count_radii(r, slack, self.m)[0]
         fast = _finite_rows(q32) & np.isfinite(hi) & (hi < 1e38)
         rows_fast = np.flatnonzero(fast)
-        return np.flatnonzero(~fast), self._ball_chunks(q, q32, hi, rr, p, rows_fast, opts, upper)
+        return np.flatnonzero(~fast), self._ball_chunks(q, q32, hi, rr, p, rows_fast, opts, upper, with_d)
 
-    def _ball_chunks(self, q, q32, hi, rr, p, rows_fast, opts, upper):
+    def _ball_chunks(self, q, q32, hi, rr, p, rows_fast, opts, upper, with_d):
         if not len(rows_fast):
             return
         one = bool((hi[rows_fast] == hi[rows_fast[0]]).all())
+        # On the GPU the candidates stay there, filtered by the same float64 arithmetic
+        # (ball_exact): only the kept pairs cross, as (n, 2) pairs, in larger chunks.
+        on_gpu = self._index.device == "gpu" and opts.get("device") != "cpu" and (p in (1, 2) or np.isinf(p))
+        limit = _LIST_ITEMS * (8 if on_gpu else 1)
         # Memory: rows in chunks of about _LIST_ITEMS candidates. One call where even every point
         # for every row would fit; else the mean count is estimated from the kd-tree's counts of
         # a sample of rows (at the largest radius), then from each chunk's total for the next.
         step = len(rows_fast)
-        if len(rows_fast) * self._n_eng > _LIST_ITEMS:
+        if len(rows_fast) * self._n_eng > limit:
             sample = rows_fast[::max(1, len(rows_fast) // 1024)]
             counts = np.empty(len(sample), np.int64)
             self._index.count(np.ascontiguousarray(q32[sample]), len(sample), float(hi[rows_fast].max()), counts, opts)
-            step = int(max(1, min(len(rows_fast), _LIST_ITEMS // (2 * counts.mean() + 1))))
+            step = int(max(1, min(len(rows_fast), limit // (2 * counts.mean() + 1))))
         q, rr = np.ascontiguousarray(q, np.float64), np.ascontiguousarray(rr, np.float64)
         s = 0
         while s < len(rows_fast):
             rows = rows_fast[s:s + step]
             s += len(rows)
-            sub = np.ascontiguousarray(q32[rows])
-            if one:
-                offsets, idx, st = self._index.ball(sub, len(rows), float(hi[rows[0]]), opts)
-            else:
-                radii = np.ascontiguousarray(hi[rows], dtype=np.float32)
-                offsets, idx, st = self._index.ball(sub, len(rows), 0.0, opts, radii=radii)
+            every = len(rows) == len(q)  # (rows_fast is ascending: all of q's rows, in order)
+            sub = np.ascontiguousarray(q32 if every else q32[rows])
+            r0, radii = (float(hi[rows[0]]), None) if one else (0.0, np.ascontiguousarray(hi[rows], dtype=np.float32))
+            if on_gpu:
+                rows64 = np.ascontiguousarray(rows, np.int64)
+                keep, data = self._keep, self.data
+                ij, d, st = self._index.ball_exact(sub, len(rows), r0, radii, rows64, q if every else q[rows],
+                                                   rr if every else rr[rows], data, data.dtype == np.float64,
+                                                   len(data), keep, 0 if keep is None else len(keep), float(p), upper,
+                                                   with_d, opts)
+                self.last_stats = _stats(st)
+                step = int(max(1, min(len(rows_fast), limit * len(rows) // max(1, st["total"]))))
+                yield ij[:, 0], ij[:, 1], d
+                continue
+            offsets, idx, st = self._index.ball(sub, len(rows), r0, opts, radii=radii)
             self.last_stats = _stats(st)
-            step = int(max(1, min(len(rows_fast), _LIST_ITEMS * len(rows) // max(1, len(idx)))))
+            step = int(max(1, min(len(rows_fast), limit * len(rows) // max(1, len(idx)))))
             # float64 p-distances of the candidates, those within rr[row] kept (query_pairs: only
             # j > row), on the host's cores; the same arithmetic as _minkowski
             yield _canopy.filter_pairs(offsets, idx, np.ascontiguousarray(rows, np.int64), q, self.data, rr,

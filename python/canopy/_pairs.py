@@ -3,7 +3,8 @@ canopy's trees, built on their exact ball search."""
 import numpy as np
 
 from . import _periodic
-from ._tree_util import _count_radii, _finite_rows, _gc_paused, _joined, _lists, _minkowski, _number, _options, _stats
+from ._tree_util import (_count_radii, _finite_rows, _gc_paused, _joined, _lists, _minkowski, _number, _options,
+                         _pair_array, _stats)
 
 
 class _PairQueries:
@@ -27,7 +28,7 @@ class _PairQueries:
         _, r, p = self._pair_args(self, r, p, eps, "query_pairs", "r")
         i, j, _ = self._pair_arrays(self, r, p, _options(options), upper=True, with_d=False)
         if output_type == "ndarray":
-            return np.stack([i, j], axis=1).astype(np.intp, copy=False)
+            return _pair_array(i, j)
         with _gc_paused():
             return set(zip(i.tolist(), j.tolist()))
 
@@ -261,18 +262,18 @@ class _PairQueries:
         differ = _scan_counts(counts, pairs)[1]
         return w[rows] @ counts, differ, lambda at, c: counts[at, c]
 
-    def _pairs(self, other, r, p, opts, upper=False, tag=False):
+    def _pairs(self, other, r, p, opts, upper=False, tag=False, with_d=True):
         """Every pair (i of self, j of other) at float64 p-distance <= r, each once, in chunks
         (i, j, d): other's exact ball search (_ball_flat: periodic across a box, tag as there) with
         self's points as its queries (float64 points are kept unrounded, float32 points are exact).
         Memory: one chunk of candidates. upper: pairs with j <= i may be left out (query_pairs)."""
         q, q32, eps_q, _, _ = other._rows(self.data, keep64=self.data.dtype != np.float32)
-        yield from other._ball_flat(q, q32, eps_q, np.full(len(q), r), p, opts, upper, tag)
+        yield from other._ball_flat(q, q32, eps_q, np.full(len(q), r), p, opts, upper, tag, with_d)
 
     def _pair_arrays(self, other, r, p, opts, upper=False, with_d=True):
         """The pairs of _pairs as arrays (i, j, d) ordered by (i, j) (d None unless with_d); upper:
         only i < j."""
-        return _joined(self._pairs(other, r, p, opts, upper, tag=True), other.n, with_d, upper)
+        return _joined(self._pairs(other, r, p, opts, upper, tag=True, with_d=with_d), other.n, with_d, upper)
 
 
 def _scan_counts(counts, pairs, block=1 << 13):

@@ -43,13 +43,24 @@ def _joined(chunks, n, with_d=True, upper=False):
         parts.append((i, j, d if with_d else None))
     if not parts:
         return np.empty(0, np.int64), np.empty(0, np.int64), (np.empty(0) if with_d else None)
-    i = np.concatenate([c[0] for c in parts]).astype(np.int64, copy=False)
-    j = np.concatenate([c[1] for c in parts]).astype(np.int64, copy=False)
-    d = np.concatenate([c[2] for c in parts]).astype(np.float64, copy=False) if with_d else None
+    join = (lambda k: parts[0][k]) if len(parts) == 1 else (lambda k: np.concatenate([c[k] for c in parts]))
+    i, j = join(0).astype(np.int64, copy=False), join(1).astype(np.int64, copy=False)
+    d = join(2).astype(np.float64, copy=False) if with_d else None
     if listed or _ordered(i, j, n):
         return i, j, d
     order = np.lexsort((j, i))
     return i[order], j[order], (d[order] if with_d else None)
+
+
+def _pair_array(i, j):
+    """(i, j) as one intp array (n, 2): the array whose columns they are where they are one
+    (the GPU's exact pairs come so: no copy of 10^7 pairs), else a new one."""
+    b = i.base
+    if (b is not None and b is j.base and b.dtype == np.intp and b.shape == (len(i), 2) and b.flags.c_contiguous
+            and i.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+            and j.__array_interface__["data"][0] == b.__array_interface__["data"][0] + b.itemsize):
+        return b
+    return np.stack([i, j], axis=1).astype(np.intp, copy=False)
 
 
 def _lists(i, j, n):

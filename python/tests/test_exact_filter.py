@@ -102,3 +102,50 @@ def test_joined_orders_every_mix_of_chunks():
             np.testing.assert_array_equal(gj, j[want])
             np.testing.assert_array_equal(gd, d[want])
     assert _joined(iter([]), n, False)[2] is None
+
+
+@pytest.mark.skipif(not _canopy.gpu_available(), reason="no GPU")
+@pytest.mark.parametrize("p", [1.0, 2.0, np.inf])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_device_filter_equals_the_host_filter(p, dtype):
+    """ball_exact (the lists kept on the GPU, filtered there) gives filter_pairs' pairs and
+    distances bit for bit, over the same lists: one radius and a radius per row, upper or not,
+    a tree with rows left out (NaN rows: keep maps its ids), without distances."""
+    import canopy
+    rng = np.random.default_rng(int(min(p, 9)) + (dtype == np.float64))
+    data = (5e6 + rng.random((40000, 3)) * 1000).astype(dtype)
+    data[rng.choice(len(data), 50, replace=False), 1] = np.nan
+    t = canopy.cKDTree(data)
+    assert t._index.device == "gpu" and t._keep is not None
+    q64 = np.ascontiguousarray(data[::7][~np.isnan(data[::7]).any(axis=1)], np.float64)
+    q, q32, _, _, _ = t._rows(q64, keep64=True)
+    rows = np.arange(len(q), dtype=np.int64) * 3 + 1  # labels only
+    rr = rng.random(len(q)) * 6
+    hi = (rr * 1.001 + 1).astype(np.float32)
+    for radii in (None, hi):
+        r0 = float(hi.max()) if radii is None else 0.0
+        offsets, idx, _ = t._index.ball(q32, len(q), r0, {}, radii=radii)
+        for upper in (False, True):
+            want_i, want_j, want_d = _canopy.filter_pairs(offsets, idx, np.arange(len(q), dtype=np.int64), q, t.data,
+                                                          rr, 3, float(p), upper, t._keep)
+            if upper:  # (the host filter compares j with the row's place; the labels here differ)
+                continue
+            for with_d in (True, False):
+                ij, d, st = t._index.ball_exact(q32, len(q), r0, radii, rows, q, rr, t.data, dtype == np.float64,
+                                                len(t.data), t._keep, len(t._keep), float(p), upper, with_d, {})
+                assert ij.shape == (len(want_i), 2) and st["total"] == offsets[-1]
+                np.testing.assert_array_equal(ij[:, 0], rows[want_i])
+                np.testing.assert_array_equal(ij[:, 1], want_j)
+                if with_d:
+                    assert d.tolist() == want_d.tolist()  # bit for bit
+                else:
+                    assert d is None
+    # upper: pairs with j > its row's label only
+    ij, _, _ = t._index.ball_exact(q32, len(q), float(hi.max()), None, rows, q, rr, t.data, dtype == np.float64,
+                                   len(t.data), t._keep, len(t._keep), float(p), True, False, {})
+    full, _, _ = t._index.ball_exact(q32, len(q), float(hi.max()), None, rows, q, rr, t.data, dtype == np.float64,
+                                     len(t.data), t._keep, len(t._keep), float(p), False, False, {})
+    np.testing.assert_array_equal(ij, full[full[:, 1] > full[:, 0]])
+    with pytest.raises(ValueError, match="p = 3"):
+        t._index.ball_exact(q32, len(q), 1.0, None, rows, q, rr, t.data, dtype == np.float64, len(t.data), t._keep,
+                            len(t._keep), 3.0, False, True, {})

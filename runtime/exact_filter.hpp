@@ -1,0 +1,47 @@
+// Radius pairs decided in float64 on the GPU, for data searched through a kd-tree of its float32
+// rows (the Python package's exact pair queries): the tree lists each query's candidates within a
+// float32 radius past every rounding (PointCorrelation::run_lists, into device memory), and the
+// device keeps candidate j of query a where the float64 p-distance between q[a] and data row
+// keep[j] is <= rr[a]: the coordinates' differences summed in order, each operation rounded on its
+// own (no fused multiply-add), as the host computes it. Only the kept pairs reach the host.
+#pragma once
+
+#include <cmath>
+#include <functional>
+
+#include "runtime/point_correlation.hpp"
+
+namespace canopy {
+
+struct ExactFilter {
+  const index_t* rows = nullptr;  // [n] the number each query reports as its pairs' i
+  const double* q = nullptr;      // [n][dims] the queries in float64
+  const double* rr = nullptr;     // [n] their radii
+  const void* data = nullptr;     // [n_data][dims], double (data_f64) or float
+  bool data_f64 = true;
+  index_t n_data = 0;
+  const index_t* keep = nullptr;  // [n_ids] the tree's point ids -> data rows; null: the same
+  index_t n_ids = 0;
+  int dims = 0;
+  double p = 2;        // 1, 2 or infinity (exact_filter_p)
+  bool upper = false;  // only pairs with data row > rows[a]
+  bool with_d = true;  // the distances too
+};
+
+// Where the kept pairs go, once their number is known: ij [total][2] (i, j) and d [total] (null
+// when !with_d), host memory.
+struct ExactPairsOut {
+  index_t* ij = nullptr;
+  double* d = nullptr;
+};
+
+// The p the device filter computes as the host does (other p: its pow may differ in the last bit).
+inline bool exact_filter_p(double p) { return p == 1 || p == 2 || std::isinf(p); }
+
+// queries: the engine's float32 rows [n][tree dims] (host); opt: run_lists' (sorted lists keep
+// the pairs ordered by (i, j) where keep is increasing). Errors: run_lists', a p the filter does
+// not take, a candidate id outside 0..n_ids - 1 or a data row outside 0..n_data - 1.
+RaggedStats exact_pairs_gpu(PointCorrelation& pc, const float* queries, index_t n, const PcListOptions& opt,
+                            const ExactFilter& f, const std::function<ExactPairsOut(index_t total)>& out);
+
+}  // namespace canopy
