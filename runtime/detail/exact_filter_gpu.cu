@@ -84,10 +84,11 @@ __global__ void write_kept(Filter f, index_t n, const index_t* start, index_t* i
 }
 
 template <class T>
-const T* upload(DeviceBuffer<T>& buf, const T* src, std::size_t count, const char* what, cudaStream_t s) {
+const T* upload(DeviceBuffer<T>& buf, const T* src, std::size_t count, const char* what, cudaStream_t s,
+                detail::StagingSlots& staging) {
   if (!src) return nullptr;
   buf.reserve(count, what, s);
-  detail::copy_up(buf.get(), src, count * sizeof(T), s, nullptr);
+  detail::copy_up(buf.get(), src, count * sizeof(T), s, &staging);
   return buf.get();
 }
 
@@ -101,6 +102,7 @@ RaggedStats exact_pairs_gpu(PointCorrelation& pc, const float* queries, index_t 
     throw Error(who + "dims = " + std::to_string(f.dims) + ", the tree's " + std::to_string(pc.tree().dims()));
   Stream stream;  // first: the buffers below are freed on it
   const cudaStream_t s = stream.get();
+  detail::StagingSlots staging;  // the pinned slots of every copy of the call
   Event ready;
   if (opt.stream) stream.wait_for(opt.stream, ready);
   const std::size_t un = static_cast<std::size_t>(std::max<index_t>(n, 0));
@@ -108,7 +110,6 @@ RaggedStats exact_pairs_gpu(PointCorrelation& pc, const float* queries, index_t 
   DeviceBuffer<double> q, rr, data64, d;
   DeviceBuffer<float> data32;
   DeviceBuffer<int> bad;
-  detail::StagingSlots staging;
   offsets.reserve(un + 1, "the candidates' offsets", s);
   stream.sync();  // (the lists are written from the engine's own stream)
   PcListOptions o = opt;
@@ -121,15 +122,15 @@ RaggedStats exact_pairs_gpu(PointCorrelation& pc, const float* queries, index_t 
   Filter g{};
   g.offsets = offsets.get();
   g.ids = ids.get();
-  g.rows = upload(rows, f.rows, un, "the rows", s);
-  g.q = upload(q, f.q, un * f.dims, "the float64 queries", s);
-  g.rr = upload(rr, f.rr, un, "the radii", s);
+  g.rows = upload(rows, f.rows, un, "the rows", s, staging);
+  g.q = upload(q, f.q, un * f.dims, "the float64 queries", s, staging);
+  g.rr = upload(rr, f.rr, un, "the radii", s, staging);
   const std::size_t data_values = static_cast<std::size_t>(f.n_data) * f.dims;
-  g.data = f.data_f64 ? static_cast<const void*>(upload(data64, static_cast<const double*>(f.data), data_values, "the data", s))
-                      : static_cast<const void*>(upload(data32, static_cast<const float*>(f.data), data_values, "the data", s));
+  g.data = f.data_f64 ? static_cast<const void*>(upload(data64, static_cast<const double*>(f.data), data_values, "the data", s, staging))
+                      : static_cast<const void*>(upload(data32, static_cast<const float*>(f.data), data_values, "the data", s, staging));
   g.data_f64 = f.data_f64;
   g.n_data = f.n_data;
-  g.keep = upload(keep, f.keep, static_cast<std::size_t>(f.n_ids), "the point ids' rows", s);
+  g.keep = upload(keep, f.keep, static_cast<std::size_t>(f.n_ids), "the point ids' rows", s, staging);
   g.n_ids = f.n_ids;
   g.dims = f.dims;
   g.norm = f.p == 2 ? Norm::L2 : f.p == 1 ? Norm::L1 : Norm::Max;
