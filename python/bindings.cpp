@@ -34,6 +34,7 @@ namespace py = pybind11;
 using namespace canopy;
 
 void register_exact_filter(py::module_& m);  // exact_filter.cpp
+void register_lists(py::module_& m);          // lists.cpp
 
 // A vector's bytes, for numpy.frombuffer on the Python side (no numpy API here: see Address).
 template <class T>
@@ -624,6 +625,7 @@ PYBIND11_MODULE(_canopy, m) {
   });
   m.def("gpu_available", &gpu_available);
   register_exact_filter(m);
+  register_lists(m);
   m.def("gpu_description", &gpu_description);
 
   py::class_<PointIndex>(m, "PointIndex")

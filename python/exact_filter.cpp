@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,71 @@ py::tuple filter(const std::int64_t* offsets, const std::int64_t* idx, const std
   return py::make_tuple(oi, oj, od);
 }
 
+// (a, b) by (distance, index), a NaN distance after every number (numpy's lexsort order).
+struct ByDistance {
+  const double* d;
+  const std::int64_t* j;
+  bool operator()(int a, int b) const {
+    const bool na = std::isnan(d[a]), nb = std::isnan(d[b]);
+    if (na != nb) return nb;
+    if (!na && d[a] != d[b]) return d[a] < d[b];
+    return j[a] < j[b];
+  }
+};
+
+// The float64 step of the exact kNN (canopy's _search with a top-k, float64 trees and any p):
+// rows' engine candidates idx [r][kp] (data rows) get their float64 p-distances to q [r][m];
+// the first kc by (distance, index) are returned, those not below ub as (inf, n); a row is
+// settled (done) when no point beyond the kp can be nearer than its kc-th distance: its kp-th
+// engine distance last[a] is finite and ((last - abs) / rel - eps_x - eps_q[a]) > fac * min(the
+// kc-th distance, ub) (last None: the kp are every point).
+template <class T>
+py::tuple settle(const std::int64_t* idx, std::int64_t r, int kp, const double* q, const T* data, std::int64_t n_data,
+                 int m, int kc, double p, double ub, std::int64_t n, const float* last, const double* eps_q,
+                 double eps_x, double rel, double abs_err, double fac) {
+  const py::object empty = py::module_::import("numpy").attr("empty");
+  py::object od = empty(py::make_tuple(r, kc), "float64"), oi = empty(py::make_tuple(r, kc), "int64");
+  py::object done = empty(r, "bool");
+  auto* pd = static_cast<double*>(const_cast<void*>(view_of(od, "distances", r * kc, {8}).p));
+  auto* pi = static_cast<std::int64_t*>(const_cast<void*>(view_of(oi, "indices", r * kc, {8}).p));
+  auto* pdone = static_cast<bool*>(const_cast<void*>(view_of(done, "done", r, {1}).p));
+  std::atomic<int> bad{0};
+  {
+    py::gil_scoped_release free;
+    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, r, 256), [&](const tbb::blocked_range<std::int64_t>& range) {
+      std::vector<double> d(static_cast<std::size_t>(kp));
+      std::vector<int> order(static_cast<std::size_t>(kp));
+      for (std::int64_t a = range.begin(); a != range.end(); ++a) {
+        const std::int64_t* ja = idx + a * kp;
+        for (int c = 0; c < kp; ++c) {
+          if (ja[c] < 0 || ja[c] >= n_data) {
+            bad = 1;
+            return;
+          }
+          d[c] = distance(q + a * m, data + ja[c] * m, m, p);
+          order[c] = c;
+        }
+        std::partial_sort(order.begin(), order.begin() + kc, order.end(), ByDistance{d.data(), ja});
+        const double radius = std::min(d[order[kc - 1]], ub);  // (a NaN k-th stays NaN: not settled)
+        if (last) {
+          const double l = static_cast<double>(last[a]);
+          pdone[a] = std::isfinite(l) && ((l - abs_err) / rel - eps_x - eps_q[a]) > fac * radius;
+        } else {
+          pdone[a] = true;
+        }
+        for (int t = 0; t < kc; ++t) {
+          const double v = d[order[t]];
+          const bool far = !(v < ub);
+          pd[a * kc + t] = far ? std::numeric_limits<double>::infinity() : v;
+          pi[a * kc + t] = far ? n : ja[order[t]];
+        }
+      }
+    });
+  }
+  if (bad) throw canopy::Error("knn_settle: a candidate index is out of range");
+  return py::make_tuple(od, oi, done);
+}
+
 }  // namespace
 
 void register_exact_filter(py::module_& m) {
@@ -173,4 +239,30 @@ void register_exact_filter(py::module_& m) {
       },
       py::arg("offsets"), py::arg("idx"), py::arg("rows"), py::arg("q"), py::arg("data"), py::arg("rr"),
       py::arg("dims"), py::arg("p"), py::arg("upper"), py::arg("keep"));
+  m.def(
+      "knn_settle",
+      [](const py::object& idx, const py::object& q, const py::object& data, int kc, double p, double ub,
+         std::int64_t n, const py::object& last, const py::object& eps_q, double eps_x, double rel, double abs_err,
+         double fac) {
+        const View vq = view_of(q, "q", 0, {8});
+        const View vd = view_of(data, "data", 0, {4, 8});
+        const View vi = view_of(idx, "idx", 0, {8});
+        const View ve = view_of(eps_q, "eps_q", 0, {8});
+        const std::int64_t r = ve.n;
+        if (r < 1 || vi.n % r != 0 || vi.n / r < kc || kc < 1 || vq.n % r != 0 || vq.n / r < 1)
+          throw canopy::Error("knn_settle: idx, q and eps_q disagree on the rows, or kc is outside 1..kp");
+        const int kp = static_cast<int>(vi.n / r), m = static_cast<int>(vq.n / r);
+        if (vd.n % m != 0) throw canopy::Error("knn_settle: data's width is not q's");
+        const float* lp = last.is_none() ? nullptr : static_cast<const float*>(view_of(last, "last", r, {4}).p);
+        const auto* ix = static_cast<const std::int64_t*>(vi.p);
+        const auto* qd = static_cast<const double*>(vq.p);
+        const auto* ep = static_cast<const double*>(ve.p);
+        if (vd.itemsize == 4)
+          return settle(ix, r, kp, qd, static_cast<const float*>(vd.p), vd.n / m, m, kc, p, ub, n, lp, ep, eps_x, rel,
+                        abs_err, fac);
+        return settle(ix, r, kp, qd, static_cast<const double*>(vd.p), vd.n / m, m, kc, p, ub, n, lp, ep, eps_x, rel,
+                      abs_err, fac);
+      },
+      py::arg("idx"), py::arg("q"), py::arg("data"), py::arg("kc"), py::arg("p"), py::arg("ub"), py::arg("n"),
+      py::arg("last"), py::arg("eps_q"), py::arg("eps_x"), py::arg("rel"), py::arg("abs_err"), py::arg("fac"));
 }

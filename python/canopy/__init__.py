@@ -24,8 +24,9 @@ import numpy as np
 from . import _canopy, _nodes, _periodic
 from ._arrays import _Input, _as_cupy, _cupy, _like, _on_device
 from ._pairs import _PairQueries
-from ._tree_util import (_ABS, _U32, _ball_factor, _centred32, _count_radii, _extents, _finite_rows, _gc_paused,
-                         _host_rows, _int, _joined, _lists, _minkowski, _number, _options, _rel, _stats, _workers)
+from ._tree_util import (_ABS, _U32, _ball_factor, _centred32, _count_radii, _extents, _finite_rows,
+                         _host_rows, _int, _joined, _lists, _minkowski, _nearest, _number, _options, _rel, _stats,
+                         _workers)
 from ._nodes import cKDTreeNode
 from .forest import Forest
 
@@ -199,12 +200,15 @@ class _PointTree(_PairQueries):
         self.last_stats = _stats(self._index.knn(q32, len(q32), k, idx, dist, options))
         return dist, (idx if self._keep is None else self._keep[idx])
 
-    def _search(self, q, q32, eps_q, p, kp, radius, options, dist=None):
+    def _search(self, q, q32, eps_q, p, kp, radius, options, dist=None, top=None):
         """The exact search behind every call that is not the float32 fast path. For each row i
         of q yields (rows, D, I): candidate indices I (rows, kp) and their float64 p-distances D,
         where the candidates of row i hold every point whose p-distance is <= radius(rows, D)[i].
         dist(rows, I), when given, computes D instead (periodic boxes: the distance from the
-        wrapped query, while row i is one of its images).
+        wrapped query, while row i is one of its images). top = (kc, ub): the k nearest instead
+        (radius: the kc-th distance, at most ub), D and I the first kc by (distance, index), those
+        not below ub as (inf, n); the distances, order and test on the host's cores in C++
+        (_canopy.knn_settle: numpy's gather of the candidates' points was most of a 10^6-row call).
 
         Candidates come from the float32 tree's k nearest: a row is settled when its k-th
         engine distance d_k proves every other point farther than the radius (d_j >= d_k for the
@@ -229,6 +233,16 @@ class _PointTree(_PairQueries):
                     for s in range(0, len(group), step):
                         rows = group[s:s + step]
                         d32, idx = self._engine_knn(q32[rows], int(k), options)
+                        if top is not None:
+                            last = None if k >= n_eng else np.ascontiguousarray(d32[:, -1])
+                            D, I, done = _canopy.knn_settle(idx, q[rows], self.data, top[0], float(p), float(top[1]), n,
+                                                            last, np.ascontiguousarray(eps_q[rows], np.float64),
+                                                            float(self._eps_x), rel, _ABS, fac)
+                            if done.any():
+                                yield rows[done], D[done], I[done]
+                            again.append(rows[~done])
+                            again_k.append(np.full((~done).sum(), min(n_eng, 4 * int(k)), np.int64))
+                            continue
                         D = dist(rows, idx) if dist else _minkowski(self._gather(idx) - q[rows, None, :], p)
                         if k >= n_eng:
                             yield rows, D, idx
@@ -252,7 +266,8 @@ class _PointTree(_PairQueries):
                     yield rows, dist(rows, idx), idx
                     continue
                 with np.errstate(invalid="ignore", over="ignore"):
-                    yield rows, _minkowski(self.data[None, :, :].astype(np.float64) - q[rows, None, :], p), idx
+                    D = _minkowski(self.data[None, :, :].astype(np.float64) - q[rows, None, :], p)
+                yield (rows, D, idx) if top is None else (rows, *_nearest(D, idx, top[0], top[1], n))
 
     def query(self, x, k=1, eps=0, p=2, distance_upper_bound=np.inf, workers=None, **options):
         """The k nearest points of each row of x, as scipy's cKDTree.query: (distances, indices),
@@ -291,15 +306,8 @@ class _PointTree(_PairQueries):
                 dist[:, :kc], idx[:, :kc] = _periodic.knn(self, self._box.wrap(q), kc, ub, p, opts)
             return tuple(_like(x, a) for a in self._shape_knn(dist, idx, ks, listed, lead, single, np))
 
-        def radius(rows, D):
-            return np.minimum(np.partition(D, kc - 1, axis=1)[:, kc - 1], ub)
-
         if kc:
-            for rows, D, I in self._search(q, q32, eps_q, p, kc + 4, radius, opts):
-                order = np.lexsort((I, D), axis=-1)[:, :kc]
-                Dk, Ik = np.take_along_axis(D, order, 1), np.take_along_axis(I, order, 1)
-                far = ~(Dk < ub)  # (NaN too: a NaN query has no neighbours)
-                Dk[far], Ik[far] = np.inf, n
+            for rows, Dk, Ik in self._search(q, q32, eps_q, p, kc + 4, None, opts, top=(kc, ub)):
                 dist[rows, :kc], idx[rows, :kc] = Dk, Ik
         # (CUDA queries of a host tree: the arrays go back to the device)
         return tuple(_like(x, a) for a in self._shape_knn(dist, idx, ks, listed, lead, single, np))
@@ -407,13 +415,10 @@ class _PointTree(_PairQueries):
             counts = counts.reshape(lead)
             return counts[()] if single else _like(x, counts)
         i, j, _ = _joined(chunks, self.n, False)
-        lists = _lists(i, j, len(q))
         if single:
-            return lists[0]
+            return _lists(i, j, len(q))[0]
         out = np.empty(len(q), dtype=object)
-        with _gc_paused():
-            for row, got in enumerate(lists):
-                out[row] = got
+        _lists(i, j, len(q), out)
         return out.reshape(lead)
 
     def _ball_flat(self, q, q32, eps_q, rr, p, opts, upper=False, tag=False, with_d=True):

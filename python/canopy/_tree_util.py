@@ -7,6 +7,7 @@ import types
 
 import numpy as np
 
+from . import _canopy
 from ._arrays import _as_cupy, _on_device
 
 _OPTIONS = ("device", "schedule", "executor", "depth", "pipeline", "chunk", "memory_budget")
@@ -52,6 +53,16 @@ def _joined(chunks, n, with_d=True, upper=False):
     return i[order], j[order], (d[order] if with_d else None)
 
 
+def _nearest(D, I, kc, ub, n):
+    """The first kc of each row's candidates (distances D, indices I, both (rows, c)) by
+    (distance, index), those not below ub (NaN too: a NaN query has no neighbours) as (inf, n)."""
+    order = np.lexsort((I, D), axis=-1)[:, :kc]
+    Dk, Ik = np.take_along_axis(D, order, 1), np.take_along_axis(I, order, 1)
+    far = ~(Dk < ub)
+    Dk[far], Ik[far] = np.inf, n
+    return Dk, Ik
+
+
 def _pair_array(i, j):
     """(i, j) as one intp array (n, 2): the array whose columns they are where they are one
     (the GPU's exact pairs come so: no copy of 10^7 pairs), else a new one."""
@@ -63,12 +74,11 @@ def _pair_array(i, j):
     return np.stack([i, j], axis=1).astype(np.intp, copy=False)
 
 
-def _lists(i, j, n):
-    """The j of each i = 0 .. n - 1 as a list of n lists of ints ((i, j) ordered by i)."""
-    bounds = np.searchsorted(i, np.arange(n + 1)).tolist()
+def _lists(i, j, n, out=None):
+    """The j of each i = 0 .. n - 1 as a list of n lists of ints ((i, j) int64, ordered by i), or
+    put into out, an object array of n (_canopy.lists_of: each int and list made once, in C++)."""
     with _gc_paused():
-        j = j.tolist()
-        return [j[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        return _canopy.lists_of(i, j, n, out)
 
 
 def _stats(d):

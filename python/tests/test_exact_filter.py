@@ -149,3 +149,42 @@ def test_the_device_filter_equals_the_host_filter(p, dtype):
     with pytest.raises(ValueError, match="p = 3"):
         t._index.ball_exact(q32, len(q), 1.0, None, rows, q, rr, t.data, dtype == np.float64, len(t.data), t._keep,
                             len(t._keep), 3.0, False, True, {})
+
+
+def one_distance(x, y, p):
+    return reference(np.array([0, 1]), np.array([0]), [0], y[None, :], x[None, :], [np.inf], p, False, None)[0][2]
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.5, np.inf])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_knn_settle_equals_the_rowwise_reference(p, dtype):
+    """knn_settle, the float64 step of the exact k nearest: each row's kc nearest candidates by
+    (distance, index) with distances computed one pair at a time in Python, (inf, n) from ub on,
+    and the settled test from the kp-th engine distance, against a reference of the same rule."""
+    rng = np.random.default_rng(int(min(p, 9)) * 3 + (dtype == np.float64))
+    n, m, r, kp, kc = 500, 3, 80, 9, 5
+    data = rng.random((n, m)).astype(dtype)
+    q = rng.random((r, m))
+    idx = np.stack([rng.choice(n, kp, replace=False) for _ in range(r)]).astype(np.int64)
+    idx[3, 1] = idx[3, 0]  # a repeated candidate: equal distances, by index
+    data[idx[5, 2]] = data[idx[5, 4]]  # two points at one distance
+    eps_q = rng.random(r) * 1e-3
+    last = (rng.random(r) * 1.2).astype(np.float32)
+    last[7] = np.inf
+    eps_x, rel, fac = 1e-4, 1 + 7 * 2.0 ** -23, 1.0 + 1e-9
+    for ub in (np.inf, 0.5):
+        for lp in (last, None):
+            D, I, done = _canopy.knn_settle(idx, q, data, kc, float(p), ub, n, lp, eps_q, eps_x, rel, 1e-18, fac)
+            for a in range(r):
+                cand = sorted((one_distance(data[j], q[a], p), int(j)) for j in idx[a])[:kc]
+                want = [(d, j) if d < ub else (np.inf, n) for d, j in cand]
+                assert list(zip(D[a].tolist(), I[a].tolist())) == want  # bit for bit
+                radius = min(cand[-1][0], ub)
+                settled = lp is None or (np.isfinite(lp[a]) and ((float(lp[a]) - 1e-18) / rel - eps_x - eps_q[a]) > fac * radius)
+                assert bool(done[a]) == bool(settled), a
+    with pytest.raises(ValueError, match="out of range"):
+        bad = idx.copy()
+        bad[2, 2] = n
+        _canopy.knn_settle(bad, q, data, kc, float(p), np.inf, n, None, eps_q, eps_x, rel, 1e-18, fac)
+    with pytest.raises(ValueError, match="kc is outside"):
+        _canopy.knn_settle(idx, q, data, kp + 1, float(p), np.inf, n, None, eps_q, eps_x, rel, 1e-18, fac)

@@ -1,6 +1,7 @@
 """The pair and tree helpers' host-side shortcuts against the whole-array numpy operations they
 stand for."""
 import numpy as np
+import pytest
 
 import canopy
 
@@ -83,3 +84,27 @@ def test_own_rows_are_the_plain_ones():
         copy = np.array(x)  # another array of the same values: the per-row path
         q2, q32b, eps_b, _, _ = t._rows(copy, keep64=True)
         assert np.array_equal(q32b, q32) and np.array_equal(q2, q) and (eps_q >= eps_b).all()
+
+
+def test_lists_of_pairs():
+    """_canopy.lists_of: the j of each i as lists (empty rows too), into a list or an object array,
+    from strided columns of an (n, 2) pairs array; bad input is an error, not a crash."""
+    from canopy import _canopy
+    pairs = np.array([[0, 5], [0, 7], [2, 1], [2, 3], [2, 900], [4, 2 ** 40]], np.int64)
+    want = [[5, 7], [], [1, 3, 900], [], [2 ** 40], []]
+    assert _canopy.lists_of(pairs[:, 0], pairs[:, 1], 6) == want
+    out = np.empty(6, dtype=object)
+    assert _canopy.lists_of(pairs[:, 0].copy(), pairs[:, 1].copy(), 6, out) is out
+    assert out.tolist() == want and all(type(v) is int for row in out for v in row)
+    assert _canopy.lists_of(np.empty(0, np.int64), np.empty(0, np.int64), 3) == [[], [], []]
+    assert _canopy.lists_of(np.empty(0, np.int64), np.empty(0, np.int64), 0) == []
+    with pytest.raises(ValueError, match="ascending"):
+        _canopy.lists_of(np.array([1, 0]), np.array([0, 0]), 2)
+    with pytest.raises(ValueError, match="ascending"):
+        _canopy.lists_of(np.array([0, 2]), np.array([0, 0]), 2)
+    with pytest.raises(ValueError, match="int64"):
+        _canopy.lists_of(np.array([0, 1], np.int32), np.array([0, 0]), 2)
+    with pytest.raises(ValueError, match="differ in length"):
+        _canopy.lists_of(np.array([0, 1]), np.array([0]), 2)
+    with pytest.raises(ValueError, match="object array of n"):
+        _canopy.lists_of(np.array([0, 1]), np.array([0, 0]), 2, np.empty(3, dtype=object))
