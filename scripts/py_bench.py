@@ -42,7 +42,7 @@ def scipy_calls(pts, r, repeat):
     rows = {}
     radii = np.linspace(r / 4, r, 8)
     calls = {
-        "lists": lambda T, x: T(x).query_ball_point(x, r),
+        "lists": lambda T, x: T(x).query_ball_point(x, r, workers=-1),  # (canopy ignores workers)
         "count_neighbors": lambda T, x: (lambda t: t.count_neighbors(t, radii))(T(x)),
         "query_pairs": lambda T, x: T(x).query_pairs(r, output_type="ndarray"),
     }
