@@ -222,22 +222,28 @@ class _PointTree(_PairQueries):
         brute = np.flatnonzero(~finite) if self._index is not None else np.arange(len(q))
         if self._index is not None:
             pending = np.flatnonzero(finite)
-            kp = np.broadcast_to(np.asarray(kp, np.int64), (len(q),))[pending]
-            # (k rounded up to steps of 2^(1/4): rows of near k share one engine call)
-            kp = np.minimum(np.ceil(2.0 ** (np.ceil(4 * np.log2(np.maximum(kp, 1))) / 4)).astype(np.int64), n_eng)
+            # (k rounded up to steps of 2^(1/4): rows of near k share one engine call; one k for
+            # every row stays one number, one group)
+            def rounded(k):
+                return np.minimum(np.ceil(2.0 ** (np.ceil(4 * np.log2(np.maximum(k, 1))) / 4)).astype(np.int64), n_eng)
+            kp = int(rounded(kp)) if np.ndim(kp) == 0 else rounded(np.broadcast_to(kp, (len(q),))[pending])
             while len(pending):
                 again, again_k = [], []
-                for k in np.unique(kp):
-                    group = pending[kp == k]
-                    step = max(1, (1 << 22) // (int(k) * m))
+                groups = [(kp, pending)] if np.ndim(kp) == 0 else [(k, pending[kp == k]) for k in np.unique(kp)]
+                for k, group in groups:
+                    # (the C++ step keeps no (rows, k, m) float64 arrays: larger chunks)
+                    step = max(1, (1 << 22) // (int(k) * m) if top is None else (1 << 24) // int(k))
                     for s in range(0, len(group), step):
                         rows = group[s:s + step]
-                        d32, idx = self._engine_knn(q32[rows], int(k), options)
+                        every = len(rows) == len(q)  # (rows ascending: all of q's, in order)
+                        d32, idx = self._engine_knn(q32 if every else q32[rows], int(k), options)
                         if top is not None:
                             last = None if k >= n_eng else np.ascontiguousarray(d32[:, -1])
-                            D, I, done = _canopy.knn_settle(idx, q[rows], self.data, top[0], float(p), float(top[1]), n,
-                                                            last, np.ascontiguousarray(eps_q[rows], np.float64),
-                                                            float(self._eps_x), rel, _ABS, fac)
+                            eq = np.ascontiguousarray(eps_q if every else eps_q[rows], np.float64)
+                            qa = np.ascontiguousarray(q if every else q[rows], np.float64)
+                            D, I, done = _canopy.knn_settle(idx, qa, self.data, top[0], float(p),
+                                                            float(top[1]), n, last, eq, float(self._eps_x), rel, _ABS,
+                                                            fac)
                             if done.any():
                                 yield rows[done], D[done], I[done]
                             again.append(rows[~done])
