@@ -13,27 +13,32 @@ namespace py = pybind11;
 
 namespace {
 
-// A 1-d array of 8-byte integers, any stride (the columns of an (n, 2) pairs array).
-struct Column {
-  const char* p = nullptr;
-  std::int64_t n = 0;
-  Py_ssize_t stride = 8;
-  std::int64_t operator[](std::int64_t k) const { return *reinterpret_cast<const std::int64_t*>(p + k * stride); }
-};
-
-Column column_of(const py::handle& a, const char* name) {
-  Py_buffer b;
-  if (PyObject_GetBuffer(a.ptr(), &b, PyBUF_STRIDED_RO | PyBUF_FORMAT) != 0) {
-    PyErr_Clear();
-    throw canopy::Error(std::string("lists_of: ") + name + " is not an array");
+// A 1-d int64 array of any stride (the columns of an (n, 2) pairs array), read in place.
+class Column {
+ public:
+  Column(const py::handle& a, const char* name) {
+    Py_buffer b;
+    if (PyObject_GetBuffer(a.ptr(), &b, PyBUF_STRIDED_RO | PyBUF_FORMAT) != 0) {
+      PyErr_Clear();
+      throw canopy::Error(std::string("lists_of: ") + name + " is not an array");
+    }
+    const bool ok = b.ndim == 1 && b.itemsize == 8 && b.format && (b.format[0] == 'l' || b.format[0] == 'q');
+    if (ok) {
+      at_ = static_cast<const char*>(b.buf);
+      size_ = static_cast<std::int64_t>(b.shape[0]);
+      stride_ = b.strides[0];
+    }
+    PyBuffer_Release(&b);
+    if (!ok) throw canopy::Error(std::string("lists_of: ") + name + " must be a 1-d int64 array");
   }
-  const bool ok = b.ndim == 1 && b.itemsize == 8 && b.format && (b.format[0] == 'l' || b.format[0] == 'q');
-  const Column c{static_cast<const char*>(b.buf), b.ndim == 1 ? static_cast<std::int64_t>(b.shape[0]) : 0,
-                 b.ndim == 1 ? b.strides[0] : 8};
-  PyBuffer_Release(&b);
-  if (!ok) throw canopy::Error(std::string("lists_of: ") + name + " must be a 1-d int64 array");
-  return c;
-}
+  std::int64_t size() const { return size_; }
+  std::int64_t operator[](std::int64_t k) const { return *reinterpret_cast<const std::int64_t*>(at_ + k * stride_); }
+
+ private:
+  const char* at_ = nullptr;
+  std::int64_t size_ = 0;
+  Py_ssize_t stride_ = 8;
+};
 
 }  // namespace
 
@@ -41,10 +46,10 @@ void register_lists(py::module_& m) {
   m.def(
       "lists_of",
       [](const py::object& i, const py::object& j, std::int64_t n, const py::object& out) -> py::object {
-        const Column ci = column_of(i, "i"), cj = column_of(j, "j");
-        if (ci.n != cj.n) throw canopy::Error("lists_of: i and j differ in length");
+        const Column ci(i, "i"), cj(j, "j");
+        if (ci.size() != cj.size()) throw canopy::Error("lists_of: i and j differ in length");
         if (n < 0) throw canopy::Error("lists_of: n = " + std::to_string(n) + " must be >= 0");
-        for (std::int64_t k = 0; k < ci.n; ++k)
+        for (std::int64_t k = 0; k < ci.size(); ++k)
           if (ci[k] < 0 || ci[k] >= n || (k > 0 && ci[k] < ci[k - 1]))
             throw canopy::Error("lists_of: i must be ascending, in 0.." + std::to_string(n - 1));
         PyObject** slots = nullptr;  // out's elements (an object array of n), or null: a list
@@ -69,7 +74,7 @@ void register_lists(py::module_& m) {
         std::int64_t k = 0;
         for (std::int64_t row = 0; row < n; ++row) {
           std::int64_t end = k;
-          while (end < ci.n && ci[end] == row) ++end;
+          while (end < ci.size() && ci[end] == row) ++end;
           PyObject* list = PyList_New(end - k);
           if (!list) {
             if (slots) PyBuffer_Release(&b);

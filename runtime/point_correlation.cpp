@@ -109,20 +109,20 @@ PointCorrelation::~PointCorrelation() = default;
 Device PointCorrelation::device() const { return engine_->device(); }
 
 PcResult PointCorrelation::run(const float* queries, index_t n, const PcOptions& opt) {
-  const detail::PcWorkload w = workload(tree_, opt);
   PcResult r;
   r.counts.assign(static_cast<std::size_t>(std::max<index_t>(n, 0)), 0);
-  CallData call;
-  call.queries = queries;
-  call.n = n;
-  call.outputs[0] = r.counts.data();
-  static_cast<TraversalStats&>(r) = engine_->run(w, call, opt);
+  static_cast<TraversalStats&>(r) = run(queries, n, opt, r.counts.data());
   return r;
 }
 
 TraversalStats PointCorrelation::run(const float* queries, index_t n, const PcOptions& opt, index_t* counts) {
   const detail::PcWorkload w = workload(tree_, opt);
   if (!counts && n > 0) throw Error("PointCorrelation::run: the counts buffer is null");
+  return count(w, queries, n, opt, counts);
+}
+
+TraversalStats PointCorrelation::count(const detail::PcWorkload& w, const float* queries, index_t n,
+                                       const PcOptions& opt, index_t* counts) {
   CallData call;
   call.queries = queries;
   call.n = n;
@@ -137,11 +137,7 @@ TraversalStats PointCorrelation::run_radii(const float* queries, index_t n, cons
   if (!counts && n > 0) throw Error(who + "the counts buffer is null");
   detail::PcWorkload w = workload(tree_, PcOptions{});  // its radii (checked above) come next
   w.set_radii(radii, n_radii);
-  CallData call;
-  call.queries = queries;
-  call.n = n;
-  call.outputs[0] = counts;
-  return engine_->run(w, call, opt);
+  return count(w, queries, n, opt, counts);
 }
 
 PcRadiiTotals PointCorrelation::run_radii_totals(const float* queries, index_t n, const float* radii, int n_radii,

@@ -114,6 +114,10 @@ class PointCorrelation {
                         const ItemBuffer<index_t>& indices);
 
  private:
+  // A counting workload's run into counts (run, run_radii).
+  TraversalStats count(const detail::PcWorkload& w, const float* queries, index_t n_queries, const PcOptions& options,
+                       index_t* counts);
+
   const KdTree& tree_;
   std::unique_ptr<Engine<detail::PcWorkload>> engine_;
   std::unique_ptr<detail::PcLists> lists_;

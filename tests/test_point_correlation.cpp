@@ -271,7 +271,11 @@ void expect_totals(const PcRadiiTotals& t, const std::vector<index_t>& counts, i
       ASSERT_EQ(t.row_counts[k * m + j], counts[static_cast<std::size_t>(rows[k] * m + j)]) << what;
 }
 
-void expect_radii_totals(Device device) {
+class PcRadiiTotalsOn : public ::testing::TestWithParam<Device> {};
+
+TEST_P(PcRadiiTotalsOn, EqualRunRadii) {
+  const Device device = GetParam();
+  if (device == Device::Gpu) CANOPY_REQUIRE_GPU();
   for (int dims : {2, 3, 5}) {
     const index_t n = 3000;
     const std::vector<float> pts = test::clustered_points(4000, dims, 60 + dims);
@@ -305,11 +309,8 @@ void expect_radii_totals(Device device) {
   }
 }
 
-TEST(PcRadiiTotals, EqualRunRadiiCpu) { expect_radii_totals(Device::Cpu); }
-TEST(PcRadiiTotals, EqualRunRadiiGpu) {
-  CANOPY_REQUIRE_GPU();
-  expect_radii_totals(Device::Gpu);
-}
+INSTANTIATE_TEST_SUITE_P(Devices, PcRadiiTotalsOn, ::testing::Values(Device::Cpu, Device::Gpu),
+                         [](const ::testing::TestParamInfo<Device>& i) { return std::string(to_string(i.param)); });
 
 // More than 2^25 counts: batches of queries, their rows numbered for the whole call.
 TEST(PcRadiiTotals, BatchesOfQueriesGpu) {
