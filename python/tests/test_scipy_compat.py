@@ -654,3 +654,23 @@ def test_count_neighbors_ties_at_every_radius(dtype):
     nan[5] = np.nan
     assert np.array_equal(canopy.cKDTree(nan).count_neighbors(B, steps),
                           canopy.cKDTree(np.delete(a, 5, axis=0)).count_neighbors(B, steps))
+
+
+def test_float64_counts_from_one_walk_equal_the_listed_counts_and_scipy():
+    """query_ball_point(return_length=True) over float64 data counts from the kd-tree's bracketing
+    float32 counts (one walk) and an exact search of the rows within rounding: equal to counting
+    the exact lists and to scipy, NaN rows and points, r = 0, radii on a lattice (0.25 i) and past
+    the widest distance (every point, without a walk) included."""
+    rng = np.random.default_rng(41)
+    lattice = np.repeat(np.mgrid[0:8, 0:8, 0:8].reshape(3, -1).T * 0.25, 2, axis=0).astype(np.float64)
+    far = 5e6 + rng.random((3000, 3)) * 1000
+    far[7] = np.nan
+    for x, radii in ((lattice, [0.0, 0.25, 0.5, 1.0, 2.5, 10.0]), (far, [0.0, 30.0, 120.0, 2000.0])):
+        q = np.concatenate([x[::3] + (0 if x is lattice else rng.normal(0, 1e-7, x[::3].shape)), [[np.nan, 1.0, 2.0]]])
+        t = canopy.cKDTree(x)
+        ref = ScipyTree(x)
+        rows = t._rows(q)
+        for r in radii:
+            got = t.query_ball_point(q, r, return_length=True)
+            np.testing.assert_array_equal(got, ref.query_ball_point(q, r, return_length=True))
+            np.testing.assert_array_equal(got, t._listed_counts(*rows[:3], np.full(len(q), r), 2.0, {}))
