@@ -3,8 +3,8 @@ canopy's trees, built on their exact ball search."""
 import numpy as np
 
 from . import _periodic
-from ._tree_util import (_count_radii, _finite_rows, _gc_paused, _joined, _lists, _minkowski, _number, _options,
-                         _pair_array, _stats)
+from ._tree_util import (_at, _count_radii, _finite_rows, _gc_paused, _joined, _lists, _number,
+                         _options, _pair_array, _stats, _widest)
 
 
 class _PairQueries:
@@ -88,12 +88,7 @@ class _PairQueries:
         # (the boxes' widest extent, with a margin for rounding): those radii are counted from n.
         bound = np.nan
         if self._n_eng and other._n_eng:
-            with np.errstate(all="ignore"):
-                ext = np.maximum(np.asarray(self._hi, np.float64) - np.asarray(other._lo, np.float64),
-                                 np.asarray(other._hi, np.float64) - np.asarray(self._lo, np.float64))
-                if self._box is not None:  # across a periodic box no difference exceeds L/2
-                    ext = np.where(self._box.periodic, np.minimum(ext, self._box.half), ext)
-                bound = float(_minkowski(ext, p)) * (1 + 1e-10)
+            bound = _widest(self._lo, self._hi, other._lo, other._hi, p, self._box)
         searched = u[~(u >= bound)] if np.isfinite(bound) else u
         opts = _options(options)
         totals = None  # the (weighted) pairs within each searched radius
@@ -198,7 +193,7 @@ class _PairQueries:
         q, q32, eps_q, _, _ = other._rows(self.data, keep64=self.data.dtype != np.float32)
         finite = _finite_rows(q32)
         rows, bad = np.flatnonzero(finite), np.flatnonzero(~finite)
-        sub = np.ascontiguousarray(q32 if len(rows) == len(q32) else q32[rows])  # (every row finite: no gather)
+        sub = np.ascontiguousarray(_at(q32, rows))
         slack = other._eps_x + (float(eps_q[rows].max()) if len(rows) else 0.0)
         w = None if w is None else np.asarray(w, np.float64)
         radii = radii.tolist()

@@ -53,6 +53,25 @@ def _joined(chunks, n, with_d=True, upper=False):
     return i[order], j[order], (d[order] if with_d else None)
 
 
+def _at(a, rows):
+    """a[rows] for rows ascending and distinct (flatnonzero's, a slice of them): a itself, no
+    gather, where rows are all of a's."""
+    return a if len(rows) == len(a) else a[rows]
+
+
+def _widest(lo_a, hi_a, lo_b, hi_b, p, box=None):
+    """An upper bound of the float64 p-distance between any point of box a and any of box b (the
+    widest extent per dimension, with a 1e-10 margin for rounding; NaN for a NaN extent): a
+    radius at least this holds every pair. box: a periodic box, across which no difference
+    exceeds half its size."""
+    with np.errstate(all="ignore"):
+        ext = np.maximum(np.asarray(hi_a, np.float64) - np.asarray(lo_b, np.float64),
+                         np.asarray(hi_b, np.float64) - np.asarray(lo_a, np.float64))
+        if box is not None:
+            ext = np.where(box.periodic, np.minimum(ext, box.half), ext)
+        return float(_minkowski(ext, p)) * (1 + 1e-10)
+
+
 def _nearest(D, I, kc, ub, n):
     """The first kc of each row's candidates (distances D, indices I, both (rows, c)) by
     (distance, index), those not below ub (NaN too: a NaN query has no neighbours) as (inf, n)."""
