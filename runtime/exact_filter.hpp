@@ -26,6 +26,9 @@ struct ExactFilter {
   double p = 2;        // 1, 2 or infinity (exact_filter_p)
   bool upper = false;  // only pairs with data row > rows[a]
   bool with_d = true;  // the distances too
+  // Set: each query's number of kept pairs, host [n], and no pairs (out is not called): an exact
+  // count without the pairs crossing (the float64 counts of rows within rounding of r).
+  index_t* counts = nullptr;
 };
 
 // Where the kept pairs go, once their number is known: ij [total][2] (i, j) and d [total] (null
@@ -40,7 +43,8 @@ inline bool exact_filter_p(double p) { return p == 1 || p == 2 || std::isinf(p);
 
 // queries: the engine's float32 rows [n][tree dims] (host); opt: run_lists' (sorted lists keep
 // the pairs ordered by (i, j) where keep is increasing). Errors: run_lists', a p the filter does
-// not take, a candidate id outside 0..n_ids - 1 or a data row outside 0..n_data - 1.
+// not take, a candidate id outside 0..n_ids - 1 or a data row outside 0..n_data - 1. With
+// f.counts, `out` may be empty.
 RaggedStats exact_pairs_gpu(PointCorrelation& pc, const float* queries, index_t n, const PcListOptions& opt,
                             const ExactFilter& f, const std::function<ExactPairsOut(index_t total)>& out);
 

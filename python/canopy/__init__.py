@@ -26,7 +26,7 @@ from ._arrays import _Input, _as_cupy, _cupy, _like, _on_device
 from ._pairs import _PairQueries
 from ._tree_util import (_ABS, _U32, _at, _ball_factor, _centred32, _count_radii, _extents, _finite_rows,
                          _host_rows, _int, _joined, _lists, _minkowski, _nearest, _number, _options, _rel, _stats,
-                         _widest, _workers)
+                         _workers)
 from ._nodes import cKDTreeNode
 from .forest import Forest
 
@@ -427,45 +427,6 @@ class _PointTree(_PairQueries):
         _lists(i, j, len(q), out)
         return out.reshape(lead)
 
-    def _listed_counts(self, q, q32, eps_q, rr, p, opts):
-        """Each row's count within float64 p-distance rr[row]: its exact ball search's pairs counted."""
-        counts = np.zeros(len(q), np.int64)
-        for i, _, _, _ in self._ball_flat(q, q32, eps_q, rr, p, opts, tag=True, with_d=False):
-            counts += np.bincount(i, minlength=len(q))
-        return counts
-
-    def _exact_counts(self, q, q32, eps_q, r, opts):
-        """Each row's count within float64 2-norm r, as _radii_totals counts: the kd-tree's float32
-        counts at radii past and short of r by every rounding (_count_radii), both from one walk,
-        are the answer where they agree; the rows where they differ (a point within rounding of
-        r) and the non-finite rows go to the exact ball search. (Listing every pair to count it
-        brought 3 x 10^7 pairs to the host for 10^6 rows at a mean of 33.)"""
-        finite = _finite_rows(q32)
-        rows = np.flatnonzero(finite)
-        slack = self._eps_x + (float(eps_q[rows].max()) if len(rows) else 0.0)
-        hi, lo = (float(v) for v in _count_radii(r, slack, self.m))
-        counts = np.zeros(len(q), np.int64)
-        todo = np.flatnonzero(~finite)
-        if len(rows) and self._n_eng:
-            # r at least the widest distance between the rows' box and the tree's: every finite
-            # row counts every point, without a walk
-            qr = _at(q, rows)
-            if r >= _widest(qr.min(axis=0), qr.max(axis=0), self._lo, self._hi, 2):
-                counts[rows] = self._n_eng
-                rows = rows[:0]
-        if len(rows) and not np.isfinite(hi):  # (r past float32's range: every row exactly)
-            todo = np.arange(len(q))
-        elif len(rows):
-            values = [lo, hi] if lo > 0 else [hi]
-            sub = np.ascontiguousarray(_at(q32, rows))
-            c = np.zeros((len(rows), len(values)), np.int64)
-            self.last_stats = _stats(self._index.count_radii(sub, len(rows), values, c, opts))
-            counts[rows] = c[:, -1]
-            todo = np.union1d(rows[c[:, -1] != (c[:, 0] if lo > 0 else 0)], todo)
-        if len(todo):
-            counts[todo] = self._listed_counts(q[todo], q32[todo], eps_q[todo], np.full(len(todo), r), 2.0, opts)
-        return counts
-
     def _ball_flat(self, q, q32, eps_q, rr, p, opts, upper=False, tag=False, with_d=True):
         """The pairs (row of q, point) at p-distance <= rr[row], as flat arrays (rows, indices,
         distances) in chunks, each pair once: _ball's, or in a periodic box _periodic.ball's.
@@ -488,7 +449,7 @@ class _PointTree(_PairQueries):
                 c = np.repeat(rest[rows], inside.sum(axis=1)), I[inside], D[inside]
                 yield (*c, False) if tag else c
 
-    def _ball_lists(self, q, q32, eps_q, rr, p, opts, upper=False, with_d=True):
+    def _ball_lists(self, q, q32, eps_q, rr, p, opts, upper=False, with_d=True, count_only=False):
         """The kd-tree's radius lists as exact candidates: (rows left for _ball, a generator of
         chunks (rows, indices, distances) ordered by (row, index)). The engine lists every point
         whose float32 distance is within hi, a float32 radius past every rounding (_count_radii
@@ -496,7 +457,7 @@ class _PointTree(_PairQueries):
         eps_x + eps_q bounds the float64 coordinates' distance from the float32 ones', as in
         _search); the candidates' float64 p-distances are then computed as _search computes them
         (_minkowski over data[j] - q[i]) and masked by <= rr. Rows with a non-finite float32
-        coordinate or radius are left to _ball."""
+        coordinate or radius are left to _ball. count_only: chunks (rows, their numbers of pairs)."""
         r, slack = rr * _ball_factor(self.m, p), self._eps_x + eps_q
         with np.errstate(over="ignore", invalid="ignore"):
             if len(r) > 1 and r.min() == r.max() and slack.min() == slack.max():  # (one radius: one value)
@@ -505,9 +466,9 @@ class _PointTree(_PairQueries):
                 hi = _count_radii(r, slack, self.m)[0]
         fast = _finite_rows(q32) & np.isfinite(hi) & (hi < 1e38)
         rows_fast = np.flatnonzero(fast)
-        return np.flatnonzero(~fast), self._ball_chunks(q, q32, hi, rr, p, rows_fast, opts, upper, with_d)
+        return np.flatnonzero(~fast), self._ball_chunks(q, q32, hi, rr, p, rows_fast, opts, upper, with_d, count_only)
 
-    def _ball_chunks(self, q, q32, hi, rr, p, rows_fast, opts, upper, with_d):
+    def _ball_chunks(self, q, q32, hi, rr, p, rows_fast, opts, upper, with_d, count_only=False):
         if not len(rows_fast):
             return
         one = bool((hi[rows_fast] == hi[rows_fast[0]]).all())
@@ -534,21 +495,23 @@ class _PointTree(_PairQueries):
             if on_gpu:
                 rows64 = np.ascontiguousarray(rows, np.int64)
                 keep, data = self._keep, self.data
+                c = np.empty(len(rows), np.int64) if count_only else None  # (then the counts alone cross)
                 ij, d, st = self._index.ball_exact(sub, len(rows), r0, radii, rows64, _at(q, rows), _at(rr, rows),
                                                    data, data.dtype == np.float64,
                                                    len(data), keep, 0 if keep is None else len(keep), float(p), upper,
-                                                   with_d, opts)
+                                                   with_d, opts, c)
                 self.last_stats = _stats(st)
                 step = int(max(1, min(len(rows_fast), limit * len(rows) // max(1, st["total"]))))
-                yield ij[:, 0], ij[:, 1], d
+                yield (rows, c) if count_only else (ij[:, 0], ij[:, 1], d)
                 continue
             offsets, idx, st = self._index.ball(sub, len(rows), r0, opts, radii=radii)
             self.last_stats = _stats(st)
             step = int(max(1, min(len(rows_fast), limit * len(rows) // max(1, len(idx)))))
             # float64 p-distances of the candidates, those within rr[row] kept (query_pairs: only
             # j > row), on the host's cores; the same arithmetic as _minkowski
-            yield _canopy.filter_pairs(offsets, idx, np.ascontiguousarray(rows, np.int64), q, self.data, rr,
-                                       self.m, float(p), upper, self._keep)
+            i, j, d = _canopy.filter_pairs(offsets, idx, np.ascontiguousarray(rows, np.int64), q, self.data, rr,
+                                           self.m, float(p), upper, self._keep)
+            yield (rows, np.bincount(np.searchsorted(rows, i), minlength=len(rows))) if count_only else (i, j, d)
 
     def _ball(self, q, q32, eps_q, rr, p, opts):
         """The exact ball search behind query_ball_point and the pair queries: for chunks of the

@@ -81,6 +81,28 @@ def test_bad_indices_are_errors():
         _canopy.filter_pairs(offsets, np.array([0, 1], np.int64), rows, q[:, :1], data, rr, 2, 2.0, False, None)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_column_extents_equal_numpy(dtype):
+    """_extents' C++ scan (blocks of 2^15 rows on the host's cores) against np.amin/np.amax:
+    NaN propagating from any block, infinities, one column, one row, a non-contiguous array."""
+    from canopy._tree_util import _extents
+    rng = np.random.default_rng(9)
+    for n, m in ((1, 3), (5, 1), (70001, 3), (40000, 7), (100, 20)):
+        a = (rng.random((n, m)) * 200 - 100).astype(dtype)
+        cases = [a]
+        if n > 4:
+            b = a.copy()
+            b[n - 2, 0], b[1, m - 1], b[n // 2, m // 2] = np.nan, -np.inf, np.inf
+            cases += [b, a[::2]]
+        for x in cases:
+            lo, hi = _extents(x)
+            assert lo.dtype == dtype and hi.dtype == dtype
+            np.testing.assert_array_equal(lo, np.amin(x, axis=0))
+            np.testing.assert_array_equal(hi, np.amax(x, axis=0))
+    with pytest.raises(ValueError, match="column_extents"):
+        _canopy.column_extents(np.zeros((4, 3)), 3, np.zeros(2), np.zeros(3))
+
+
 def test_joined_orders_every_mix_of_chunks():
     from canopy._tree_util import _joined
     rng = np.random.default_rng(3)
@@ -132,7 +154,7 @@ def test_the_device_filter_equals_the_host_filter(p, dtype):
                 continue
             for with_d in (True, False):
                 ij, d, st = t._index.ball_exact(q32, len(q), r0, radii, rows, q, rr, t.data, dtype == np.float64,
-                                                len(t.data), t._keep, len(t._keep), float(p), upper, with_d, {})
+                                                len(t.data), t._keep, len(t._keep), float(p), upper, with_d, {}, None)
                 assert ij.shape == (len(want_i), 2) and st["total"] == offsets[-1]
                 np.testing.assert_array_equal(ij[:, 0], rows[want_i])
                 np.testing.assert_array_equal(ij[:, 1], want_j)
@@ -140,15 +162,38 @@ def test_the_device_filter_equals_the_host_filter(p, dtype):
                     assert d.tolist() == want_d.tolist()  # bit for bit
                 else:
                     assert d is None
+            c = np.full(len(q), -1, np.int64)  # counts alone: no pairs come back
+            ij, d, st = t._index.ball_exact(q32, len(q), r0, radii, rows, q, rr, t.data, dtype == np.float64,
+                                            len(t.data), t._keep, len(t._keep), float(p), upper, True, {}, c)
+            assert ij is None and d is None and st["total"] == offsets[-1]
+            np.testing.assert_array_equal(c, np.bincount(want_i, minlength=len(q)))
     # upper: pairs with j > its row's label only
     ij, _, _ = t._index.ball_exact(q32, len(q), float(hi.max()), None, rows, q, rr, t.data, dtype == np.float64,
-                                   len(t.data), t._keep, len(t._keep), float(p), True, False, {})
+                                   len(t.data), t._keep, len(t._keep), float(p), True, False, {}, None)
     full, _, _ = t._index.ball_exact(q32, len(q), float(hi.max()), None, rows, q, rr, t.data, dtype == np.float64,
-                                     len(t.data), t._keep, len(t._keep), float(p), False, False, {})
+                                     len(t.data), t._keep, len(t._keep), float(p), False, False, {}, None)
     np.testing.assert_array_equal(ij, full[full[:, 1] > full[:, 0]])
     with pytest.raises(ValueError, match="p = 3"):
         t._index.ball_exact(q32, len(q), 1.0, None, rows, q, rr, t.data, dtype == np.float64, len(t.data), t._keep,
-                            len(t._keep), 3.0, False, True, {})
+                            len(t._keep), 3.0, False, True, {}, None)
+
+
+@pytest.mark.skipif(not _canopy.gpu_available(), reason="no GPU")
+def test_float64_counts_on_a_lattice_on_the_gpu():
+    """query_ball_point(return_length=True) over float64 lattice points on the GPU, r a lattice
+    spacing: every row has points at exactly r, so every row takes the exact count (the device
+    filter's counts alone); equal to a brute-force count of the float64 distances."""
+    import canopy
+    g = np.arange(34) * 0.25
+    x = np.stack(np.meshgrid(g, g, g, indexing="ij"), axis=-1).reshape(-1, 3)
+    x = np.concatenate([x, x[::5]])  # duplicates
+    t = canopy.cKDTree(x)
+    assert t._index.device == "gpu"
+    rows = np.random.default_rng(5).choice(len(x), 400, replace=False)
+    for r in (0.25, 0.5, np.sqrt(2) * 0.25):
+        got = t.query_ball_point(x, r, return_length=True)
+        want = [int((np.sqrt(((x - x[i]) ** 2).sum(axis=1)) <= r).sum()) for i in rows]
+        assert got[rows].tolist() == want
 
 
 def one_distance(x, y, p):

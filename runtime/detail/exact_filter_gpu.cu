@@ -92,6 +92,10 @@ const T* upload(DeviceBuffer<T>& buf, const T* src, std::size_t count, const cha
   return buf.get();
 }
 
+void check_flag(const std::string& who, int flag) {
+  if (flag) throw Error(who + (flag == 1 ? "a candidate's id is outside the tree's points" : "keep maps a candidate outside the data"));
+}
+
 }  // namespace
 
 RaggedStats exact_pairs_gpu(PointCorrelation& pc, const float* queries, index_t n, const PcListOptions& opt,
@@ -145,6 +149,14 @@ RaggedStats exact_pairs_gpu(PointCorrelation& pc, const float* queries, index_t 
     count_kept<<<grid, block, 0, s>>>(g, n, kept.get(), bad.get());
     CANOPY_CUDA_CHECK_LAUNCH("count_kept");
   }
+  if (f.counts) {
+    int flag = 0;
+    copy_to_host(&flag, bad.get(), 1, s);
+    if (n > 0) detail::copy_down(f.counts, kept.get(), un * sizeof(index_t), s, &staging);
+    stream.sync();
+    check_flag(who, flag);
+    return st;
+  }
   DeviceBuffer<unsigned char> temp;
   run_cub("cub::DeviceScan::ExclusiveSum (the kept pairs)", temp, "the filter's scan space", s,
           [&](void* t, std::size_t& bytes) {
@@ -155,7 +167,7 @@ RaggedStats exact_pairs_gpu(PointCorrelation& pc, const float* queries, index_t 
   copy_to_host(&total, kept.get() + un, 1, s);
   copy_to_host(&flag, bad.get(), 1, s);
   stream.sync();
-  if (flag) throw Error(who + (flag == 1 ? "a candidate's id is outside the tree's points" : "keep maps a candidate outside the data"));
+  check_flag(who, flag);
   ij.reserve(2 * static_cast<std::size_t>(total), "the kept pairs", s);
   if (f.with_d) d.reserve(static_cast<std::size_t>(total), "the kept distances", s);
   if (n > 0 && total > 0) {
