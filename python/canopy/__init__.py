@@ -243,7 +243,9 @@ class _PointTree(_PairQueries):
                             D, I, done = _canopy.knn_settle(idx, qa, self.data, top[0], float(p),
                                                             float(top[1]), n, last, eq, float(self._eps_x), rel, _ABS,
                                                             fac)
-                            if done.any():
+                            if done.all():  # (no copies of the whole call's arrays)
+                                yield rows, D, I
+                            elif done.any():
                                 yield rows[done], D[done], I[done]
                             again.append(rows[~done])
                             again_k.append(np.full((~done).sum(), min(n_eng, 4 * int(k)), np.int64))
@@ -304,16 +306,21 @@ class _PointTree(_PairQueries):
         if not self._exact and p == 2 and kc > 0 and ub == np.inf and self._box is None or not self._host:
             return self._query_fast(x, ks, kmax, kc, listed, p, ub, opts)
         q, q32, eps_q, lead, single = self._rows(x)
-        dist = np.full((len(q), kmax), np.inf)
-        idx = np.full((len(q), kmax), n, np.int64)
-        if self._box is not None:  # a periodic box: the query and its images (_periodic.py)
-            if kc:
-                dist[:, :kc], idx[:, :kc] = _periodic.knn(self, self._box.wrap(q), kc, ub, p, opts)
-            return tuple(_like(x, a) for a in self._shape_knn(dist, idx, ks, listed, lead, single, np))
-
-        if kc:
-            for rows, Dk, Ik in self._search(q, q32, eps_q, p, kc + 4, None, opts, top=(kc, ub)):
-                dist[rows, :kc], idx[rows, :kc] = Dk, Ik
+        if self._box is not None and kc:  # a periodic box: the query and its images (_periodic.py)
+            found = iter([(slice(None), *_periodic.knn(self, self._box.wrap(q), kc, ub, p, opts))])
+        else:
+            found = self._search(q, q32, eps_q, p, kc + 4, None, opts, top=(kc, ub)) if kc else iter(())
+        dist = idx = None
+        for rows, Dk, Ik in found:
+            if dist is None and kc == kmax and len(Dk) == len(q) and self._box is None:
+                # every row at once (_search's rows ascend): knn_settle's arrays as they are
+                dist, idx = Dk, Ik
+                continue
+            if dist is None:  # (64 MB each for 10^6 rows of 8: made only when rows come in parts)
+                dist, idx = np.full((len(q), kmax), np.inf), np.full((len(q), kmax), n, np.int64)
+            dist[rows, :kc], idx[rows, :kc] = Dk, Ik
+        if dist is None:
+            dist, idx = np.full((len(q), kmax), np.inf), np.full((len(q), kmax), n, np.int64)
         # (CUDA queries of a host tree: the arrays go back to the device)
         return tuple(_like(x, a) for a in self._shape_knn(dist, idx, ks, listed, lead, single, np))
 
