@@ -62,14 +62,12 @@ void check_radii_list(const std::string& who, const float* radii, int n_radii) {
 
 // Adds counts [n][m]'s column sums to out.totals and appends its flagged rows (query first + i),
 // their flags and counts: run_radii_totals on the CPU.
-void add_totals(const index_t* counts, index_t n, int m, const std::vector<std::pair<int, int>>& compare,
-                index_t first, PcRadiiTotals& out) {
+void add_totals(const index_t* counts, index_t n, int m, const detail::RadiiComparisons& compare, index_t first,
+                PcRadiiTotals& out) {
   for (index_t i = 0; i < n; ++i) {
     const index_t* row = counts + i * m;
-    std::uint32_t f = 0;
     for (int j = 0; j < m; ++j) out.totals[j] += row[j];
-    for (std::size_t c = 0; c < compare.size(); ++c)
-      if (row[compare[c].first] != (compare[c].second < 0 ? 0 : row[compare[c].second])) f |= 1u << c;
+    const std::uint32_t f = compare.flags(row);
     if (!f) continue;
     out.rows.push_back(first + i);
     out.flags.push_back(f);
@@ -172,11 +170,12 @@ PcRadiiTotals PointCorrelation::run_radii_totals(const float* queries, index_t n
                              out);
   } else {
     std::vector<index_t> counts;
+    const detail::RadiiComparisons c(compare);
     for (index_t first = 0; first < n; first += batch) {
       const index_t count = std::min(batch, n - first);
       counts.assign(static_cast<std::size_t>(count) * n_radii, 0);
       static_cast<TraversalStats&>(out) = run_radii(queries + first * dims, count, radii, n_radii, opt, counts.data());
-      add_totals(counts.data(), count, n_radii, compare, first, out);
+      add_totals(counts.data(), count, n_radii, c, first, out);
     }
   }
   sort_flagged(out, n_radii);

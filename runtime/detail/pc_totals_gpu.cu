@@ -11,12 +11,6 @@ namespace canopy {
 namespace detail {
 namespace {
 
-struct Comparisons {
-  int a[kMaxRadiiCompare];
-  int b[kMaxRadiiCompare];  // -1: against 0
-  int n;
-};
-
 // The grid's threads are a multiple of m (blockDim is), so each thread meets one column only.
 __global__ void column_sums(const index_t* counts, std::size_t elems, int m, unsigned long long* totals) {
   __shared__ unsigned long long block_sums[kMaxPcRadii];
@@ -32,14 +26,11 @@ __global__ void column_sums(const index_t* counts, std::size_t elems, int m, uns
     if (block_sums[j]) atomicAdd(&totals[j], block_sums[j]);
 }
 
-__global__ void flag_rows(const index_t* counts, index_t n, int m, Comparisons c, unsigned long long* n_flagged,
+__global__ void flag_rows(const index_t* counts, index_t n, int m, RadiiComparisons c, unsigned long long* n_flagged,
                           index_t* rows, std::uint32_t* flags) {
   const index_t stride = static_cast<index_t>(gridDim.x) * blockDim.x;
   for (index_t r = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < n; r += stride) {
-    const index_t* row = counts + r * m;
-    std::uint32_t f = 0;
-    for (int i = 0; i < c.n; ++i)
-      if (row[c.a[i]] != (c.b[i] < 0 ? 0 : row[c.b[i]])) f |= 1u << i;
+    const std::uint32_t f = c.flags(counts + r * m);
     if (f) {
       const unsigned long long at = atomicAdd(n_flagged, 1ull);
       rows[at] = r;
@@ -66,12 +57,7 @@ void radii_totals_gpu(index_t n, int m, const std::vector<std::pair<int, int>>& 
   const cudaStream_t s = stream.get();
   Event ready;
   if (caller) stream.wait_for(caller, ready);
-  Comparisons c{};
-  c.n = static_cast<int>(compare.size());
-  for (int i = 0; i < c.n; ++i) {
-    c.a[i] = compare[i].first;
-    c.b[i] = compare[i].second;
-  }
+  const RadiiComparisons c(compare);
   DeviceBuffer<index_t> counts, rows, gathered;
   DeviceBuffer<std::uint32_t> flags;
   DeviceBuffer<unsigned long long> sums;  // [m] totals, then the flagged count
