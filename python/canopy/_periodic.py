@@ -365,11 +365,11 @@ def counts(other, q, radii, opts, stats):
     def each_radius():
         for r in radii.tolist():
             hi, lo = (float(v) for v in _count_radii(r, slack, other.m))
-            c_hi, c_lo = np.zeros(len(owner), np.int64), np.zeros(len(owner), np.int64)
-            if len(owner):
-                stats.last_stats = _stats(other._index.count(q32, len(owner), hi, c_hi, opts))
-                if lo > 0:
-                    stats.last_stats = _stats(other._index.count(q32, len(owner), lo, c_lo, opts))
+            values = [lo, hi] if lo > 0 else [hi]
+            c = np.zeros((len(owner), len(values)), np.int64)
+            if len(owner):  # (both radii from one walk)
+                stats.last_stats = _stats(other._index.count_radii(q32, len(owner), values, c, opts))
+            c_hi, c_lo = c[:, -1], (c[:, 0] if lo > 0 else np.zeros(len(owner), np.int64))
             out = np.bincount(owner, weights=c_lo, minlength=nq).astype(np.int64)
             todo = np.flatnonzero(np.bincount(owner, weights=c_hi - c_lo, minlength=nq) != 0)
             if len(todo):
