@@ -1,6 +1,7 @@
 // The exact float64 test of the kd-tree's float32 radius candidates (canopy._canopy.filter_pairs),
 // on the host's cores: the Python side did it with numpy (a gather of the candidates' points,
 // their p-distances, a mask), which cost more than the GPU's search itself at 10^6 points.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <tbb/blocked_range.h>
@@ -238,6 +239,23 @@ void column_extents(const T* a, std::int64_t n, int m, T* lo, T* hi) {
 }  // namespace
 
 void register_exact_filter(py::module_& m) {
+  // float32 -> a new float64 array of the same shape, on the host's cores: the kNN distances
+  // scipy returns as float64 (numpy's astype faults the 8-byte array's fresh pages in on one core).
+  m.def(
+      "widened",
+      [](const py::array_t<float, py::array::c_style>& a) {
+        py::array_t<double> out(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
+        const float* src = a.data();
+        double* dst = out.mutable_data();
+        const std::int64_t n = static_cast<std::int64_t>(a.size());
+        py::gil_scoped_release free;
+        tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, std::int64_t{1} << 16),
+                          [&](const tbb::blocked_range<std::int64_t>& r) {
+                            for (std::int64_t i = r.begin(); i != r.end(); ++i) dst[i] = static_cast<double>(src[i]);
+                          });
+        return out;
+      },
+      py::arg("a"));
   m.def(
       "column_extents",
       [](const py::object& a, int m, const py::object& lo, const py::object& hi) {

@@ -362,7 +362,7 @@ class _PointTree(_PairQueries):
             if self._keep is not None:  # the engine's indices as the data's (a missing one stays n)
                 keep = xp.asarray(self._keep)
                 idx = xp.where(idx < self._n_eng, keep[xp.minimum(idx, self._n_eng - 1)], self.n)
-            dist = dist.astype(xp.float64)
+            dist = _canopy.widened(dist) if xp is np else dist.astype(xp.float64)
             if kc < kmax or ub != np.inf:
                 far = ~(dist < ub)
                 dist[far], idx[far] = np.inf, self.n

@@ -103,6 +103,19 @@ def test_column_extents_equal_numpy(dtype):
         _canopy.column_extents(np.zeros((4, 3)), 3, np.zeros(2), np.zeros(3))
 
 
+def test_widened_equals_astype():
+    """_canopy.widened, the kNN distances' float32 -> float64 on the host's cores: astype's values
+    and shape, NaN and infinities included, an empty array, more than one block of 2^16."""
+    rng = np.random.default_rng(4)
+    for shape in ((0, 8), (3,), (70000, 3)):
+        a = (rng.standard_normal(shape) * 1e30).astype(np.float32)
+        if a.size > 3:
+            a.flat[[1, 5, a.size - 1]] = [np.nan, np.inf, -np.inf]
+        w = _canopy.widened(a)
+        assert w.dtype == np.float64 and w.shape == a.shape
+        np.testing.assert_array_equal(w, a.astype(np.float64))
+
+
 def test_joined_orders_every_mix_of_chunks():
     from canopy._tree_util import _joined
     rng = np.random.default_rng(3)

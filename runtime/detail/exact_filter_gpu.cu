@@ -2,6 +2,8 @@
 // passes over each query's candidates (count the kept, then write them at the scanned offsets).
 #include <cub/device/device_scan.cuh>
 
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "core/cuda.cuh"
@@ -102,6 +104,8 @@ RaggedStats exact_pairs_gpu(PointCorrelation& pc, const float* queries, index_t 
                             const ExactFilter& f, const std::function<ExactPairsOut(index_t total)>& out) {
   const std::string who = "exact_pairs_gpu: ";
   if (!exact_filter_p(f.p)) throw Error(who + "p = " + std::to_string(f.p) + " (the device filter takes 1, 2, infinity)");
+  if (n >= std::numeric_limits<std::int32_t>::max())  // (CUB's scan below counts in int)
+    throw Error(who + "n = " + std::to_string(n) + " queries is more than one call takes (2^31 - 2); split it");
   if (f.dims != pc.tree().dims())
     throw Error(who + "dims = " + std::to_string(f.dims) + ", the tree's " + std::to_string(pc.tree().dims()));
   Stream stream;  // first: the buffers below are freed on it
