@@ -280,7 +280,7 @@ class _PairQueries:
         rest, chunks = self._ball_lists(q, q32, eps_q, rr, p, opts, count_only=True)  # (no pairs)
         for rows, c in chunks:
             counts[rows] = c
-        for rows, _, _, inside in self._ball(q[rest], q32[rest], eps_q[rest], rr[rest], p, opts):
+        for rows, _, _, inside in (self._ball(q[rest], q32[rest], eps_q[rest], rr[rest], p, opts) if len(rest) else ()):
             counts[rest[rows]] = inside.sum(axis=1)
         return counts
 
