@@ -143,9 +143,7 @@ PcRadiiTotals PointCorrelation::run_radii_totals(const float* queries, index_t n
   const auto t0 = std::chrono::steady_clock::now();
   const std::string who = "PointCorrelation::run_radii_totals: ";
   check_radii_list(who, radii, n_radii);
-  if (compare.size() > static_cast<std::size_t>(detail::kMaxRadiiCompare))
-    throw Error(who + std::to_string(compare.size()) + " comparisons (at most " +
-                std::to_string(detail::kMaxRadiiCompare) + ")");
+  const detail::RadiiComparisons rule(compare, who);  // (refuses more than it holds)
   for (std::size_t c = 0; c < compare.size(); ++c) {
     const auto [a, b] = compare[c];
     if (a < 0 || a >= n_radii || b < -1 || b >= n_radii)
@@ -161,7 +159,7 @@ PcRadiiTotals PointCorrelation::run_radii_totals(const float* queries, index_t n
   const index_t batch = std::max<index_t>(1, (index_t{1} << 25) / n_radii);
   const std::size_t dims = static_cast<std::size_t>(tree_.dims());
   if (opt.device != Device::Cpu && device() == Device::Gpu) {
-    detail::radii_totals_gpu(n, n_radii, compare, batch, opt.stream,
+    detail::radii_totals_gpu(n, n_radii, rule, batch, opt.stream,
                              [&](index_t first, index_t count, index_t* counts, stream_t stream) {
                                PcOptions o = opt;
                                o.stream = stream;
@@ -170,12 +168,11 @@ PcRadiiTotals PointCorrelation::run_radii_totals(const float* queries, index_t n
                              out);
   } else {
     std::vector<index_t> counts;
-    const detail::RadiiComparisons c(compare);
     for (index_t first = 0; first < n; first += batch) {
       const index_t count = std::min(batch, n - first);
       counts.assign(static_cast<std::size_t>(count) * n_radii, 0);
       static_cast<TraversalStats&>(out) = run_radii(queries + first * dims, count, radii, n_radii, opt, counts.data());
-      add_totals(counts.data(), count, n_radii, c, first, out);
+      add_totals(counts.data(), count, n_radii, rule, first, out);
     }
   }
   sort_flagged(out, n_radii);

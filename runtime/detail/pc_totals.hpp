@@ -22,9 +22,11 @@ struct RadiiComparisons {
   int b[kMaxRadiiCompare];
   int n = 0;
 
-  explicit RadiiComparisons(const std::vector<std::pair<int, int>>& compare) : n(static_cast<int>(compare.size())) {
+  // who: the caller's name, the start of the error when there are more than kMaxRadiiCompare.
+  RadiiComparisons(const std::vector<std::pair<int, int>>& compare, const std::string& who)
+      : n(static_cast<int>(compare.size())) {
     if (compare.size() > static_cast<std::size_t>(kMaxRadiiCompare))
-      throw Error("run_radii_totals: " + std::to_string(compare.size()) + " comparisons (at most 32)");
+      throw Error(who + std::to_string(compare.size()) + " comparisons (at most " + std::to_string(kMaxRadiiCompare) + ")");
     for (int i = 0; i < n; ++i) {
       a[i] = compare[static_cast<std::size_t>(i)].first;
       b[i] = compare[static_cast<std::size_t>(i)].second;
@@ -44,7 +46,7 @@ struct RadiiComparisons {
 // rows (numbered from 0 for the whole call; in no particular order), their flags and counts.
 // The last batch's statistics go into out.
 using TotalsRun = std::function<TraversalStats(index_t first, index_t count, index_t* counts, stream_t stream)>;
-void radii_totals_gpu(index_t n, int m, const std::vector<std::pair<int, int>>& compare, index_t batch,
+void radii_totals_gpu(index_t n, int m, const RadiiComparisons& compare, index_t batch,
                       stream_t caller, const TotalsRun& run, PcRadiiTotals& out);
 
 }  // namespace detail

@@ -51,13 +51,12 @@ int grid_for(std::size_t work, int block) {
 
 }  // namespace
 
-void radii_totals_gpu(index_t n, int m, const std::vector<std::pair<int, int>>& compare, index_t batch,
+void radii_totals_gpu(index_t n, int m, const RadiiComparisons& compare, index_t batch,
                       stream_t caller, const TotalsRun& run, PcRadiiTotals& out) {
   Stream stream;  // first: the buffers below are freed on it
   const cudaStream_t s = stream.get();
   Event ready;
   if (caller) stream.wait_for(caller, ready);
-  const RadiiComparisons c(compare);
   DeviceBuffer<index_t> counts, rows, gathered;
   DeviceBuffer<std::uint32_t> flags;
   DeviceBuffer<unsigned long long> sums;  // [m] totals, then the flagged count
@@ -75,7 +74,7 @@ void radii_totals_gpu(index_t n, int m, const std::vector<std::pair<int, int>>& 
     CANOPY_CUDA_CHECK(cudaMemsetAsync(sums.get() + m, 0, sizeof(unsigned long long), s));
     column_sums<<<grid_for(elems, block), block, 0, s>>>(counts.get(), elems, m, sums.get());
     CANOPY_CUDA_CHECK_LAUNCH("column_sums");
-    flag_rows<<<grid_for(static_cast<std::size_t>(count), 256), 256, 0, s>>>(counts.get(), count, m, c,
+    flag_rows<<<grid_for(static_cast<std::size_t>(count), 256), 256, 0, s>>>(counts.get(), count, m, compare,
                                                                               sums.get() + m, rows.get(), flags.get());
     CANOPY_CUDA_CHECK_LAUNCH("flag_rows");
     copy_to_host(host_sums.data(), sums.get(), host_sums.size(), s);
