@@ -281,8 +281,8 @@ class PointIndex {
     f.p = p;
     f.upper = upper;
     f.with_d = with_d;
-  if (!counts.is_none()) f.counts = at<index_t>(counts.cast<Address>());
-  o.sorted = !f.counts;  // (a count needs no order: a 10^8-candidate sort is 30 ms)
+    if (!counts.is_none()) f.counts = at<index_t>(counts.cast<Address>());
+    o.sorted = !f.counts;  // (a count needs no order: a 10^8-candidate sort is 30 ms)
     const py::object empty = py::module_::import("numpy").attr("empty");
     py::object ij = py::none(), d = py::none();
     RaggedStats st;

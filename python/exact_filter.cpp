@@ -1,6 +1,8 @@
 // The exact float64 test of the kd-tree's float32 radius candidates (canopy._canopy.filter_pairs),
 // on the host's cores: the Python side did it with numpy (a gather of the candidates' points,
-// their p-distances, a mask), which cost more than the GPU's search itself at 10^6 points.
+// their p-distances, a mask), which cost more than the GPU's search itself at 10^6 points. Beside
+// it, the other host-side array work of the exact calls: kNN's settle step, column extents, the
+// distances widened to float64.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
