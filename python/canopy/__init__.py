@@ -25,8 +25,8 @@ from . import _canopy, _nodes, _periodic
 from ._arrays import _Input, _as_cupy, _cupy, _like, _on_device
 from ._pairs import _PairQueries
 from ._tree_util import (_ABS, _U32, _at, _ball_factor, _centred32, _count_radii, _extents, _finite_rows,
-                         _host_rows, _int, _joined, _lists, _minkowski, _nearest, _number, _options, _rel, _stats,
-                         _workers)
+                         _host_rows, _int, _joined, _lists, _minkowski, _missing, _nearest, _number, _options, _rel,
+                         _stats, _workers)
 from ._nodes import cKDTreeNode
 from .forest import Forest
 
@@ -306,21 +306,23 @@ class _PointTree(_PairQueries):
         if not self._exact and p == 2 and kc > 0 and ub == np.inf and self._box is None or not self._host:
             return self._query_fast(x, ks, kmax, kc, listed, p, ub, opts)
         q, q32, eps_q, lead, single = self._rows(x)
-        if self._box is not None and kc:  # a periodic box: the query and its images (_periodic.py)
+        if not kc:
+            found = iter(())
+        elif self._box is not None:  # a periodic box: the query and its images (_periodic.py)
             found = iter([(slice(None), *_periodic.knn(self, self._box.wrap(q), kc, ub, p, opts))])
         else:
-            found = self._search(q, q32, eps_q, p, kc + 4, None, opts, top=(kc, ub)) if kc else iter(())
+            found = self._search(q, q32, eps_q, p, kc + 4, None, opts, top=(kc, ub))
         dist = idx = None
         for rows, Dk, Ik in found:
-            if dist is None and kc == kmax and len(Dk) == len(q) and self._box is None:
-                # every row at once (_search's rows ascend): knn_settle's arrays as they are
+            if dist is None and kc == kmax and len(Dk) == len(q):
+                # every row at once (_search's rows ascend; _periodic.knn's are all): the arrays as they are
                 dist, idx = Dk, Ik
                 continue
             if dist is None:  # (64 MB each for 10^6 rows of 8: made only when rows come in parts)
-                dist, idx = np.full((len(q), kmax), np.inf), np.full((len(q), kmax), n, np.int64)
+                dist, idx = _missing((len(q), kmax), n)
             dist[rows, :kc], idx[rows, :kc] = Dk, Ik
         if dist is None:
-            dist, idx = np.full((len(q), kmax), np.inf), np.full((len(q), kmax), n, np.int64)
+            dist, idx = _missing((len(q), kmax), n)
         # (CUDA queries of a host tree: the arrays go back to the device)
         return tuple(_like(x, a) for a in self._shape_knn(dist, idx, ks, listed, lead, single, np))
 
@@ -338,8 +340,7 @@ class _PointTree(_PairQueries):
         if lead is None:
             lead = (q.n,) if not q.single else ()
         if kc == 0:
-            dist = xp.full((q.n, kmax), np.inf)
-            idx = xp.full((q.n, kmax), self.n, dtype=np.int64)
+            dist, idx = _missing((q.n, kmax), self.n, xp)
         else:
             idx, ip = q.empty((q.n, kc), np.int64)
             dist, dp = q.empty((q.n, kc), np.float32)
@@ -367,8 +368,8 @@ class _PointTree(_PairQueries):
                 far = ~(dist < ub)
                 dist[far], idx[far] = np.inf, self.n
                 if kc < kmax:
-                    dist = xp.concatenate([dist, xp.full((q.n, kmax - kc), np.inf)], axis=1)
-                    idx = xp.concatenate([idx, xp.full((q.n, kmax - kc), self.n, dtype=np.int64)], axis=1)
+                    pad_d, pad_i = _missing((q.n, kmax - kc), self.n, xp)
+                    dist, idx = xp.concatenate([dist, pad_d], axis=1), xp.concatenate([idx, pad_i], axis=1)
         d, i = self._shape_knn(dist, idx, ks, listed, lead, q.single and not reshaped, xp)
         return q.result(d), q.result(i)
 
@@ -434,25 +435,33 @@ class _PointTree(_PairQueries):
         _lists(i, j, len(q), out)
         return out.reshape(lead)
 
-    def _ball_flat(self, q, q32, eps_q, rr, p, opts, upper=False, tag=False, with_d=True):
+    def _ball_flat(self, q, q32, eps_q, rr, p, opts, upper=False, tag=False, with_d=True, count_only=False):
         """The pairs (row of q, point) at p-distance <= rr[row], as flat arrays (rows, indices,
         distances) in chunks, each pair once: _ball's, or in a periodic box _periodic.ball's.
         upper: the kd-tree's lists may leave out pairs with index <= row (query_pairs filters).
         tag: each chunk has a fourth element, True for the kd-tree lists' chunks, which are
         ordered by (row, index), follow each other in that order and, with upper, hold index >
         row only (_joined reads it). with_d False: the lists' chunks may carry None for the
-        distances."""
+        distances. count_only: chunks (rows, their numbers of pairs) to be added up (rows distinct
+        within a chunk), no tag; the kd-tree's lists then make no pairs (on the GPU only the
+        counts cross)."""
         if self._box is not None:
             for c in _periodic.ball(self, self._box.wrap(q), rr, p, opts):
-                yield (*c, False) if tag else c
+                if count_only:
+                    yield np.arange(len(q)), np.bincount(c[0], minlength=len(q))
+                else:
+                    yield (*c, False) if tag else c
             return
         rest = np.arange(len(q))
         if self._kind == "kd" and self._index is not None and len(q):
-            rest, chunks = self._ball_lists(q, q32, eps_q, rr, p, opts, upper, with_d)
+            rest, chunks = self._ball_lists(q, q32, eps_q, rr, p, opts, upper, with_d, count_only)
             for c in chunks:
-                yield (*c, True) if tag else c
+                yield (*c, True) if tag and not count_only else c
         if len(rest):
             for rows, D, I, inside in self._ball(q[rest], q32[rest], eps_q[rest], rr[rest], p, opts):
+                if count_only:
+                    yield rest[rows], inside.sum(axis=1)
+                    continue
                 c = np.repeat(rest[rows], inside.sum(axis=1)), I[inside], D[inside]
                 yield (*c, False) if tag else c
 

@@ -273,15 +273,8 @@ class _PairQueries:
     def _listed_counts(self, q, q32, eps_q, rr, p, opts):
         """Each row's count within float64 p-distance rr[row]: its exact ball search's pairs counted."""
         counts = np.zeros(len(q), np.int64)
-        if self._box is not None or self._kind != "kd" or self._index is None or not len(q):
-            for i, _, _, _ in self._ball_flat(q, q32, eps_q, rr, p, opts, tag=True, with_d=False):
-                counts += np.bincount(i, minlength=len(q))
-            return counts
-        rest, chunks = self._ball_lists(q, q32, eps_q, rr, p, opts, count_only=True)  # (no pairs)
-        for rows, c in chunks:
-            counts[rows] = c
-        for rows, _, _, inside in (self._ball(q[rest], q32[rest], eps_q[rest], rr[rest], p, opts) if len(rest) else ()):
-            counts[rest[rows]] = inside.sum(axis=1)
+        for rows, c in self._ball_flat(q, q32, eps_q, rr, p, opts, with_d=False, count_only=True):
+            counts[rows] += c
         return counts
 
     def _exact_counts(self, q, q32, eps_q, r, opts):

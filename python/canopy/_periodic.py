@@ -20,7 +20,7 @@ images within R of the box are searched as balls of radius R. Rows that would ne
 (a radius near the box's size) are compared with every point instead."""
 import numpy as np
 
-from ._tree_util import _U32, _ball_factor, _count_radii, _finite_rows, _stats
+from ._tree_util import _U32, _ball_factor, _count_radii, _finite_rows, _missing, _stats
 
 _BLOCK = 1 << 22  # candidates a block of query rows aims at (memory: a few of these arrays)
 
@@ -261,8 +261,7 @@ def knn(tree, qw, kc, ub, p, opts):
     """The kc nearest points (kc <= n) of wrapped rows qw by periodic p-distance, nearer than ub:
     (dist (nq, kc), idx (nq, kc)), missing neighbours inf and n; by (distance, index)."""
     box, n = tree._box, tree.n
-    dist = np.full((len(qw), kc), np.inf)
-    idx = np.full((len(qw), kc), n, np.int64)
+    dist, idx = _missing((len(qw), kc), n)
     good = np.flatnonzero(_finite_rows(qw))  # a NaN row has no neighbours
     step = max(1, _BLOCK // (2 * (kc + 4)))
 

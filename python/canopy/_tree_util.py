@@ -72,6 +72,11 @@ def _widest(lo_a, hi_a, lo_b, hi_b, p, box=None):
         return float(_minkowski(ext, p)) * (1 + 1e-10)
 
 
+def _missing(shape, n, xp=np):
+    """kNN results for neighbours there are none of: distances inf and indices n (int64), of shape."""
+    return xp.full(shape, np.inf), xp.full(shape, n, dtype=np.int64)
+
+
 def _nearest(D, I, kc, ub, n):
     """The first kc of each row's candidates (distances D, indices I, both (rows, c)) by
     (distance, index), those not below ub (NaN too: a NaN query has no neighbours) as (inf, n)."""
