@@ -29,12 +29,9 @@
 #include "runtime/forest_predictor.hpp"
 #include "runtime/knn.hpp"
 #include "runtime/point_correlation.hpp"
+#include "python/module.hpp"
 
-namespace py = pybind11;
 using namespace canopy;
-
-void register_exact_filter(py::module_& m);  // exact_filter.cpp
-void register_lists(py::module_& m);          // lists.cpp
 
 // A vector's bytes, for numpy.frombuffer on the Python side (no numpy API here: see Address).
 template <class T>
@@ -42,44 +39,7 @@ py::bytes as_bytes(const std::vector<T>& a) {
   return py::bytes(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(T));
 }
 
-// An array's address as the Python side passes it: a numpy array (its data pointer, read here:
-// numpy's ctypes.data costs a serving loop's call about 0.6 us each), or an int (a device pointer).
-struct Address {
-  void* p = nullptr;
-};
-
-namespace pybind11::detail {
-template <>
-struct type_caster<Address> {
-  PYBIND11_TYPE_CASTER(Address, const_name("Address"));
-  bool load(handle src, bool) {
-    if (!PyLong_Check(src.ptr())) {
-      // The buffer protocol, not pybind11's numpy API: any numpy version (the Python side passes
-      // C-ordered arrays it keeps alive through the call).
-      Py_buffer view;
-      if (PyObject_GetBuffer(src.ptr(), &view, PyBUF_ANY_CONTIGUOUS) != 0) {
-        PyErr_Clear();
-        return false;
-      }
-      value.p = view.buf;
-      PyBuffer_Release(&view);
-      return true;
-    }
-    value.p = reinterpret_cast<void*>(static_cast<std::uintptr_t>(PyLong_AsUnsignedLongLong(src.ptr())));
-    if (!PyErr_Occurred()) return true;
-    PyErr_Clear();
-    return false;
-  }
-  static handle cast(const Address&, return_value_policy, handle) { return none().release(); }
-};
-}  // namespace pybind11::detail
-
 namespace {
-
-template <class T>
-T* at(Address a) {
-  return static_cast<T*>(a.p);
-}
 
 // An enum from its to_string() name; the error lists the names.
 template <class E>
@@ -95,7 +55,8 @@ E parse_kind(const std::string& s, E last, const char* what) {
 
 Device parse_device(const std::string& s) { return parse_kind(s, Device::Gpu, "device"); }
 
-// TraversalOptions from the keyword arguments the Python side passes on (already defaulted).
+}  // namespace
+
 TraversalOptions traversal_options(const py::dict& kw) {
   TraversalOptions o;
   for (const auto& [key, value] : kw) {
@@ -127,7 +88,6 @@ py::dict stats_dict(const TraversalStats& st) {
   return d;
 }
 
-// A ragged call's statistics: the count pass's, and the lists' own.
 py::dict ragged_stats_dict(const RaggedStats& st) {
   py::dict d = stats_dict(st);
   d["total"] = st.total;
@@ -139,6 +99,8 @@ py::dict ragged_stats_dict(const RaggedStats& st) {
   d["lists_ms"] = st.lists_ms();
   return d;
 }
+
+namespace {
 
 // A kd, ball or vp tree and the searches over it (point correlation: kd-tree only). Several
 // Python threads may call one index at once (the GIL is released while Canopy works): the
@@ -255,54 +217,14 @@ class PointIndex {
     return py::make_tuple(as_bytes(t.totals), as_bytes(t.rows), as_bytes(t.flags), as_bytes(t.row_counts), stats_dict(t));
   }
 
-  // The exact pairs of _ball_chunks on the GPU (exact_pairs_gpu): the float32 queries' lists
-  // within hi (or radii[a]) filtered there by the float64 p-distance of q[a] (float64 [n][dims])
-  // and data[keep[id]] against rr[a]; (ij int64 (total, 2) whose i are rows[a], d float64
-  // [total] or None, stats), ordered by (a, candidate); counts (int64 [n]) given: each query's
-  // number of kept pairs there, and (None, None, stats).
-  py::tuple ball_exact(Address queries, index_t n, float r, const py::object& radii, Address rows, Address q, Address rr,
-                       Address data, bool data_f64, index_t n_data, const py::object& keep, index_t n_ids, double p,
-                       bool upper, bool with_d, const py::dict& kw, const py::object& counts) {
+  // The exact pairs of _ball_chunks on the GPU: exact_pairs (exact_pairs.cpp).
+  py::tuple ball_exact(Address queries, index_t n, float r, const py::object& radii, const py::object& rows, index_t row0,
+                       const py::object& q, const py::object& rr, double r64, Address data, bool data_f64, index_t n_data,
+                       const py::object& keep, index_t n_ids, double p, bool upper, bool with_d, const py::dict& kw,
+                       const py::object& counts) {
     if (!kd_) throw Error("exact radius pairs run over a KDTree; this tree is a ball or vp tree");
-    PcListOptions o;
-    static_cast<TraversalOptions&>(o) = traversal_options(kw);
-    o.radius = r;
-    if (!radii.is_none()) o.radii = at<const float>(radii.cast<Address>());
-    ExactFilter f;
-    f.rows = at<const index_t>(rows);
-    f.q = at<const double>(q);
-    f.rr = at<const double>(rr);
-    f.data = data.p;
-    f.data_f64 = data_f64;
-    f.n_data = n_data;
-    f.keep = keep.is_none() ? nullptr : at<const index_t>(keep.cast<Address>());
-    f.n_ids = keep.is_none() ? n_data : n_ids;
-    f.dims = kd_->dims();
-    f.p = p;
-    f.upper = upper;
-    f.with_d = with_d;
-    if (!counts.is_none()) f.counts = at<index_t>(counts.cast<Address>());
-    o.sorted = !f.counts;  // (a count needs no order: a 10^8-candidate sort is 30 ms)
-    const py::object empty = py::module_::import("numpy").attr("empty");
-    py::object ij = py::none(), d = py::none();
-    RaggedStats st;
-    {
-      py::gil_scoped_release free;
-      st = exact_pairs_gpu(point_correlation(), at<const float>(queries), n, o, f, [&](index_t total) {
-        py::gil_scoped_acquire gil;
-        ExactPairsOut out;
-        try {
-          ij = empty(py::make_tuple(total, 2), "int64");
-          if (with_d) d = empty(total, "float64");
-        } catch (const py::error_already_set& e) {
-          throw OutOfMemory("exact pairs: numpy.empty(" + std::to_string(total) + " pairs) failed: " + e.what());
-        }
-        out.ij = at<index_t>(ij.cast<Address>());
-        if (with_d) out.d = at<double>(d.cast<Address>());
-        return out;
-      });
-    }
-    return py::make_tuple(ij, d, ragged_stats_dict(st));  // (total: the candidates)
+    return exact_pairs(*exact_, [this]() -> PointCorrelation& { return point_correlation(); }, kd_->dims(), queries, n,
+                       r, radii, rows, row0, q, rr, r64, data, data_f64, n_data, keep, n_ids, p, upper, with_d, kw, counts);
   }
 
   // Radius neighbour lists (PointCorrelation::run_lists): (offsets, indices, stats), offsets an
@@ -352,6 +274,7 @@ class PointIndex {
 
   std::unique_ptr<NearestNeighbors> knn_;
   std::unique_ptr<PointCorrelation> pc_;  // made once, never replaced
+  std::unique_ptr<ExactPairsGpu> exact_ = std::make_unique<ExactPairsGpu>();  // its device data kept between calls
   std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();
 };
 

@@ -8,15 +8,19 @@
 
 #include <cmath>
 #include <functional>
+#include <memory>
+#include <mutex>
 
 #include "runtime/point_correlation.hpp"
 
 namespace canopy {
 
 struct ExactFilter {
-  const index_t* rows = nullptr;  // [n] the number each query reports as its pairs' i
-  const double* q = nullptr;      // [n][dims] the queries in float64
-  const double* rr = nullptr;     // [n] their radii
+  const index_t* rows = nullptr;  // [n] the number each query reports as its pairs' i; null: row0 + a
+  index_t row0 = 0;
+  const double* q = nullptr;      // [n][dims] the queries in float64; null: query a is data row i (a tree's own points)
+  const double* rr = nullptr;     // [n] their radii; null: r for every query
+  double r = 0;
   const void* data = nullptr;     // [n_data][dims], double (data_f64) or float
   bool data_f64 = true;
   index_t n_data = 0;
@@ -41,11 +45,27 @@ struct ExactPairsOut {
 // The p the device filter computes as the host does (other p: its pow may differ in the last bit).
 inline bool exact_filter_p(double p) { return p == 1 || p == 2 || std::isinf(p); }
 
+// The device's exact pairs, as a tree's calls share it: the data and keep stay on the device from
+// one call to the next (copied again only when a call passes other host arrays or sizes: the
+// caller must not change them in place), and so do the pinned slots of the copies and the n-sized
+// buffers; the candidates and pairs are the call's. Calls through one object take turns.
 // queries: the engine's float32 rows [n][tree dims] (host); opt: run_lists' (sorted lists keep
 // the pairs ordered by (i, j) where keep is increasing). Errors: run_lists', a p the filter does
 // not take, a candidate id outside 0..n_ids - 1 or a data row outside 0..n_data - 1. With
 // f.counts, `out` may be empty.
-RaggedStats exact_pairs_gpu(PointCorrelation& pc, const float* queries, index_t n, const PcListOptions& opt,
-                            const ExactFilter& f, const std::function<ExactPairsOut(index_t total)>& out);
+class ExactPairsGpu {
+ public:
+  ExactPairsGpu();
+  ~ExactPairsGpu();
+  ExactPairsGpu(const ExactPairsGpu&) = delete;
+  ExactPairsGpu& operator=(const ExactPairsGpu&) = delete;
+  RaggedStats operator()(PointCorrelation& pc, const float* queries, index_t n, const PcListOptions& opt,
+                         const ExactFilter& f, const std::function<ExactPairsOut(index_t total)>& out);
+
+ private:
+  struct Kept;
+  std::mutex mu_;
+  std::unique_ptr<Kept> kept_;  // made by the first call (a CPU-only process makes none)
+};
 
 }  // namespace canopy

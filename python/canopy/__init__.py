@@ -77,7 +77,7 @@ class _PointTree(_PairQueries):
                 data, self._host = dev.get(), True
         self._center = None
         self._eps_x = 0.0
-        self._own32 = None
+        self._own32 = self._own64 = None
         if not self._host or (isinstance(data, np.ndarray) and data.dtype == np.float32):
             pts = _Input(data, "data")  # float32 rows (a device float64 array converted on the device)
             self.data = pts.array if (pts.array is not data or not copy_data) else pts.array.copy()
@@ -176,6 +176,10 @@ class _PointTree(_PairQueries):
             # The tree's own points (pair and count calls of a tree with itself): their engine
             # rows were made at construction, and eps_x bounds each one's rounding.
             return self.data, self._own32, np.broadcast_to(self._eps_x, (self.n,)), (self.n,), False
+        if x is self.data and self._host and not (self._exact or keep64) and self._keep is None:
+            if self._own64 is None:  # (a float32 tree's own points in float64, made once)
+                self._own64 = self.data.astype(np.float64)
+            return self._own64, self.data, np.broadcast_to(0.0, (self.n,)), (self.n,), False
         a = _host_rows(x, "x", self.m)
         single, lead = a.ndim == 1, a.shape[:-1]
         q = a.reshape(-1, self.m)
@@ -474,20 +478,23 @@ class _PointTree(_PairQueries):
         _search); the candidates' float64 p-distances are then computed as _search computes them
         (_minkowski over data[j] - q[i]) and masked by <= rr. Rows with a non-finite float32
         coordinate or radius are left to _ball. count_only: chunks (rows, their numbers of pairs)."""
-        r, slack = rr * _ball_factor(self.m, p), self._eps_x + eps_q
+        one = len(rr) > 0 and rr.strides == (0,) and eps_q.strides == (0,)  # (broadcast: one radius and bound)
+        r, slack = (rr[:1], eps_q[:1]) if one else (rr, eps_q)
+        r, slack = r * _ball_factor(self.m, p), self._eps_x + slack
         with np.errstate(over="ignore", invalid="ignore"):
-            if len(r) > 1 and r.min() == r.max() and slack.min() == slack.max():  # (one radius: one value)
-                hi = np.full(len(r), _count_radii(r[:1], slack[:1], self.m)[0][0])
+            if one or (len(r) > 1 and r.min() == r.max() and slack.min() == slack.max()):
+                hi = np.broadcast_to(_count_radii(r[:1], slack[:1], self.m)[0], (len(rr),))
             else:
                 hi = _count_radii(r, slack, self.m)[0]
-        fast = _finite_rows(q32) & np.isfinite(hi) & (hi < 1e38)
+            fast = _finite_rows(q32) & ((np.isfinite(hi[0]) & (hi[0] < 1e38)) if hi.strides == (0,) else
+                                        (np.isfinite(hi) & (hi < 1e38)))
         rows_fast = np.flatnonzero(fast)
         return np.flatnonzero(~fast), self._ball_chunks(q, q32, hi, rr, p, rows_fast, opts, upper, with_d, count_only)
 
     def _ball_chunks(self, q, q32, hi, rr, p, rows_fast, opts, upper, with_d, count_only=False):
         if not len(rows_fast):
             return
-        one = bool((hi[rows_fast] == hi[rows_fast[0]]).all())
+        one = hi.strides == (0,) or bool((hi[rows_fast] == hi[rows_fast[0]]).all())
         # On the GPU the candidates stay there, filtered by the same float64 arithmetic
         # (ball_exact): only the kept pairs cross, as (n, 2) pairs, in larger chunks.
         on_gpu = self._index.device == "gpu" and opts.get("device") != "cpu" and (p in (1, 2) or np.isinf(p))
@@ -501,7 +508,13 @@ class _PointTree(_PairQueries):
             counts = np.empty(len(sample), np.int64)
             self._index.count(np.ascontiguousarray(q32[sample]), len(sample), float(hi[rows_fast].max()), counts, opts)
             step = int(max(1, min(len(rows_fast), limit // (2 * counts.mean() + 1))))
-        q, rr = np.ascontiguousarray(q, np.float64), np.ascontiguousarray(rr, np.float64)
+        # On the GPU a tree's own points (q is data) are read from its device copy, and one
+        # radius (rr broadcast) and consecutive rows are passed as numbers.
+        own, one_r = q is self.data or q is self._own64, rr.strides == (0,)
+        if not on_gpu:
+            q, rr = np.ascontiguousarray(q, np.float64), np.ascontiguousarray(rr, np.float64)
+        elif not own:
+            q = np.ascontiguousarray(q, np.float64)
         s = 0
         while s < len(rows_fast):
             rows = rows_fast[s:s + step]
@@ -509,11 +522,13 @@ class _PointTree(_PairQueries):
             sub = np.ascontiguousarray(_at(q32, rows))
             r0, radii = (float(hi[rows[0]]), None) if one else (0.0, np.ascontiguousarray(hi[rows], dtype=np.float32))
             if on_gpu:
-                rows64 = np.ascontiguousarray(rows, np.int64)
+                rows64 = None if rows[-1] - rows[0] == len(rows) - 1 else np.ascontiguousarray(rows, np.int64)
                 keep, data = self._keep, self.data
                 c = np.empty(len(rows), np.int64) if count_only else None  # (then the counts alone cross)
-                ij, d, st = self._index.ball_exact(sub, len(rows), r0, radii, rows64, _at(q, rows), _at(rr, rows),
-                                                   data, data.dtype == np.float64,
+                ij, d, st = self._index.ball_exact(sub, len(rows), r0, radii, rows64, int(rows[0]),
+                                                   None if own else _at(q, rows),
+                                                   None if one_r else np.ascontiguousarray(_at(rr, rows), np.float64),
+                                                   float(rr[0]), data, data.dtype == np.float64,
                                                    len(data), keep, 0 if keep is None else len(keep), float(p), upper,
                                                    with_d, opts, c)
                 self.last_stats = _stats(st)

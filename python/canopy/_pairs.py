@@ -263,7 +263,7 @@ class _PairQueries:
         self's points as its queries (float64 points are kept unrounded, float32 points are exact).
         Memory: one chunk of candidates. upper: pairs with j <= i may be left out (query_pairs)."""
         q, q32, eps_q, _, _ = other._rows(self.data, keep64=self.data.dtype != np.float32)
-        yield from other._ball_flat(q, q32, eps_q, np.full(len(q), r), p, opts, upper, tag, with_d)
+        yield from other._ball_flat(q, q32, eps_q, np.broadcast_to(float(r), (len(q),)), p, opts, upper, tag, with_d)
 
     def _pair_arrays(self, other, r, p, opts, upper=False, with_d=True):
         """The pairs of _pairs as arrays (i, j, d) ordered by (i, j) (d None unless with_d); upper:

@@ -166,7 +166,7 @@ def test_the_device_filter_equals_the_host_filter(p, dtype):
             if upper:  # (the host filter compares j with the row's place; the labels here differ)
                 continue
             for with_d in (True, False):
-                ij, d, st = t._index.ball_exact(q32, len(q), r0, radii, rows, q, rr, t.data, dtype == np.float64,
+                ij, d, st = t._index.ball_exact(q32, len(q), r0, radii, rows, 0, q, rr, 0.0, t.data, dtype == np.float64,
                                                 len(t.data), t._keep, len(t._keep), float(p), upper, with_d, {}, None)
                 assert ij.shape == (len(want_i), 2) and st["total"] == offsets[-1]
                 np.testing.assert_array_equal(ij[:, 0], rows[want_i])
@@ -176,19 +176,70 @@ def test_the_device_filter_equals_the_host_filter(p, dtype):
                 else:
                     assert d is None
             c = np.full(len(q), -1, np.int64)  # counts alone: no pairs come back
-            ij, d, st = t._index.ball_exact(q32, len(q), r0, radii, rows, q, rr, t.data, dtype == np.float64,
+            ij, d, st = t._index.ball_exact(q32, len(q), r0, radii, rows, 0, q, rr, 0.0, t.data, dtype == np.float64,
                                             len(t.data), t._keep, len(t._keep), float(p), upper, True, {}, c)
             assert ij is None and d is None and st["total"] == offsets[-1]
             np.testing.assert_array_equal(c, np.bincount(want_i, minlength=len(q)))
     # upper: pairs with j > its row's label only
-    ij, _, _ = t._index.ball_exact(q32, len(q), float(hi.max()), None, rows, q, rr, t.data, dtype == np.float64,
+    ij, _, _ = t._index.ball_exact(q32, len(q), float(hi.max()), None, rows, 0, q, rr, 0.0, t.data, dtype == np.float64,
                                    len(t.data), t._keep, len(t._keep), float(p), True, False, {}, None)
-    full, _, _ = t._index.ball_exact(q32, len(q), float(hi.max()), None, rows, q, rr, t.data, dtype == np.float64,
+    full, _, _ = t._index.ball_exact(q32, len(q), float(hi.max()), None, rows, 0, q, rr, 0.0, t.data, dtype == np.float64,
                                      len(t.data), t._keep, len(t._keep), float(p), False, False, {}, None)
     np.testing.assert_array_equal(ij, full[full[:, 1] > full[:, 0]])
     with pytest.raises(ValueError, match="p = 3"):
-        t._index.ball_exact(q32, len(q), 1.0, None, rows, q, rr, t.data, dtype == np.float64, len(t.data), t._keep,
+        t._index.ball_exact(q32, len(q), 1.0, None, rows, 0, q, rr, 0.0, t.data, dtype == np.float64, len(t.data), t._keep,
                             len(t._keep), 3.0, False, True, {}, None)
+
+
+@pytest.mark.skipif(not _canopy.gpu_available(), reason="no GPU")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_device_filter_reads_a_trees_own_points(dtype):
+    """ball_exact's forms for a tree's pairs with itself: rows as a first row (row0 + a), the
+    queries as the data's own rows (q None: read from the device's kept copy of the data), one
+    radius as a number (rr None). Each equals the same call with the arrays written out, for a
+    block of rows in the middle, across two calls (the kept copy reused), and after a call over
+    other data (the copy replaced); and query_pairs equals a brute-force list."""
+    import canopy
+    rng = np.random.default_rng(11 + (dtype == np.float64))
+    data = (5e6 + rng.random((30000, 3)) * 1000).astype(dtype)
+    data[rng.choice(len(data), 20, replace=False), 0] = np.nan
+    t = canopy.cKDTree(data)
+    assert t._index.device == "gpu" and t._keep is not None
+    r, lo, hi_row = 9.0, 7000, 19000
+    q64 = np.ascontiguousarray(data[lo:hi_row], np.float64)
+    good = np.flatnonzero(np.isfinite(q64).all(axis=1))
+    q64, rows = q64[good], (lo + good).astype(np.int64)
+    q, q32, _, _, _ = t._rows(q64, keep64=True)
+    hi = float(np.float32(r * 1.01 + 1))
+    args = (t.data, dtype == np.float64, len(t.data), t._keep, len(t._keep), 2.0, True, True, {}, None)
+    want, wd, _ = t._index.ball_exact(q32, len(q), hi, None, rows, 0, q, np.full(len(q), r), 0.0, *args)
+    assert len(want) > 300
+    for _ in range(2):
+        got, gd, _ = t._index.ball_exact(q32, len(q), hi, None, rows, 0, None, None, r, *args)
+        np.testing.assert_array_equal(got, want)
+        assert gd.tolist() == wd.tolist()
+    first = np.flatnonzero(np.diff(rows) != 1)  # (rows skip the NaN rows: the first run of consecutive ones)
+    n_run = int(first[0]) + 1 if len(first) else len(rows)
+    got, _, _ = t._index.ball_exact(q32[:n_run].copy(), n_run, hi, None, None, int(rows[0]), None, None, r, *args)
+    np.testing.assert_array_equal(got, want[want[:, 0] < rows[0] + n_run])
+    # Other host data (each point moved by r / 2 along x): copied up again, then this data again.
+    moved = t.data.copy()
+    moved[:, 0] += r / 2
+    offsets, idx, _ = t._index.ball(q32, len(q), hi, {})
+    ri, rj, _ = _canopy.filter_pairs(offsets, idx, np.arange(len(q), dtype=np.int64), q, moved, np.full(len(q), r), 3,
+                                     2.0, False, t._keep)
+    got, _, _ = t._index.ball_exact(q32, len(q), hi, None, rows, 0, q, None, r, moved, *args[1:6], False, False, {}, None)
+    np.testing.assert_array_equal(got, np.stack([rows[ri], rj], axis=1))
+    still = _canopy.filter_pairs(offsets, idx, np.arange(len(q), dtype=np.int64), q, t.data, np.full(len(q), r), 3,
+                                 2.0, False, t._keep)[1]
+    assert len(rj) != len(still) or (rj != still).any()  # (the move changes the answer)
+    got, _, _ = t._index.ball_exact(q32, len(q), hi, None, rows, 0, None, None, r, *args)
+    np.testing.assert_array_equal(got, want)
+    x = rng.random((3000, 3)).astype(dtype)
+    pairs = canopy.cKDTree(x).query_pairs(0.05, output_type="ndarray")
+    d = np.sqrt(((x[:, None, :].astype(np.float64) - x[None, :, :]) ** 2).sum(axis=2))
+    i, j = np.nonzero(np.triu(d <= 0.05, 1))
+    np.testing.assert_array_equal(pairs, np.stack([i, j], axis=1))
 
 
 @pytest.mark.skipif(not _canopy.gpu_available(), reason="no GPU")

@@ -1,9 +1,11 @@
-// exact_pairs_gpu (runtime/exact_filter.hpp): the candidates' lists stay in device memory, two
-// passes over each query's candidates (count the kept, then write them at the scanned offsets).
+// exact_pairs_gpu and ExactPairsGpu (runtime/exact_filter.hpp): the candidates' lists stay in
+// device memory, two passes over each query's candidates (count the kept, then write them at the
+// scanned offsets).
 #include <cub/device/device_scan.cuh>
 
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <string>
 
 #include "core/cuda.cuh"
@@ -15,11 +17,13 @@ namespace {
 
 enum class Norm { L1, L2, Max };
 
-template <class T>
-__device__ double exact_distance(const double* q, const T* x, int m, Norm norm) {
+// Q: the queries' type (double, or the data's own when the queries are data rows: each value
+// widened exactly), T: the data's.
+template <class Q, class T>
+__device__ double exact_distance(const Q* q, const T* x, int m, Norm norm) {
   double s = 0;
   for (int d = 0; d < m; ++d) {
-    const double v = __dsub_rn(static_cast<double>(x[d]), q[d]);
+    const double v = __dsub_rn(static_cast<double>(x[d]), static_cast<double>(q[d]));
     if (norm == Norm::L2) s = __dadd_rn(s, __dmul_rn(v, v));
     else if (norm == Norm::L1) s = __dadd_rn(s, fabs(v));
     else s = (fabs(v) > s || isnan(v)) ? fabs(v) : s;
@@ -30,11 +34,13 @@ __device__ double exact_distance(const double* q, const T* x, int m, Norm norm) 
 struct Filter {
   const index_t* offsets;
   const index_t* ids;
-  const index_t* rows;
-  const double* q;
-  const double* rr;
+  const index_t* rows;  // null: row0 + a
+  index_t row0;
+  const void* q;  // Q [][dims]: row a, or with q_by_row (the data itself) row rows[a]
+  bool q_by_row;
+  const double* rr;  // null: r
+  double r;
   const void* data;
-  bool data_f64;
   index_t n_data;
   const index_t* keep;
   index_t n_ids;
@@ -44,9 +50,12 @@ struct Filter {
 };
 
 // Query a's kept candidates: counted (ij null) or written from `at` on. bad: an id out of range.
+template <class Q, class T>
 __device__ index_t visit_row(const Filter& f, index_t a, index_t at, index_t* ij, double* d, int* bad) {
-  const index_t row = f.rows[a];
-  const double* qa = f.q + a * f.dims;
+  const index_t row = f.rows ? f.rows[a] : f.row0 + a;
+  const T* data = static_cast<const T*>(f.data);
+  const Q* qa = static_cast<const Q*>(f.q) + (f.q_by_row ? row : a) * f.dims;
+  const double radius = f.rr ? f.rr[a] : f.r;
   index_t kept = 0;
   for (index_t c = f.offsets[a]; c < f.offsets[a + 1]; ++c) {
     const index_t id = f.ids[c];
@@ -60,9 +69,8 @@ __device__ index_t visit_row(const Filter& f, index_t a, index_t at, index_t* ij
       return 0;
     }
     if (f.upper && j <= row) continue;
-    const double dist = f.data_f64 ? exact_distance(qa, static_cast<const double*>(f.data) + j * f.dims, f.dims, f.norm)
-                                   : exact_distance(qa, static_cast<const float*>(f.data) + j * f.dims, f.dims, f.norm);
-    if (!(dist <= f.rr[a])) continue;
+    const double dist = exact_distance(qa, data + j * f.dims, f.dims, f.norm);
+    if (!(dist <= radius)) continue;
     if (ij) {
       ij[2 * (at + kept)] = row;
       ij[2 * (at + kept) + 1] = j;
@@ -73,16 +81,35 @@ __device__ index_t visit_row(const Filter& f, index_t a, index_t at, index_t* ij
   return kept;
 }
 
+template <class Q, class T>
 __global__ void count_kept(Filter f, index_t n, index_t* kept, int* bad) {
   const index_t stride = static_cast<index_t>(gridDim.x) * blockDim.x;
   for (index_t a = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; a < n; a += stride)
-    kept[a] = visit_row(f, a, 0, nullptr, nullptr, bad);
+    kept[a] = visit_row<Q, T>(f, a, 0, nullptr, nullptr, bad);
 }
 
+template <class Q, class T>
 __global__ void write_kept(Filter f, index_t n, const index_t* start, index_t* ij, double* d, int* bad) {
   const index_t stride = static_cast<index_t>(gridDim.x) * blockDim.x;
   for (index_t a = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; a < n; a += stride)
-    visit_row(f, a, start[a], ij, d, bad);
+    visit_row<Q, T>(f, a, start[a], ij, d, bad);
+}
+
+// The kernel for the queries' and the data's types: count (ij null) or write.
+void launch_filter(const Filter& g, bool data_f64, index_t n, int grid, int block, cudaStream_t s, index_t* kept,
+                   index_t* ij, double* d, int* bad) {
+  const bool self = g.q_by_row;
+  if (!ij) {
+    if (data_f64) count_kept<double, double><<<grid, block, 0, s>>>(g, n, kept, bad);
+    else if (self) count_kept<float, float><<<grid, block, 0, s>>>(g, n, kept, bad);
+    else count_kept<double, float><<<grid, block, 0, s>>>(g, n, kept, bad);
+    CANOPY_CUDA_CHECK_LAUNCH("count_kept");
+    return;
+  }
+  if (data_f64) write_kept<double, double><<<grid, block, 0, s>>>(g, n, kept, ij, d, bad);
+  else if (self) write_kept<float, float><<<grid, block, 0, s>>>(g, n, kept, ij, d, bad);
+  else write_kept<double, float><<<grid, block, 0, s>>>(g, n, kept, ij, d, bad);
+  CANOPY_CUDA_CHECK_LAUNCH("write_kept");
 }
 
 template <class T>
@@ -100,91 +127,122 @@ void check_flag(const std::string& who, int flag) {
 
 }  // namespace
 
-RaggedStats exact_pairs_gpu(PointCorrelation& pc, const float* queries, index_t n, const PcListOptions& opt,
-                            const ExactFilter& f, const std::function<ExactPairsOut(index_t total)>& out) {
-  const std::string who = "exact_pairs_gpu: ";
+// What the calls share: the stream (first: the buffers are freed on it), the pinned slots, the
+// data and keep on the device with the host arrays they were copied from, the n-sized buffers.
+struct ExactPairsGpu::Kept {
+  Stream stream;
+  detail::StagingSlots staging;
+  DeviceBuffer<double> data64;
+  DeviceBuffer<float> data32;
+  DeviceBuffer<index_t> keep;
+  const void* data_from = nullptr;
+  std::size_t data_values = 0;
+  bool data_f64 = false;
+  const index_t* keep_from = nullptr;
+  index_t keep_n = 0;
+  DeviceBuffer<index_t> offsets, rows, kept;
+  DeviceBuffer<double> q, rr;
+  DeviceBuffer<int> bad;
+  DeviceBuffer<unsigned char> temp;
+
+  // The device's copy of the data (and keep), uploaded when the call's host arrays differ.
+  const void* data(const ExactFilter& f) {
+    const cudaStream_t s = stream.get();
+    const std::size_t values = static_cast<std::size_t>(f.n_data) * f.dims;
+    if (f.data != data_from || values != data_values || f.data_f64 != data_f64) {
+      data_from = nullptr;  // (until the copy is complete)
+      if (f.data_f64) upload(data64, static_cast<const double*>(f.data), values, "the data", s, staging);
+      else upload(data32, static_cast<const float*>(f.data), values, "the data", s, staging);
+      data_from = f.data, data_values = values, data_f64 = f.data_f64;
+    }
+    if (f.keep != keep_from || f.n_ids != keep_n) {
+      keep_from = nullptr;
+      upload(keep, f.keep, static_cast<std::size_t>(f.n_ids), "the point ids' rows", s, staging);
+      keep_from = f.keep, keep_n = f.n_ids;
+    }
+    return f.data_f64 ? static_cast<const void*>(data64.get()) : static_cast<const void*>(data32.get());
+  }
+};
+
+ExactPairsGpu::ExactPairsGpu() = default;
+ExactPairsGpu::~ExactPairsGpu() = default;
+
+RaggedStats ExactPairsGpu::operator()(PointCorrelation& pc, const float* queries, index_t n, const PcListOptions& opt,
+                                      const ExactFilter& f, const std::function<ExactPairsOut(index_t total)>& out) {
+  const std::string who = "ExactPairsGpu: ";
   if (!exact_filter_p(f.p)) throw Error(who + "p = " + std::to_string(f.p) + " (the device filter takes 1, 2, infinity)");
   if (n >= std::numeric_limits<std::int32_t>::max())  // (CUB's scan below counts in int)
     throw Error(who + "n = " + std::to_string(n) + " queries is more than one call takes (2^31 - 2); split it");
   if (f.dims != pc.tree().dims())
     throw Error(who + "dims = " + std::to_string(f.dims) + ", the tree's " + std::to_string(pc.tree().dims()));
-  Stream stream;  // first: the buffers below are freed on it
-  const cudaStream_t s = stream.get();
-  detail::StagingSlots staging;  // the pinned slots of every copy of the call
+  const std::lock_guard<std::mutex> lock(mu_);
+  if (!kept_) kept_ = std::make_unique<Kept>();
+  Kept& k = *kept_;
+  const cudaStream_t s = k.stream.get();
   Event ready;
-  if (opt.stream) stream.wait_for(opt.stream, ready);
+  if (opt.stream) k.stream.wait_for(opt.stream, ready);
   const std::size_t un = static_cast<std::size_t>(std::max<index_t>(n, 0));
-  DeviceBuffer<index_t> offsets, ids, rows, keep, kept, ij;
-  DeviceBuffer<double> q, rr, data64, d;
-  DeviceBuffer<float> data32;
-  DeviceBuffer<int> bad;
-  offsets.reserve(un + 1, "the candidates' offsets", s);
-  stream.sync();  // (the lists are written from the engine's own stream)
+  DeviceBuffer<index_t> ids, ij;
+  DeviceBuffer<double> d;
+  k.offsets.reserve(un + 1, "the candidates' offsets", s);
+  k.stream.sync();  // (the lists are written from the engine's own stream)
   PcListOptions o = opt;
   o.stream = s;
-  RaggedStats st = pc.run_lists(queries, n, o, offsets.get(), [&](index_t total) {
+  RaggedStats st = pc.run_lists(queries, n, o, k.offsets.get(), [&](index_t total) {
     ids.reserve(static_cast<std::size_t>(total), "the candidates", s);
-    stream.sync();
+    k.stream.sync();
     return ids.get();
   });
   Filter g{};
-  g.offsets = offsets.get();
+  g.offsets = k.offsets.get();
   g.ids = ids.get();
-  g.rows = upload(rows, f.rows, un, "the rows", s, staging);
-  g.q = upload(q, f.q, un * f.dims, "the float64 queries", s, staging);
-  g.rr = upload(rr, f.rr, un, "the radii", s, staging);
-  const std::size_t data_values = static_cast<std::size_t>(f.n_data) * f.dims;
-  g.data = f.data_f64 ? static_cast<const void*>(upload(data64, static_cast<const double*>(f.data), data_values, "the data", s, staging))
-                      : static_cast<const void*>(upload(data32, static_cast<const float*>(f.data), data_values, "the data", s, staging));
-  g.data_f64 = f.data_f64;
+  g.rows = upload(k.rows, f.rows, un, "the rows", s, k.staging);
+  g.row0 = f.row0;
+  g.data = k.data(f);
+  g.q_by_row = f.q == nullptr;
+  g.q = f.q ? static_cast<const void*>(upload(k.q, f.q, un * f.dims, "the float64 queries", s, k.staging)) : g.data;
+  g.rr = upload(k.rr, f.rr, un, "the radii", s, k.staging);
+  g.r = f.r;
   g.n_data = f.n_data;
-  g.keep = upload(keep, f.keep, static_cast<std::size_t>(f.n_ids), "the point ids' rows", s, staging);
+  g.keep = f.keep ? k.keep.get() : nullptr;
   g.n_ids = f.n_ids;
   g.dims = f.dims;
   g.norm = f.p == 2 ? Norm::L2 : f.p == 1 ? Norm::L1 : Norm::Max;
   g.upper = f.upper;
-  kept.reserve(un + 1, "the kept counts", s);
-  bad.reserve(1, "the filter's flag", s);
-  CANOPY_CUDA_CHECK(cudaMemsetAsync(kept.get(), 0, (un + 1) * sizeof(index_t), s));
-  CANOPY_CUDA_CHECK(cudaMemsetAsync(bad.get(), 0, sizeof(int), s));
+  k.kept.reserve(un + 1, "the kept counts", s);
+  k.bad.reserve(1, "the filter's flag", s);
+  CANOPY_CUDA_CHECK(cudaMemsetAsync(k.kept.get(), 0, (un + 1) * sizeof(index_t), s));
+  CANOPY_CUDA_CHECK(cudaMemsetAsync(k.bad.get(), 0, sizeof(int), s));
   const int block = 256;
   const int grid = static_cast<int>(std::max<std::size_t>(1, std::min<std::size_t>((un + block - 1) / block, 8192)));
-  if (n > 0) {
-    count_kept<<<grid, block, 0, s>>>(g, n, kept.get(), bad.get());
-    CANOPY_CUDA_CHECK_LAUNCH("count_kept");
-  }
+  if (n > 0) launch_filter(g, f.data_f64, n, grid, block, s, k.kept.get(), nullptr, nullptr, k.bad.get());
+  int flag = 0;
   if (f.counts) {
-    int flag = 0;
-    copy_to_host(&flag, bad.get(), 1, s);
-    if (n > 0) detail::copy_down(f.counts, kept.get(), un * sizeof(index_t), s, &staging);
-    stream.sync();
+    copy_to_host(&flag, k.bad.get(), 1, s);
+    if (n > 0) detail::copy_down(f.counts, k.kept.get(), un * sizeof(index_t), s, &k.staging);
+    k.stream.sync();
     check_flag(who, flag);
     return st;
   }
-  DeviceBuffer<unsigned char> temp;
-  run_cub("cub::DeviceScan::ExclusiveSum (the kept pairs)", temp, "the filter's scan space", s,
+  run_cub("cub::DeviceScan::ExclusiveSum (the kept pairs)", k.temp, "the filter's scan space", s,
           [&](void* t, std::size_t& bytes) {
-            return cub::DeviceScan::ExclusiveSum(t, bytes, kept.get(), kept.get(), static_cast<int>(un + 1), s);
+            return cub::DeviceScan::ExclusiveSum(t, bytes, k.kept.get(), k.kept.get(), static_cast<int>(un + 1), s);
           });
   index_t total = 0;
-  int flag = 0;
-  copy_to_host(&total, kept.get() + un, 1, s);
-  copy_to_host(&flag, bad.get(), 1, s);
-  stream.sync();
+  copy_to_host(&total, k.kept.get() + un, 1, s);
+  copy_to_host(&flag, k.bad.get(), 1, s);
+  k.stream.sync();
   check_flag(who, flag);
   ij.reserve(2 * static_cast<std::size_t>(total), "the kept pairs", s);
   if (f.with_d) d.reserve(static_cast<std::size_t>(total), "the kept distances", s);
-  if (n > 0 && total > 0) {
-    write_kept<<<grid, block, 0, s>>>(g, n, kept.get(), ij.get(), f.with_d ? d.get() : nullptr, bad.get());
-    CANOPY_CUDA_CHECK_LAUNCH("write_kept");
-  }
+  if (n > 0 && total > 0) launch_filter(g, f.data_f64, n, grid, block, s, k.kept.get(), ij.get(), f.with_d ? d.get() : nullptr, k.bad.get());
   const ExactPairsOut dst = out(total);
   // Through pinned slots, the host's side on all its cores: the fresh pages of a large result
   // are the cost (H200 host, 258 MB: 75 ms by one pageable copy, 18 ms into touched pages).
   const std::size_t pairs_bytes = 2 * static_cast<std::size_t>(total) * sizeof(index_t);
-  if (total > 0) detail::copy_down(dst.ij, ij.get(), pairs_bytes, s, &staging);
-  if (total > 0 && f.with_d && dst.d) detail::copy_down(dst.d, d.get(), pairs_bytes / 2, s, &staging);
-  stream.sync();
+  if (total > 0) detail::copy_down(dst.ij, ij.get(), pairs_bytes, s, &k.staging);
+  if (total > 0 && f.with_d && dst.d) detail::copy_down(dst.d, d.get(), pairs_bytes / 2, s, &k.staging);
+  k.stream.sync();
   return st;
 }
 
