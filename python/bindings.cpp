@@ -221,10 +221,10 @@ class PointIndex {
   py::tuple ball_exact(Address queries, index_t n, float r, const py::object& radii, const py::object& rows, index_t row0,
                        const py::object& q, const py::object& rr, double r64, Address data, bool data_f64, index_t n_data,
                        const py::object& keep, index_t n_ids, double p, bool upper, bool with_d, const py::dict& kw,
-                       const py::object& counts) {
+                       const py::object& counts, bool queries_kept) {
     if (!kd_) throw Error("exact radius pairs run over a KDTree; this tree is a ball or vp tree");
     return exact_pairs(*exact_, [this]() -> PointCorrelation& { return point_correlation(); }, kd_->dims(), queries, n,
-                       r, radii, rows, row0, q, rr, r64, data, data_f64, n_data, keep, n_ids, p, upper, with_d, kw, counts);
+                       r, radii, rows, row0, q, rr, r64, data, data_f64, n_data, keep, n_ids, p, upper, with_d, kw, counts, queries_kept);
   }
 
   // Radius neighbour lists (PointCorrelation::run_lists): (offsets, indices, stats), offsets an

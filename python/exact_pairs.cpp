@@ -4,7 +4,7 @@
 // data[keep[id]] against rr[a] (rr None: r64 for every query). Returns (ij int64 (total, 2) whose
 // i are rows[a] (rows None: row0 + a), d float64 [total] or None, stats), ordered by (a,
 // candidate); counts (int64 [n]) given: each query's number of kept pairs there, and (None, None,
-// stats).
+// stats). queries_kept: the queries are the tree's own rows, kept on the device between calls.
 #include <string>
 
 #include "python/module.hpp"
@@ -25,7 +25,7 @@ py::tuple exact_pairs(ExactPairsGpu& run, const std::function<PointCorrelation&(
                       index_t n, float r, const py::object& radii, const py::object& rows, index_t row0,
                       const py::object& q, const py::object& rr, double r64, Address data, bool data_f64,
                       index_t n_data, const py::object& keep, index_t n_ids, double p, bool upper, bool with_d,
-                      const py::dict& kw, const py::object& counts) {
+                      const py::dict& kw, const py::object& counts, bool queries_kept) {
   PcListOptions o;
   static_cast<TraversalOptions&>(o) = traversal_options(kw);
   o.radius = r;
@@ -46,6 +46,7 @@ py::tuple exact_pairs(ExactPairsGpu& run, const std::function<PointCorrelation&(
   f.upper = upper;
   f.with_d = with_d;
   f.counts = optional_at<index_t>(counts);
+  f.queries_kept = queries_kept;
   o.sorted = !f.counts;  // (a count needs no order: a 10^8-candidate sort is 30 ms)
   const py::object empty = py::module_::import("numpy").attr("empty");
   py::object ij = py::none(), d = py::none();

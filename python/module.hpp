@@ -63,7 +63,7 @@ py::tuple exact_pairs(canopy::ExactPairsGpu& run, const std::function<canopy::Po
                       Address queries, canopy::index_t n, float r, const py::object& radii, const py::object& rows,
                       canopy::index_t row0, const py::object& q, const py::object& rr, double r64, Address data,
                       bool data_f64, canopy::index_t n_data, const py::object& keep, canopy::index_t n_ids, double p,
-                      bool upper, bool with_d, const py::dict& kw, const py::object& counts);
+                      bool upper, bool with_d, const py::dict& kw, const py::object& counts, bool queries_kept);
 
 void register_exact_filter(py::module_& m);  // exact_filter.cpp
 void register_lists(py::module_& m);          // lists.cpp

@@ -30,6 +30,9 @@ struct ExactFilter {
   double p = 2;        // 1, 2 or infinity (exact_filter_p)
   bool upper = false;  // only pairs with data row > rows[a]
   bool with_d = true;  // the distances too
+  // The queries are an array the caller keeps unchanged (a tree's own rows): on the device from
+  // one call to the next, as the data.
+  bool queries_kept = false;
   // Set: each query's number of kept pairs, host [n], and no pairs (out is not called): an exact
   // count without the pairs crossing (the float64 counts of rows within rounding of r).
   index_t* counts = nullptr;
@@ -45,8 +48,8 @@ struct ExactPairsOut {
 // The p the device filter computes as the host does (other p: its pow may differ in the last bit).
 inline bool exact_filter_p(double p) { return p == 1 || p == 2 || std::isinf(p); }
 
-// The device's exact pairs, as a tree's calls share it: the data and keep stay on the device from
-// one call to the next (copied again only when a call passes other host arrays or sizes: the
+// The device's exact pairs, as a tree's calls share it: the data and keep (and kept queries) stay
+// on the device from one call to the next (copied again only when a call passes other host arrays or sizes: the
 // caller must not change them in place), and so do the pinned slots of the copies and the n-sized
 // buffers; the candidates and pairs are the call's. Calls through one object take turns.
 // queries: the engine's float32 rows [n][tree dims] (host); opt: run_lists' (sorted lists keep

@@ -506,7 +506,8 @@ class _PointTree(_PairQueries):
         if len(rows_fast) * self._n_eng > limit:
             sample = rows_fast[::max(1, len(rows_fast) // 1024)]
             counts = np.empty(len(sample), np.int64)
-            self._index.count(np.ascontiguousarray(q32[sample]), len(sample), float(hi[rows_fast].max()), counts, opts)
+            top = hi[0] if hi.strides == (0,) else hi[rows_fast].max()  # (broadcast: no gather)
+            self._index.count(np.ascontiguousarray(q32[sample]), len(sample), float(top), counts, opts)
             step = int(max(1, min(len(rows_fast), limit // (2 * counts.mean() + 1))))
         # On the GPU a tree's own points (q is data) are read from its device copy, and one
         # radius (rr broadcast) and consecutive rows are passed as numbers.
@@ -530,7 +531,7 @@ class _PointTree(_PairQueries):
                                                    None if one_r else np.ascontiguousarray(_at(rr, rows), np.float64),
                                                    float(rr[0]), data, data.dtype == np.float64,
                                                    len(data), keep, 0 if keep is None else len(keep), float(p), upper,
-                                                   with_d, opts, c)
+                                                   with_d, opts, c, own and sub is q32)
                 self.last_stats = _stats(st)
                 step = int(max(1, min(len(rows_fast), limit * len(rows) // max(1, st["total"]))))
                 yield (rows, c) if count_only else (ij[:, 0], ij[:, 1], d)

@@ -167,7 +167,7 @@ def test_the_device_filter_equals_the_host_filter(p, dtype):
                 continue
             for with_d in (True, False):
                 ij, d, st = t._index.ball_exact(q32, len(q), r0, radii, rows, 0, q, rr, 0.0, t.data, dtype == np.float64,
-                                                len(t.data), t._keep, len(t._keep), float(p), upper, with_d, {}, None)
+                                                len(t.data), t._keep, len(t._keep), float(p), upper, with_d, {}, None, False)
                 assert ij.shape == (len(want_i), 2) and st["total"] == offsets[-1]
                 np.testing.assert_array_equal(ij[:, 0], rows[want_i])
                 np.testing.assert_array_equal(ij[:, 1], want_j)
@@ -177,18 +177,18 @@ def test_the_device_filter_equals_the_host_filter(p, dtype):
                     assert d is None
             c = np.full(len(q), -1, np.int64)  # counts alone: no pairs come back
             ij, d, st = t._index.ball_exact(q32, len(q), r0, radii, rows, 0, q, rr, 0.0, t.data, dtype == np.float64,
-                                            len(t.data), t._keep, len(t._keep), float(p), upper, True, {}, c)
+                                            len(t.data), t._keep, len(t._keep), float(p), upper, True, {}, c, False)
             assert ij is None and d is None and st["total"] == offsets[-1]
             np.testing.assert_array_equal(c, np.bincount(want_i, minlength=len(q)))
     # upper: pairs with j > its row's label only
     ij, _, _ = t._index.ball_exact(q32, len(q), float(hi.max()), None, rows, 0, q, rr, 0.0, t.data, dtype == np.float64,
-                                   len(t.data), t._keep, len(t._keep), float(p), True, False, {}, None)
+                                   len(t.data), t._keep, len(t._keep), float(p), True, False, {}, None, False)
     full, _, _ = t._index.ball_exact(q32, len(q), float(hi.max()), None, rows, 0, q, rr, 0.0, t.data, dtype == np.float64,
-                                     len(t.data), t._keep, len(t._keep), float(p), False, False, {}, None)
+                                     len(t.data), t._keep, len(t._keep), float(p), False, False, {}, None, False)
     np.testing.assert_array_equal(ij, full[full[:, 1] > full[:, 0]])
     with pytest.raises(ValueError, match="p = 3"):
         t._index.ball_exact(q32, len(q), 1.0, None, rows, 0, q, rr, 0.0, t.data, dtype == np.float64, len(t.data), t._keep,
-                            len(t._keep), 3.0, False, True, {}, None)
+                            len(t._keep), 3.0, False, True, {}, None, False)
 
 
 @pytest.mark.skipif(not _canopy.gpu_available(), reason="no GPU")
@@ -196,9 +196,10 @@ def test_the_device_filter_equals_the_host_filter(p, dtype):
 def test_the_device_filter_reads_a_trees_own_points(dtype):
     """ball_exact's forms for a tree's pairs with itself: rows as a first row (row0 + a), the
     queries as the data's own rows (q None: read from the device's kept copy of the data), one
-    radius as a number (rr None). Each equals the same call with the arrays written out, for a
-    block of rows in the middle, across two calls (the kept copy reused), and after a call over
-    other data (the copy replaced); and query_pairs equals a brute-force list."""
+    radius as a number (rr None), the float32 queries kept on the device. Each equals the same
+    call with the arrays written out, for a block of rows in the middle, across calls (the kept
+    copies reused), after other queries and after a call over other data (the copies replaced);
+    and query_pairs equals a brute-force list."""
     import canopy
     rng = np.random.default_rng(11 + (dtype == np.float64))
     data = (5e6 + rng.random((30000, 3)) * 1000).astype(dtype)
@@ -212,15 +213,15 @@ def test_the_device_filter_reads_a_trees_own_points(dtype):
     q, q32, _, _, _ = t._rows(q64, keep64=True)
     hi = float(np.float32(r * 1.01 + 1))
     args = (t.data, dtype == np.float64, len(t.data), t._keep, len(t._keep), 2.0, True, True, {}, None)
-    want, wd, _ = t._index.ball_exact(q32, len(q), hi, None, rows, 0, q, np.full(len(q), r), 0.0, *args)
+    want, wd, _ = t._index.ball_exact(q32, len(q), hi, None, rows, 0, q, np.full(len(q), r), 0.0, *args, False)
     assert len(want) > 300
-    for _ in range(2):
-        got, gd, _ = t._index.ball_exact(q32, len(q), hi, None, rows, 0, None, None, r, *args)
+    for kept in (False, True, True):  # (queries kept on the device: copied once, then reused)
+        got, gd, _ = t._index.ball_exact(q32, len(q), hi, None, rows, 0, None, None, r, *args, kept)
         np.testing.assert_array_equal(got, want)
         assert gd.tolist() == wd.tolist()
     first = np.flatnonzero(np.diff(rows) != 1)  # (rows skip the NaN rows: the first run of consecutive ones)
     n_run = int(first[0]) + 1 if len(first) else len(rows)
-    got, _, _ = t._index.ball_exact(q32[:n_run].copy(), n_run, hi, None, None, int(rows[0]), None, None, r, *args)
+    got, _, _ = t._index.ball_exact(q32[:n_run].copy(), n_run, hi, None, None, int(rows[0]), None, None, r, *args, True)
     np.testing.assert_array_equal(got, want[want[:, 0] < rows[0] + n_run])
     # Other host data (each point moved by r / 2 along x): copied up again, then this data again.
     moved = t.data.copy()
@@ -228,12 +229,13 @@ def test_the_device_filter_reads_a_trees_own_points(dtype):
     offsets, idx, _ = t._index.ball(q32, len(q), hi, {})
     ri, rj, _ = _canopy.filter_pairs(offsets, idx, np.arange(len(q), dtype=np.int64), q, moved, np.full(len(q), r), 3,
                                      2.0, False, t._keep)
-    got, _, _ = t._index.ball_exact(q32, len(q), hi, None, rows, 0, q, None, r, moved, *args[1:6], False, False, {}, None)
+    got, _, _ = t._index.ball_exact(q32, len(q), hi, None, rows, 0, q, None, r, moved, *args[1:6], False, False, {},
+                                    None, False)
     np.testing.assert_array_equal(got, np.stack([rows[ri], rj], axis=1))
     still = _canopy.filter_pairs(offsets, idx, np.arange(len(q), dtype=np.int64), q, t.data, np.full(len(q), r), 3,
                                  2.0, False, t._keep)[1]
     assert len(rj) != len(still) or (rj != still).any()  # (the move changes the answer)
-    got, _, _ = t._index.ball_exact(q32, len(q), hi, None, rows, 0, None, None, r, *args)
+    got, _, _ = t._index.ball_exact(q32, len(q), hi, None, rows, 0, None, None, r, *args, True)
     np.testing.assert_array_equal(got, want)
     x = rng.random((3000, 3)).astype(dtype)
     pairs = canopy.cKDTree(x).query_pairs(0.05, output_type="ndarray")

@@ -140,6 +140,9 @@ struct ExactPairsGpu::Kept {
   bool data_f64 = false;
   const index_t* keep_from = nullptr;
   index_t keep_n = 0;
+  DeviceBuffer<float> queries;
+  const float* queries_from = nullptr;
+  std::size_t queries_values = 0;
   DeviceBuffer<index_t> offsets, rows, kept;
   DeviceBuffer<double> q, rr;
   DeviceBuffer<int> bad;
@@ -161,6 +164,15 @@ struct ExactPairsGpu::Kept {
       keep_from = f.keep, keep_n = f.n_ids;
     }
     return f.data_f64 ? static_cast<const void*>(data64.get()) : static_cast<const void*>(data32.get());
+  }
+  // The device's copy of kept queries (ExactFilter::queries_kept), uploaded when they differ.
+  const float* kept_queries(const float* from, std::size_t values) {
+    if (from != queries_from || values != queries_values) {
+      queries_from = nullptr;
+      upload(queries, from, values, "the kept queries", stream.get(), staging);
+      queries_from = from, queries_values = values;
+    }
+    return queries.get();
   }
 };
 
@@ -188,7 +200,8 @@ RaggedStats ExactPairsGpu::operator()(PointCorrelation& pc, const float* queries
   k.stream.sync();  // (the lists are written from the engine's own stream)
   PcListOptions o = opt;
   o.stream = s;
-  RaggedStats st = pc.run_lists(queries, n, o, k.offsets.get(), [&](index_t total) {
+  const float* listed = f.queries_kept && n > 0 ? k.kept_queries(queries, un * f.dims) : queries;
+  RaggedStats st = pc.run_lists(listed, n, o, k.offsets.get(), [&](index_t total) {
     ids.reserve(static_cast<std::size_t>(total), "the candidates", s);
     k.stream.sync();
     return ids.get();
