@@ -5,7 +5,13 @@
 // i are rows[a] (rows None: row0 + a), d float64 [total] or None, stats), ordered by (a,
 // candidate); counts (int64 [n]) given: each query's number of kept pairs there, and (None, None,
 // stats). queries_kept: the queries are the tree's own rows, kept on the device between calls.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "python/module.hpp"
 #include "runtime/exact_filter.hpp"
@@ -18,6 +24,61 @@ template <class T>
 T* optional_at(const py::object& a) {
   return a.is_none() ? nullptr : at<T>(a.cast<Address>());
 }
+
+// A large result's fresh host pages are most of what its copy down costs (258 MB: about 12 ms to
+// fault in on 16 cores, where the copy into them takes as long again). So the pages are faulted
+// in while the device still lists and filters: a thread per core writes a byte per page, 2 MiB
+// blocks in order from the start of each region, up to a limit; stop() sets the final limit,
+// waits, and gives back the pages faulted past it.
+class PageToucher {
+ public:
+  struct Region {
+    char* p = nullptr;
+    std::size_t bytes = 0;
+  };
+  PageToucher(std::vector<Region> regions, double share) : regions_(std::move(regions)) {
+    for (std::size_t i = 0; i < regions_.size(); ++i) {
+      limit_[i] = static_cast<std::size_t>(static_cast<double>(regions_[i].bytes) * share);
+      next_[i] = 0;
+      reached_[i] = 0;
+    }
+    const unsigned cores = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+    for (unsigned t = 0; t < cores; ++t) threads_.emplace_back([this] { work(); });
+  }
+  PageToucher(const PageToucher&) = delete;
+  PageToucher& operator=(const PageToucher&) = delete;
+  ~PageToucher() { stop({}); }
+  // Ends the faulting at ends[i] bytes of region i (none: at once, nothing given back).
+  void stop(const std::vector<std::size_t>& ends) {
+    for (std::size_t i = 0; i < regions_.size(); ++i) limit_[i] = i < ends.size() ? ends[i] : 0;
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+    for (std::size_t i = 0; i < ends.size() && i < regions_.size(); ++i) {
+      const std::size_t from = (ends[i] + kPage - 1) / kPage * kPage, to = reached_[i];
+      if (to > from) madvise(regions_[i].p + from, to - from, MADV_DONTNEED);
+    }
+  }
+
+ private:
+  static constexpr std::size_t kPage = 4096, kBlock = std::size_t{2} << 20;
+  void work() {
+    for (std::size_t i = 0; i < regions_.size(); ++i) {
+      for (;;) {
+        const std::size_t at = next_[i].fetch_add(kBlock);
+        const std::size_t end = std::min({at + kBlock, regions_[i].bytes, limit_[i].load()});
+        if (at >= end) break;
+        volatile char* p = regions_[i].p;
+        for (std::size_t b = at; b < end; b += kPage) p[b] = 0;
+        std::size_t seen = reached_[i].load();
+        while (seen < end && !reached_[i].compare_exchange_weak(seen, end)) {
+        }
+      }
+    }
+  }
+  std::vector<Region> regions_;
+  std::atomic<std::size_t> limit_[2], next_[2], reached_[2];
+  std::vector<std::thread> threads_;
+};
 
 }  // namespace
 
@@ -50,22 +111,47 @@ py::tuple exact_pairs(ExactPairsGpu& run, const std::function<PointCorrelation&(
   o.sorted = !f.counts;  // (a count needs no order: a 10^8-candidate sort is 30 ms)
   const py::object empty = py::module_::import("numpy").attr("empty");
   py::object ij = py::none(), d = py::none();
+  // Early: arrays for every candidate kept (virtual memory until touched), their pages faulted in
+  // while the device works (query_pairs keeps about half of its candidates); the result is then
+  // their first `total` rows. Where they cannot be had (address space), the result is made at the end.
+  std::unique_ptr<PageToucher> touch;
+  const auto early = [&](index_t candidates) {
+    if (candidates < (index_t{1} << 20)) return;  // (small results: threads cost more than they save)
+    py::gil_scoped_acquire gil;
+    try {
+      ij = empty(py::make_tuple(candidates, 2), "int64");
+      if (with_d) d = empty(candidates, "float64");
+    } catch (const py::error_already_set&) {
+      ij = d = py::none();
+      return;
+    }
+    const std::size_t rows = static_cast<std::size_t>(candidates);
+    std::vector<PageToucher::Region> regions{{at<char>(ij.cast<Address>()), rows * 2 * sizeof(index_t)}};
+    if (with_d) regions.push_back({at<char>(d.cast<Address>()), rows * sizeof(double)});
+    touch = std::make_unique<PageToucher>(std::move(regions), upper ? 0.5 : 1.0);
+  };
   RaggedStats st;
   {
     py::gil_scoped_release free;
     st = run(pc(), at<const float>(queries), n, o, f, [&](index_t total) {
+      if (touch) touch->stop({std::size_t(total) * 2 * sizeof(index_t), std::size_t(total) * sizeof(double)});
       py::gil_scoped_acquire gil;
       ExactPairsOut out;
       try {
-        ij = empty(py::make_tuple(total, 2), "int64");
-        if (with_d) d = empty(total, "float64");
+        if (touch) {  // (the early arrays' first rows: views)
+          ij = ij[py::slice(0, total, 1)];
+          if (with_d) d = d[py::slice(0, total, 1)];
+        } else {
+          ij = empty(py::make_tuple(total, 2), "int64");
+          if (with_d) d = empty(total, "float64");
+        }
       } catch (const py::error_already_set& e) {
         throw OutOfMemory("exact pairs: numpy.empty(" + std::to_string(total) + " pairs) failed: " + e.what());
       }
       out.ij = at<index_t>(ij.cast<Address>());
       if (with_d) out.d = at<double>(d.cast<Address>());
       return out;
-    });
+    }, early);
   }
   return py::make_tuple(ij, d, ragged_stats_dict(st));  // (total: the candidates)
 }

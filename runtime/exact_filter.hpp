@@ -55,7 +55,9 @@ inline bool exact_filter_p(double p) { return p == 1 || p == 2 || std::isinf(p);
 // queries: the engine's float32 rows [n][tree dims] (host); opt: run_lists' (sorted lists keep
 // the pairs ordered by (i, j) where keep is increasing). Errors: run_lists', a p the filter does
 // not take, a candidate id outside 0..n_ids - 1 or a data row outside 0..n_data - 1. With
-// f.counts, `out` may be empty.
+// f.counts, `out` may be empty. `counted`, when given, is called once the candidates are counted,
+// before they are listed, sorted and filtered (every kept pair is one of them): a caller may make
+// the result's host memory ready meanwhile.
 class ExactPairsGpu {
  public:
   ExactPairsGpu();
@@ -63,7 +65,8 @@ class ExactPairsGpu {
   ExactPairsGpu(const ExactPairsGpu&) = delete;
   ExactPairsGpu& operator=(const ExactPairsGpu&) = delete;
   RaggedStats operator()(PointCorrelation& pc, const float* queries, index_t n, const PcListOptions& opt,
-                         const ExactFilter& f, const std::function<ExactPairsOut(index_t total)>& out);
+                         const ExactFilter& f, const std::function<ExactPairsOut(index_t total)>& out,
+                         const std::function<void(index_t candidates)>& counted = {});
 
  private:
   struct Kept;

@@ -88,13 +88,15 @@ def _nearest(D, I, kc, ub, n):
 
 
 def _pair_array(i, j):
-    """(i, j) as one intp array (n, 2): the array whose columns they are where they are one
-    (the GPU's exact pairs come so: no copy of 10^7 pairs), else a new one."""
+    """(i, j) as one intp array (n, 2): the first rows of the array whose columns they are where
+    they are one (the GPU's exact pairs come so, as the first rows of an array sized for every
+    candidate: no copy of 10^7 pairs), else a new one."""
     b = i.base
-    if (b is not None and b is j.base and b.dtype == np.intp and b.shape == (len(i), 2) and b.flags.c_contiguous
+    if (b is not None and b is j.base and b.dtype == np.intp and b.ndim == 2 and b.shape[1] == 2
+            and len(i) <= b.shape[0] and b.flags.c_contiguous and i.strides == j.strides == (2 * b.itemsize,)
             and i.__array_interface__["data"][0] == b.__array_interface__["data"][0]
             and j.__array_interface__["data"][0] == b.__array_interface__["data"][0] + b.itemsize):
-        return b
+        return b if len(i) == b.shape[0] else b[:len(i)]
     return np.stack([i, j], axis=1).astype(np.intp, copy=False)
 
 

@@ -108,3 +108,18 @@ def test_lists_of_pairs():
         _canopy.lists_of(np.array([0, 1]), np.array([0]), 2)
     with pytest.raises(ValueError, match="object array of n"):
         _canopy.lists_of(np.array([0, 1]), np.array([0, 0]), 2, np.empty(3, dtype=object))
+
+
+def test_pair_array_takes_the_first_rows_of_the_pairs_array():
+    """_pair_array returns (i, j) as the (n, 2) array whose columns they are, without a copy,
+    also when they are its first rows only (the GPU's pairs: an array sized for every
+    candidate); other columns (every other row, another array's) are stacked into a new one."""
+    from canopy._tree_util import _pair_array
+    b = np.arange(40, dtype=np.intp).reshape(20, 2).copy()  # (an array of its own, as numpy.empty makes)
+    for n in (20, 7, 0):
+        v = b[:n]
+        got = _pair_array(v[:, 0], v[:, 1])
+        assert got.shape == (n, 2) and (got == v).all() and (n == 0 or np.shares_memory(got, b))
+    for i, j in ((b[::2, 0], b[::2, 1]), (b[:5, 1], b[:5, 0]), (b[:5, 0], b.copy()[:5, 1])):
+        got = _pair_array(i, j)
+        assert (got == np.stack([i, j], axis=1)).all() and not np.shares_memory(got, b)

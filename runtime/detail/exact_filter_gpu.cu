@@ -180,7 +180,8 @@ ExactPairsGpu::ExactPairsGpu() = default;
 ExactPairsGpu::~ExactPairsGpu() = default;
 
 RaggedStats ExactPairsGpu::operator()(PointCorrelation& pc, const float* queries, index_t n, const PcListOptions& opt,
-                                      const ExactFilter& f, const std::function<ExactPairsOut(index_t total)>& out) {
+                                      const ExactFilter& f, const std::function<ExactPairsOut(index_t total)>& out,
+                                      const std::function<void(index_t candidates)>& counted) {
   const std::string who = "ExactPairsGpu: ";
   if (!exact_filter_p(f.p)) throw Error(who + "p = " + std::to_string(f.p) + " (the device filter takes 1, 2, infinity)");
   if (n >= std::numeric_limits<std::int32_t>::max())  // (CUB's scan below counts in int)
@@ -204,6 +205,7 @@ RaggedStats ExactPairsGpu::operator()(PointCorrelation& pc, const float* queries
   RaggedStats st = pc.run_lists(listed, n, o, k.offsets.get(), [&](index_t total) {
     ids.reserve(static_cast<std::size_t>(total), "the candidates", s);
     k.stream.sync();
+    if (counted && !f.counts) counted(total);
     return ids.get();
   });
   Filter g{};
