@@ -49,9 +49,10 @@ struct ExactPairsOut {
 inline bool exact_filter_p(double p) { return p == 1 || p == 2 || std::isinf(p); }
 
 // The device's exact pairs, as a tree's calls share it: the data and keep (and kept queries) stay
-// on the device from one call to the next (copied again only when a call passes other host arrays or sizes: the
-// caller must not change them in place), and so do the pinned slots of the copies and the n-sized
-// buffers; the candidates and pairs are the call's. Calls through one object take turns.
+// on the device from one call to the next, copied again only when a call passes another address or
+// size (so they must be arrays the caller keeps, unchanged, while it calls with them: a tree's
+// own), and so do the pinned slots of the copies and the n-sized buffers; the candidates and pairs
+// are the call's. Calls through one object take turns.
 // queries: the engine's float32 rows [n][tree dims] (host); opt: run_lists' (sorted lists keep
 // the pairs ordered by (i, j) where keep is increasing). Errors: run_lists', a p the filter does
 // not take, a candidate id outside 0..n_ids - 1 or a data row outside 0..n_data - 1. With

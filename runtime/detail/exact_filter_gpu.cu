@@ -1,6 +1,5 @@
-// exact_pairs_gpu and ExactPairsGpu (runtime/exact_filter.hpp): the candidates' lists stay in
-// device memory, two passes over each query's candidates (count the kept, then write them at the
-// scanned offsets).
+// ExactPairsGpu (runtime/exact_filter.hpp): the candidates' lists stay in device memory, two
+// passes over each query's candidates (count the kept, then write them at the scanned offsets).
 #include <cub/device/device_scan.cuh>
 
 #include <cstdint>
