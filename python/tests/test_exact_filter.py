@@ -245,6 +245,31 @@ def test_the_device_filter_reads_a_trees_own_points(dtype):
 
 
 @pytest.mark.skipif(not _canopy.gpu_available(), reason="no GPU")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_large_pair_results_are_made_while_the_device_works(dtype):
+    """Past 2^20 candidates the binding makes the result early (arrays for every candidate, their
+    pages faulted in while the device lists and filters; the result their first rows):
+    query_pairs' ndarray is those first rows (its base larger), and it and
+    sparse_distance_matrix (the distances' array made the same way) equal scipy's."""
+    import canopy
+    from scipy.spatial import cKDTree as Ref
+    x = np.random.default_rng(21).random((200000, 3)).astype(dtype)
+    r = float((12 * 3 / (4 * np.pi * len(x))) ** (1 / 3))  # (a mean of 12: 2.6 M candidates)
+    t, ref = canopy.cKDTree(x), Ref(x)
+    got = t.query_pairs(r, output_type="ndarray")
+    want = ref.query_pairs(r, output_type="ndarray")
+    np.testing.assert_array_equal(got, want[np.lexsort((want[:, 1], want[:, 0]))])
+    assert got.base is not None and got.base.shape[0] > len(got) > 1000000 and got.flags.c_contiguous
+    assert t.query_pairs(r) == ref.query_pairs(r)
+    got = t.sparse_distance_matrix(t, r, output_type="ndarray")
+    want = ref.sparse_distance_matrix(ref, r, output_type="ndarray")
+    want = want[np.lexsort((want["j"], want["i"]))]
+    for f in ("i", "j"):
+        np.testing.assert_array_equal(got[f], want[f])
+    np.testing.assert_allclose(got["v"], want["v"], rtol=1e-14, atol=0)
+
+
+@pytest.mark.skipif(not _canopy.gpu_available(), reason="no GPU")
 def test_float64_counts_on_a_lattice_on_the_gpu():
     """query_ball_point(return_length=True) over float64 lattice points on the GPU, r a lattice
     spacing: every row has points at exactly r, so every row takes the exact count (the device
