@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,9 +54,10 @@ class PageToucher {
     for (std::size_t i = 0; i < regions_.size(); ++i) limit_[i] = i < ends.size() ? ends[i] : 0;
     for (std::thread& t : threads_) t.join();
     threads_.clear();
-    for (std::size_t i = 0; i < ends.size() && i < regions_.size(); ++i) {
-      const std::size_t from = (ends[i] + kPage - 1) / kPage * kPage, to = reached_[i];
-      if (to > from) madvise(regions_[i].p + from, to - from, MADV_DONTNEED);
+    for (std::size_t i = 0; i < ends.size() && i < regions_.size(); ++i) {  // (madvise takes whole pages)
+      const std::uintptr_t base = reinterpret_cast<std::uintptr_t>(regions_[i].p);
+      const std::uintptr_t from = (base + ends[i] + kPage - 1) / kPage * kPage, to = base + reached_[i];
+      if (to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
     }
   }
 
