@@ -124,55 +124,39 @@ void check_flag(const std::string& who, int flag) {
   if (flag) throw Error(who + (flag == 1 ? "a candidate's id is outside the tree's points" : "keep maps a candidate outside the data"));
 }
 
+// A device copy of a host array the caller keeps (ExactPairsGpu's contract): copied again only
+// when a call passes another address or length; null stays null.
+template <class T>
+struct KeptCopy {
+  DeviceBuffer<T> buf;
+  const T* from = nullptr;
+  std::size_t count = 0;
+
+  const T* get(const T* src, std::size_t n, const char* what, cudaStream_t s, detail::StagingSlots& staging) {
+    if (!src) return nullptr;
+    if (src != from || n != count) {
+      from = nullptr;  // (until the copy is complete)
+      upload(buf, src, n, what, s, staging);
+      from = src, count = n;
+    }
+    return buf.get();
+  }
+};
+
 }  // namespace
 
 // What the calls share: the stream (first: the buffers are freed on it), the pinned slots, the
-// data and keep on the device with the host arrays they were copied from, the n-sized buffers.
+// kept copies of the data, keep and queries, the n-sized buffers.
 struct ExactPairsGpu::Kept {
   Stream stream;
   detail::StagingSlots staging;
-  DeviceBuffer<double> data64;
-  DeviceBuffer<float> data32;
-  DeviceBuffer<index_t> keep;
-  const void* data_from = nullptr;
-  std::size_t data_values = 0;
-  bool data_f64 = false;
-  const index_t* keep_from = nullptr;
-  index_t keep_n = 0;
-  DeviceBuffer<float> queries;
-  const float* queries_from = nullptr;
-  std::size_t queries_values = 0;
+  KeptCopy<double> data64;
+  KeptCopy<float> data32, queries;
+  KeptCopy<index_t> keep;
   DeviceBuffer<index_t> offsets, rows, kept;
   DeviceBuffer<double> q, rr;
   DeviceBuffer<int> bad;
   DeviceBuffer<unsigned char> temp;
-
-  // The device's copy of the data (and keep), uploaded when the call's host arrays differ.
-  const void* data(const ExactFilter& f) {
-    const cudaStream_t s = stream.get();
-    const std::size_t values = static_cast<std::size_t>(f.n_data) * f.dims;
-    if (f.data != data_from || values != data_values || f.data_f64 != data_f64) {
-      data_from = nullptr;  // (until the copy is complete)
-      if (f.data_f64) upload(data64, static_cast<const double*>(f.data), values, "the data", s, staging);
-      else upload(data32, static_cast<const float*>(f.data), values, "the data", s, staging);
-      data_from = f.data, data_values = values, data_f64 = f.data_f64;
-    }
-    if (f.keep != keep_from || f.n_ids != keep_n) {
-      keep_from = nullptr;
-      upload(keep, f.keep, static_cast<std::size_t>(f.n_ids), "the point ids' rows", s, staging);
-      keep_from = f.keep, keep_n = f.n_ids;
-    }
-    return f.data_f64 ? static_cast<const void*>(data64.get()) : static_cast<const void*>(data32.get());
-  }
-  // The device's copy of kept queries (ExactFilter::queries_kept), uploaded when they differ.
-  const float* kept_queries(const float* from, std::size_t values) {
-    if (from != queries_from || values != queries_values) {
-      queries_from = nullptr;
-      upload(queries, from, values, "the kept queries", stream.get(), staging);
-      queries_from = from, queries_values = values;
-    }
-    return queries.get();
-  }
 };
 
 ExactPairsGpu::ExactPairsGpu() = default;
@@ -200,7 +184,8 @@ RaggedStats ExactPairsGpu::operator()(PointCorrelation& pc, const float* queries
   k.stream.sync();  // (the lists are written from the engine's own stream)
   PcListOptions o = opt;
   o.stream = s;
-  const float* listed = f.queries_kept && n > 0 ? k.kept_queries(queries, un * f.dims) : queries;
+  const float* listed = f.queries_kept && n > 0 ? k.queries.get(queries, un * f.dims, "the kept queries", s, k.staging)
+                                                 : queries;
   RaggedStats st = pc.run_lists(listed, n, o, k.offsets.get(), [&](index_t total) {
     ids.reserve(static_cast<std::size_t>(total), "the candidates", s);
     k.stream.sync();
@@ -212,13 +197,15 @@ RaggedStats ExactPairsGpu::operator()(PointCorrelation& pc, const float* queries
   g.ids = ids.get();
   g.rows = upload(k.rows, f.rows, un, "the rows", s, k.staging);
   g.row0 = f.row0;
-  g.data = k.data(f);
+  const std::size_t values = static_cast<std::size_t>(f.n_data) * f.dims;
+  g.data = f.data_f64 ? static_cast<const void*>(k.data64.get(static_cast<const double*>(f.data), values, "the data", s, k.staging))
+                      : static_cast<const void*>(k.data32.get(static_cast<const float*>(f.data), values, "the data", s, k.staging));
   g.q_by_row = f.q == nullptr;
   g.q = f.q ? static_cast<const void*>(upload(k.q, f.q, un * f.dims, "the float64 queries", s, k.staging)) : g.data;
   g.rr = upload(k.rr, f.rr, un, "the radii", s, k.staging);
   g.r = f.r;
   g.n_data = f.n_data;
-  g.keep = f.keep ? k.keep.get() : nullptr;
+  g.keep = k.keep.get(f.keep, static_cast<std::size_t>(f.n_ids), "the point ids' rows", s, k.staging);
   g.n_ids = f.n_ids;
   g.dims = f.dims;
   g.norm = f.p == 2 ? Norm::L2 : f.p == 1 ? Norm::L1 : Norm::Max;
