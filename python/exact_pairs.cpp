@@ -113,6 +113,10 @@ py::tuple exact_pairs(ExactPairsGpu& run, const std::function<PointCorrelation&(
   o.sorted = !f.counts;  // (a count needs no order: a 10^8-candidate sort is 30 ms)
   const py::object empty = py::module_::import("numpy").attr("empty");
   py::object ij = py::none(), d = py::none();
+  const auto make = [&](index_t rows) {  // (the GIL held)
+    ij = empty(py::make_tuple(rows, 2), "int64");
+    if (with_d) d = empty(rows, "float64");
+  };
   // Early: arrays for every candidate kept (virtual memory until touched), their pages faulted in
   // while the device works (query_pairs keeps about half of its candidates); the result is then
   // their first `total` rows. Where they cannot be had (address space), the result is made at the end.
@@ -121,8 +125,7 @@ py::tuple exact_pairs(ExactPairsGpu& run, const std::function<PointCorrelation&(
     if (candidates < (index_t{1} << 20)) return;  // (small results: threads cost more than they save)
     py::gil_scoped_acquire gil;
     try {
-      ij = empty(py::make_tuple(candidates, 2), "int64");
-      if (with_d) d = empty(candidates, "float64");
+      make(candidates);
     } catch (const py::error_already_set&) {
       ij = d = py::none();
       return;
@@ -144,8 +147,7 @@ py::tuple exact_pairs(ExactPairsGpu& run, const std::function<PointCorrelation&(
           ij = ij[py::slice(0, total, 1)];
           if (with_d) d = d[py::slice(0, total, 1)];
         } else {
-          ij = empty(py::make_tuple(total, 2), "int64");
-          if (with_d) d = empty(total, "float64");
+          make(total);
         }
       } catch (const py::error_already_set& e) {
         throw OutOfMemory("exact pairs: numpy.empty(" + std::to_string(total) + " pairs) failed: " + e.what());
