@@ -54,9 +54,12 @@ class PageToucher {
     for (std::size_t i = 0; i < regions_.size(); ++i) limit_[i] = i < ends.size() ? ends[i] : 0;
     for (std::thread& t : threads_) t.join();
     threads_.clear();
-    for (std::size_t i = 0; i < ends.size() && i < regions_.size(); ++i) {  // (madvise takes whole pages)
+    // madvise takes whole pages: from the first whole page past the end to the last whole page
+    // faulted. (The kernel rounds a length up: an unaligned `to` had zeroed the rest of the
+    // array's last page, the next heap block's header where numpy's array came from the heap.)
+    for (std::size_t i = 0; i < ends.size() && i < regions_.size(); ++i) {
       const std::uintptr_t base = reinterpret_cast<std::uintptr_t>(regions_[i].p);
-      const std::uintptr_t from = (base + ends[i] + kPage - 1) / kPage * kPage, to = base + reached_[i];
+      const std::uintptr_t from = (base + ends[i] + kPage - 1) / kPage * kPage, to = (base + reached_[i]) / kPage * kPage;
       if (to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
     }
   }
