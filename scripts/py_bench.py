@@ -50,6 +50,7 @@ def scipy_calls(pts, r, repeat):
         from scipy.spatial import cKDTree
     except ImportError:
         cKDTree = None
+    cupyx_calls(pts, r, repeat, rows)
     for dtype in (np.float32, np.float64):
         x = pts.astype(dtype)
         name = np.dtype(dtype).name
@@ -61,6 +62,25 @@ def scipy_calls(pts, r, repeat):
                 rows[f"scipy / canopy {call} {name}"] = rows[f"scipy {call} {name}"] / rows[f"canopy {call} {name}"]
                 print(f"  scipy {call} {name}: {rows[f'scipy {call} {name}']:.1f} ms", flush=True)
     return rows
+
+
+def cupyx_calls(pts, r, repeat, rows):
+    """cupyx's lists and pairs on the device's float32 points, where cupyx has the call and the
+    memory: it fails or is absent for some (its error is the row)."""
+    try:
+        import cupy as cp
+        from cupyx.scipy.spatial import KDTree as CuKDTree
+    except ImportError:
+        return
+    x = cp.asarray(pts)
+    sync = cp.cuda.Device().synchronize
+    for call, fn in {"lists": lambda: CuKDTree(x).query_ball_point(x, r),
+                     "query_pairs": lambda: CuKDTree(x).query_pairs(r, output_type="ndarray")}.items():
+        try:
+            rows[f"cupyx {call} float32"] = timed(fn, repeat, sync)
+        except Exception as e:  # noqa: BLE001 - cupyx's limits are part of the answer
+            rows[f"cupyx {call} float32"] = f"failed: {type(e).__name__}: {str(e)[:80]}"
+        print(f"  cupyx {call} float32: {rows[f'cupyx {call} float32']}", flush=True)
 
 
 def main(argv):

@@ -110,6 +110,39 @@ def test_lists_of_pairs():
         _canopy.lists_of(np.array([0, 1]), np.array([0, 0]), 2, np.empty(3, dtype=object))
 
 
+def test_lists_of_shares_each_index_and_counts_its_references():
+    """lists_of over many pairs (the threaded path: one int object per distinct index, its count
+    raised once by its number of uses, the items written by several threads) equals a plain
+    Python reference, leaves each int's reference count as it found it once the lists are gone,
+    replaces (and releases) what out held, and leaves the lists to the cyclic collector untracked."""
+    import gc
+    import sys
+    from canopy import _canopy
+    rng = np.random.default_rng(8)
+    n, m = 50000, 400000
+    i = np.sort(rng.integers(0, n, m)).astype(np.int64)
+    j = rng.integers(0, 3 * n, m).astype(np.int64)
+    want = [[] for _ in range(n)]
+    for a, b in zip(i.tolist(), j.tolist()):
+        want[a].append(b)
+    got = _canopy.lists_of(i, j, n)
+    assert got == want
+    row = next(r for r in range(n) if len(want[r]) > 1 and want[r][0] > 256)  # (not an immortal small int)
+    v = got[row][0]
+    assert all(got[r][k] is v for r in range(n) for k in range(len(got[r])) if want[r][k] == want[row][0])
+    uses = int((j == want[row][0]).sum())
+    before = sys.getrefcount(v)
+    del got
+    assert sys.getrefcount(v) == before - uses
+    marker = object()
+    out = np.empty(n, dtype=object)
+    out[:] = [marker] * n
+    held = sys.getrefcount(marker)
+    _canopy.lists_of(i, j, n, out)
+    assert out.tolist() == want and sys.getrefcount(marker) == held - n
+    assert not gc.is_tracked(out[row])
+
+
 def test_pair_array_takes_the_first_rows_of_the_pairs_array():
     """_pair_array returns (i, j) as the (n, 2) array whose columns they are, without a copy,
     also when they are its first rows only (the GPU's pairs: an array sized for every
