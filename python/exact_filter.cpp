@@ -258,6 +258,42 @@ void register_exact_filter(py::module_& m) {
         return out;
       },
       py::arg("a"));
+  // float32(x - center) for C-ordered float64 rows x (n, m) and center (m,): the difference in
+  // float64, rounded once, as numpy's subtract then astype (beyond float32's range: +-inf, NaN
+  // stays NaN); norms (n,), if given, get each difference's float64 2-norm. A float64 tree's rows
+  // and queries (_centred32: 13 ms in numpy at 10^6 rows on one core, most of a float64 tree's
+  // build beyond a float32 one's).
+  m.def(
+      "centred32",
+      [](const py::array_t<double, py::array::c_style>& x, const py::array_t<double, py::array::c_style>& center,
+         const py::object& norms) {
+        if (x.ndim() != 2 || center.ndim() != 1 || center.shape(0) != x.shape(1))
+          throw canopy::Error("centred32: x must be (n, m) and center (m,)");
+        double* nrm = norms.is_none() ? nullptr
+                                      : static_cast<double*>(const_cast<void*>(view_of("centred32", norms, "norms", x.shape(0), {8}).p));
+        py::array_t<float> out(std::vector<py::ssize_t>{x.shape(0), x.shape(1)});
+        const double* src = x.data();
+        const double* c = center.data();
+        float* dst = out.mutable_data();
+        const std::int64_t m = x.shape(1);
+        py::gil_scoped_release free;
+        tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, x.shape(0), std::int64_t{1} << 14),
+                          [&](const tbb::blocked_range<std::int64_t>& r) {
+                            for (std::int64_t i = r.begin(); i != r.end(); ++i) {
+                              double sq = 0;
+                              for (std::int64_t d = 0; d < m; ++d) {
+                                const double v = src[i * m + d] - c[d];
+                                sq += v * v;
+                                // (from FLT_MAX + half an ulp on, rounding gives infinity)
+                                dst[i * m + d] = std::fabs(v) >= 0x1.ffffffp+127 ? std::copysign(INFINITY, v)
+                                                                                 : static_cast<float>(v);
+                              }
+                              if (nrm) nrm[i] = std::sqrt(sq);
+                            }
+                          });
+        return out;
+      },
+      py::arg("x"), py::arg("center"), py::arg("norms") = py::none());
   m.def(
       "column_extents",
       [](const py::object& a, int m, const py::object& lo, const py::object& hi) {

@@ -177,18 +177,17 @@ class _PointTree(_PairQueries):
             # rows were made at construction, and eps_x bounds each one's rounding.
             return self.data, self._own32, np.broadcast_to(self._eps_x, (self.n,)), (self.n,), False
         if x is self.data and self._host and not (self._exact or keep64) and self._keep is None:
-            if self._own64 is None:  # (a float32 tree's own points in float64, made once)
-                self._own64 = self.data.astype(np.float64)
+            if self._own64 is None:  # (a float32 tree's own points in float64, made once, on the host's cores)
+                self._own64 = _canopy.widened(self.data) if self.data.flags.c_contiguous else self.data.astype(np.float64)
             return self._own64, self.data, np.broadcast_to(0.0, (self.n,)), (self.n,), False
         a = _host_rows(x, "x", self.m)
         single, lead = a.ndim == 1, a.shape[:-1]
         q = a.reshape(-1, self.m)
         if self._exact or keep64:
-            q = q.astype(np.float64, copy=False)
-            rel = q - self._center if self._center is not None else q
-            with np.errstate(over="ignore", invalid="ignore"):
-                q32 = rel.astype(np.float32)
-                eps_q = 1.0000001 * _U32 * np.sqrt(np.einsum("ij,ij->i", rel, rel)) + np.sqrt(self.m) * 2.0 ** -149
+            q = np.ascontiguousarray(q, np.float64)
+            norms = np.empty(len(q))
+            q32 = _canopy.centred32(q, self._center if self._center is not None else np.zeros(self.m), norms)
+            eps_q = 1.0000001 * _U32 * norms + np.sqrt(self.m) * 2.0 ** -149
         else:  # a float32 tree: queries are rounded to float32, as on the fast path
             q32 = np.ascontiguousarray(q, dtype=np.float32)
             q = q32.astype(np.float64)

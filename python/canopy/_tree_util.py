@@ -221,8 +221,11 @@ _ABS = 1e-18
 
 
 def _centred32(x, center, block=1 << 16):
-    """float32(x - center) for float64 rows x, the difference taken in float64 and rounded once,
-    block by block (no float64 copy of the whole array)."""
+    """float32(x - center) for float64 rows x, the difference taken in float64 and rounded once:
+    C-ordered (n, m) rows on the host's cores (_canopy.centred32), others block by block (no
+    float64 copy of the whole array)."""
+    if x.ndim == 2 and x.dtype == np.float64 and x.flags.c_contiguous and len(x):
+        return _canopy.centred32(x, np.ascontiguousarray(center, np.float64), None)
     out = np.empty(x.shape, np.float32)
     tmp = np.empty((min(block, len(x)),) + x.shape[1:], np.float64)
     for s in range(0, len(x), block):

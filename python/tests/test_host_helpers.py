@@ -110,6 +110,30 @@ def test_lists_of_pairs():
         _canopy.lists_of(np.array([0, 1]), np.array([0, 0]), 2, np.empty(3, dtype=object))
 
 
+def test_centred32_rounds_as_numpy():
+    """_canopy.centred32: float32(x - center) as numpy's subtract then astype, to the bit (values
+    at float32's limits and past them, subnormals, NaN, infinities), and the differences' 2-norms."""
+    from canopy import _canopy
+    rng = np.random.default_rng(4)
+    big = np.float64(np.finfo(np.float32).max)
+    edge = [big, np.nextafter(big, np.inf), big * (1 + 2.0 ** -24), big * (1 + 2.0 ** -25), -big * (1 + 2.0 ** -24),
+            1e-45, 7e-46, -1e-40, np.nan, np.inf, -np.inf, 0.0, -0.0, 1e300]
+    x = np.concatenate([rng.normal(0, 1e3, (5000, 3)) + 5e6, np.reshape(edge[:12] + [1e300, 3.0], (-1, 2)).repeat(2, 1)[:, :3]])
+    center = np.array([5e6, -0.5, 1e-300])
+    norms = np.empty(len(x))
+    got = _canopy.centred32(x, center, norms)
+    with np.errstate(all="ignore"):
+        rel = x - center
+        want = rel.astype(np.float32)
+        want_norms = np.sqrt(np.einsum("ij,ij->i", rel, rel))
+    assert got.dtype == np.float32 and got.shape == x.shape
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    np.testing.assert_allclose(norms, want_norms, rtol=1e-15)
+    assert np.array_equal(_canopy.centred32(x[:0], center, None), np.empty((0, 3), np.float32))
+    with pytest.raises(ValueError, match="centred32"):
+        _canopy.centred32(x, center[:2], None)
+
+
 def test_lists_of_shares_each_index_and_counts_its_references():
     """lists_of over many pairs (the threaded path: one int object per distinct index, its count
     raised once by its number of uses, the items written by several threads) equals a plain
