@@ -215,6 +215,8 @@ RaggedStats PointCorrelation::run_lists(const float* queries, index_t n, const P
     v.queries = staged.empty() ? queries : staged.data();
     v.radii = radii.empty() ? opt.radii : radii.data();
     v.radius2 = radius2;
+    // (a radius test emits the same points on every run: the default call takes one pass)
+    if (detail::one_pass_fits(ro)) return detail::ragged_cpu_one_pass(view, v, n, ro, who, offsets, indices);
     return detail::ragged_cpu(view, v, n, ro, who, offsets, indices);
   });
 }

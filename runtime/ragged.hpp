@@ -45,6 +45,7 @@
 #include <vector>
 
 #include <tbb/blocked_range.h>
+#include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 
 #include "runtime/custom.hpp"
@@ -232,6 +233,43 @@ RaggedResult<Item> into_vectors(index_t n, const char* who, Call&& call) {
   return r;
 }
 
+// A ragged CPU call's steps after the counts: the offsets (a scan), the items' room, fill(offsets,
+// items) writing each query's items at its offsets, each query's items sorted if asked, the
+// offsets and items written to the caller's memory where that is device memory.
+template <class Item, class Fill>
+void place_items(RaggedStats& st, const index_t* counts, index_t n, const RaggedOptions& opt, const char* who,
+                 index_t* offsets, const ItemBuffer<Item>& items, Fill&& fill) {
+  auto t0 = std::chrono::steady_clock::now();
+  const bool device_offsets = is_device_pointer(offsets);
+  std::vector<index_t> staged_offsets(device_offsets ? static_cast<std::size_t>(n) + 1 : 0);
+  index_t* off = device_offsets ? staged_offsets.data() : offsets;
+  st.total = exclusive_scan(counts, n, off);
+  st.scan_ms = ms_since(t0);
+  Item* out = items(st.total);
+  check_item_buffer(who, out, st.total);
+  std::vector<Item> staged_items;
+  const bool device_items = st.total > 0 && is_device_pointer(out);
+  if (device_items) {
+    try {
+      staged_items.resize(static_cast<std::size_t>(st.total));
+    } catch (const std::bad_alloc&) {
+      throw_host_out_of_memory(who, st.total, sizeof(Item));
+    }
+  }
+  Item* host_items = device_items ? staged_items.data() : out;
+  t0 = std::chrono::steady_clock::now();
+  fill(static_cast<const index_t*>(off), host_items);
+  st.fill_ms = ms_since(t0);
+  st.fill_batches = n > 0 ? 1 : 0;
+  if (opt.sort) {
+    t0 = std::chrono::steady_clock::now();
+    sort_segments(host_items, off, n, who);
+    st.sort_ms = ms_since(t0);
+  }
+  if (device_items) copy_memory(out, staged_items.data(), static_cast<std::size_t>(st.total) * sizeof(Item), opt.stream);
+  if (device_offsets) copy_memory(offsets, off, (static_cast<std::size_t>(n) + 1) * sizeof(index_t), opt.stream);
+}
+
 // The ragged call on the CPU (traverse_ragged_cpu), the offsets and items in host or device
 // memory (device memory goes through the host).
 template <class Topology, class V>
@@ -248,42 +286,106 @@ RaggedStats ragged_cpu(const Topology& tree, const V& v, index_t n, const Ragged
   RaggedStats st;
   static_cast<TraversalStats&>(st) = run_call(w, tree, Device::Cpu, static_cast<GpuPart<decltype(w)>*>(nullptr),
                                               state, call, count_pass_options(opt));
-  auto t0 = std::chrono::steady_clock::now();
-  const bool device_offsets = is_device_pointer(offsets);
-  std::vector<index_t> staged_offsets(device_offsets ? static_cast<std::size_t>(n) + 1 : 0);
-  index_t* off = device_offsets ? staged_offsets.data() : offsets;
-  st.total = exclusive_scan(counts.data(), n, off);
-  st.scan_ms = ms_since(t0);
-  Item* out = items(st.total);
-  check_item_buffer(who, out, st.total);
-  std::vector<Item> staged_items;
-  const bool device_items = st.total > 0 && is_device_pointer(out);
-  if (device_items) {
-    try {
-      staged_items.resize(static_cast<std::size_t>(st.total));
-    } catch (const std::bad_alloc&) {
-      throw_host_out_of_memory(who, st.total, sizeof(Item));
-    }
-  }
-  t0 = std::chrono::steady_clock::now();
-  int mismatch = 0;
-  RaggedFill<V> fill;
-  fill.inner = v;
-  fill.offsets = off;
-  fill.items = device_items ? staged_items.data() : out;
-  fill.mismatch = &mismatch;
-  execute_cpu(tree, fill, fill_order(st), n);
-  st.fill_ms = ms_since(t0);
-  st.fill_batches = n > 0 ? 1 : 0;
-  if (mismatch) throw_pass_mismatch(who);
-  if (opt.sort) {
-    t0 = std::chrono::steady_clock::now();
-    sort_segments(fill.items, off, n, who);
-    st.sort_ms = ms_since(t0);
-  }
-  if (device_items) copy_memory(out, staged_items.data(), static_cast<std::size_t>(st.total) * sizeof(Item), opt.stream);
-  if (device_offsets) copy_memory(offsets, off, (static_cast<std::size_t>(n) + 1) * sizeof(index_t), opt.stream);
+  place_items(st, counts.data(), n, opt, who, offsets, items, [&](const index_t* off, Item* dst) {
+    int mismatch = 0;
+    RaggedFill<V> fill;
+    fill.inner = v;
+    fill.offsets = off;
+    fill.items = dst;
+    fill.mismatch = &mismatch;
+    execute_cpu(tree, fill, fill_order(st), n);
+    if (mismatch) throw_pass_mismatch(who);
+  });
   if (!opt.keep_schedule) st.schedule = Schedule{};
+  st.wall_ms = ms_since(start);
+  return st;
+}
+
+// One pass's sink: appends to its thread's arena, from `begin` on.
+template <class Item>
+struct ArenaSink {
+  std::vector<Item>* arena = nullptr;
+  std::size_t begin = 0;
+  index_t n = 0;
+  void operator()(const Item& x) {
+    arena->push_back(x);
+    ++n;
+  }
+};
+
+// The one pass: query q's items are the run of arena_of[q] from begin[q], counts[q] long.
+template <class V>
+struct RaggedCollect : RaggedPass<V, ArenaSink<typename V::Item>> {
+  using Item = typename V::Item;
+  using State = typename RaggedPass<V, ArenaSink<Item>>::State;
+  tbb::enumerable_thread_specific<std::vector<Item>>* arenas = nullptr;
+  index_t* counts = nullptr;
+  std::vector<Item>** arena_of = nullptr;
+  std::size_t* begin = nullptr;
+  State init(index_t q) const {
+    std::vector<Item>& a = arenas->local();
+    return State{this->inner.init(q), ArenaSink<Item>{&a, a.size(), 0}};
+  }
+  void finish(State& s, index_t q) const {
+    counts[q] = s.sink.n;
+    arena_of[q] = s.sink.arena;
+    begin[q] = s.sink.begin;
+  }
+};
+
+// Whether a CPU ragged call of a visitor that emits the same items on every run may take one pass
+// (ragged_cpu_one_pass): every engine option at its default (Auto's CPU pick is the input order
+// on independent threads), the device not the GPU. Any other goes through the engine's count
+// pass, which also checks it (a depth deeper than the tree, the GPU asked of a CPU object).
+inline bool one_pass_fits(const RaggedOptions& opt) {
+  return opt.device != Device::Gpu && opt.schedule == ScheduleKind::Auto && opt.executor == ExecutorKind::Auto &&
+         opt.depth == 0 && !opt.count_nodes && !opt.gpu_count_nodes && !opt.keep_schedule && !opt.probe &&
+         opt.row_cap == 0 && !opt.pipeline && opt.chunk == 0 && opt.memory_budget == 0 && !opt.measure_overlap;
+}
+
+// One pass on the CPU, for a visitor whose every run emits the same items (the built-in radius
+// lists, not a custom visitor, whose two passes check each other): the queries in input order on
+// independent threads, each query start to end on one thread, its items one run of that thread's
+// arena; then the offsets, the items' room and each run copied to its query's range. Half the
+// traversals of ragged_cpu (whose count pass is a whole traversal too); the arenas hold every item
+// until the copy.
+template <class Topology, class V>
+RaggedStats ragged_cpu_one_pass(const Topology& tree, const V& v, index_t n, const RaggedOptions& opt,
+                                const char* who, index_t* offsets, const ItemBuffer<typename V::Item>& items) {
+  using Item = typename V::Item;
+  const auto start = std::chrono::steady_clock::now();
+  check_ragged_call(who, n, offsets);
+  const std::size_t un = static_cast<std::size_t>(n);
+  std::vector<index_t> counts(un);
+  std::vector<std::vector<Item>*> arena_of(un, nullptr);
+  std::vector<std::size_t> begin(un, 0);
+  tbb::enumerable_thread_specific<std::vector<Item>> arenas;
+  RaggedCollect<V> c;
+  c.inner = v;
+  c.arenas = &arenas;
+  c.counts = counts.data();
+  c.arena_of = arena_of.data();
+  c.begin = begin.data();
+  RaggedStats st;
+  try {
+    execute_cpu(tree, c, nullptr, n);
+  } catch (const std::bad_alloc&) {
+    index_t held = 0;
+    for (const std::vector<Item>& a : arenas) held += static_cast<index_t>(a.size());
+    throw_host_out_of_memory(who, held, sizeof(Item));
+  }
+  st.times.execute_ms = ms_since(start);
+  st.device = Device::Cpu;
+  st.schedule_kind = ScheduleKind::InputOrder;
+  st.executor_kind = ExecutorKind::Independent;
+  place_items(st, counts.data(), n, opt, who, offsets, items, [&](const index_t* off, Item* dst) {
+    tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 1024), [&](const tbb::blocked_range<index_t>& r) {
+      for (index_t q = r.begin(); q < r.end(); ++q)
+        if (counts[static_cast<std::size_t>(q)] > 0)
+          std::copy_n(arena_of[static_cast<std::size_t>(q)]->data() + begin[static_cast<std::size_t>(q)],
+                      counts[static_cast<std::size_t>(q)], dst + off[q]);
+    });
+  });
   st.wall_ms = ms_since(start);
   return st;
 }

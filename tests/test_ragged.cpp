@@ -104,6 +104,19 @@ void expect_pc_lists(int dims, Device device) {
       }
     }
   }
+  // The default call, no schedule kept (on the CPU one pass: ragged_cpu_one_pass) gives the same.
+  PcListOptions d{po};
+  for (bool sorted : {true, false}) {
+    d.sorted = sorted;
+    const PcListResult r = pc.run_lists(queries.data(), 700, d);
+    const std::string what = std::string(to_string(device)) + " default call" + (sorted ? ", sorted" : ", unsorted");
+    expect_lists(r, r.indices, want, sorted, what);
+    for (index_t q = 0; q < 700; ++q) ASSERT_EQ(r.offsets[q + 1] - r.offsets[q], counts[q]) << what;
+    EXPECT_EQ(r.fill_batches, 1);
+    if (!sorted) {
+      EXPECT_EQ(r.indices, unsorted_reference) << what;
+    }
+  }
 }
 
 void pc_lists_2d(Device d) { expect_pc_lists(2, d); }
