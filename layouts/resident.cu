@@ -1,7 +1,12 @@
 #include "layouts/resident.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <cstddef>
 #include <cstring>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "core/cuda.cuh"
 
@@ -30,7 +35,7 @@ class Staging {
  public:
   Staging(std::size_t largest, cudaStream_t stream, StagingSlots* keep)
       : stage_(std::min(kStageBytes, std::max<std::size_t>(largest, 1))), stream_(stream), slot_(keep ? *keep : own_) {
-    for (PinnedMemory& m : slot_) m.reserve(stage_, "the staging of a host copy", nullptr);
+    slot_.reserve(stage_, "the staging of a host copy");
   }
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
@@ -81,7 +86,68 @@ class Staging {
   } pending_;
 };
 
+// Freed slot blocks, lent to the next slots that need one (StagingSlots, layouts/resident.hpp).
+// Made after the CUDA runtime has started, so destroyed before its teardown; slots released after
+// that (by other static objects) free their blocks themselves.
+std::atomic<bool> g_slot_pool_alive{false};
+
+class SlotPool {
+ public:
+  static SlotPool& get() {
+    static SlotPool pool;
+    return pool;
+  }
+  // The smallest pooled block of at least `bytes` moved into `slot` (false: none; a block the
+  // slot held goes in its place and is freed).
+  bool lend(PinnedMemory& slot, std::size_t bytes) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    auto best = blocks_.end();
+    for (auto b = blocks_.begin(); b != blocks_.end(); ++b)
+      if (b->bytes() >= bytes && (best == blocks_.end() || b->bytes() < best->bytes())) best = b;
+    if (best == blocks_.end()) return false;
+    slot = std::move(*best);
+    blocks_.erase(best);
+    return true;
+  }
+  // The slot's block moved into the pool: where there is room, or in place of a smaller one (the
+  // slot then holds that one, which its owner frees).
+  void take_back(PinnedMemory& slot) {
+    if (slot.bytes() > kStageBytes) return;
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (blocks_.size() < kBlocks) {
+      blocks_.push_back(std::move(slot));
+      return;
+    }
+    auto smallest = std::min_element(blocks_.begin(), blocks_.end(),
+                                     [](const PinnedMemory& a, const PinnedMemory& b) { return a.bytes() < b.bytes(); });
+    if (smallest->bytes() < slot.bytes()) std::swap(*smallest, slot);
+  }
+
+ private:
+  static constexpr std::size_t kBlocks = 8;
+  SlotPool() {
+    cudaFree(nullptr);  // (starts the runtime if nothing has: its teardown then comes after ours)
+    g_slot_pool_alive = true;
+  }
+  ~SlotPool() { g_slot_pool_alive = false; }
+  std::mutex mu_;
+  std::vector<PinnedMemory> blocks_;
+};
+
 }  // namespace
+
+StagingSlots::~StagingSlots() {
+  for (PinnedMemory& m : slots_)
+    if (m.get() && g_slot_pool_alive) SlotPool::get().take_back(m);
+}
+
+void StagingSlots::reserve(std::size_t bytes, const char* what) {
+  for (PinnedMemory& m : slots_) {
+    if (m.get() && m.bytes() >= bytes) continue;
+    if (m.get() && g_slot_pool_alive) SlotPool::get().take_back(m);  // (too small: another may use it)
+    if (!(m.get() && m.bytes() >= bytes) && !SlotPool::get().lend(m, bytes)) m.reserve(bytes, what, nullptr);
+  }
+}
 
 void staged_to_host(void* dst, const void* src, std::size_t bytes, stream_t stream, StagingSlots* keep) {
   if (bytes == 0) return;

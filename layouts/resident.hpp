@@ -32,7 +32,31 @@ void copy_on_cores(void* dst, const void* src, std::size_t bytes);
 // copy into or out of pageable memory runs at a fraction of the link's speed. Return when the
 // copy is complete. `keep`: slots to use and keep (a builder's, for its next copies: each
 // allocation costs milliseconds); else they are made for the copy and freed after it.
-using StagingSlots = std::array<PinnedMemory, 2>;
+//
+// The slots' blocks come from, and go back to, a process-wide pool of freed slot blocks (up to 8,
+// each at most a slot's 8 MiB): cudaMallocHost and cudaFreeHost of one took milliseconds, which
+// every new tree's build, engine and exact-pairs object paid at its first large copy (7 ms of a
+// new tree's 50 ms query_pairs at 10^6 points, H200). A block goes back only once its copies are
+// complete: every use is a Staging copy, which synchronises its stream before it returns.
+class StagingSlots {
+ public:
+  StagingSlots() = default;
+  StagingSlots(const StagingSlots&) = delete;
+  StagingSlots& operator=(const StagingSlots&) = delete;
+  StagingSlots(StagingSlots&& o) noexcept { swap(o); }
+  StagingSlots& operator=(StagingSlots&& o) noexcept {
+    swap(o);
+    return *this;
+  }
+  ~StagingSlots();
+  // Both slots hold at least `bytes`: their own blocks, else the pool's, else new ones.
+  void reserve(std::size_t bytes, const char* what);
+  PinnedMemory& operator[](int i) { return slots_[static_cast<std::size_t>(i)]; }
+
+ private:
+  void swap(StagingSlots& o) noexcept { slots_.swap(o.slots_); }
+  std::array<PinnedMemory, 2> slots_;
+};
 void staged_to_host(void* dst, const void* src, std::size_t bytes, stream_t stream, StagingSlots* keep = nullptr);
 void staged_to_device(void* dst, const void* src, std::size_t bytes, stream_t stream, StagingSlots* keep = nullptr);
 // Below this many bytes a plain copy is as fast (the slots' allocation is not free).

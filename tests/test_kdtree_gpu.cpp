@@ -3,6 +3,7 @@
 // bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "core/checks.hpp"
 #include "core/device.hpp"
+#include "core/device_buffer.hpp"
 #include "io/dataset.hpp"
 #include "layouts/ball_tree.hpp"
 #include "layouts/kdtree.hpp"
@@ -189,6 +191,27 @@ TEST(StagedCopy, EveryByteGoesThereAndBack) {
       EXPECT_TRUE(back == src) << bytes << " bytes, " << (keep ? "kept" : "own") << " slots";
     }
   }
+}
+
+// Freed slots' blocks are lent to the next slots (the pool in layouts/resident.cu): a new
+// object's first staged copy allocates no page-locked memory where an earlier one's slots were
+// freed, and copies through lent blocks still move every byte.
+TEST(StagedCopy, FreedSlotsAreLentToTheNext) {
+  CANOPY_REQUIRE_GPU();
+  const std::size_t bytes = std::size_t{20} << 20;  // (past the 8 MiB slot: both slots in use)
+  std::vector<unsigned char> src(bytes), back(bytes, 0);
+  for (std::size_t i = 0; i < bytes; ++i) src[i] = static_cast<unsigned char>((i * 2654435761u) >> 11);
+  void* d = test::device_alloc(bytes);
+  { detail::StagingSlots first; detail::staged_to_device(d, src.data(), bytes, nullptr, &first); }
+  const MemoryEvents before = memory_events();
+  for (int round = 0; round < 5; ++round) {
+    detail::StagingSlots next;
+    detail::staged_to_host(back.data(), d, bytes, nullptr, &next);
+    EXPECT_TRUE(back == src) << "round " << round;
+    std::fill(back.begin(), back.end(), 0);
+  }
+  EXPECT_EQ(memory_events().pinned_allocations, before.pinned_allocations);
+  test::device_free(d);
 }
 
 TEST(KdTreeGpu, EqualsTheCpuTreeWithManyEqualPoints) {
