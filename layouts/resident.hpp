@@ -43,18 +43,14 @@ class StagingSlots {
   StagingSlots() = default;
   StagingSlots(const StagingSlots&) = delete;
   StagingSlots& operator=(const StagingSlots&) = delete;
-  StagingSlots(StagingSlots&& o) noexcept { swap(o); }
-  StagingSlots& operator=(StagingSlots&& o) noexcept {
-    swap(o);
-    return *this;
-  }
+  StagingSlots(StagingSlots&&) noexcept = default;  // (PinnedMemory moves by swapping)
+  StagingSlots& operator=(StagingSlots&&) noexcept = default;
   ~StagingSlots();
   // Both slots hold at least `bytes`: their own blocks, else the pool's, else new ones.
   void reserve(std::size_t bytes, const char* what);
   PinnedMemory& operator[](int i) { return slots_[static_cast<std::size_t>(i)]; }
 
  private:
-  void swap(StagingSlots& o) noexcept { slots_.swap(o.slots_); }
   std::array<PinnedMemory, 2> slots_;
 };
 void staged_to_host(void* dst, const void* src, std::size_t bytes, stream_t stream, StagingSlots* keep = nullptr);
