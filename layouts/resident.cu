@@ -145,7 +145,7 @@ void StagingSlots::reserve(std::size_t bytes, const char* what) {
   for (PinnedMemory& m : slots_) {
     if (m.get() && m.bytes() >= bytes) continue;
     if (m.get() && g_slot_pool_alive) SlotPool::get().take_back(m);  // (too small: another may use it)
-    if (!(m.get() && m.bytes() >= bytes) && !SlotPool::get().lend(m, bytes)) m.reserve(bytes, what, nullptr);
+    if (!SlotPool::get().lend(m, bytes)) m.reserve(bytes, what, nullptr);
   }
 }
 
