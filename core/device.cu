@@ -1,5 +1,6 @@
 #include "core/cuda.cuh"
 #include "core/device.hpp"
+#include "core/device_buffer.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -42,7 +43,7 @@ std::string gpu_description() {
 std::size_t gpu_free_memory() {
   std::size_t free_b = 0, total_b = 0;
   CANOPY_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  return free_b;
+  return free_b + pool_spare_bytes();
 }
 
 bool is_device_pointer(const void* p) {

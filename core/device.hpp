@@ -16,7 +16,8 @@ bool gpu_available();
 // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" or why there is none.
 std::string gpu_description();
 
-// Bytes of device memory free now (cudaMemGetInfo).
+// Bytes of device memory free now for Canopy: cudaMemGetInfo's, and what the stream-ordered pool
+// keeps freed for its next allocations (pool_spare_bytes).
 std::size_t gpu_free_memory();
 
 // Whether p points into device memory (false for host memory, and on machines without a GPU).

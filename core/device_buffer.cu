@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/cuda.cuh"
+#include "core/device.hpp"
 
 namespace canopy {
 namespace {
@@ -14,7 +17,41 @@ std::atomic<std::int64_t> g_device_allocations{0}, g_device_frees{0}, g_pinned_a
 
 std::string mib(std::size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
+// The current device's stream-ordered pool keeps up to an eighth of the device's memory once
+// freed, for the next allocation: at CUDA's default (0) every synchronisation gave freed blocks
+// back, so each new tree's build, engine and result buffers paid the pool's growth again. Set
+// once per device, and only where the threshold is still CUDA's default (a caller's own stays).
+cudaMemPool_t kept_pool() {
+  static std::mutex mu;
+  static std::vector<int> done;
+  int dev = 0;
+  CANOPY_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaMemPool_t pool;
+  CANOPY_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+  const std::lock_guard<std::mutex> lock(mu);
+  if (std::find(done.begin(), done.end(), dev) != done.end()) return pool;
+  done.push_back(dev);
+  std::uint64_t keep = 0;
+  CANOPY_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  if (keep == 0) {
+    std::size_t free_b = 0, total_b = 0;
+    CANOPY_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    keep = total_b / 8;
+    CANOPY_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  }
+  return pool;
+}
+
 }  // namespace
+
+std::size_t pool_spare_bytes() {
+  if (!gpu_available()) return 0;
+  const cudaMemPool_t pool = kept_pool();
+  std::uint64_t reserved = 0, used = 0;
+  CANOPY_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  CANOPY_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+  return reserved > used ? static_cast<std::size_t>(reserved - used) : 0;
+}
 
 MemoryEvents memory_events() {
   MemoryEvents e;
@@ -46,7 +83,13 @@ void Memory<MemoryKind::Device>::reserve(std::size_t bytes, const char* what, st
   ptr_ = nullptr;
   bytes_ = 0;
   ++g_device_allocations;
-  const cudaError_t err = cudaMallocAsync(&ptr_, std::max<std::size_t>(bytes, 1), stream);
+  const cudaMemPool_t pool = kept_pool();
+  cudaError_t err = cudaMallocAsync(&ptr_, std::max<std::size_t>(bytes, 1), stream);
+  if (err == cudaErrorMemoryAllocation) {  // (what the pool keeps may be what is missing)
+    cudaGetLastError();
+    CANOPY_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+    err = cudaMallocAsync(&ptr_, std::max<std::size_t>(bytes, 1), stream);
+  }
   if (err == cudaErrorMemoryAllocation) {
     cudaGetLastError();  // an allocation failure is not sticky: clear it for later checks
     ptr_ = nullptr;

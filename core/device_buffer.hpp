@@ -89,4 +89,8 @@ struct MemoryEvents {
 };
 MemoryEvents memory_events();
 
+// Device memory the current device's stream-ordered pool holds freed, ready for Canopy's next
+// allocations (it keeps up to an eighth of the device's memory; cudaMemGetInfo counts it as used).
+std::size_t pool_spare_bytes();
+
 }  // namespace canopy

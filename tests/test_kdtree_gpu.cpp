@@ -214,6 +214,31 @@ TEST(StagedCopy, FreedSlotsAreLentToTheNext) {
   test::device_free(d);
 }
 
+// The stream-ordered pool keeps freed device memory for the next allocation (core/device_buffer.cu):
+// a block freed and synchronised stays spare, counts as free for Canopy, and a new buffer of the
+// same size takes it instead of growing the pool.
+TEST(DevicePool, FreedMemoryIsKeptForTheNextBuffer) {
+  CANOPY_REQUIRE_GPU();
+  const std::size_t bytes = std::size_t{192} << 20;
+  void* s = test::make_stream();
+  {
+    detail::DeviceMemory m;
+    m.reserve(bytes, "a test block", static_cast<stream_t>(s));
+  }
+  test::sync_stream(s);
+  const std::size_t spare = pool_spare_bytes();
+  EXPECT_GE(spare, bytes);
+  EXPECT_GE(gpu_free_memory(), spare);
+  {
+    detail::DeviceMemory m;
+    m.reserve(bytes, "a test block", static_cast<stream_t>(s));
+    test::sync_stream(s);
+    EXPECT_LE(pool_spare_bytes() + bytes, spare);
+  }
+  test::sync_stream(s);
+  test::destroy_stream(s);
+}
+
 TEST(KdTreeGpu, EqualsTheCpuTreeWithManyEqualPoints) {
   CANOPY_REQUIRE_GPU();
   expect_gpu_equals_cpu(std::vector<float>(3 * 5000, 0.5f), 5000, 3, 8, "all equal");
