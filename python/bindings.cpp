@@ -232,12 +232,14 @@ class PointIndex {
   // offsets[i + 1]), made with numpy.empty once the count pass has given the total (the GIL
   // taken for it); queries in host or device memory. radii: None, or an address of n float32
   // radii (a numpy array or a device pointer); sorted: each list ascending (scipy's order).
-  py::tuple ball(Address queries, index_t n, float r, const py::dict& kw, const py::object& radii, bool sorted) {
+  py::tuple ball(Address queries, index_t n, float r, const py::dict& kw, const py::object& radii, bool sorted,
+                 index_t upper_from) {
     if (!kd_) throw Error("radius lists (query_ball_point) run over a KDTree; this tree is a ball or vp tree");
     PcListOptions o;
     static_cast<TraversalOptions&>(o) = traversal_options(kw);
     o.radius = r;
     o.sorted = sorted;
+    o.upper_from = upper_from;
     if (!radii.is_none()) o.radii = at<const float>(radii.cast<Address>());
     const py::object empty = py::module_::import("numpy").attr("empty");
     const py::object offsets = empty(std::max<index_t>(n, 0) + 1, "int64");
@@ -568,7 +570,7 @@ PYBIND11_MODULE(_canopy, m) {
       .def("ball_exact", &PointIndex::ball_exact)
       .def("nodes", &PointIndex::nodes)
       .def("ball", &PointIndex::ball, py::arg("queries"), py::arg("n"), py::arg("r"), py::arg("kw"), py::kw_only(),
-           py::arg("radii") = py::none(), py::arg("sorted") = true);
+           py::arg("radii") = py::none(), py::arg("sorted") = true, py::arg("upper_from") = -1);
   m.def("barnes_hut", &barnes_hut);
 
   py::class_<ForestCallStats>(m, "ForestCallStats")

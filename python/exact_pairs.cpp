@@ -114,6 +114,9 @@ py::tuple exact_pairs(ExactPairsGpu& run, const std::function<PointCorrelation&(
   f.counts = optional_at<index_t>(counts);
   f.queries_kept = queries_kept;
   o.sorted = !f.counts;  // (a count needs no order: a 10^8-candidate sort is 30 ms)
+  // A tree's pairs with its own consecutive points, its ids their rows: the engine lists each
+  // pair once (query_pairs: half the candidates to list, sort and filter).
+  if (upper && !f.q && !f.rows && !f.keep) o.upper_from = row0;
   const py::object empty = py::module_::import("numpy").attr("empty");
   py::object ij = py::none(), d = py::none();
   const auto make = [&](index_t rows) {  // (the GIL held)
@@ -136,7 +139,7 @@ py::tuple exact_pairs(ExactPairsGpu& run, const std::function<PointCorrelation&(
     const std::size_t rows = static_cast<std::size_t>(candidates);
     std::vector<PageToucher::Region> regions{{at<char>(ij.cast<Address>()), rows * 2 * sizeof(index_t)}};
     if (with_d) regions.push_back({at<char>(d.cast<Address>()), rows * sizeof(double)});
-    touch = std::make_unique<PageToucher>(std::move(regions), upper ? 0.5 : 1.0);
+    touch = std::make_unique<PageToucher>(std::move(regions), upper && o.upper_from < 0 ? 0.5 : 1.0);
   };
   RaggedStats st;
   {

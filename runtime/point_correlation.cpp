@@ -198,13 +198,15 @@ RaggedStats PointCorrelation::run_lists(const float* queries, index_t n, const P
   detail::check_ragged_call(who, n, offsets);
   check_queries(queries, n, tree_.dims(), opt.stream);
   std::vector<float> radii = check_radii(opt.radii, n, opt.stream);
+  if (opt.upper_from < -1)
+    throw Error(std::string(who) + ": upper_from = " + std::to_string(opt.upper_from) + " (-1: every point; else >= 0)");
   RaggedOptions ro;
   static_cast<TraversalOptions&>(ro) = opt;
   ro.sort = opt.sorted;
   if (opt.device != Device::Cpu && device() == Device::Gpu) {
     const std::lock_guard<std::mutex> lock(lists_->mutex);
     if (!lists_->gpu) lists_->gpu = detail::make_pc_lists_gpu(tree_);
-    return lists_->gpu->run(queries, opt.radii, n, radius2, ro, offsets, indices);
+    return lists_->gpu->run(queries, opt.radii, n, radius2, opt.upper_from, ro, offsets, indices);
   }
   // The CPU reads host memory: device queries and radii go through the host.
   const std::vector<float> staged = detail::host_copy_of_queries(queries, n, tree_.dims(), opt.stream);
@@ -215,6 +217,7 @@ RaggedStats PointCorrelation::run_lists(const float* queries, index_t n, const P
     v.queries = staged.empty() ? queries : staged.data();
     v.radii = radii.empty() ? opt.radii : radii.data();
     v.radius2 = radius2;
+    v.upper_from = opt.upper_from;
     // (a radius test emits the same points on every run: the default call takes one pass)
     if (detail::one_pass_fits(ro)) return detail::ragged_cpu_one_pass(view, v, n, ro, who, offsets, indices);
     return detail::ragged_cpu(view, v, n, ro, who, offsets, indices);

@@ -41,6 +41,10 @@ struct PcListOptions : PcOptions {
   // Per-query radii [n_queries] (host or device memory; each finite and >= 0), or null: `radius`
   // for every query.
   const float* radii = nullptr;
+  // >= 0: query q lists only the points of original index > upper_from + q (a self-join whose
+  // queries are the tree's points upper_from, upper_from + 1, ...: each pair once, from its
+  // smaller index, as scipy's query_pairs). -1: every point within the radius.
+  index_t upper_from = -1;
 };
 
 // run_radii_totals: run_radii's counts summed over the queries, and the queries with a tree point

@@ -185,6 +185,41 @@ void per_query_radii(Device device) {
 }
 CANOPY_TEST_ON_CPU_AND_GPU(RaggedLists, PerQueryRadii, per_query_radii)
 
+// upper_from: the queries are the tree's points 300 .. 999 and each lists only the points of
+// larger index (every pair of the self-join once), on every variant, sorted and not.
+void upper_from(Device device) {
+  const std::vector<float> pts = test::clustered_points(1000, 3, 31);
+  const std::vector<float> queries(pts.begin() + 300 * 3, pts.end());
+  const KdTree tree = KdTree::build(pts.data(), 1000, 3);
+  const float radius = test::radius_for(tree, queries, 25);
+  Lists want = brute_lists(pts, queries, 3, radius);
+  std::size_t kept = 0, all = 0;
+  for (std::size_t q = 0; q < want.size(); ++q) {
+    all += want[q].size();
+    want[q].erase(want[q].begin(), std::upper_bound(want[q].begin(), want[q].end(), index_t(300 + q)));
+    kept += want[q].size();
+  }
+  ASSERT_GT(kept, 1000u);
+  ASSERT_LT(kept, all);
+  PointCorrelation pc(tree, device);
+  PcListOptions o;
+  o.device = device;
+  o.radius = radius;
+  o.upper_from = 300;
+  for (const Variant& v : kVariants) {
+    o.schedule = v.schedule;
+    o.executor = v.executor;
+    for (bool sorted : {true, false}) {
+      o.sorted = sorted;
+      const PcListResult r = pc.run_lists(queries.data(), 700, o);
+      expect_lists(r, r.indices, want, sorted, name(v, device) + " upper_from");
+    }
+  }
+  o.upper_from = -2;
+  EXPECT_HAS(test::error_of([&] { pc.run_lists(queries.data(), 700, o); }), "upper_from = -2");
+}
+CANOPY_TEST_ON_CPU_AND_GPU(RaggedLists, UpperFromListsEachPairOnce, upper_from)
+
 void errors(Device device) {
   const std::vector<float> pts = test::random_points(500, 2, 4);
   const KdTree tree = KdTree::build(pts.data(), 500, 2);

@@ -16,16 +16,19 @@ namespace detail {
 // Emits the original index of every tree point within the query's radius: point correlation's
 // visitor (its arithmetic, so a query's list holds exactly its count's points; its home hint)
 // whose leaf emits instead of counting, in the kd-tree's leaf order. The radius is radius2's for
-// every query, or per query radii[q] squared. The sort key (LeafSort) is the kd-tree leaf the
+// every query, or per query radii[q] squared; upper_from >= 0: only points of original index >
+// upper_from + query (PcListOptions::upper_from). The sort key (LeafSort) is the kd-tree leaf the
 // query falls in, as point correlation's. (The base's counts are not used.)
 template <int MaxDim>
 struct PcListVisitor : PointCorrelationVisitor<MaxDim> {
   using Base = PointCorrelationVisitor<MaxDim>;
   using Item = index_t;
   const float* radii = nullptr;  // [queries], or null
+  index_t upper_from = -1;
 
   struct State : Base::State {
     float r2;
+    index_t above;  // the smallest index listed, less one
   };
 
   CANOPY_HD State init(index_t query) const {
@@ -33,6 +36,7 @@ struct PcListVisitor : PointCorrelationVisitor<MaxDim> {
     static_cast<typename Base::State&>(s) = Base::init(query);
     s.r2 = this->radius2;
     if (radii) s.r2 = radii[query] * radii[query];
+    s.above = upper_from >= 0 ? upper_from + query : -1;
     return s;
   }
   CANOPY_HD bool descend(State& s, node_id n) const {
@@ -42,7 +46,10 @@ struct PcListVisitor : PointCorrelationVisitor<MaxDim> {
   CANOPY_HD void leaf(State& s, node_id n, Emit& emit) const {
     const KdNode node = this->tree.nodes[n];
     for (index_t i = node.first; i < node.first + node.count; ++i)
-      if (point_distance2(s.q, this->tree.point(i)) <= s.r2) emit(this->tree.point_ids[i]);
+      if (point_distance2(s.q, this->tree.point(i)) <= s.r2) {
+        const index_t id = this->tree.point_ids[i];
+        if (id > s.above) emit(id);
+      }
   }
   CANOPY_HD std::uint64_t sort_key(index_t q) const {
     return static_cast<std::uint64_t>(this->tree.find_leaf(this->queries + q * this->tree.dims));
@@ -56,7 +63,7 @@ struct PcListVisitor : PointCorrelationVisitor<MaxDim> {
 class PcListsGpu {
  public:
   virtual ~PcListsGpu() = default;
-  virtual RaggedStats run(const float* queries, const float* radii, index_t n, float radius2,
+  virtual RaggedStats run(const float* queries, const float* radii, index_t n, float radius2, index_t upper_from,
                           const RaggedOptions& opt, index_t* offsets, const ItemBuffer<index_t>& indices) = 0;
 };
 std::unique_ptr<PcListsGpu> make_pc_lists_gpu(const KdTree& tree);

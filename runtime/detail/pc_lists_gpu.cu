@@ -19,8 +19,8 @@ class PcListsGpuImpl final : public PcListsGpu {
     CANOPY_CUDA_CHECK(cudaStreamSynchronize(core_.stream()));
   }
 
-  RaggedStats run(const float* queries, const float* radii, index_t n, float radius2, const RaggedOptions& opt,
-                  index_t* offsets, const ItemBuffer<index_t>& indices) override {
+  RaggedStats run(const float* queries, const float* radii, index_t n, float radius2, index_t upper_from,
+                  const RaggedOptions& opt, index_t* offsets, const ItemBuffer<index_t>& indices) override {
     const int dims = host_.dims;
     const std::size_t query_floats = static_cast<std::size_t>(std::max<index_t>(n, 0)) * dims;
     const std::size_t radius_floats = radii ? static_cast<std::size_t>(std::max<index_t>(n, 0)) : 0;
@@ -37,6 +37,7 @@ class PcListsGpuImpl final : public PcListsGpu {
       v.queries = dq;
       v.radii = dr;
       v.radius2 = radius2;
+      v.upper_from = upper_from;
       return core_.run(host_, tree_.view(), v, n, opt, "PointCorrelation::run_lists", fixed, false, offsets, indices);
     });
   }
