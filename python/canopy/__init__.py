@@ -498,16 +498,21 @@ class _PointTree(_PairQueries):
         # (ball_exact): only the kept pairs cross, as (n, 2) pairs, in larger chunks.
         on_gpu = self._index.device == "gpu" and opts.get("device") != "cpu" and (p in (1, 2) or np.isinf(p))
         limit = _LIST_ITEMS * (8 if on_gpu else 1)
-        # Memory: rows in chunks of about _LIST_ITEMS candidates. One call where even every point
-        # for every row would fit; else the mean count is estimated from the kd-tree's counts of
-        # a sample of rows (at the largest radius), then from each chunk's total for the next.
-        step = len(rows_fast)
-        if len(rows_fast) * self._n_eng > limit:
+
+        def sampled_step():  # (rows per chunk of about `limit` candidates, from a sample's counts)
             sample = rows_fast[::max(1, len(rows_fast) // 1024)]
             counts = np.empty(len(sample), np.int64)
             top = hi[0] if hi.strides == (0,) else hi[rows_fast].max()  # (broadcast: no gather)
             self._index.count(np.ascontiguousarray(q32[sample]), len(sample), float(top), counts, opts)
-            step = int(max(1, min(len(rows_fast), limit // (2 * counts.mean() + 1))))
+            return int(max(1, min(len(rows_fast), limit // (2 * counts.mean() + 1))))
+        # Memory: rows in chunks of about _LIST_ITEMS candidates. One call where even every point
+        # for every row would fit; else the mean count is estimated from the kd-tree's counts of
+        # a sample of rows (at the largest radius), then from each chunk's total for the next. On
+        # the GPU only the kept pairs cross: every row is tried in one call, and chunks follow
+        # only where its candidates or pairs do not fit (a MemoryError).
+        step = len(rows_fast)
+        if not on_gpu and len(rows_fast) * self._n_eng > limit:
+            step = sampled_step()
         # On the GPU a tree's own points (q is data) are read from its device copy, and one
         # radius (rr broadcast) and consecutive rows are passed as numbers.
         own, one_r = q is self.data or q is self._own64, rr.strides == (0,)
@@ -515,7 +520,7 @@ class _PointTree(_PairQueries):
             q, rr = np.ascontiguousarray(q, np.float64), np.ascontiguousarray(rr, np.float64)
         elif not own:
             q = np.ascontiguousarray(q, np.float64)
-        s = 0
+        s, whole = 0, on_gpu
         while s < len(rows_fast):
             rows = rows_fast[s:s + step]
             s += len(rows)
@@ -525,17 +530,27 @@ class _PointTree(_PairQueries):
                 rows64 = None if rows[-1] - rows[0] == len(rows) - 1 else np.ascontiguousarray(rows, np.int64)
                 keep, data = self._keep, self.data
                 c = np.empty(len(rows), np.int64) if count_only else None  # (then the counts alone cross)
-                ij, d, st = self._index.ball_exact(sub, len(rows), r0, radii, rows64, int(rows[0]),
-                                                   None if own else _at(q, rows),
-                                                   None if one_r else np.ascontiguousarray(_at(rr, rows), np.float64),
-                                                   float(rr[0]), data, data.dtype == np.float64,
-                                                   len(data), keep, 0 if keep is None else len(keep), float(p), upper,
-                                                   with_d, opts, c, own and sub is q32)
+                try:
+                    ij, d, st = self._index.ball_exact(sub, len(rows), r0, radii, rows64, int(rows[0]),
+                                                       None if own else _at(q, rows),
+                                                       None if one_r else np.ascontiguousarray(_at(rr, rows), np.float64),
+                                                       float(rr[0]), data, data.dtype == np.float64, len(data), keep,
+                                                       0 if keep is None else len(keep), float(p), upper, with_d,
+                                                       opts, c, own and sub is q32)
+                except MemoryError:
+                    if not whole or len(rows) == 1:
+                        raise
+                    whole, s, step = False, 0, min(sampled_step(), len(rows) // 2)  # (every row at once did not fit)
+                    continue
+                whole = False
                 self.last_stats = _stats(st)
                 step = int(max(1, min(len(rows_fast), limit * len(rows) // max(1, st["total"]))))
                 yield (rows, c) if count_only else (ij[:, 0], ij[:, 1], d)
                 continue
-            offsets, idx, st = self._index.ball(sub, len(rows), r0, opts, radii=radii)
+            # (a tree's consecutive own rows: the engine lists each pair of query_pairs once)
+            self_join = upper and own and self._keep is None and rows[-1] - rows[0] == len(rows) - 1
+            offsets, idx, st = self._index.ball(sub, len(rows), r0, opts, radii=radii,
+                                                upper_from=int(rows[0]) if self_join else -1)
             self.last_stats = _stats(st)
             step = int(max(1, min(len(rows_fast), limit * len(rows) // max(1, len(idx)))))
             # float64 p-distances of the candidates, those within rr[row] kept (query_pairs: only

@@ -259,7 +259,7 @@ def test_large_pair_results_are_made_while_the_device_works(dtype):
     got = t.query_pairs(r, output_type="ndarray")
     want = ref.query_pairs(r, output_type="ndarray")
     np.testing.assert_array_equal(got, want[np.lexsort((want[:, 1], want[:, 0]))])
-    assert got.base is not None and got.base.shape[0] > len(got) > 1000000 and got.flags.c_contiguous
+    assert got.base is not None and got.base.shape[0] >= len(got) > 1000000 and got.flags.c_contiguous
     assert t.query_pairs(r) == ref.query_pairs(r)
     got = t.sparse_distance_matrix(t, r, output_type="ndarray")
     want = ref.sparse_distance_matrix(ref, r, output_type="ndarray")
@@ -267,6 +267,47 @@ def test_large_pair_results_are_made_while_the_device_works(dtype):
     for f in ("i", "j"):
         np.testing.assert_array_equal(got[f], want[f])
     np.testing.assert_allclose(got["v"], want["v"], rtol=1e-14, atol=0)
+
+
+@pytest.mark.skipif(not _canopy.gpu_available(), reason="no GPU")
+def test_pairs_that_do_not_fit_one_device_call_come_in_chunks():
+    """On the GPU every row is first tried in one call (no sample of counts); where that call
+    is a MemoryError (the device's or the host's memory), the rows go in sampled chunks, whose
+    pairs equal the one call's. A chunk's own MemoryError is the caller's."""
+    import canopy
+
+    class Tight:  # (the index, with ball_exact failing for more than `most` rows at once)
+        def __init__(self, inner, most):
+            self.inner, self.most, self.sizes = inner, most, []
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def ball_exact(self, sub, n, *a):
+            self.sizes.append(n)
+            if n > self.most:
+                raise MemoryError(f"{n} rows")
+            return self.inner.ball_exact(sub, n, *a)
+
+    x = np.random.default_rng(5).random((60000, 3))
+    t = canopy.cKDTree(x)
+    want = t.query_pairs(0.03, output_type="ndarray")
+    counts = t.query_ball_point(x, 0.03, return_length=True)
+    t._index = Tight(t._index, 60000)
+    np.testing.assert_array_equal(t.query_pairs(0.03, output_type="ndarray"), want)
+    assert t._index.sizes == [60000]
+    canopy._LIST_ITEMS, old = 1 << 12, canopy._LIST_ITEMS  # (chunks of about 2^15 candidates)
+    try:
+        t._index = Tight(t._index.inner, 59999)
+        np.testing.assert_array_equal(t.query_pairs(0.03, output_type="ndarray"), want)
+        np.testing.assert_array_equal(t.query_ball_point(x, 0.03, return_length=True), counts)
+        sizes = t._index.sizes
+        assert sizes[0] == 60000 and len(sizes) > 4 and max(sizes[1:]) < 60000, sizes
+        t._index = Tight(t._index.inner, 10)
+        with pytest.raises(MemoryError):
+            t.query_pairs(0.03)
+    finally:
+        canopy._LIST_ITEMS = old
 
 
 @pytest.mark.skipif(not _canopy.gpu_available(), reason="no GPU")
