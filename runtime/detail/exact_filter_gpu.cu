@@ -184,8 +184,13 @@ RaggedStats ExactPairsGpu::operator()(PointCorrelation& pc, const float* queries
   k.stream.sync();  // (the lists are written from the engine's own stream)
   PcListOptions o = opt;
   o.stream = s;
-  const float* listed = f.queries_kept && n > 0 ? k.queries.get(queries, un * f.dims, "the kept queries", s, k.staging)
-                                                 : queries;
+  const std::size_t values = static_cast<std::size_t>(f.n_data) * f.dims;
+  // (a float32 tree's own points as the queries: one device copy serves as both)
+  const bool queries_are_data = f.queries_kept && !f.data_f64 && static_cast<const void*>(queries) == f.data &&
+                                static_cast<std::size_t>(n) * f.dims == values;
+  const float* listed = queries;
+  if (queries_are_data) listed = k.data32.get(queries, values, "the data", s, k.staging);
+  else if (f.queries_kept && n > 0) listed = k.queries.get(queries, un * f.dims, "the kept queries", s, k.staging);
   RaggedStats st = pc.run_lists(listed, n, o, k.offsets.get(), [&](index_t total) {
     ids.reserve(static_cast<std::size_t>(total), "the candidates", s);
     k.stream.sync();
@@ -197,7 +202,6 @@ RaggedStats ExactPairsGpu::operator()(PointCorrelation& pc, const float* queries
   g.ids = ids.get();
   g.rows = upload(k.rows, f.rows, un, "the rows", s, k.staging);
   g.row0 = f.row0;
-  const std::size_t values = static_cast<std::size_t>(f.n_data) * f.dims;
   g.data = f.data_f64 ? static_cast<const void*>(k.data64.get(static_cast<const double*>(f.data), values, "the data", s, k.staging))
                       : static_cast<const void*>(k.data32.get(static_cast<const float*>(f.data), values, "the data", s, k.staging));
   g.q_by_row = f.q == nullptr;
