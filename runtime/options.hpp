@@ -80,6 +80,8 @@ struct TraversalOptions {
   // GPU work, copies of the caller's device data included, starts after the work queued there,
   // and the stream waits for the call's work (whose results are in place when the call returns).
   stream_t stream = nullptr;
+  // (An option added here: detail::one_pass_fits, runtime/ragged.hpp, names every option the
+  // CPU's one-pass radius lists may leave at its default; add it there too where it matters.)
 };
 
 // What a pipelined run cost: busy time per phase (GPU phases timed with CUDA events per chunk,
