@@ -43,17 +43,19 @@ View view_of(const char* who, const py::handle& a, const char* name, std::int64_
   return v;
 }
 
-// The p-norm of x - q in float64, as the Python side's _minkowski (scipy's minkowski_distance):
-// the coordinates' differences summed in order.
+// What scipy's cKDTree compares with a radius r: the p-th power sum of x - q in float64 (p = 1:
+// the 1-norm, infinity: the largest difference), the differences summed in order (scipy's order
+// below 8 dimensions), against r * r for p = 2 and pow(r, p) for another finite p. A point at
+// sqrt(s) == r whose s is past r * r is outside (integer coordinates, r a distance between two).
 template <class T>
-double distance(const double* q, const T* x, int m, double p) {
+double power_sum(const double* q, const T* x, int m, double p) {
   double s = 0;
   if (p == 2) {
     for (int d = 0; d < m; ++d) {
       const double v = static_cast<double>(x[d]) - q[d];
       s += v * v;
     }
-    return std::sqrt(s);
+    return s;
   }
   if (p == 1) {
     for (int d = 0; d < m; ++d) s += std::fabs(static_cast<double>(x[d]) - q[d]);
@@ -67,7 +69,16 @@ double distance(const double* q, const T* x, int m, double p) {
     return s;
   }
   for (int d = 0; d < m; ++d) s += std::pow(std::fabs(static_cast<double>(x[d]) - q[d]), p);
-  return std::pow(s, 1.0 / p);
+  return s;
+}
+
+double from_power_sum(double s, double p) { return p == 2 ? std::sqrt(s) : (p == 1 || std::isinf(p)) ? s : std::pow(s, 1.0 / p); }
+double power_bound(double r, double p) { return p == 2 ? r * r : (p == 1 || std::isinf(p)) ? r : std::pow(r, p); }
+
+// The p-norm of x - q, as the Python side's _minkowski (scipy's minkowski_distance).
+template <class T>
+double distance(const double* q, const T* x, int m, double p) {
+  return from_power_sum(power_sum(q, x, m, p), p);
 }
 
 struct Kept {
@@ -76,7 +87,8 @@ struct Kept {
 };
 
 // rows[k]'s candidates idx[offsets[k] .. offsets[k + 1]) (engine ids; keep maps them to data
-// rows when given) kept where distance(q[rows[k]], data[j]) <= rr[rows[k]] and, with upper, j >
+// rows when given) kept where q[rows[k]] and data[j] are within rr[rows[k]] (power_sum against
+// power_bound, as scipy) and, with upper, j >
 // rows[k]: (i, j, d) int64, int64, float64 arrays ordered by k, then by the candidates' order.
 template <class T>
 py::tuple filter(const std::int64_t* offsets, const std::int64_t* idx, const std::int64_t* rows, std::int64_t nrows,
@@ -96,6 +108,7 @@ py::tuple filter(const std::int64_t* offsets, const std::int64_t* idx, const std
         for (std::int64_t a = b * kRowsPerBlock; a < std::min(nrows, (b + 1) * kRowsPerBlock); ++a) {
           const std::int64_t row = rows[a];
           const double* qr = q + row * m;
+          const double bound = power_bound(rr[row], p);
           for (std::int64_t c = offsets[a]; c < offsets[a + 1]; ++c) {
             if (idx[c] < 0 || idx[c] >= n_ids) {
               bad = 1;
@@ -107,11 +120,11 @@ py::tuple filter(const std::int64_t* offsets, const std::int64_t* idx, const std
               return;
             }
             if (upper && j <= row) continue;
-            const double d = distance(qr, data + j * m, m, p);
-            if (d <= rr[row]) {
+            const double ps = power_sum(qr, data + j * m, m, p);
+            if (ps <= bound) {
               k.i.push_back(row);
               k.j.push_back(j);
-              k.d.push_back(d);
+              k.d.push_back(from_power_sum(ps, p));
             }
           }
         }
@@ -157,7 +170,8 @@ struct ByDistance {
 
 // The float64 step of the exact kNN (canopy's _search with a top-k, float64 trees and any p):
 // rows' engine candidates idx [r][kp] (data rows) get their float64 p-distances to q [r][m];
-// the first kc by (distance, index) are returned, those not below ub as (inf, n); a row is
+// the first kc by (power sum, index) are returned (scipy's order: the distance's, but for two
+// sums a rounding apart), those whose power sum is not below ub's (scipy's test) as (inf, n); a row is
 // settled (done) when no point beyond the kp can be nearer than its kc-th distance: its kp-th
 // engine distance last[a] is finite and ((last - abs) / rel - eps_x - eps_q[a]) > fac * min(the
 // kc-th distance, ub) (last None: the kp are every point).
@@ -175,8 +189,9 @@ py::tuple settle(const std::int64_t* idx, std::int64_t r, int kp, const double* 
   {
     py::gil_scoped_release free;
     tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, r, 256), [&](const tbb::blocked_range<std::int64_t>& range) {
-      std::vector<double> d(static_cast<std::size_t>(kp));
+      std::vector<double> ps(static_cast<std::size_t>(kp));
       std::vector<int> order(static_cast<std::size_t>(kp));
+      const double bound = power_bound(ub, p);
       for (std::int64_t a = range.begin(); a != range.end(); ++a) {
         const std::int64_t* ja = idx + a * kp;
         for (int c = 0; c < kp; ++c) {
@@ -184,11 +199,12 @@ py::tuple settle(const std::int64_t* idx, std::int64_t r, int kp, const double* 
             bad = 1;
             return;
           }
-          d[c] = distance(q + a * m, data + ja[c] * m, m, p);
+          ps[c] = power_sum(q + a * m, data + ja[c] * m, m, p);
           order[c] = c;
         }
-        std::partial_sort(order.begin(), order.begin() + kc, order.end(), ByDistance{d.data(), ja});
-        const double radius = std::min(d[order[kc - 1]], ub);  // (a NaN k-th stays NaN: not settled)
+        std::partial_sort(order.begin(), order.begin() + kc, order.end(), ByDistance{ps.data(), ja});
+        // (a NaN k-th stays NaN: not settled)
+        const double radius = std::min(from_power_sum(ps[order[kc - 1]], p), ub);
         if (last) {
           const double l = static_cast<double>(last[a]);
           pdone[a] = std::isfinite(l) && ((l - abs_err) / rel - eps_x - eps_q[a]) > fac * radius;
@@ -196,9 +212,9 @@ py::tuple settle(const std::int64_t* idx, std::int64_t r, int kp, const double* 
           pdone[a] = true;
         }
         for (int t = 0; t < kc; ++t) {
-          const double v = d[order[t]];
-          const bool far = !(v < ub);
-          pd[a * kc + t] = far ? std::numeric_limits<double>::infinity() : v;
+          const double v = ps[order[t]];
+          const bool far = !(v < bound);
+          pd[a * kc + t] = far ? std::numeric_limits<double>::infinity() : from_power_sum(v, p);
           pi[a * kc + t] = far ? n : ja[order[t]];
         }
       }

@@ -26,7 +26,7 @@ from ._arrays import _Input, _as_cupy, _cupy, _like, _on_device
 from ._pairs import _PairQueries
 from ._tree_util import (_ABS, _U32, _at, _ball_factor, _centred32, _count_radii, _extents, _finite_rows,
                          _host_rows, _int, _joined, _lists, _minkowski, _missing, _nearest, _number, _options, _rel,
-                         _stats, _workers)
+                         _stats, _within, _workers)
 from ._nodes import cKDTreeNode
 from .forest import Forest
 
@@ -277,7 +277,14 @@ class _PointTree(_PairQueries):
                     continue
                 with np.errstate(invalid="ignore", over="ignore"):
                     D = _minkowski(self.data[None, :, :].astype(np.float64) - q[rows, None, :], p)
-                yield (rows, D, idx) if top is None else (rows, *_nearest(D, idx, top[0], top[1], n))
+                if top is None:
+                    yield rows, D, idx
+                    continue
+
+                def diff_of(near, Ik, rows=rows):
+                    ri, ci = np.nonzero(near)
+                    return self._gather(Ik[ri, ci]) - q[rows[ri]]
+                yield (rows, *_nearest(D, idx, top[0], top[1], n, p, diff_of))
 
     def query(self, x, k=1, eps=0, p=2, distance_upper_bound=np.inf, workers=None, **options):
         """The k nearest points of each row of x, as scipy's cKDTree.query: (distances, indices),
@@ -562,11 +569,14 @@ class _PointTree(_PairQueries):
     def _ball(self, q, q32, eps_q, rr, p, opts):
         """The exact ball search behind query_ball_point and the pair queries: for chunks of the
         rows of q (as _rows gives them) yields (rows, D, I, inside), _search's candidates with the
-        mask of those within rr[row] (float64 p-distance <= rr; every such point is among them).
-        Each row comes once."""
+        mask of those within rr[row] (the p-th power sum against rr ** p, as scipy: _within; every
+        such point is among them). Each row comes once."""
         kp = self._start_k(q32, rr, p, opts)
         for rows, D, I in self._search(q, q32, eps_q, p, kp, lambda rows, D: rr[rows], opts):
-            yield rows, D, I, D <= rr[rows, None]
+            def diff_of(near, rows=rows, I=I):
+                ri, ci = np.nonzero(near)
+                return self._gather(I[ri, ci]) - q[rows[ri]]
+            yield rows, D, I, _within(D, rr[rows, None], p, diff_of)
 
     def _start_k(self, q32, rr, p, opts):
         """A first guess at each row's candidate count: the kd-tree's float32 count within the

@@ -4,7 +4,8 @@ import numpy as np
 
 from . import _periodic
 from ._tree_util import (_at, _count_radii, _extents, _finite_rows, _gc_paused, _joined, _lists, _number,
-                         _options, _pair_array, _stats, _widest)
+                         _options, _pair_array, _power_bound, _power_sum, _stats, _widest,
+                         _within)
 
 
 class _PairQueries:
@@ -109,7 +110,7 @@ class _PairQueries:
                 wij = None
                 if weighted:
                     wij = (w1[i] if w1 is not None else 1.0) * (w2[j] if w2 is not None else 1.0)
-                bins[:len(searched)] += np.bincount(np.searchsorted(searched, d), weights=wij,
+                bins[:len(searched)] += np.bincount(self._bin_of(other, searched, p, i, j, d), weights=wij,
                                                     minlength=len(searched))
         if len(searched) < len(u):
             total = self._total(w1) * other._total(w2)
@@ -125,6 +126,22 @@ class _PairQueries:
         if np.ndim(r) == 0:
             return np.float64(out[0]) if weighted else int(out[0])
         return out
+
+    def _bin_of(self, other, radii, p, i, j, d):
+        """Each pair's bin: the first of the ascending radii it is within, as scipy decides it
+        (the p-th power sum against r ** p: _within); the power sums are computed for the pairs
+        within rounding of a radius only. (Periodic boxes: by the distances alone.)"""
+        b = np.searchsorted(radii, d)
+        if p == 1 or np.isinf(p) or self._box is not None or not len(d):
+            return b
+        top = len(radii) - 1
+        with np.errstate(invalid="ignore"):
+            near = (np.abs(d - radii[np.minimum(b, top)]) <= 1e-12 * radii[np.minimum(b, top)]) | \
+                   ((b > 0) & (np.abs(d - radii[np.maximum(b - 1, 0)]) <= 1e-12 * radii[np.maximum(b - 1, 0)]))
+        if near.any():
+            s = _power_sum(other._gather(j[near]) - self._gather(i[near]), p)
+            b[near] = np.searchsorted(_power_bound(np.asarray(radii, np.float64), p), s)
+        return b
 
     def _total(self, w):
         """The number (or the weight, w) of this tree's points that pairs can hold: those without
@@ -216,16 +233,21 @@ class _PairQueries:
                 low = col[lo] if lo > 0 else None
                 plan.append((sums[low] if low is not None else 0, low, np.concatenate([rows[next(differ)], bad])))
             union = np.unique(np.concatenate([t for _, _, t in plan]))
-            pair_rows, pair_d = np.empty(0, np.int64), np.empty(0)
+            pair_rows, pair_j, pair_d = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0)
             if len(union):  # (one radius-list call, and the float64 check: _ball_flat)
                 found = list(other._ball_flat(q[union], q32[union], eps_q[union], np.full(len(union), batch[-1]), 2.0,
                                               opts))
                 if found:
                     pair_rows = np.concatenate([c[0] for c in found])
+                    pair_j = np.concatenate([c[1] for c in found])
                     pair_d = np.concatenate([c[2] for c in found])
+
+            def diff_of(near):  # (the pairs within rounding of a radius: their coordinates)
+                return other._gather(pair_j[near]) - q[union[pair_rows[near]]]
             for r, (total, low, todo) in zip(batch, plan):
                 if len(todo):
-                    exact = np.bincount(pair_rows[pair_d <= r], minlength=len(union))[np.searchsorted(union, todo)]
+                    inside = _within(pair_d, r, 2.0, diff_of)
+                    exact = np.bincount(pair_rows[inside], minlength=len(union))[np.searchsorted(union, todo)]
                     at = np.searchsorted(rows, todo)  # a finite row's place in counts (bad rows: none)
                     known = np.zeros(len(todo), np.int64)
                     if low is not None:

@@ -77,12 +77,19 @@ def _missing(shape, n, xp=np):
     return xp.full(shape, np.inf), xp.full(shape, n, dtype=np.int64)
 
 
-def _nearest(D, I, kc, ub, n):
+def _nearest(D, I, kc, ub, n, p=2, diff_of=None):
     """The first kc of each row's candidates (distances D, indices I, both (rows, c)) by
-    (distance, index), those not below ub (NaN too: a NaN query has no neighbours) as (inf, n)."""
+    (distance, index), those not below ub (NaN too: a NaN query has no neighbours) as (inf, n);
+    with diff_of (as _within's, over (rows, kc)), those within rounding of ub tested as scipy
+    tests them: the p-th power sum below ub ** p."""
     order = np.lexsort((I, D), axis=-1)[:, :kc]
     Dk, Ik = np.take_along_axis(D, order, 1), np.take_along_axis(I, order, 1)
     far = ~(Dk < ub)
+    if diff_of is not None and np.isfinite(ub) and not (p == 1 or np.isinf(p)):
+        with np.errstate(invalid="ignore"):
+            near = np.abs(Dk - ub) <= 1e-12 * ub
+        if near.any():
+            far[near] = ~(_power_sum(diff_of(near, Ik), p) < _power_bound(ub, p))
     Dk[far], Ik[far] = np.inf, n
     return Dk, Ik
 
@@ -250,6 +257,41 @@ def _minkowski(diff, p):
         return a.max(axis=-1)
     # (np.float_power: libm's pow, as scipy's std::pow; numpy's ** may take a SIMD pow an ulp away)
     return np.float_power(np.float_power(a, p).sum(axis=-1), 1.0 / p)
+
+
+def _power_sum(diff, p):
+    """What scipy's cKDTree compares with r ** p: the sum of |diff| ** p along the last axis (p =
+    1: the 1-norm, infinity: the largest), the columns added in order (scipy's order below 8
+    dimensions), float64."""
+    a = np.abs(np.asarray(diff, np.float64))
+    if np.isinf(p):
+        return a.max(axis=-1)
+    a = a * a if p == 2 else (a if p == 1 else np.float_power(a, p))
+    s = a[..., 0].copy()
+    for c in range(1, a.shape[-1]):
+        s += a[..., c]
+    return s
+
+
+def _power_bound(r, p):
+    """r's bound for _power_sum, rounded as scipy's cKDTree rounds it (r * r for p = 2)."""
+    return r * r if p == 2 else (r if p == 1 or np.isinf(p) else np.float_power(r, p))
+
+
+def _within(D, r, p, diff_of):
+    """D <= r (D float64 p-distances, r broadcast to D) as scipy decides it: the p-th power sum
+    against r ** p, which differs from the distances' test only where D is within rounding of r
+    (a point at sqrt(s) == r with s past r * r is outside: integer coordinates, r a distance
+    between two). diff_of(mask) gives those entries' coordinate differences (n, m)."""
+    inside = D <= r
+    if p == 1 or np.isinf(p):
+        return inside
+    r = np.broadcast_to(r, D.shape)
+    with np.errstate(invalid="ignore"):
+        near = np.abs(D - r) <= 1e-12 * r
+    if near.any():
+        inside[near] = _power_sum(diff_of(near), p) <= _power_bound(r[near], p)
+    return inside
 
 
 def _ball_factor(m, p):

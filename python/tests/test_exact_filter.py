@@ -17,23 +17,26 @@ def reference(offsets, idx, rows, q, data, rr, p, upper, keep):
             if upper and j <= row:
                 continue
             diff = [float(data[j, d]) - float(q[row, d]) for d in range(q.shape[1])]
+            # (scipy's test: the power sum s against r * r, or pow(r, p))
             if p == 2:
                 s = 0.0
                 for v in diff:
                     s += v * v
-                dist = math.sqrt(s)
+                dist, inside = math.sqrt(s), s <= rr[row] * rr[row]
             elif p == 1:
                 dist = 0.0
                 for v in diff:
                     dist += abs(v)
+                inside = dist <= rr[row]
             elif p == np.inf:
                 dist = max(abs(v) for v in diff)
+                inside = dist <= rr[row]
             else:
                 s = 0.0
                 for v in diff:
                     s += math.pow(abs(v), p)
-                dist = math.pow(s, 1.0 / p)
-            if dist <= rr[row]:
+                dist, inside = math.pow(s, 1.0 / p), s <= math.pow(rr[row], p)
+            if inside:
                 out.append((row, j, dist))
     return out
 

@@ -16,10 +16,12 @@ namespace {
 
 enum class Norm { L1, L2, Max };
 
-// Q: the queries' type (double, or the data's own when the queries are data rows: each value
-// widened exactly), T: the data's.
+// What scipy's cKDTree compares with r (the host's power_sum, python/exact_filter.cpp): the sum
+// of squares for L2 (against r * r), the norm itself for L1 and the max. Q: the queries' type
+// (double, or the data's own when the queries are data rows: each value widened exactly), T:
+// the data's.
 template <class Q, class T>
-__device__ double exact_distance(const Q* q, const T* x, int m, Norm norm) {
+__device__ double power_sum(const Q* q, const T* x, int m, Norm norm) {
   double s = 0;
   for (int d = 0; d < m; ++d) {
     const double v = __dsub_rn(static_cast<double>(x[d]), static_cast<double>(q[d]));
@@ -27,7 +29,7 @@ __device__ double exact_distance(const Q* q, const T* x, int m, Norm norm) {
     else if (norm == Norm::L1) s = __dadd_rn(s, fabs(v));
     else s = (fabs(v) > s || isnan(v)) ? fabs(v) : s;
   }
-  return norm == Norm::L2 ? __dsqrt_rn(s) : s;
+  return s;
 }
 
 struct Filter {
@@ -55,6 +57,7 @@ __device__ index_t visit_row(const Filter& f, index_t a, index_t at, index_t* ij
   const T* data = static_cast<const T*>(f.data);
   const Q* qa = static_cast<const Q*>(f.q) + (f.q_by_row ? row : a) * f.dims;
   const double radius = f.rr ? f.rr[a] : f.r;
+  const double bound = f.norm == Norm::L2 ? __dmul_rn(radius, radius) : radius;
   index_t kept = 0;
   for (index_t c = f.offsets[a]; c < f.offsets[a + 1]; ++c) {
     const index_t id = f.ids[c];
@@ -68,12 +71,12 @@ __device__ index_t visit_row(const Filter& f, index_t a, index_t at, index_t* ij
       return 0;
     }
     if (f.upper && j <= row) continue;
-    const double dist = exact_distance(qa, data + j * f.dims, f.dims, f.norm);
-    if (!(dist <= radius)) continue;
+    const double ps = power_sum(qa, data + j * f.dims, f.dims, f.norm);
+    if (!(ps <= bound)) continue;
     if (ij) {
       ij[2 * (at + kept)] = row;
       ij[2 * (at + kept) + 1] = j;
-      if (d) d[at + kept] = dist;
+      if (d) d[at + kept] = f.norm == Norm::L2 ? __dsqrt_rn(ps) : ps;
     }
     ++kept;
   }
