@@ -41,8 +41,7 @@ def timed(fn, warm=True):
 def same_knn(a, b, x):
     """(d, i) of two kNN answers over points x: distances equal, and where the indices differ
     (a tie, which either side may break its way) the other index at the same distance."""
-    (da, ia), (db, ib) = (np.atleast_2d(v) for v in a), (np.atleast_2d(v) for v in b)
-    ia, ib = ia.reshape(da.shape), ib.reshape(db.shape)
+    (da, ia), (db, ib) = ([v.reshape(len(v), -1) for v in w] for w in (a, b))  # (k = 1: a column)
     if not np.array_equal(da, db):
         return False
     r, c = np.nonzero(ia != ib)
