@@ -26,7 +26,7 @@ from ._arrays import _Input, _as_cupy, _cupy, _like, _on_device
 from ._pairs import _PairQueries
 from ._tree_util import (_ABS, _U32, _at, _ball_factor, _centred32, _count_radii, _extents, _finite_rows,
                          _host_rows, _int, _joined, _lists, _minkowski, _missing, _nearest, _number, _options, _rel,
-                         _stats, _within, _workers)
+                         _stats, _workers)
 from ._nodes import cKDTreeNode
 from .forest import Forest
 
@@ -565,34 +565,6 @@ class _PointTree(_PairQueries):
             i, j, d = _canopy.filter_pairs(offsets, idx, np.ascontiguousarray(rows, np.int64), q, self.data, rr,
                                            self.m, float(p), upper, self._keep)
             yield (rows, np.bincount(np.searchsorted(rows, i), minlength=len(rows))) if count_only else (i, j, d)
-
-    def _ball(self, q, q32, eps_q, rr, p, opts):
-        """The exact ball search behind query_ball_point and the pair queries: for chunks of the
-        rows of q (as _rows gives them) yields (rows, D, I, inside), _search's candidates with the
-        mask of those within rr[row] (the p-th power sum against rr ** p, as scipy: _within; every
-        such point is among them). Each row comes once."""
-        kp = self._start_k(q32, rr, p, opts)
-        for rows, D, I in self._search(q, q32, eps_q, p, kp, lambda rows, D: rr[rows], opts):
-            def diff_of(near, rows=rows, I=I):
-                ri, ci = np.nonzero(near)
-                return self._gather(I[ri, ci]) - q[rows[ri]]
-            yield rows, D, I, _within(D, rr[rows, None], p, diff_of)
-
-    def _start_k(self, q32, rr, p, opts):
-        """A first guess at each row's candidate count: the kd-tree's float32 count within the
-        largest radius (widened past any rounding), else 16. Only a guess: _search checks."""
-        if self._kind != "kd" or self._index is None or not rr.size or not np.isfinite(rr).all():
-            return 16
-        rho = float(rr.max()) * _ball_factor(self.m, p) * (1 + 2 * _rel(self.m)) + 2 * self._eps_x + 1e-30
-        finite = _finite_rows(q32)
-        if rho > 1e38 or not finite.any():
-            return 16
-        rows = np.ascontiguousarray(q32 if finite.all() else q32[finite])  # (every row finite: no gather)
-        counts = np.empty(len(rows), np.int64)
-        self.last_stats = _stats(self._index.count(rows, len(rows), rho, counts, opts))
-        kp = np.full(len(q32), 16, np.int64)
-        kp[finite] = counts + 1
-        return kp
 
     def _count_fast(self, x, r, p, return_length, scalar_r, opts):
         """The kd-tree's own float32 counts (float32 trees, p = 2, one r; any tree for CUDA

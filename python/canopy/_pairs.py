@@ -1,11 +1,10 @@
 """scipy's pair queries (query_ball_tree, query_pairs, sparse_distance_matrix, count_neighbors) on
-canopy's trees, built on their exact ball search."""
+canopy's trees, and the exact ball search (_ball) they and query_ball_point are built on."""
 import numpy as np
 
 from . import _periodic
-from ._tree_util import (_at, _count_radii, _extents, _finite_rows, _gc_paused, _joined, _lists, _number,
-                         _options, _pair_array, _power_bound, _power_sum, _stats, _widest,
-                         _within)
+from ._tree_util import (_at, _ball_factor, _count_radii, _extents, _finite_rows, _gc_paused, _joined, _lists,
+                         _number, _options, _pair_array, _power_bound, _power_sum, _rel, _stats, _widest, _within)
 
 
 class _PairQueries:
@@ -149,6 +148,34 @@ class _PairQueries:
         if w is None:
             return self._n_eng
         return w.sum() if self._keep is None else w[self._keep].sum()
+
+    def _ball(self, q, q32, eps_q, rr, p, opts):
+        """The exact ball search behind query_ball_point and the pair queries: for chunks of the
+        rows of q (as _rows gives them) yields (rows, D, I, inside), _search's candidates with the
+        mask of those within rr[row] (the p-th power sum against rr ** p, as scipy: _within; every
+        such point is among them). Each row comes once."""
+        kp = self._start_k(q32, rr, p, opts)
+        for rows, D, I in self._search(q, q32, eps_q, p, kp, lambda rows, D: rr[rows], opts):
+            def diff_of(near, rows=rows, I=I):
+                ri, ci = np.nonzero(near)
+                return self._gather(I[ri, ci]) - q[rows[ri]]
+            yield rows, D, I, _within(D, rr[rows, None], p, diff_of)
+
+    def _start_k(self, q32, rr, p, opts):
+        """A first guess at each row's candidate count: the kd-tree's float32 count within the
+        largest radius (widened past any rounding), else 16. Only a guess: _search checks."""
+        if self._kind != "kd" or self._index is None or not rr.size or not np.isfinite(rr).all():
+            return 16
+        rho = float(rr.max()) * _ball_factor(self.m, p) * (1 + 2 * _rel(self.m)) + 2 * self._eps_x + 1e-30
+        finite = _finite_rows(q32)
+        if rho > 1e38 or not finite.any():
+            return 16
+        rows = np.ascontiguousarray(q32 if finite.all() else q32[finite])  # (every row finite: no gather)
+        counts = np.empty(len(rows), np.int64)
+        self.last_stats = _stats(self._index.count(rows, len(rows), rho, counts, opts))
+        kp = np.full(len(q32), 16, np.int64)
+        kp[finite] = counts + 1
+        return kp
 
     def _pair_args(self, other, r, p, eps, call, rname):
         """other, r and p of a pair query, checked as scipy checks them (a TypeError for an other
