@@ -133,10 +133,10 @@ class _PairQueries:
         b = np.searchsorted(radii, d)
         if p == 1 or np.isinf(p) or self._box is not None or not len(d):
             return b
-        top = len(radii) - 1
+        top, finite = len(radii) - 1, np.where(np.isfinite(radii), radii, np.nan)  # (no pair is near inf)
         with np.errstate(invalid="ignore"):
-            near = (np.abs(d - radii[np.minimum(b, top)]) <= 1e-12 * radii[np.minimum(b, top)]) | \
-                   ((b > 0) & (np.abs(d - radii[np.maximum(b - 1, 0)]) <= 1e-12 * radii[np.maximum(b - 1, 0)]))
+            near = (np.abs(d - finite[np.minimum(b, top)]) <= 1e-12 * finite[np.minimum(b, top)]) | \
+                   ((b > 0) & (np.abs(d - finite[np.maximum(b - 1, 0)]) <= 1e-12 * finite[np.maximum(b - 1, 0)]))
         if near.any():
             s = _power_sum(other._gather(j[near]) - self._gather(i[near]), p)
             b[near] = np.searchsorted(_power_bound(np.asarray(radii, np.float64), p), s)

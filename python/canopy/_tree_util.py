@@ -288,7 +288,7 @@ def _within(D, r, p, diff_of):
         return inside
     r = np.broadcast_to(r, D.shape)
     with np.errstate(invalid="ignore"):
-        near = np.abs(D - r) <= 1e-12 * r
+        near = (np.abs(D - r) <= 1e-12 * r) & np.isfinite(r)  # (r = inf: every D would be near)
     if near.any():
         inside[near] = _power_sum(diff_of(near), p) <= _power_bound(r[near], p)
     return inside
