@@ -1,9 +1,11 @@
 // Radius pairs decided in float64 on the GPU, for data searched through a kd-tree of its float32
 // rows (the Python package's exact pair queries): the tree lists each query's candidates within a
 // float32 radius past every rounding (PointCorrelation::run_lists, into device memory), and the
-// device keeps candidate j of query a where the float64 p-distance between q[a] and data row
-// keep[j] is <= rr[a]: the coordinates' differences summed in order, each operation rounded on its
-// own (no fused multiply-add), as the host computes it. Only the kept pairs reach the host.
+// device keeps candidate j of query a where q[a] and data row keep[j] are within rr[a] as scipy's
+// cKDTree decides it (the float64 sum of squared differences <= rr[a] * rr[a] for p = 2; the
+// 1-norm or the largest difference <= rr[a]): the differences summed in order, each operation
+// rounded on its own (no fused multiply-add), as the host computes it. Only the kept pairs reach
+// the host.
 #pragma once
 
 #include <cmath>
