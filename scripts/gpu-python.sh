@@ -8,7 +8,8 @@
 #                                 project, or one target such as _canopy); the folder stays while
 #                                 the machine is warm
 #   scripts/gpu-python.sh check   there, after build: canopy_tests, python/tests, scipy's own
-#                                 test_kdtree.py, py_bench --scipy-calls (JSON to $OUT)
+#                                 test_kdtree.py, py_bench --scipy-calls, scipy_real_data.py on
+#                                 the real data stage/ holds (JSON to $OUT)
 # Example (the device tool, carry ["stage"]): bash scripts/gpu-python.sh build && bash scripts/gpu-python.sh check
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,9 @@ case "${1:-}" in
     for d in stage/dl/libtbb*.deb; do dpkg -x "$d" stage/tbb; done
     dpkg -x stage/dl/pybind11-dev*.deb stage/pyb
     rm -rf stage/dl
+    # (the real data sets scipy_real_data.py reads there: ../shared/data is not carried)
+    mkdir -p stage/data
+    cp ../shared/data/cities_171k.csv.gz ../shared/data/covtype_points_254k.csv.gz stage/data/ 2>/dev/null || true
     du -sh stage
     ;;
   build)
@@ -43,6 +47,7 @@ case "${1:-}" in
     echo "python/tests rc $?"; tail -1 "$out/pytest.log"
     python3 python/tests/scipy_kdtree_suite.py 2>&1 | grep -m1 passed
     python3 scripts/py_bench.py --n 1000000 --repeat 3 --scipy-calls --json "$out/py_bench.json" 2>&1 | grep -E "^\| "
+    if [ -d stage/data ]; then python3 scripts/scipy_real_data.py --data stage/data --json "$out/real_data.json"; fi
     ;;
   *)
     echo "usage: scripts/gpu-python.sh stage|build [target]|check" >&2
