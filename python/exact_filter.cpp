@@ -75,12 +75,6 @@ double power_sum(const double* q, const T* x, int m, double p) {
 double from_power_sum(double s, double p) { return p == 2 ? std::sqrt(s) : (p == 1 || std::isinf(p)) ? s : std::pow(s, 1.0 / p); }
 double power_bound(double r, double p) { return p == 2 ? r * r : (p == 1 || std::isinf(p)) ? r : std::pow(r, p); }
 
-// The p-norm of x - q, as the Python side's _minkowski (scipy's minkowski_distance).
-template <class T>
-double distance(const double* q, const T* x, int m, double p) {
-  return from_power_sum(power_sum(q, x, m, p), p);
-}
-
 struct Kept {
   std::vector<std::int64_t> i, j;
   std::vector<double> d;

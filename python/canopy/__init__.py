@@ -197,6 +197,11 @@ class _PointTree(_PairQueries):
     def _gather(self, idx):
         return self.data[idx].astype(np.float64, copy=False)
 
+    def _row_diffs(self, q, rows, I, mask):
+        """data[I[a, c]] - q[rows[a]] (float64, (n, m)) for the entries (a, c) where mask is set."""
+        a, c = np.nonzero(mask)
+        return self._gather(I[a, c]) - q[rows[a]]
+
     def _engine_knn(self, q32, k, options):
         idx = np.empty((len(q32), k), np.int64)
         dist = np.empty((len(q32), k), np.float32)
@@ -280,11 +285,7 @@ class _PointTree(_PairQueries):
                 if top is None:
                     yield rows, D, idx
                     continue
-
-                def diff_of(near, Ik, rows=rows):
-                    ri, ci = np.nonzero(near)
-                    return self._gather(Ik[ri, ci]) - q[rows[ri]]
-                yield (rows, *_nearest(D, idx, top[0], top[1], n, p, diff_of))
+                yield (rows, *_nearest(D, idx, top[0], top[1], n, p, lambda near, Ik: self._row_diffs(q, rows, Ik, near)))
 
     def query(self, x, k=1, eps=0, p=2, distance_upper_bound=np.inf, workers=None, **options):
         """The k nearest points of each row of x, as scipy's cKDTree.query: (distances, indices),

@@ -4,7 +4,8 @@ import numpy as np
 
 from . import _periodic
 from ._tree_util import (_at, _ball_factor, _count_radii, _extents, _finite_rows, _gc_paused, _joined, _lists,
-                         _number, _options, _pair_array, _power_bound, _power_sum, _rel, _stats, _widest, _within)
+                         _near_radius, _number, _options, _pair_array, _power_bound, _power_sum, _rel, _stats, _widest,
+                         _within)
 
 
 class _PairQueries:
@@ -133,10 +134,8 @@ class _PairQueries:
         b = np.searchsorted(radii, d)
         if p == 1 or np.isinf(p) or self._box is not None or not len(d):
             return b
-        top, finite = len(radii) - 1, np.where(np.isfinite(radii), radii, np.nan)  # (no pair is near inf)
-        with np.errstate(invalid="ignore"):
-            near = (np.abs(d - finite[np.minimum(b, top)]) <= 1e-12 * finite[np.minimum(b, top)]) | \
-                   ((b > 0) & (np.abs(d - finite[np.maximum(b - 1, 0)]) <= 1e-12 * finite[np.maximum(b - 1, 0)]))
+        near = _near_radius(d, radii[np.minimum(b, len(radii) - 1)])  # (the bin's radius, or the one before)
+        near |= (b > 0) & _near_radius(d, radii[np.maximum(b - 1, 0)])
         if near.any():
             s = _power_sum(other._gather(j[near]) - self._gather(i[near]), p)
             b[near] = np.searchsorted(_power_bound(np.asarray(radii, np.float64), p), s)
@@ -156,10 +155,7 @@ class _PairQueries:
         such point is among them). Each row comes once."""
         kp = self._start_k(q32, rr, p, opts)
         for rows, D, I in self._search(q, q32, eps_q, p, kp, lambda rows, D: rr[rows], opts):
-            def diff_of(near, rows=rows, I=I):
-                ri, ci = np.nonzero(near)
-                return self._gather(I[ri, ci]) - q[rows[ri]]
-            yield rows, D, I, _within(D, rr[rows, None], p, diff_of)
+            yield rows, D, I, _within(D, rr[rows, None], p, lambda near: self._row_diffs(q, rows, I, near))
 
     def _start_k(self, q32, rr, p, opts):
         """A first guess at each row's candidate count: the kd-tree's float32 count within the

@@ -85,9 +85,8 @@ def _nearest(D, I, kc, ub, n, p=2, diff_of=None):
     order = np.lexsort((I, D), axis=-1)[:, :kc]
     Dk, Ik = np.take_along_axis(D, order, 1), np.take_along_axis(I, order, 1)
     far = ~(Dk < ub)
-    if diff_of is not None and np.isfinite(ub) and not (p == 1 or np.isinf(p)):
-        with np.errstate(invalid="ignore"):
-            near = np.abs(Dk - ub) <= 1e-12 * ub
+    if diff_of is not None and not (p == 1 or np.isinf(p)):
+        near = _near_radius(Dk, ub)
         if near.any():
             far[near] = ~(_power_sum(diff_of(near, Ik), p) < _power_bound(ub, p))
     Dk[far], Ik[far] = np.inf, n
@@ -278,6 +277,13 @@ def _power_bound(r, p):
     return r * r if p == 2 else (r if p == 1 or np.isinf(p) else np.float_power(r, p))
 
 
+def _near_radius(D, r):
+    """Where a float64 p-distance D is within rounding of a finite radius r (broadcast): where
+    the distance's test and scipy's power-sum test may differ."""
+    with np.errstate(invalid="ignore"):
+        return (np.abs(D - r) <= 1e-12 * r) & np.isfinite(r)  # (r = inf: every D would be near)
+
+
 def _within(D, r, p, diff_of):
     """D <= r (D float64 p-distances, r broadcast to D) as scipy decides it: the p-th power sum
     against r ** p, which differs from the distances' test only where D is within rounding of r
@@ -287,8 +293,7 @@ def _within(D, r, p, diff_of):
     if p == 1 or np.isinf(p):
         return inside
     r = np.broadcast_to(r, D.shape)
-    with np.errstate(invalid="ignore"):
-        near = (np.abs(D - r) <= 1e-12 * r) & np.isfinite(r)  # (r = inf: every D would be near)
+    near = _near_radius(D, r)
     if near.any():
         inside[near] = _power_sum(diff_of(near), p) <= _power_bound(r[near], p)
     return inside
