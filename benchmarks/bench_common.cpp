@@ -22,8 +22,6 @@ constexpr Variant kVariants[] = {
     {"sorted-independent", ExecutorKind::Independent, ScheduleKind::LeafSort},
     {"mask-lockstep-sorted", ExecutorKind::MaskLockstep, ScheduleKind::LeafSort},
     {"fsm-lockstep-sorted", ExecutorKind::FsmLockstep, ScheduleKind::LeafSort},
-    // One walk per warp over the sorted queries, bounded by their box (guided visitors that allow it).
-    {"group-sorted", ExecutorKind::Group, ScheduleKind::LeafSort},
     {"hybrid", ExecutorKind::FsmLockstep, ScheduleKind::Hybrid},
     {"hybrid-independent", ExecutorKind::Independent, ScheduleKind::Hybrid},
     // The same schedule with the scheduler on the GPU: no matrix or order crosses PCIe.
@@ -42,12 +40,11 @@ bool is_auto(const Variant& v) { return v.schedule == ScheduleKind::Auto || v.ex
 
 }  // namespace
 
-std::vector<Variant> parse_variants(const std::string& list, bool guided, bool group) {
+std::vector<Variant> parse_variants(const std::string& list, bool guided) {
   std::vector<Variant> known;
   // The device scheduler is the sandpile for unguided traversals, the buckets for guided ones.
   for (const Variant& v : kVariants)
-    if ((v.schedule != ScheduleKind::HybridDevice || std::string(v.name) == (guided ? "hybrid-gpu-buckets" : "hybrid-gpu-sandpile")) &&
-        (group || v.executor != ExecutorKind::Group))
+    if (v.schedule != ScheduleKind::HybridDevice || std::string(v.name) == (guided ? "hybrid-gpu-buckets" : "hybrid-gpu-sandpile"))
       known.push_back(v);
   if (list == "all") return known;
   std::vector<Variant> out;

@@ -38,8 +38,7 @@ struct Variant {
 // All variants of a workload: unguided ones schedule on the device with the sandpile
 // (hybrid-gpu-sandpile), guided ones with the recursive buckets (hybrid-gpu-buckets); every
 // schedule runs under independent threads and FSM lockstep; `auto` is the API's default.
-// group: the workload's visitor runs under the group executor (kNN over a kd-tree).
-std::vector<Variant> parse_variants(const std::string& list, bool guided, bool group = false);
+std::vector<Variant> parse_variants(const std::string& list, bool guided);
 Device parse_device(const std::string& s);
 double median(std::vector<double> v);
 // Where a driver builds its tree: on the CPU when the run is (--device cpu), else wherever

@@ -137,7 +137,7 @@ int run_knn(const TraversalBenchConfig& c, const Inputs& in, Device requested, c
   const double brute_ms = ms_since(tb);
   bool brute_checked = false;
   const Suite suite = run_suite(
-      parse_variants(c.suite.variants, true, std::is_same_v<Tree, KdTree>), parse_depths(c.suite.depths), c.suite.depth, dev, c.suite.repeat,
+      parse_variants(c.suite.variants, true), parse_depths(c.suite.depths), c.suite.depth, dev, c.suite.repeat,
       [&](const TraversalOptions& t) {
         KnnOptions opt;
         static_cast<TraversalOptions&>(opt) = t;

@@ -9,12 +9,11 @@ enum class ExecutorKind {
   Independent,   // one thread (GPU) or task (CPU) per query, each with its own rope stack
   MaskLockstep,  // Goldfarb et al.'s lockstep: mask vector on the rope stack
   FsmLockstep,   // the paper's FSM lockstep: state and critical depth in registers
-  Group,         // one walk per warp, bounded by the box around its queries (executor/group_kernel.cuh)
   Auto,          // the runtime chooses, by a trial (runtime/engine.hpp, AutoChoice)
 };
 
 inline const char* to_string(ExecutorKind k) {
-  static constexpr const char* kNames[] = {"independent", "mask-lockstep", "fsm-lockstep", "group", "auto"};
+  static constexpr const char* kNames[] = {"independent", "mask-lockstep", "fsm-lockstep", "auto"};
   return enum_name(k, kNames);
 }
 

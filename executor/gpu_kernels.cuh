@@ -9,7 +9,6 @@
 #include <cstdint>
 
 #include "executor/executor.hpp"
-#include "executor/group_kernel.cuh"
 #include "executor/traversal.hpp"
 #include "core/cuda.cuh"
 
@@ -220,19 +219,6 @@ void launch_executor(ExecutorKind k, const Topology& tree, const Visitor& v, con
       lockstep(fsm_lockstep_kernel<true, Topology, Visitor>, fsm_lockstep_kernel<false, Topology, Visitor>,
                "launch of fsm_lockstep_kernel");
       break;
-    case ExecutorKind::Group:
-      if constexpr (group_visitor_v<Visitor>) {
-        const unsigned blocks = static_cast<unsigned>((warps + kGroupWarpsPerBlock - 1) / kGroupWarpsPerBlock);
-        const std::size_t stacks = kGroupWarpsPerBlock * Topology::kMaxStack * 2 * sizeof(std::uint32_t);
-        const std::size_t shared =
-            visitor_shared_bytes(group_kernel<Topology, Visitor>, per_thread, kGroupWarpsPerBlock * 32, stacks);
-        group_kernel<<<blocks, kGroupWarpsPerBlock * 32, shared, stream>>>(tree, v, order, n, warp_nodes);
-        CANOPY_CUDA_CHECK_LAUNCH("group_kernel");
-        break;
-      } else {
-        throw Error("executor group: this visitor cannot bound a box of queries (executor/group_kernel.cuh says "
-                    "what it needs); use independent or fsm-lockstep");
-      }
     case ExecutorKind::Auto:
       throw Error("launch_executor: executor auto is resolved before a launch (the engine's run_call does)");
   }

@@ -79,25 +79,6 @@ CANOPY_HD inline float box_distance2(const float (&q)[MaxDim], const float* lo, 
   return pairwise_sum(t);
 }
 
-// The same bound from a box of queries [qlo, qhi]: per dimension the gap is taken from the
-// queries' nearer side, so (rounding being monotonic) it is at most box_distance2 of every query
-// in the box, in the same operations.
-template <int MaxDim>
-CANOPY_HD inline float box_box_distance2(const float (&qlo)[MaxDim], const float (&qhi)[MaxDim], const float* lo,
-                                         const float* hi) {
-  float l[MaxDim], h[MaxDim], t[MaxDim];
-  load_padded(lo, l);
-  load_padded(hi, h);
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int d = 0; d < MaxDim; ++d) {
-    const float gap = fmaxf(fmaxf(sub_rn(l[d], qhi[d]), sub_rn(qlo[d], h[d])), 0.0f);
-    t[d] = mul_rn(gap, gap);
-  }
-  return pairwise_sum(t);
-}
-
 template <int MaxDim>
 CANOPY_HD inline float point_distance2(const float (&q)[MaxDim], const float* p) {
   float x[MaxDim], t[MaxDim];

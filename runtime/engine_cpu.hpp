@@ -129,10 +129,7 @@ void run_on_cpu(CpuScratch& cpu, const W& w, const typename W::View& view, const
     // Counting nodes after an independent run reruns the visitor (run_fixed); one that may not
     // rerun goes through the emulator alone, which gives the same results and the counts.
     const bool emulate_once = opt.count_nodes && !workload_rerunnable_v<W>;
-    // The group executor's walk is a GPU warp's: on the CPU its queries run as independent tasks
-    // (the same results; node counts, when asked, are the FSM emulator's).
-    const bool tasks = opt.executor == ExecutorKind::Independent || opt.executor == ExecutorKind::Group;
-    if (tasks && !emulate_once)
+    if (opt.executor == ExecutorKind::Independent && !emulate_once)
       execute_cpu(W::topology(view), v, order, call.n);
     else
       st.warp_nodes = emulate_lockstep(W::topology(view), v, order, call.n, lockstep_mode(opt.executor));

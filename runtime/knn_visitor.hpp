@@ -14,7 +14,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <utility>
 
 #include "layouts/ball_tree.hpp"
 #include "layouts/kdtree.hpp"
@@ -35,11 +34,6 @@ struct KdMetric {
   template <int MaxDim>
   CANOPY_HD bool may_hold(const float (&q)[MaxDim], node_id n, float bound2) const {
     return box_distance2(q, tree.lo(n), tree.hi(n)) <= bound2;
-  }
-  // The group executor's bound (executor/group_kernel.cuh): no query in [lo, hi] is nearer node n.
-  template <int MaxDim>
-  CANOPY_HD float group_distance2(const float (&lo)[MaxDim], const float (&hi)[MaxDim], node_id n) const {
-    return box_box_distance2(lo, hi, tree.lo(n), tree.hi(n));
   }
   // The side of the split the query lies on (ties go left, like find_leaf).
   template <int MaxDim>
@@ -192,21 +186,6 @@ struct KnnVisitor {
     return s;
   }
   CANOPY_HD bool descend(State& s, node_id n) const { return metric.may_hold(s.q, n, s.bound2); }
-  // The group executor (executor/group_kernel.cuh), where the metric bounds a box of queries.
-  static constexpr int kGroupDims = MaxDim;
-  CANOPY_HD void group_point(const State& s, float (&x)[MaxDim]) const {
-    for (int d = 0; d < MaxDim; ++d) x[d] = s.q[d];
-  }
-  template <class M = Metric>
-  CANOPY_HD auto group_distance(const float (&lo)[MaxDim], const float (&hi)[MaxDim], node_id n) const
-      -> decltype(std::declval<const M&>().group_distance2(lo, hi, n)) {
-    return metric.group_distance2(lo, hi, n);
-  }
-  template <class M = Metric>
-  CANOPY_HD auto group_bound(const State& s) const -> decltype(std::declval<const M&>().group_distance2(s.q, s.q, 0)) {
-    return s.bound2;
-  }
-
   CANOPY_HD int first_child(const State& s, node_id n) const { return metric.first_child(s.q, n); }
   // The inspector's probe goes on until k candidates give a pruning bound.
   CANOPY_HD bool probe_satisfied(const State& s) const {

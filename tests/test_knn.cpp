@@ -7,7 +7,6 @@
 #include <functional>
 #include <numeric>
 #include <random>
-#include <type_traits>
 #include <vector>
 
 #include "executor/cpu_executor.hpp"
@@ -47,13 +46,6 @@ Neighbours brute_knn(const std::vector<float>& points, const std::vector<float>&
 }
 
 constexpr ExecutorKind kExecutors[] = {ExecutorKind::Independent, ExecutorKind::MaskLockstep, ExecutorKind::FsmLockstep};
-// The kd-tree's kNN also runs under the group executor (one walk per warp, bounded by its queries' box).
-template <class Tree>
-std::vector<ExecutorKind> executors_of() {
-  std::vector<ExecutorKind> e(std::begin(kExecutors), std::end(kExecutors));
-  if (std::is_same_v<Tree, KdTree>) e.push_back(ExecutorKind::Group);
-  return e;
-}
 constexpr ScheduleKind kSchedules[] = {ScheduleKind::InputOrder, ScheduleKind::Hybrid, ScheduleKind::HybridDevice,
                                        ScheduleKind::LeafSort, ScheduleKind::HybridKey};
 
@@ -64,7 +56,7 @@ void expect_all_variants_exact(const std::vector<float>& points, const std::vect
   const Neighbours ref = brute_knn(points, queries, dims, k);
   NearestNeighbors nn(tree, device);
   const index_t m = static_cast<index_t>(queries.size()) / dims;
-  for (ExecutorKind e : executors_of<Tree>()) {
+  for (ExecutorKind e : kExecutors) {
     for (ScheduleKind s : kSchedules) {
       KnnOptions opt = test::options_on<KnnOptions>(device, s, e);
       opt.k = k;
@@ -154,7 +146,7 @@ void exact_at_every_leaf_size(Device device) {
       NearestNeighbors nn(tree, device);
       for (int k : {1, 9, 30}) {
         const Neighbours ref = brute_knn(points, queries, dims, k);
-        for (ExecutorKind e : executors_of<KdTree>()) {
+        for (ExecutorKind e : kExecutors) {
           KnnOptions opt = test::options_on<KnnOptions>(device, ScheduleKind::LeafSort, e);
           opt.k = k;
           const KnnResult r = nn.run(queries.data(), m, opt);
@@ -327,31 +319,6 @@ TEST(KnnDegenerate, IdenticalPointsLineOnePointDuplicateQueries) {
     for (int i = 0; i < 70; ++i) dq.insert(dq.end(), {0.3f, 0.7f});
     expect_all_variants_exact<KdTree>(pts, dq, 2, 8, dev);
     expect_all_variants_exact<VpTree>(pts, dq, 2, 8, dev);
-  }
-}
-
-// The group executor needs a visitor that bounds a box of queries: the ball tree's kNN has none,
-// so a GPU call names the executor; on the CPU it runs as independent tasks.
-TEST(KnnErrors, GroupExecutorNeedsABoxBound) {
-  const std::vector<float> points = test::random_points(300, 3, 15);
-  const std::vector<float> queries = test::random_points(40, 3, 16);
-  const BallTree tree = build_tree<BallTree>(points, 3);
-  const Neighbours ref = brute_knn(points, queries, 3, 4);
-  for (Device dev : {Device::Cpu, Device::Gpu}) {
-    if (dev == Device::Gpu && !gpu_available()) continue;
-    NearestNeighbors nn(tree, dev);
-    KnnOptions opt = test::options_on<KnnOptions>(dev, ScheduleKind::LeafSort, ExecutorKind::Group);
-    opt.k = 4;
-    if (dev == Device::Cpu) {
-      EXPECT_EQ(nn.run(queries.data(), 40, opt).indices, ref.indices);
-    } else {
-      try {
-        nn.run(queries.data(), 40, opt);
-        ADD_FAILURE() << "executor group on a ball tree's kNN did not throw";
-      } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("executor group"), std::string::npos) << e.what();
-      }
-    }
   }
 }
 
