@@ -99,13 +99,24 @@ const index_t* schedule_on_cpu(CpuScratch& cpu, const W& w, const typename W::Vi
   if constexpr (W::kSortKey) {
     if (opt.schedule == ScheduleKind::LeafSort) {
       const auto t0 = std::chrono::steady_clock::now();
-      std::vector<std::int64_t> keys(static_cast<std::size_t>(n));
-      w.with_sort_key(view, call.queries, [&](const auto& key_of, std::uint64_t) {
-        tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 1024), [&](const tbb::blocked_range<index_t>& r) {
-          for (index_t i = r.begin(); i < r.end(); ++i) keys[i] = static_cast<std::int64_t>(key_of(i));
-        });
+      Schedule sorted;
+      w.with_sort_key(view, call.queries, [&](const auto& key_of, std::uint64_t max_key) {
+        const auto fill = [&](auto* keys) {
+          tbb::parallel_for(tbb::blocked_range<index_t>(0, n, 1024), [&](const tbb::blocked_range<index_t>& r) {
+            for (index_t i = r.begin(); i < r.end(); ++i) keys[i] = static_cast<std::decay_t<decltype(*keys)>>(key_of(i));
+          });
+        };
+        // Leaf ids (at most the node count) count-sort; wide keys (Morton codes) sort by comparison.
+        if (max_key < std::uint64_t{1} << 31 && max_key <= 4 * static_cast<std::uint64_t>(n) + 65536) {
+          std::vector<std::uint32_t> keys(static_cast<std::size_t>(n));
+          fill(keys.data());
+          sorted = sort_by_small_key(keys.data(), n, static_cast<std::uint32_t>(max_key));
+        } else {
+          std::vector<std::int64_t> keys(static_cast<std::size_t>(n));
+          fill(keys.data());
+          sorted = sort_by_key(keys.data(), n);
+        }
       });
-      Schedule sorted = sort_by_key(keys.data(), n);
       st.times.schedule_ms = ms_since(t0);
       return cpu.take(sorted, buckets);
     }

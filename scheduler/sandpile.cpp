@@ -2,6 +2,8 @@
 #include <array>
 #include <memory>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
@@ -415,5 +417,26 @@ Schedule stable_sort_by_key(const Key* keys, index_t n) {
 
 Schedule sort_by_key(const std::int64_t* keys, index_t n) { return stable_sort_by_key(keys, n); }
 Schedule sort_by_key(const std::uint64_t* keys, index_t n) { return stable_sort_by_key(keys, n); }
+
+Schedule sort_by_small_key(const std::uint32_t* keys, index_t n, std::uint32_t max_key) {
+  // start[k]: the first position of key k (a count per key, then their running sum).
+  std::vector<index_t> start(static_cast<std::size_t>(max_key) + 2, 0);
+  for (index_t i = 0; i < n; ++i) {
+    if (keys[i] > max_key)
+      throw Error("sort_by_small_key: key " + std::to_string(keys[i]) + " of query " + std::to_string(i) +
+                  " exceeds the bound " + std::to_string(max_key));
+    ++start[static_cast<std::size_t>(keys[i]) + 1];
+  }
+  Schedule s;
+  s.bucket_offsets.push_back(0);
+  for (std::size_t k = 1; k < start.size(); ++k) {
+    if (start[k] > 0) s.bucket_offsets.push_back(start[k - 1] + start[k]);
+    start[k] += start[k - 1];
+  }
+  if (n == 0) s.bucket_offsets.push_back(0);  // (bucket_boundaries' {0, 0})
+  s.order.resize(static_cast<std::size_t>(n));
+  for (index_t i = 0; i < n; ++i) s.order[start[keys[i]]++] = i;  // input order within a key: stable
+  return s;
+}
 
 }  // namespace canopy

@@ -95,5 +95,8 @@ class SandpileScheduler {
 Schedule sort_by_key(const std::int64_t* keys, index_t n);
 // The same for unsigned keys (HybridKey's CPU twin): the order a stable radix sort gives.
 Schedule sort_by_key(const std::uint64_t* keys, index_t n);
+// The same for keys in 0..max_key with max_key small beside n (a leaf id per query): a counting
+// sort, O(n + max_key) on one core, where the comparison sort cost 72 ms at 400,000 queries.
+Schedule sort_by_small_key(const std::uint32_t* keys, index_t n, std::uint32_t max_key);
 
 }  // namespace canopy

@@ -209,6 +209,23 @@ TEST(SortByKey, IsStableAndBucketsRuns) {
   EXPECT_EQ(s.bucket_offsets, (std::vector<index_t>{0, 2, 5, 7, 8}));
 }
 
+// The counting sort gives the comparison sort's schedule, order and buckets alike.
+TEST(SortBySmallKey, EqualsTheComparisonSort) {
+  std::mt19937 rng(7);
+  for (index_t n : {0, 1, 8, 1000, 40000}) {
+    for (std::uint32_t max_key : {0u, 1u, 37u, 70000u}) {
+      std::vector<std::uint32_t> keys(static_cast<std::size_t>(n));
+      std::vector<std::int64_t> wide(keys.size());
+      for (std::size_t i = 0; i < keys.size(); ++i) wide[i] = keys[i] = rng() % (max_key + 1);
+      const Schedule a = sort_by_small_key(keys.data(), n, max_key), b = sort_by_key(wide.data(), n);
+      EXPECT_EQ(a.order, b.order) << "n " << n << " max_key " << max_key;
+      EXPECT_EQ(a.bucket_offsets, b.bucket_offsets) << "n " << n << " max_key " << max_key;
+    }
+  }
+  const std::vector<std::uint32_t> over{1, 5, 2};
+  EXPECT_THROW(sort_by_small_key(over.data(), 3, 4), Error);
+}
+
 TEST(InputOrder, IsTheIdentity) {
   const Schedule s = input_order(5);
   EXPECT_EQ(s.order, (std::vector<index_t>{0, 1, 2, 3, 4}));
