@@ -99,7 +99,9 @@ int run_build(const BuildConfig& c);
 // canopy-bench e2e: build + query end to end on the GPU (benchmarks/bench_e2e.cu).
 struct E2eConfig {
   PointSource source;
+  std::string queries;  // a generator spec for separate queries (seed + 1); empty: the points
   std::string workload = "pc";
+  int k = 8;
   int repeat = 3;
   std::string json;
 };

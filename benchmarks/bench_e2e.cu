@@ -1,6 +1,6 @@
 // canopy-bench e2e: what an analytics call waits for, end to end: the points already in device
-// memory, the kd-tree built on the GPU, the queries (the points themselves) answered into device
-// buffers. The default call (Auto; a shape's first call runs Auto's prior) and the call with
+// memory, the kd-tree built on the GPU, the queries (the points themselves, or a generated set
+// such as jz-tree's benchmark uses) answered into device buffers. The default call (Auto; a shape's first call runs Auto's prior) and the call with
 // Auto's usual pick fixed are timed apart, and so is the default's second query on the same tree,
 // the one that pays Auto's one-time trial. scripts/e2e_baselines.py times scipy and
 // cupyx on the same inputs.
@@ -29,7 +29,10 @@ namespace bench {
 
 void add_e2e_options(CLI::App& app, E2eConfig& c) {
   add_source_options(app, c.source);
-  app.add_option("--workload", c.workload, "pc (radius for a mean count of 32) or knn (k = 8)")->capture_default_str();
+  app.add_option("--queries", c.queries, "separate queries from a generator spec (e.g. uniform:1000000:3, seed + 1); "
+                 "default: the points themselves");
+  app.add_option("--workload", c.workload, "pc (radius for a mean count of 32) or knn")->capture_default_str();
+  app.add_option("--k", c.k, "knn: neighbours per query")->capture_default_str();
   app.add_option("--repeat", c.repeat, "timed calls (the median is reported)")->capture_default_str();
   app.add_option("--json", c.json, "write the times to this file");
 }
@@ -37,21 +40,34 @@ void add_e2e_options(CLI::App& app, E2eConfig& c) {
 int run_e2e(const E2eConfig& c) {
   if (!gpu_available()) throw Error("canopy-bench e2e needs a GPU: " + gpu_description());
   if (c.workload != "pc" && c.workload != "knn") throw Error("--workload must be pc or knn");
+  if (c.k < 1) throw Error("--k must be at least 1, not " + std::to_string(c.k));
   const PointSet ps = load_source(c.source);
   const index_t n = ps.size();
   const int dims = ps.dims;
-  const int k = 8;
+  const int k = c.k;
+  const PointSet qs = c.queries.empty() ? PointSet{} : generate(c.queries, c.source.seed + 1);
+  if (!c.queries.empty() && qs.dims != dims)
+    throw Error("--queries " + c.queries + " has " + std::to_string(qs.dims) + " dimensions, the points " +
+                std::to_string(dims));
+  const PointSet& query_set = c.queries.empty() ? ps : qs;
+  const index_t m = query_set.size();
+  if (k > n) throw Error("--k " + std::to_string(k) + " is larger than the " + std::to_string(n) + " points");
   // The radius (pc) from a CPU tree, before any timing.
   float radius = 0;
-  if (c.workload == "pc") radius = parse_radius("auto:32", KdTree::build(ps.data(), n, dims), ps, c.source.seed);
-  std::printf("e2e %s: %lld points, %d-d (%s)%s\n", c.workload.c_str(), static_cast<long long>(n), dims,
-              c.source.points.empty() ? c.source.generate.c_str() : c.source.points.c_str(),
-              c.workload == "pc" ? (", radius " + std::to_string(radius)).c_str() : ", k 8");
+  if (c.workload == "pc")
+    radius = parse_radius("auto:32", KdTree::build(ps.data(), n, dims), query_set, c.source.seed);
+  std::printf("e2e %s: %lld points, %d-d (%s), %lld queries (%s)%s\n", c.workload.c_str(), static_cast<long long>(n),
+              dims, c.source.points.empty() ? c.source.generate.c_str() : c.source.points.c_str(),
+              static_cast<long long>(m), c.queries.empty() ? "the points" : c.queries.c_str(),
+              c.workload == "pc" ? (", radius " + std::to_string(radius)).c_str() : (", k " + std::to_string(k)).c_str());
 
   DeviceArray<float> points(ps.coords.size());
   copy_memory(points.p, ps.data(), ps.coords.size() * sizeof(float));
-  DeviceArray<index_t> counts_or_ids(static_cast<std::size_t>(n) * (c.workload == "pc" ? 1 : k));
-  DeviceArray<float> dist(c.workload == "pc" ? 1 : static_cast<std::size_t>(n) * k);
+  DeviceArray<float> separate(qs.coords.size());
+  if (!c.queries.empty()) copy_memory(separate.p, qs.data(), qs.coords.size() * sizeof(float));
+  const float* queries = c.queries.empty() ? points.p : separate.p;
+  DeviceArray<index_t> counts_or_ids(static_cast<std::size_t>(m) * (c.workload == "pc" ? 1 : k));
+  DeviceArray<float> dist(c.workload == "pc" ? 1 : static_cast<std::size_t>(m) * k);
 
   struct Times {
     std::vector<double> total, build;
@@ -89,12 +105,12 @@ int run_e2e(const E2eConfig& c) {
         PointCorrelation pc(tree, Device::Gpu);
         PcOptions o = options(PcOptions{}, ExecutorKind::FsmLockstep);
         o.radius = radius;
-        query([&] { pc.run(points.p, n, o, counts_or_ids.p); });
+        query([&] { pc.run(queries, m, o, counts_or_ids.p); });
       } else {
         NearestNeighbors nn(tree, Device::Gpu);
         KnnOptions o = options(KnnOptions{}, ExecutorKind::Independent);
         o.k = k;
-        query([&] { nn.run(points.p, n, o, counts_or_ids.p, dist.p); });
+        query([&] { nn.run(queries, m, o, counts_or_ids.p, dist.p); });
       }
       t.build.push_back(build_ms);
       if (r == 0) {  // the warm-up's times go
@@ -127,7 +143,7 @@ int run_e2e(const E2eConfig& c) {
   std::printf("A CPU path's first use of the tree (its one host copy: %.1f MiB): %.1f ms\n",
               static_cast<double>(tree_bytes) / (1 << 20), median(host_copy));
   if (!c.json.empty())
-    write_json(c.json, {{"workload", c.workload}, {"n", n}, {"dims", dims}, {"radius", radius},
+    write_json(c.json, {{"workload", c.workload}, {"n", n}, {"queries", m}, {"dims", dims}, {"radius", radius}, {"k", k},
                         {"default_ms", median(deflt.total)}, {"second_query_ms", median(second_query)}, {"fixed_ms", median(fixed.total)},
                         {"build_ms", median(fixed.build)}, {"host_copy_ms", median(host_copy)},
                         {"tree_bytes", tree_bytes}});
