@@ -65,6 +65,16 @@ bool workload_wide(const W& w) {
 // candidates, within [kAutoSampleMin, kAutoSample] (n when smaller).
 index_t auto_sample_size(index_t n, std::size_t candidates);
 
+// The positions of a sample of m of n queries: `blocks` runs of `each` consecutive positions, run b
+// from first[b], spread evenly over 0..n-1 (m < n, 1 <= blocks <= kAutoBlocks).
+struct SampleRuns {
+  index_t each = 0;
+  int blocks = 0;
+  index_t first[kAutoBlocks] = {};
+  CANOPY_HD index_t size() const { return each * blocks; }
+};
+SampleRuns sample_runs(index_t n, index_t m, int blocks);
+
 // m distinct query indices, in position order, taken as `blocks` runs of consecutive positions of
 // `order` (a permutation; null: the input order) spread evenly over 0..n-1; all of them when m >= n.
 std::vector<index_t> block_sample(const index_t* order, index_t n, index_t m, int blocks);

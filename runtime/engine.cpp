@@ -161,6 +161,21 @@ index_t auto_sample_size(index_t n, std::size_t candidates) {
   return std::min(n, std::max(kAutoSampleMin, std::min(kAutoSample, m)));
 }
 
+SampleRuns sample_runs(index_t n, index_t m, int blocks) {
+  if (m >= n || blocks < 1 || blocks > kAutoBlocks)
+    throw Error("sample_runs: " + std::to_string(m) + " of " + std::to_string(n) + " queries in " +
+                std::to_string(blocks) + " blocks (at most " + std::to_string(kAutoBlocks) + ")");
+  SampleRuns r;
+  r.each = std::max<index_t>(1, m / blocks);
+  r.blocks = blocks;
+  for (int b = 0; b < blocks; ++b) {
+    // Block b starts at the b-th of `blocks` even divisions of the room left beside the blocks.
+    const index_t start = static_cast<index_t>((n - r.each * blocks) * static_cast<double>(b) / std::max(1, blocks - 1));
+    r.first[b] = std::min(start + b * r.each, n - r.each);
+  }
+  return r;
+}
+
 std::vector<index_t> block_sample(const index_t* order, index_t n, index_t m, int blocks) {
   std::vector<index_t> rows;
   if (m >= n || blocks < 1) {
@@ -170,14 +185,11 @@ std::vector<index_t> block_sample(const index_t* order, index_t n, index_t m, in
   }
   // The blocks neither overlap nor repeat a position, and `order` is a permutation: the rows are
   // distinct as they come (sorting them cost the trial 20 ms at 2^18 rows).
-  const index_t each = std::max<index_t>(1, m / blocks);
-  rows.resize(static_cast<std::size_t>(each) * static_cast<std::size_t>(blocks));
-  tbb::parallel_for(0, blocks, [&](int b) {
-    // Block b starts at the b-th of `blocks` even divisions of the room left beside the blocks.
-    const index_t start = static_cast<index_t>((n - each * blocks) * static_cast<double>(b) / std::max(1, blocks - 1));
-    const index_t first = std::min(start + b * each, n - each);
-    index_t* out = rows.data() + static_cast<std::size_t>(b) * static_cast<std::size_t>(each);
-    for (index_t i = first; i < first + each; ++i) *out++ = order ? order[i] : i;
+  const SampleRuns r = sample_runs(n, m, std::min(blocks, kAutoBlocks));
+  rows.resize(static_cast<std::size_t>(r.size()));
+  tbb::parallel_for(0, r.blocks, [&](int b) {
+    index_t* out = rows.data() + static_cast<std::size_t>(b) * static_cast<std::size_t>(r.each);
+    for (index_t i = r.first[b]; i < r.first[b] + r.each; ++i) *out++ = order ? order[i] : i;
   });
   return rows;
 }

@@ -8,6 +8,7 @@
 // its own (the tests do). Include from .cu files only.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -47,6 +48,7 @@ struct GpuResources {
   DeviceBuffer<index_t> warp_nodes;
   std::unique_ptr<detail::Pipeline> pipeline;
   std::unique_ptr<TopTree> top_host;
+  const index_t* last_order = nullptr;  // the last run's schedule on the device (null: the input order)
 
   // The top-tree of the last depth a call used, cut on the host and uploaded to `top` once: a
   // deep top-tree of a large tree takes milliseconds to cut, every call. A built-in engine's
@@ -169,8 +171,25 @@ void run_on_gpu(GpuResources& g, const W& w, const typename W::View& host, const
       g.stream.sync();
     }
     if (want) st.schedule = schedule ? DeviceScheduler::download(*schedule, s) : input_order(n);
+    g.last_order = schedule ? schedule->order.get() : nullptr;
   });
 }
+
+namespace gpu {
+// Auto's trial sample (GpuPart::gather_sample): row j of the sample is position
+// runs.first[b] + (j - b * runs.each) of the order, b = j / runs.each.
+template <class Index>
+__global__ void gather_sample_kernel(const float* queries, int dims, const Index* order, SampleRuns runs, float* out) {
+  const std::size_t total = static_cast<std::size_t>(runs.size()) * static_cast<std::size_t>(dims);
+  for (std::size_t t = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; t < total;
+       t += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const index_t row = static_cast<index_t>(t / dims);
+    const int b = static_cast<int>(row / runs.each);
+    const index_t q = scheduled_query(order, runs.first[b] + (row - b * runs.each));
+    out[t] = queries[static_cast<std::size_t>(q) * dims + t % dims];
+  }
+}
+}  // namespace gpu
 
 // A built-in workload's GPU side: the device copy of its data, made once, and the queries' and
 // results' device buffers, reused from call to call. Queries and results the caller holds in
@@ -184,6 +203,16 @@ class BuiltinGpuPart final : public GpuPart<W> {
   }
   std::size_t tree_bytes() const override { return device_.bytes(); }
   stream_t stream() const override { return g_.stream.get(); }
+  bool gathers_samples() const override { return true; }
+  bool gather_sample(const float* queries, int dims, const SampleRuns& runs, bool sorted, float* out) override {
+    const std::size_t total = static_cast<std::size_t>(runs.size()) * static_cast<std::size_t>(dims);
+    if (total == 0) return true;
+    const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((total + 255) / 256, 4096));
+    gpu::gather_sample_kernel<index_t><<<blocks, 256, 0, g_.stream.get()>>>(queries, dims, sorted ? g_.last_order : nullptr,
+                                                                             runs, out);
+    CANOPY_CUDA_CHECK_LAUNCH("gather_sample_kernel (Auto's trial sample)");
+    return true;
+  }
 
   void run(const W& w, const CallData& call, const TraversalOptions& opt, TraversalStats& st) override {
     const cudaStream_t s = g_.stream.get();

@@ -177,6 +177,15 @@ class GpuPart {
   virtual std::size_t tree_bytes() const = 0;
   // The stream its runs work on: device memory a trial allocates there is ready for them.
   virtual stream_t stream() const = 0;
+  // Auto's trial sample gathered on the device, on stream(): the queries [n][dims] (device
+  // memory) at the positions `runs` of the last run's schedule (`sorted`; the input order where
+  // that run had none) or of the input order, into out [runs.size()][dims]. False: this part
+  // cannot, and the trial gathers on the host from a downloaded schedule.
+  virtual bool gather_sample(const float* queries, int dims, const SampleRuns& runs, bool sorted, float* out) {
+    (void)queries, (void)dims, (void)runs, (void)sorted, (void)out;
+    return false;
+  }
+  virtual bool gathers_samples() const { return false; }
 };
 
 // What a workload's calls keep from one to the next (an Engine's or a Traverser's: under its lock).
@@ -218,6 +227,15 @@ struct TrialCall {
   CallData data;
 };
 template <class W>
+void trial_outputs_on_device(const W& w, TrialCall& t, stream_t stream) {
+  const std::size_t n = static_cast<std::size_t>(t.data.n);
+  for (int i = 0; i < 2; ++i)
+    if (w.output_bytes[i] && n > 0) {
+      t.device[1 + i].reserve(w.output_bytes[i] * n, "Auto's trial results", stream);
+      t.data.outputs[i] = t.device[1 + i].get();
+    }
+}
+template <class W>
 TrialCall trial_call(const W& w, const CallData& call, const float* host_queries, const std::vector<index_t>* rows,
                      bool on_device = false, stream_t stream = nullptr) {
   TrialCall t;
@@ -238,11 +256,23 @@ TrialCall trial_call(const W& w, const CallData& call, const float* host_queries
     copy_async(t.device[0].get(), t.data.queries, bytes, stream);  // pageable: staged when it returns
     t.data.queries = static_cast<const float*>(static_cast<const void*>(t.device[0].get()));
   }
-  for (int i = 0; i < 2; ++i)
-    if (w.output_bytes[i] && n > 0) {
-      t.device[1 + i].reserve(w.output_bytes[i] * n, "Auto's trial results", stream);
-      t.data.outputs[i] = t.device[1 + i].get();
-    }
+  trial_outputs_on_device(w, t, stream);
+  return t;
+}
+
+// The same on the device from the start (GpuPart::gather_sample): the call's queries in device
+// memory at the positions `runs` of the call's schedule (sorted) or of the input order.
+template <class W>
+TrialCall device_trial_call(const W& w, const CallData& call, GpuPart<W>& gpu, const SampleRuns& runs, bool sorted) {
+  TrialCall t;
+  t.data.n = runs.size();
+  const std::size_t bytes = static_cast<std::size_t>(t.data.n) * static_cast<std::size_t>(w.query_dims) * sizeof(float);
+  t.device[0].reserve(bytes, "Auto's trial queries", gpu.stream());
+  float* queries = static_cast<float*>(static_cast<void*>(t.device[0].get()));
+  if (!gpu.gather_sample(call.queries, w.query_dims, runs, sorted, queries))
+    throw Error(std::string(w.name) + ": Auto's trial could not gather its sample on the device");
+  t.data.queries = queries;
+  trial_outputs_on_device(w, t, gpu.stream());
   return t;
 }
 
@@ -360,9 +390,11 @@ struct CallPlan {
   index_t batch = 0;           // queries per memory-budget batch (the call's n: one run)
   double depth_trial_ms = 0;   // depth auto's trial, run while planning
   // Auto on a shape's second call: the call under the prior, then every candidate's trial
-  // (sampled: on kAutoSample queries, the prior's schedule kept for them) at trial_depth (the
+  // (sampled: on auto_sample_size queries at positions of the prior's schedule) at trial_depth (the
   // caller's depth; auto: 0), the fastest remembered under auto_key.
-  bool auto_trial = false, trial_sampled = false;
+  // device_sample: the sample is gathered on the device from the call's device queries and
+  // schedule (GpuPart::gather_sample), so the call copies neither to the host.
+  bool auto_trial = false, trial_sampled = false, device_sample = false;
   int trial_depth = 0;
   AutoChoice::Key auto_key;
   std::vector<AutoPick> candidates;
@@ -452,7 +484,6 @@ void plan_auto(const W& w, const typename W::View& view, EngineState& state, ind
   p.trial_sampled = p.auto_trial && w.query_dims > 0 && auto_sample_size(n, p.candidates.size()) < n;
   p.opt.schedule = pick.schedule;
   p.opt.executor = pick.executor;
-  p.opt.keep_schedule = p.opt.keep_schedule || p.trial_sampled;  // the sorted candidates' sample
 }
 
 // Depth auto: AutoDepth's choice, by a trial of fixed plans on a sample of the call. A workload
@@ -495,6 +526,10 @@ CallPlan plan_call(const W& w, const typename W::View& view, Device held, GpuPar
   plan_auto(w, view, state, call.n, p);
   plan_depth_auto(w, view, held, gpu, state, call, p);
   finish_plan(w, view, held, gpu, state, call.n, p);
+  // One run (no memory-budget batches) leaves the whole call's schedule on the device.
+  p.device_sample = p.trial_sampled && p.where == Device::Gpu && gpu && gpu->gathers_samples() &&
+                    p.batch >= call.n && is_device_pointer(call.queries);
+  if (p.trial_sampled && !p.device_sample) p.opt.keep_schedule = true;  // the sorted candidates' sample
   return p;
 }
 
@@ -509,20 +544,25 @@ void run_auto_trial(const W& w, const typename W::View& view, Device held, GpuPa
                     const CallData& call, const CallPlan& p, const TraversalStats& st, double call_wall_ms) {
   const auto start = std::chrono::steady_clock::now();
   const index_t n = call.n;
-  // The trial's data: samples of the call (gathered on the host) at the input order's positions
-  // and at the call's schedule's, each made when a candidate first needs it (a trial that its
-  // budget stops early gathers no more); or the call itself.
+  // The trial's data: samples of the call at the input order's positions and at the call's
+  // schedule's, each made when a candidate first needs it (a trial that its budget stops early
+  // gathers no more); or the call itself. On the device when the call's queries are there
+  // (device_sample: nothing crosses to the host; the H100, 10^7 queries, k = 8: the trial 136 ->
+  // 58 ms), else on the host's cores from a host copy and the downloaded schedule.
   const bool gpu_trial = p.where == Device::Gpu;
   const stream_t trial_stream = gpu_trial ? gpu->stream() : nullptr;
   std::vector<float> staged;
-  if (p.trial_sampled) staged = host_copy_of_queries(call.queries, n, w.query_dims, p.opt.stream);
+  if (p.trial_sampled && !p.device_sample) staged = host_copy_of_queries(call.queries, n, w.query_dims, p.opt.stream);
   const float* queries = staged.empty() ? call.queries : staged.data();
   TrialCall samples[2];
   bool made[2] = {false, false};
   const auto data_for = [&](const AutoPick& c) -> const TrialCall& {
     const int i = p.trial_sampled && c.schedule != ScheduleKind::InputOrder ? 1 : 0;
     if (!made[i]) {
-      if (p.trial_sampled) {
+      if (p.device_sample) {
+        const SampleRuns runs = sample_runs(n, auto_sample_size(n, p.candidates.size()), kAutoBlocks);
+        samples[i] = device_trial_call(w, call, *gpu, runs, i == 1);
+      } else if (p.trial_sampled) {
         const std::vector<index_t> rows = block_sample(i ? st.schedule.order.data() : nullptr, n,
                                                        auto_sample_size(n, p.candidates.size()), kAutoBlocks);
         samples[i] = trial_call(w, call, queries, &rows, gpu_trial, trial_stream);
@@ -533,6 +573,13 @@ void run_auto_trial(const W& w, const typename W::View& view, Device held, GpuPa
     }
     return samples[i];
   };
+  // The sorted sample is taken from the call's schedule, which the first trial run replaces.
+  if (p.device_sample)
+    for (const AutoPick& c : p.candidates)
+      if (c.schedule != ScheduleKind::InputOrder) {
+        data_for(c);
+        break;
+      }
   const double budget = kAutoTrialBudget * call_wall_ms;
   double best = p.trial_sampled ? 0 : run_ms(st), cheapest = 0;
   // The next run is assumed to cost twice the cheapest so far: a candidate can be far slower

@@ -21,6 +21,8 @@
 #include "runtime/barnes_hut.hpp"
 #include "runtime/bh_visitor.hpp"
 #include "runtime/custom.hpp"
+#include "runtime/detail/workloads.hpp"
+#include "runtime/engine.hpp"
 #include "runtime/knn.hpp"
 #include "runtime/knn_visitor.hpp"
 #include "runtime/pc_visitor.hpp"
@@ -326,6 +328,14 @@ TEST(AutoChoice, CandidatesAndSamples) {
   EXPECT_EQ(in_order.front(), 0);
   EXPECT_EQ(in_order.back(), 99999);
   EXPECT_EQ(block_sample(nullptr, 50, 80, 8).size(), 50u);
+  // The same positions as runs (what the device gathers): the first at 0, the last ending at n.
+  const SampleRuns runs = sample_runs(100000, 4096, 8);
+  EXPECT_EQ(runs.size(), 4096);
+  EXPECT_EQ(runs.first[0], 0);
+  EXPECT_EQ(runs.first[7] + runs.each, 100000);
+  for (int b = 0; b < 8; ++b) EXPECT_EQ(in_order[static_cast<std::size_t>(b * runs.each)], runs.first[b]);
+  EXPECT_THROW(sample_runs(50, 80, 8), Error) << "a sample no smaller than the call";
+  EXPECT_THROW(sample_runs(1000, 80, kAutoBlocks + 1), Error);
 }
 
 TEST(AutoChoice, TheCpuRunsIndependentTasksOverTheInputOrder) {
@@ -426,6 +436,52 @@ TEST(KeyScheduleGpu, CustomVisitorsEqualTheCpuTwinToo) {
       EXPECT_EQ(gpu.counts, counts);
       EXPECT_EQ(gpu.sums, sums);
     }
+}
+
+// Auto's trial sample gathered on the device (queries in device memory) is the host's gather at
+// block_sample's rows: of the last run's schedule (sorted) and of the input order.
+TEST(AutoChoiceGpu, TheDeviceSampleIsTheHostGatherOfTheSameRows) {
+  CANOPY_REQUIRE_GPU();
+  using W = detail::KnnWorkload<KdTree>;
+  const std::vector<float> pts = test::clustered_points(20000, 3, 6);
+  const KdTree tree = KdTree::build(pts.data(), 20000, 3);
+  const index_t n = 50000, m = 4100;
+  const std::vector<float> qs = test::random_points(n, 3, 7);
+  const W w(3, 4);
+  const std::unique_ptr<GpuPart<W>> part = make_gpu_part<W>(tree);
+  ASSERT_TRUE(part->gathers_samples());
+  DeviceBuffer<float> queries, sample;
+  DeviceBuffer<index_t> ids;
+  DeviceBuffer<float> dist;
+  const stream_t s = part->stream();  // the buffers are allocated in its order, and freed before it goes
+  queries.reserve(qs.size(), "queries", s);
+  ids.reserve(static_cast<std::size_t>(n) * 4, "ids", s);
+  dist.reserve(static_cast<std::size_t>(n) * 4, "dist", s);
+  sample.reserve(static_cast<std::size_t>(m) * 3, "sample", s);
+  copy_memory(queries.get(), qs.data(), qs.size() * sizeof(float), s);
+  CallData call;
+  call.queries = queries.get();
+  call.n = n;
+  call.outputs[0] = ids.get();
+  call.outputs[1] = dist.get();
+  TraversalOptions opt;
+  opt.schedule = ScheduleKind::LeafSort;
+  opt.executor = ExecutorKind::Independent;
+  opt.keep_schedule = true;
+  TraversalStats st;
+  part->run(w, call, opt, st);
+  ASSERT_EQ(st.schedule.order.size(), static_cast<std::size_t>(n));
+  const SampleRuns runs = sample_runs(n, m, kAutoBlocks);
+  for (bool sorted : {true, false}) {
+    const std::vector<index_t> rows = block_sample(sorted ? st.schedule.order.data() : nullptr, n, m, kAutoBlocks);
+    ASSERT_EQ(rows.size(), static_cast<std::size_t>(runs.size()));
+    ASSERT_TRUE(part->gather_sample(queries.get(), 3, runs, sorted, sample.get()));
+    std::vector<float> got(rows.size() * 3);
+    copy_memory(got.data(), sample.get(), got.size() * sizeof(float), s);
+    std::vector<float> want;
+    for (index_t r : rows) want.insert(want.end(), qs.begin() + r * 3, qs.begin() + r * 3 + 3);
+    EXPECT_EQ(got, want) << (sorted ? "sorted" : "input order");
+  }
 }
 
 // Auto: a size class's first call runs the prior with no trial, its second pays for the trial,
