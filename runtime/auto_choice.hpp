@@ -75,8 +75,9 @@ struct SampleRuns {
 };
 SampleRuns sample_runs(index_t n, index_t m, int blocks);
 
-// m distinct query indices, in position order, taken as `blocks` runs of consecutive positions of
-// `order` (a permutation; null: the input order) spread evenly over 0..n-1; all of them when m >= n.
+// m distinct query indices, in position order, taken as `blocks` runs (at most kAutoBlocks: more
+// are taken as kAutoBlocks) of consecutive positions of `order` (a permutation; null: the input
+// order) spread evenly over 0..n-1 (sample_runs); all of them when m >= n.
 std::vector<index_t> block_sample(const index_t* order, index_t n, index_t m, int blocks);
 
 // Auto's picks, process-wide (a simulation that rebuilds its tree every step pays for one trial,

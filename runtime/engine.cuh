@@ -204,14 +204,13 @@ class BuiltinGpuPart final : public GpuPart<W> {
   std::size_t tree_bytes() const override { return device_.bytes(); }
   stream_t stream() const override { return g_.stream.get(); }
   bool gathers_samples() const override { return true; }
-  bool gather_sample(const float* queries, int dims, const SampleRuns& runs, bool sorted, float* out) override {
+  void gather_sample(const float* queries, int dims, const SampleRuns& runs, bool sorted, float* out) override {
     const std::size_t total = static_cast<std::size_t>(runs.size()) * static_cast<std::size_t>(dims);
-    if (total == 0) return true;
+    if (total == 0) return;
     const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((total + 255) / 256, 4096));
     gpu::gather_sample_kernel<index_t><<<blocks, 256, 0, g_.stream.get()>>>(queries, dims, sorted ? g_.last_order : nullptr,
                                                                              runs, out);
     CANOPY_CUDA_CHECK_LAUNCH("gather_sample_kernel (Auto's trial sample)");
-    return true;
   }
 
   void run(const W& w, const CallData& call, const TraversalOptions& opt, TraversalStats& st) override {

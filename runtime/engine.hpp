@@ -177,15 +177,16 @@ class GpuPart {
   virtual std::size_t tree_bytes() const = 0;
   // The stream its runs work on: device memory a trial allocates there is ready for them.
   virtual stream_t stream() const = 0;
+  // Whether gather_sample works; where it does not, the trial gathers on the host from a
+  // downloaded schedule.
+  virtual bool gathers_samples() const { return false; }
   // Auto's trial sample gathered on the device, on stream(): the queries [n][dims] (device
   // memory) at the positions `runs` of the last run's schedule (`sorted`; the input order where
-  // that run had none) or of the input order, into out [runs.size()][dims]. False: this part
-  // cannot, and the trial gathers on the host from a downloaded schedule.
-  virtual bool gather_sample(const float* queries, int dims, const SampleRuns& runs, bool sorted, float* out) {
+  // that run had none) or of the input order, into out [runs.size()][dims].
+  virtual void gather_sample(const float* queries, int dims, const SampleRuns& runs, bool sorted, float* out) {
     (void)queries, (void)dims, (void)runs, (void)sorted, (void)out;
-    return false;
+    throw Error("GpuPart::gather_sample: this part gathers no samples (gathers_samples() is false)");
   }
-  virtual bool gathers_samples() const { return false; }
 };
 
 // What a workload's calls keep from one to the next (an Engine's or a Traverser's: under its lock).
@@ -269,8 +270,7 @@ TrialCall device_trial_call(const W& w, const CallData& call, GpuPart<W>& gpu, c
   const std::size_t bytes = static_cast<std::size_t>(t.data.n) * static_cast<std::size_t>(w.query_dims) * sizeof(float);
   t.device[0].reserve(bytes, "Auto's trial queries", gpu.stream());
   float* queries = static_cast<float*>(static_cast<void*>(t.device[0].get()));
-  if (!gpu.gather_sample(call.queries, w.query_dims, runs, sorted, queries))
-    throw Error(std::string(w.name) + ": Auto's trial could not gather its sample on the device");
+  gpu.gather_sample(call.queries, w.query_dims, runs, sorted, queries);
   t.data.queries = queries;
   trial_outputs_on_device(w, t, gpu.stream());
   return t;

@@ -475,7 +475,7 @@ TEST(AutoChoiceGpu, TheDeviceSampleIsTheHostGatherOfTheSameRows) {
   for (bool sorted : {true, false}) {
     const std::vector<index_t> rows = block_sample(sorted ? st.schedule.order.data() : nullptr, n, m, kAutoBlocks);
     ASSERT_EQ(rows.size(), static_cast<std::size_t>(runs.size()));
-    ASSERT_TRUE(part->gather_sample(queries.get(), 3, runs, sorted, sample.get()));
+    part->gather_sample(queries.get(), 3, runs, sorted, sample.get());
     std::vector<float> got(rows.size() * 3);
     copy_memory(got.data(), sample.get(), got.size() * sizeof(float), s);
     std::vector<float> want;
