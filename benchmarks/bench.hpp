@@ -101,6 +101,7 @@ struct E2eConfig {
   PointSource source;
   std::string queries;  // a generator spec for separate queries (seed + 1); empty: the points
   std::string workload = "pc";
+  std::string radius = "auto:32";  // pc: a radius, or auto:M (a mean count of M)
   int k = 8;
   int repeat = 3;
   std::string json;

@@ -69,10 +69,9 @@ BallTree BallTree::build_on_gpu(const float* points, index_t n, int dims, const 
   BallTree tree;
   tree.set_shape(dims, options.leaf_size, in.height);
   const std::size_t nn = static_cast<std::size_t>(in.n_nodes);
-  tree.keep_on_device(b.keep(tree.nodes_,
-                              {{"the ball-tree centres", centres.get(), nn * stride * sizeof(float)},
-                               {"the ball-tree radii", radii.get(), nn * sizeof(float)}}, stats),
-                      n);
+  tree.keep_on_device(b.keep({{"the ball-tree centres", centres.get(), nn * stride * sizeof(float)},
+                              {"the ball-tree radii", radii.get(), nn * sizeof(float)}}, stats),
+                      n, b.n_nodes);
   return tree;
 }
 

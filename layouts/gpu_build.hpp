@@ -15,7 +15,7 @@ namespace canopy {
 struct GpuBuildStats {
   double build_ms = 0;     // the build on the device, from the points in device memory (GPU time)
   double upload_ms = 0;    // copying host input to the device (0 for device input)
-  double download_ms = 0;  // copying the finished tree to the host
+  double download_ms = 0;  // copying the finished tree to the host (a point tree's: none, PointTree)
 };
 
 // Device::Auto builds on the GPU from this many points up, when one is present: below it the

@@ -50,10 +50,9 @@ KdTree KdTreeGpuBuilder::build(const float* points, index_t n, int dims, const K
   b.build(pts, n, dims, options.leaf_size, counter, false, [](const Level&, index_t, index_t, const index_t*, cudaStream_t) {});
   KdTree tree;
   tree.set_shape(dims, options.leaf_size, height);
-  tree.keep_on_device(b.keep(tree.nodes_,
-                              {{"the kd-tree boxes", b.boxes.get(),
-                                static_cast<std::size_t>(n_nodes) * 2 * padded_dims(dims) * sizeof(float)}}, stats),
-                       n);
+  tree.keep_on_device(b.keep({{"the kd-tree boxes", b.boxes.get(),
+                               static_cast<std::size_t>(n_nodes) * 2 * padded_dims(dims) * sizeof(float)}}, stats),
+                      n, b.n_nodes);
   return tree;
 }
 

@@ -348,7 +348,7 @@ inline void check_gpu_build(const std::string& prefix, const float* points, inde
 class MedianGpuBuild {
  public:
   Stream stream;
-  Event t0, t1, t2, t3;
+  Event t0, t1, t2;
   DeviceBuffer<KdNode> nodes;
   DeviceBuffer<float> boxes;        // [nodes][2 stride]: each node's bounding box
   DeviceBuffer<index_t> point_ids;  // tree order
@@ -448,11 +448,10 @@ class MedianGpuBuild {
     std::size_t bytes;
   };
   // Leaves the tree on the device: the shared arrays and `extra` copied into arrays the tree
-  // owns (the builder's own buffers serve the next build), the nodes copied to the host (the
-  // engines cut top-trees from them); waits for the copies and fills stats (upload: none for
-  // device input; download: the nodes').
-  std::shared_ptr<detail::ResidentArrays> keep(std::vector<KdNode>& nodes_out, std::initializer_list<Array> extra,
-                                              GpuBuildStats* stats) {
+  // owns (the builder's own buffers serve the next build; the host copies the nodes when it
+  // first needs them, PointTree); waits for the copies and fills stats (upload: none for device
+  // input; download: none).
+  std::shared_ptr<detail::ResidentArrays> keep(std::initializer_list<Array> extra, GpuBuildStats* stats) {
     const cudaStream_t s = stream.get();
     std::shared_ptr<detail::ResidentArrays> resident = detail::next_resident(last_resident_);
     const std::size_t un = static_cast<std::size_t>(n_);
@@ -466,14 +465,11 @@ class MedianGpuBuild {
     for (const Array& a : shared) add(a);
     for (const Array& a : extra) add(a);
     t2.record(s);
-    nodes_out.resize(static_cast<std::size_t>(n_nodes));  // zero-filled while the device builds
-    detail::copy_down(nodes_out.data(), nodes.get(), nodes_out.size() * sizeof(KdNode), s, &staging_);
-    t3.record(s);
     stream.sync();
     if (stats) {
       stats->upload_ms = uploaded_ ? t1.since(t0) : 0.0;
       stats->build_ms = t2.since(t1);
-      stats->download_ms = t3.since(t2);
+      stats->download_ms = 0.0;
     }
     return resident;
   }

@@ -127,10 +127,11 @@ class DeviceResident {
   DeviceResident& operator=(DeviceResident&&) noexcept = default;
   ~DeviceResident() = default;
 
-  // Copies every array the host lacks from the device, once (thread-safe), in one download.
-  // Only CPU paths call it (a CPU call, count_nodes' emulator, an accessor, a copy): a GPU call
-  // reads the arrays in place.
-  void fetch_host() const {
+  // Copies every array the host lacks from the device, once (thread-safe), in one download; or
+  // (`only`) the one array of that name. Only CPU paths call it (a CPU call, count_nodes'
+  // emulator, an accessor, a copy) and, for the nodes, a top-tree's cut: a GPU call reads the
+  // arrays in place.
+  void fetch_host(const char* only = nullptr) const {
     if (host_ready()) return;
     std::lock_guard<std::mutex> lock(fetch_->m);
     if (fetch_->done.load(std::memory_order_relaxed)) return;
@@ -140,7 +141,7 @@ class DeviceResident {
     tree.map_view([&](const auto& v, const char* what) {
       using T = std::decay_t<decltype(v[0])>;
       auto& out = const_cast<std::vector<T>&>(v);  // a mutable member
-      if (out.empty()) {
+      if (out.empty() && (!only || std::strcmp(only, what) == 0)) {
         const std::size_t bytes = resident_->bytes(what);
         allocate.push_back([&out, bytes] { out.resize(bytes / sizeof(T)); });
         copies.push_back({what, nullptr, bytes});
@@ -168,7 +169,7 @@ class DeviceResident {
       });
       throw;
     }
-    fetch_->done.store(true, std::memory_order_release);
+    if (!only) fetch_->done.store(true, std::memory_order_release);
   }
   // One of the layout's host arrays for an accessor: copied from the device first where needed.
   template <class T>

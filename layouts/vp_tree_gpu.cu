@@ -292,13 +292,12 @@ VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTr
 
   VpTree tree;
   tree.set_shape(dims, leaf_size, in.height);
-  tree.keep_on_device(b.keep(tree.nodes_,
-                              {{"the vp-tree vantage points", a.vantages.get(), nn * stride * sizeof(float)},
-                               {"the vp-tree split radii", a.mu.get(), nn * sizeof(float)},
-                               {"the vp-tree parents", a.parent.get(), nn * sizeof(node_id)},
-                               {"the vp-tree shells (low ends)", a.shell_lo.get(), nn * sizeof(float)},
-                               {"the vp-tree shells (high ends)", a.shell_hi.get(), nn * sizeof(float)}}, stats),
-                      n);
+  tree.keep_on_device(b.keep({{"the vp-tree vantage points", a.vantages.get(), nn * stride * sizeof(float)},
+                              {"the vp-tree split radii", a.mu.get(), nn * sizeof(float)},
+                              {"the vp-tree parents", a.parent.get(), nn * sizeof(node_id)},
+                              {"the vp-tree shells (low ends)", a.shell_lo.get(), nn * sizeof(float)},
+                              {"the vp-tree shells (high ends)", a.shell_hi.get(), nn * sizeof(float)}}, stats),
+                      n, b.n_nodes);
   return tree;
 }
 

@@ -44,6 +44,10 @@ struct AutoPick {
 std::vector<AutoPick> auto_candidates(const TraversalOptions& opt, Device device, bool sort_key, bool guided,
                                       bool wide = false);
 
+// Drops each candidate of schedule `twin` that has a candidate of schedule `of` under the same
+// executor: where the two give the same order (key_is_leaf_sort), a run of both measures one.
+void drop_twins(std::vector<AutoPick>& candidates, ScheduleKind twin, ScheduleKind of);
+
 // A guided workload says with an optional `bool wide_search() const` that its queries search
 // regions wide beside a warp's group of sorted queries (kNN with k > 16 over a kd-tree). There a
 // lockstep warp's union of paths costs little more than each lane's own, and it shares the nodes'

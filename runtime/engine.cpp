@@ -153,6 +153,17 @@ std::vector<AutoPick> auto_candidates(const TraversalOptions& opt, Device device
   return out;
 }
 
+void drop_twins(std::vector<AutoPick>& candidates, ScheduleKind twin, ScheduleKind of) {
+  std::vector<AutoPick> kept;
+  for (const AutoPick& c : candidates) {
+    const bool repeat = c.schedule == twin && std::any_of(candidates.begin(), candidates.end(), [&](const AutoPick& o) {
+                          return o.schedule == of && o.executor == c.executor;
+                        });
+    if (!repeat) kept.push_back(c);
+  }
+  candidates.swap(kept);
+}
+
 index_t auto_sample_size(index_t n, std::size_t candidates) {
   // Each candidate once, the close ones twice: about candidates + 2 runs of the sample, which
   // should come to about one call (the budget, twice that, then stops the trial).

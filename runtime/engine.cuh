@@ -198,7 +198,7 @@ template <class W>
 class BuiltinGpuPart final : public GpuPart<W> {
  public:
   explicit BuiltinGpuPart(const typename W::Data& data)
-      : host_(W::host_view(data)), device_(data, g_.stream.get()) {
+      : data_(data), host_(W::host_view(data)), device_(data, g_.stream.get()) {
     g_.stream.sync();
   }
   std::size_t tree_bytes() const override { return device_.bytes(); }
@@ -232,6 +232,8 @@ class BuiltinGpuPart final : public GpuPart<W> {
         d.outputs[i] = outputs_[i].get();
       }
       const DeviceFootprint fp{device_.bytes(), w.query_dims * sizeof(float) + w.output_bytes[0] + w.output_bytes[1]};
+      if constexpr (detail::has_topology_view<W>::value)
+        if (uses_top_tree(opt.schedule)) host_ = W::topology_view(data_);  // the cut's nodes, fetched once
       run_on_gpu(g_, w, host_, device_.view(), d, opt, fp, st);
       // Large results through the part's pinned slots, the host's side on all its cores (H200
       // host: a pageable copy of 258 MB took 75 ms, mostly fresh pages faulted in on one core).
@@ -243,6 +245,7 @@ class BuiltinGpuPart final : public GpuPart<W> {
 
  private:
   GpuResources g_;  // first: its stream frees the buffers below
+  const typename W::Data& data_;
   typename W::View host_;
   typename W::Device device_;
   DeviceBuffer<float> queries_;

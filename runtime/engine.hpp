@@ -13,6 +13,8 @@
 //   static constexpr bool kBuiltinTree;        // a binary tree of Canopy's (custom trees keep
 //                                              // probed rows at kDefaultTopTreeDepth)
 //   static constexpr bool kSortKey;            // whether LeafSort has a key
+//   static index_t sort_key_leaves(view);      // optional: LeafSort's key is the leaf a query
+//                                              // lies in, one of this many (key_is_leaf_sort)
 //   const char* name;                          // the API's name in errors ("PointCorrelation")
 //   int default_depth;                         // top-tree depth for depth 0
 //   int query_dims;                            // floats per query (0: the view holds the queries)
@@ -28,6 +30,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -45,68 +48,12 @@
 #include "layouts/top_tree.hpp"
 #include "runtime/auto_choice.hpp"
 #include "runtime/engine_cpu.hpp"
+#include "runtime/engine_plan.hpp"
 #include "runtime/options.hpp"
 #include "scheduler/guided.hpp"
 #include "scheduler/schedule.hpp"
 
 namespace canopy {
-
-// The pipeline's first chunk is chunk / kPipelineRamp (TraversalOptions::pipeline_ramp).
-constexpr index_t kPipelineRamp = 8;
-
-// Checks the options every workload shares and starts a call's statistics: a depth outside
-// 0..height, a negative row_cap, device gpu on an object made for the cpu (`who` names it), are
-// errors. Depth 0 becomes default_depth capped at the height, or kDefaultPositionalDepth for
-// guided rows without a probe on a built-in tree (a custom tree's fan-out is unknown: a deeper
-// top-tree could have millions of leaves).
-TraversalStats begin_call(const TraversalOptions& opt, Device held, const char* who, int height, int default_depth,
-                          bool guided, bool builtin_tree);
-
-// How a GPU run of n queries is carried out under the options and the memory budget.
-struct RunPlan {
-  bool pipelined = false;
-  index_t chunk = 0;
-};
-// fixed_bytes: the tree, queries and results on the device; per_query_bytes: what the pipeline
-// holds per query of a chunk (pipeline_bytes_per_query); free_bytes: the device's free memory.
-// Errors name the sizes: a budget (or device) too small for the tree, or for the tree plus the
-// queries and results, or for one query's matrix row.
-RunPlan plan_run(const TraversalOptions& opt, index_t n, std::size_t tree_bytes, std::size_t fixed_bytes,
-                 std::size_t per_query_bytes, std::size_t free_bytes);
-// Queries per call when the queries and results themselves (per_query_bytes each) do not fit
-// the memory budget beside the tree (tree_bytes): batches that leave room for their whole
-// matrix (matrix_bytes_per_query). n when there is no budget or the queries and results fit
-// (the matrix is then chunked instead); an error naming the sizes when not even one query fits.
-index_t budget_batch(const TraversalOptions& opt, index_t n, std::size_t tree_bytes, std::size_t per_query_bytes,
-                     std::size_t matrix_bytes_per_query);
-// Appends one batch's statistics (the queries first .. first + batch) to the whole call's.
-void append_batch(TraversalStats& all, TraversalStats&& part, index_t first, bool first_batch);
-
-// A pipeline's chunks, as boundaries 0, ..., n (a pipelined schedule's buckets are its chunks):
-// of `chunk` queries each, or with `ramp` (and more than one chunk) of chunk / kPipelineRamp,
-// doubling up to `chunk`.
-std::vector<index_t> chunk_boundaries(index_t n, index_t chunk, bool ramp);
-// Whether a pipelined run under `opt` ramps its chunks (TraversalOptions::pipeline_ramp).
-inline bool pipeline_ramps(const TraversalOptions& opt) {
-  return opt.pipeline_ramp && opt.schedule == ScheduleKind::Hybrid;
-}
-// Device bytes per query of a chunk the pipeline's two buffer slots need under schedule `kind`;
-// row_entries: the top-leaves (unguided) or the entries per guided row (GuidedRows::width).
-std::size_t pipeline_bytes_per_query(ScheduleKind kind, bool guided, index_t row_entries);
-
-// HybridKey's top-tree depth for n queries: the shallowest depth whose top-tree has at least
-// n / kKeyQueriesPerLeaf top-leaves (n / kHintedKeyQueriesPerLeaf for a key with a home hint),
-// else the tree's height. leaves: top_leaves_by_depth(tree).
-int key_depth(const std::vector<index_t>& leaves, index_t n, bool hinted);
-
-// m query indices spread evenly over 0..n-1 (all of them when m >= n): row i is i * n / m.
-std::vector<index_t> spread_sample(index_t n, index_t m);
-// The rows of a row-major [n][dims] array at `rows`.
-std::vector<float> gather_rows(const float* data, int dims, const std::vector<index_t>& rows);
-// The options of one trial run at `depth`: nothing kept, nothing counted.
-TraversalOptions trial_options(const TraversalOptions& opt, int depth);
-// A run's total time: the wall time when pipelined, else inspect + schedule + execute.
-double run_ms(const TraversalStats& s);
 
 // --depth auto. A quick trial: each candidate depth (the default - 3 .. the default + 3, within
 // the tree) runs the whole call, with the caller's options, on an evenly spread sample of the
@@ -194,6 +141,9 @@ struct EngineState {
   CpuScratch cpu;
   AutoDepth auto_depth;
   std::vector<index_t> top_leaves;  // top_leaves_by_depth of the engine's tree, once needed
+  // Makes the nodes of the view the calls get ready on the host, where the engine's tree may
+  // not have them yet (a GPU build's; Engine sets it): before a walk of its nodes there.
+  std::function<void()> fetch_nodes;
 };
 
 namespace detail {
@@ -279,7 +229,10 @@ TrialCall device_trial_call(const W& w, const CallData& call, GpuPart<W>& gpu, c
 // The engine's tree's top_leaves_by_depth, counted once.
 template <class W>
 const std::vector<index_t>& engine_top_leaves(const typename W::View& view, EngineState& state) {
-  if (state.top_leaves.empty()) state.top_leaves = top_leaves_by_depth(W::topology(view));
+  if (state.top_leaves.empty()) {
+    if (state.fetch_nodes) state.fetch_nodes();
+    state.top_leaves = top_leaves_by_depth(W::topology(view));
+  }
   return state.top_leaves;
 }
 
@@ -325,6 +278,25 @@ bool workload_hinted(const W& w, const typename W::View& view) {
 template <class W>
 int workload_key_depth(const W& w, const typename W::View& view, EngineState& state, index_t n) {
   return key_depth(engine_top_leaves<W>(view, state), n, workload_hinted(w, view));
+}
+
+template <class W, class = void>
+struct has_sort_key_leaves : std::false_type {};
+template <class W>
+struct has_sort_key_leaves<W, std::void_t<decltype(W::sort_key_leaves(std::declval<const typename W::View&>()))>>
+    : std::true_type {};
+
+// Whether HybridKey's order of n queries at depth 0 is the leaf sort's (but for queries the root
+// rejects, which the key sorts last): the workload's sort key is the leaf a query lies in, its
+// key has a home hint, and the tree has fewer leaves than the key wants (key_depth is then the
+// full height, whose top-leaves are the leaves). From the tree's size alone: no walk of its nodes.
+template <class W>
+bool key_is_leaf_sort(const W& w, const typename W::View& view, index_t n) {
+  if constexpr (has_sort_key_leaves<W>::value)
+    return workload_hinted(w, view) &&
+           W::sort_key_leaves(view) < (n + kHintedKeyQueriesPerLeaf - 1) / kHintedKeyQueriesPerLeaf;
+  else
+    return false;
 }
 
 // The top-tree depth that depth 0 stands for before it is capped at the tree's height (the
@@ -465,6 +437,10 @@ void plan_auto(const W& w, const typename W::View& view, EngineState& state, ind
   if (p.opt.schedule != ScheduleKind::Auto && p.opt.executor != ExecutorKind::Auto) return;
   const bool wide = workload_wide(w);
   p.candidates = auto_candidates(p.opt, p.where, W::kSortKey, W::kGuided, wide);
+  // HybridKey would rerun the leaf sort's order after a full-height top-tree cut (at 10^7 queries
+  // 46-52 ms of host work for a 2.1 ms run, the trial 2.7x its call): not tried.
+  if ((p.opt.depth == 0 || p.opt.depth == kAutoDepth) && key_is_leaf_sort(w, view, n))
+    drop_twins(p.candidates, ScheduleKind::HybridKey, ScheduleKind::LeafSort);
   AutoPick pick = p.candidates.front();
   if (p.candidates.size() > 1 && n > 0 && workload_rerunnable_v<W>) {
     // A wide search has its own candidates, so its own picks (kNN with k = 30 and k = 8 differ).
@@ -648,6 +624,12 @@ struct has_full_view : std::false_type {};
 template <class W>
 struct has_full_view<W, std::void_t<decltype(W::full_view(std::declval<const typename W::Data&>()))>>
     : std::true_type {};
+// A workload whose host_view may lack the nodes, which topology_view fetches.
+template <class W, class = void>
+struct has_topology_view : std::false_type {};
+template <class W>
+struct has_topology_view<W, std::void_t<decltype(W::topology_view(std::declval<const typename W::Data&>()))>>
+    : std::true_type {};
 }  // namespace detail
 
 // Made in runtime/engine.cuh; each built-in workload's .cu file instantiates it.
@@ -665,10 +647,15 @@ class Engine {
   Engine(const typename W::Data& data, Device device)
       : data_(data), view_(W::host_view(data)), device_(resolve_device(device)) {
     if (device_ == Device::Gpu) gpu_ = make_gpu_part<W>(data);
+    if constexpr (detail::has_topology_view<W>::value)
+      state_.fetch_nodes = [this] {
+        if (!full_) view_ = W::topology_view(data_);  // (run_call's view is view_ itself)
+      };
   }
   Device device() const { return device_; }
-  // The host view: its sizes always, its arrays once a CPU call has needed them (a tree left on
-  // the device by its GPU build is copied back only then). A copy: a CPU call may replace it.
+  // The host view: its sizes always, its nodes once a top-tree has needed them, its arrays once
+  // a CPU call has (a tree left on the device by its GPU build is copied back only then). A copy:
+  // a later call may replace it.
   typename W::View view() const {
     const std::lock_guard<std::mutex> lock(mutex_);
     return view_;

@@ -399,6 +399,53 @@ TEST(DeviceTrees, CustomTraversalOverATreeOnTheDevice) {
   EXPECT_FALSE(gpu.host_ready()) << "a custom GPU traversal copied the tree to the host";
 }
 
+// A GPU build leaves even the nodes on the device: a GPU call under the leaf sort or the input
+// order (the default's first call) copies nothing; the first top-tree (a hybrid schedule, or the
+// compact key's depth in Auto's trial) brings the nodes alone, equal to the CPU build's.
+TEST(DeviceTrees, TheNodesComeToTheHostOnlyForATopTree) {
+  CANOPY_REQUIRE_GPU();
+  const std::vector<float> pts = test::random_points(kPoints, 3, 81), queries = test::random_points(kQueries, 3, 82);
+  const KdTree cpu = KdTree::build(pts.data(), kPoints, 3, {8, Device::Cpu});
+  const KdTree gpu = KdTree::build(pts.data(), kPoints, 3);
+  ASSERT_TRUE(gpu.on_device());
+  EXPECT_EQ(gpu.shape_view().nodes, nullptr) << "the build brought the nodes back";
+  EXPECT_EQ(gpu.node_count(), cpu.node_count());
+  EXPECT_EQ(gpu.shape_view().n_nodes, cpu.node_count());
+  EXPECT_EQ(gpu.shape_view().height, cpu.height());
+  NearestNeighbors want_nn(cpu, Device::Gpu), got_nn(gpu, Device::Gpu);
+  auto both = [&](ScheduleKind schedule, const char* what) {
+    KnnOptions o;
+    o.k = 5;
+    o.schedule = schedule;
+    const KnnResult want = want_nn.run(queries.data(), kQueries, o), got = got_nn.run(queries.data(), kQueries, o);
+    EXPECT_EQ(got.indices, want.indices) << what;
+    EXPECT_TRUE(same_bits(got.distances, want.distances)) << what;
+    return got;
+  };
+  AutoChoice::forget_all();
+  both(ScheduleKind::Auto, "the default's first call");
+  both(ScheduleKind::LeafSort, "leaf sort");
+  both(ScheduleKind::InputOrder, "input order");
+  EXPECT_EQ(gpu.shape_view().nodes, nullptr) << "a call without a top-tree fetched the nodes";
+  // The compact key at depth 0 (as Auto's trial runs it): its depth needs the nodes' levels
+  // (EngineState::fetch_nodes), then its cut (the GPU part's).
+  both(ScheduleKind::HybridKey, "the compact key");
+  EXPECT_NE(gpu.shape_view().nodes, nullptr) << "the compact key ran without the nodes";
+  EXPECT_FALSE(gpu.host_ready()) << "the nodes came with the other arrays";
+  EXPECT_TRUE(same_bits(gpu.nodes(), cpu.nodes()));
+  // A fresh tree: a fixed hybrid schedule's cut fetches them in the GPU part alone.
+  const KdTree fresh = KdTree::build(pts.data(), kPoints, 3);
+  NearestNeighbors fresh_nn(fresh, Device::Gpu);
+  KnnOptions o;
+  o.k = 5;
+  o.schedule = ScheduleKind::Hybrid;
+  o.depth = 6;
+  EXPECT_EQ(fresh_nn.run(queries.data(), kQueries, o).indices, want_nn.run(queries.data(), kQueries, o).indices);
+  EXPECT_NE(fresh.shape_view().nodes, nullptr);
+  EXPECT_TRUE(same_bits(fresh.nodes(), cpu.nodes()));
+  EXPECT_FALSE(fresh.host_ready());
+}
+
 // The rule the engines follow (no GPU needed): only the CPU run and count_nodes' emulator read
 // the whole tree on the host; no other option of a GPU call does.
 TEST(DeviceTrees, OnlyCpuPathsReadTheHostTree) {

@@ -300,6 +300,17 @@ TEST(AutoChoice, CandidatesAndSamples) {
   EXPECT_EQ(auto_candidates(o, Device::Gpu, true, false).size(), 2u);
   EXPECT_EQ(auto_candidates(o, Device::Gpu, true, true).size(), 1u);
   EXPECT_EQ(auto_candidates(o, Device::Gpu, true, true, true).size(), 1u) << "no lockstep over a fixed input order";
+  // Twins: HybridKey goes where LeafSort runs under the same executor, and only there.
+  std::vector<AutoPick> twins = gpu;
+  drop_twins(twins, ScheduleKind::HybridKey, ScheduleKind::LeafSort);
+  ASSERT_EQ(twins.size(), 3u);
+  for (const AutoPick& p : twins) EXPECT_NE(p.schedule, ScheduleKind::HybridKey);
+  EXPECT_EQ(twins[0].schedule, ScheduleKind::LeafSort) << "the prior stays first";
+  EXPECT_EQ(twins[0].executor, ExecutorKind::FsmLockstep);
+  std::vector<AutoPick> lone{{ScheduleKind::LeafSort, ExecutorKind::Independent},
+                             {ScheduleKind::HybridKey, ExecutorKind::FsmLockstep}};
+  drop_twins(lone, ScheduleKind::HybridKey, ScheduleKind::LeafSort);
+  EXPECT_EQ(lone.size(), 2u) << "no LeafSort under lockstep: HybridKey's lockstep run stays";
 
   // The sample: about one call's work over the candidates (and the close ones' second timing),
   // within [kAutoSampleMin, kAutoSample], the whole of a smaller call.
@@ -336,6 +347,57 @@ TEST(AutoChoice, CandidatesAndSamples) {
   for (int b = 0; b < 8; ++b) EXPECT_EQ(in_order[static_cast<std::size_t>(b * runs.each)], runs.first[b]);
   EXPECT_THROW(sample_runs(50, 80, 8), Error) << "a sample no smaller than the call";
   EXPECT_THROW(sample_runs(1000, 80, kAutoBlocks + 1), Error);
+}
+
+// Auto drops HybridKey where its order is the leaf sort's (key_is_leaf_sort): the premise, on
+// the CPU (the GPU's orders equal the CPU's, KeyScheduleGpu): at the full height the compact key
+// with a home hint sorts the queries as LeafSort does, for point correlation and for kNN over
+// every point tree; and the rule names the full height only where key_depth does.
+TEST(AutoChoice, TheCompactKeyAtTheFullHeightIsTheLeafSort) {
+  const PcSetup s(5000, 3);
+  const std::vector<float> qs = test::random_points(4000, 3, 21);
+  auto orders = [&](auto run, int height, const char* what) {
+    const Schedule sorted = run(ScheduleKind::LeafSort, 0);
+    const Schedule key = run(ScheduleKind::HybridKey, height);
+    ASSERT_EQ(sorted.order.size(), 4000u) << what;
+    EXPECT_EQ(key.order, sorted.order) << what;
+  };
+  PointCorrelation pc(s.tree, Device::Cpu);
+  orders([&](ScheduleKind kind, int d) {
+    PcOptions o;
+    o.device = Device::Cpu;
+    o.schedule = kind;
+    o.executor = ExecutorKind::Independent;
+    o.radius = std::sqrt(s.v.radius2);
+    o.depth = d;
+    o.keep_schedule = true;
+    return pc.run(s.pts.data(), 4000, o).schedule;  // (a query the root rejects sorts last under the key)
+  }, s.tree.height(), "pc");
+  auto knn = [&](const auto& tree, const char* what) {
+    NearestNeighbors nn(tree, Device::Cpu);
+    orders([&](ScheduleKind kind, int d) {
+      KnnOptions o;
+      o.device = Device::Cpu;
+      o.k = 5;
+      o.schedule = kind;
+      o.executor = ExecutorKind::Independent;
+      o.depth = d;
+      o.keep_schedule = true;
+      return nn.run(qs.data(), 4000, o).schedule;
+    }, tree.height(), what);
+    using W = detail::KnnWorkload<std::decay_t<decltype(tree)>>;
+    const W w(3, 5);
+    const std::vector<index_t> leaves = top_leaves_by_depth(tree.view());
+    EXPECT_EQ(W::sort_key_leaves(tree.view()), leaves.back()) << what;
+    for (index_t n = 1; n < 8 * leaves.back(); n += 97)
+      if (detail::key_is_leaf_sort(w, tree.view(), n))
+        EXPECT_EQ(key_depth(leaves, n, true), tree.height()) << what << ", " << n << " queries";
+    EXPECT_TRUE(detail::key_is_leaf_sort(w, tree.view(), 4 * leaves.back() + 1)) << what;
+    EXPECT_FALSE(detail::key_is_leaf_sort(w, tree.view(), 4 * leaves.back())) << what;
+  };
+  knn(s.tree, "knn kd");
+  knn(BallTree::build(s.pts.data(), 5000, 3), "knn ball");
+  knn(VpTree::build(s.pts.data(), 5000, 3), "knn vp");
 }
 
 TEST(AutoChoice, TheCpuRunsIndependentTasksOverTheInputOrder) {

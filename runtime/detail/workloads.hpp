@@ -42,11 +42,15 @@ struct PointTreeWorkload {
   using View = decltype(std::declval<const Tree&>().view());
   using Device = DeviceCopy<Tree>;
   static constexpr bool kBuiltinTree = true, kSortKey = true;
-  // What the GPU side reads on the host: the topology (a tree left on the device by its GPU
-  // build is not copied back for it). full_view: every array, for the CPU.
-  static View host_view(const Data& tree) { return tree.topology_view(); }
+  // What the GPU side reads on the host: the sizes, and the nodes once a top-tree needs them
+  // (topology_view; a tree left on the device by its GPU build is not copied back for less).
+  // full_view: every array, for the CPU.
+  static View host_view(const Data& tree) { return tree.shape_view(); }
+  static View topology_view(const Data& tree) { return tree.topology_view(); }
   static View full_view(const Data& tree) { return tree.view(); }
   static const View& topology(const View& v) { return v; }
+  // LeafSort's key is the leaf a query lies in, one of this many (a full binary tree's).
+  static index_t sort_key_leaves(const View& v) { return (static_cast<index_t>(v.n_nodes) + 1) / 2; }
 
   int default_depth = kDefaultTopTreeDepth;
   int query_dims = 0;
