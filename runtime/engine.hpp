@@ -226,13 +226,18 @@ TrialCall device_trial_call(const W& w, const CallData& call, GpuPart<W>& gpu, c
   return t;
 }
 
+// The engine's tree for a walk of its nodes on the host: fetched first where the host lacks
+// them (EngineState::fetch_nodes; `view` is the engine's own, which that replaces).
+template <class W>
+const auto& host_topology(const typename W::View& view, EngineState& state) {
+  if (state.fetch_nodes) state.fetch_nodes();
+  return W::topology(view);
+}
+
 // The engine's tree's top_leaves_by_depth, counted once.
 template <class W>
 const std::vector<index_t>& engine_top_leaves(const typename W::View& view, EngineState& state) {
-  if (state.top_leaves.empty()) {
-    if (state.fetch_nodes) state.fetch_nodes();
-    state.top_leaves = top_leaves_by_depth(W::topology(view));
-  }
+  if (state.top_leaves.empty()) state.top_leaves = top_leaves_by_depth(host_topology<W>(view, state));
   return state.top_leaves;
 }
 
@@ -393,7 +398,7 @@ void finish_plan(const W& w, const typename W::View& view, Device held, GpuPart<
         opt.depth >= 0 && opt.depth <= height))
     return;
   const TraversalStats st = begin_call(opt, held, w.name, height, w.default_depth, W::kGuided, W::kBuiltinTree);
-  const TopTree top = TopTree::build(W::topology(view), st.depth);
+  const TopTree top = TopTree::build(host_topology<W>(view, state), st.depth);
   const std::size_t per_query = w.query_dims * sizeof(float) + w.output_bytes[0] + w.output_bytes[1];
   p.batch = budget_batch(
       opt, n, gpu->tree_bytes(), per_query,

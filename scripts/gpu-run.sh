@@ -41,6 +41,9 @@
 #          a regex of the cases to run, SMOKE_ARGS more of the script's options
 #   smoke-memcheck  the same under compute-sanitizer memcheck, 10^5 points, no real files
 #          (SMOKE_JOBS default 4)
+#   jz     issue 38's table at jz-tree's shape (canopy-bench e2e: N uniform 3-d points, N separate
+#          queries, data on the device, build + the default call, its trial): N = 10^6, 10^7,
+#          3x10^7, kNN k = 8, 16, 30, 64 and radius counts for a mean of 30; 2-d and 7-d at 10^6
 #   defaults  the default call against every schedule x executor (independent, sorted,
 #          hybrid-key, auto, the old dense-matrix default): pc and knn on covtype, cities,
 #          uniform 400k-7d and 10^5..10^7 3-d, bh on plummer and uniform 1M (RESULTS.md,
@@ -142,6 +145,24 @@ if [[ $what == bh || $what == quick || $what == all ]]; then
         --json "$out/bh_${input%%:*}.json" | tail -14
     done
   } 2>&1 | tee "$out/bh.txt"
+fi
+
+if [[ $what == jz ]]; then
+  for N in 1000000 10000000 30000000; do
+    for K in 8 16 30 64; do
+      echo "== e2e knn uniform:$N:3 k $K"
+      timeout 300 $bin/canopy-bench e2e --workload knn --generate uniform:$N:3 --queries uniform:$N:3 --k $K --repeat 3 \
+        --json "$out/jz_knn_${N}_$K.json" | grep -E "^\| (default|leaf)|second"
+    done
+    echo "== e2e pc uniform:$N:3 radius auto:30"
+    timeout 300 $bin/canopy-bench e2e --workload pc --generate uniform:$N:3 --queries uniform:$N:3 --radius auto:30 \
+      --repeat 3 --json "$out/jz_pc_$N.json" | grep -E "^\| (default|leaf)|second"
+  done 2>&1 | tee "$out/jz.txt"
+  for D in 2 7; do
+    echo "== e2e knn uniform:1000000:$D k 30"
+    timeout 300 $bin/canopy-bench e2e --workload knn --generate uniform:1000000:$D --queries uniform:1000000:$D --k 30 \
+      --repeat 3 --json "$out/jz_knn_${D}d.json" | grep -E "^\| (default|leaf)|second"
+  done 2>&1 | tee -a "$out/jz.txt"
 fi
 
 if [[ $what == defaults ]]; then

@@ -444,6 +444,17 @@ TEST(DeviceTrees, TheNodesComeToTheHostOnlyForATopTree) {
   EXPECT_NE(fresh.shape_view().nodes, nullptr);
   EXPECT_TRUE(same_bits(fresh.nodes(), cpu.nodes()));
   EXPECT_FALSE(fresh.host_ready());
+  // Memory-budget batches size themselves from a top-tree cut on the host, whatever the schedule.
+  const KdTree budgeted = KdTree::build(pts.data(), kPoints, 3);
+  NearestNeighbors budget_nn(budgeted, Device::Gpu);
+  o.schedule = ScheduleKind::LeafSort;
+  o.depth = 0;
+  const KnnResult whole = want_nn.run(queries.data(), kQueries, o);
+  o.memory_budget = budgeted.bytes() + 50000;  // about 960 queries' data and results a batch
+  const KnnResult batched = budget_nn.run(queries.data(), kQueries, o);
+  EXPECT_EQ(batched.indices, whole.indices);
+  EXPECT_TRUE(same_bits(batched.distances, whole.distances));
+  EXPECT_NE(budgeted.shape_view().nodes, nullptr);
 }
 
 // The rule the engines follow (no GPU needed): only the CPU run and count_nodes' emulator read
