@@ -480,7 +480,7 @@ class MedianGpuBuild {
   bool uploaded_ = false;  // the last upload() copied host points
   std::shared_ptr<detail::ResidentArrays> last_resident_;  // the last tree's arrays (keep)
   DeviceBuffer<float> input_;
-  detail::StagingSlots staging_;  // the upload's and the nodes' copies (large trees)
+  detail::StagingSlots staging_;  // the upload's copies (large point sets)
   DeviceBuffer<index_t> table_sizes_, table_nodes_;
   DeviceBuffer<index_t> lists_[2][kMaxDims + 1];
   DeviceBuffer<std::uint32_t> keys_, sorted_keys_;
