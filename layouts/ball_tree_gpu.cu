@@ -71,7 +71,7 @@ BallTree BallTree::build_on_gpu(const float* points, index_t n, int dims, const 
   const std::size_t nn = static_cast<std::size_t>(in.n_nodes);
   tree.keep_on_device(b.keep({{"the ball-tree centres", centres.get(), nn * stride * sizeof(float)},
                               {"the ball-tree radii", radii.get(), nn * sizeof(float)}}, stats),
-                      n, b.n_nodes);
+                      n);
   return tree;
 }
 

@@ -52,7 +52,7 @@ KdTree KdTreeGpuBuilder::build(const float* points, index_t n, int dims, const K
   tree.set_shape(dims, options.leaf_size, height);
   tree.keep_on_device(b.keep({{"the kd-tree boxes", b.boxes.get(),
                                static_cast<std::size_t>(n_nodes) * 2 * padded_dims(dims) * sizeof(float)}}, stats),
-                      n, b.n_nodes);
+                      n);
   return tree;
 }
 

@@ -84,7 +84,10 @@ class PointTree : public detail::DeviceResident<Tree> {
   int dims() const { return dims_; }
   int height() const { return height_; }
   int leaf_size() const { return leaf_size_; }
-  node_id node_count() const { return this->on_device() ? n_nodes_ : static_cast<node_id>(nodes_.size()); }
+  node_id node_count() const {  // (a tree on the device may not have fetched its nodes)
+    const std::size_t n = this->on_device() ? this->resident()->bytes(kNodesName) / sizeof(KdNode) : nodes_.size();
+    return static_cast<node_id>(n);
+  }
   Device built_on() const { return built_on_; }  // where its build ran (Cpu or Gpu)
 
   const std::vector<KdNode>& nodes() const {
@@ -117,11 +120,9 @@ class PointTree : public detail::DeviceResident<Tree> {
     height_ = height;
   }
 
-  // After a GPU build has filled `resident`: the tree of `points` points and `nodes` nodes is
-  // on the device.
-  void keep_on_device(std::shared_ptr<detail::ResidentArrays> resident, index_t points, node_id nodes) {
+  // After a GPU build has filled `resident`: the tree is on the device.
+  void keep_on_device(std::shared_ptr<detail::ResidentArrays> resident, index_t points) {
     detail::DeviceResident<Tree>::keep_on_device(std::move(resident), points);
-    n_nodes_ = nodes;
     built_on_ = Device::Gpu;
   }
 
@@ -132,7 +133,6 @@ class PointTree : public detail::DeviceResident<Tree> {
   int dims_ = 0;
   int height_ = 0;
   int leaf_size_ = 0;
-  node_id n_nodes_ = 0;  // of a tree on the device (nodes_ may not be fetched yet)
   Device built_on_ = Device::Cpu;
 };
 

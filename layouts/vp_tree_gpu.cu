@@ -297,7 +297,7 @@ VpTree VpTree::build_on_gpu(const float* points, index_t n, int dims, const VpTr
                               {"the vp-tree parents", a.parent.get(), nn * sizeof(node_id)},
                               {"the vp-tree shells (low ends)", a.shell_lo.get(), nn * sizeof(float)},
                               {"the vp-tree shells (high ends)", a.shell_hi.get(), nn * sizeof(float)}}, stats),
-                      n, b.n_nodes);
+                      n);
   return tree;
 }
 

@@ -88,7 +88,7 @@ class Traverser {
     // one is kept.
     g_.forget_top_tree();
     state_.top_leaves.clear();
-    Part<W> part(g_, host_tree, device_tree);
+    Part<W> part(g_, device_tree);
     CallData call;
     call.n = n_queries;
     return run_call(w, host_tree, Device::Gpu, &part, state_, call, opt);
@@ -100,22 +100,21 @@ class Traverser {
   template <class W>
   class Part final : public GpuPart<W> {
    public:
-    Part(GpuResources& g, const typename W::View& host, const typename W::View& device)
-        : g_(g), host_(host), device_(device) {}
+    Part(GpuResources& g, const typename W::View& device) : g_(g), device_(device) {}
     std::size_t tree_bytes() const override { return 0; }
     stream_t stream() const override { return g_.stream.get(); }
-    void run(const W& w, const CallData& call, const TraversalOptions& opt, TraversalStats& st) override {
+    void run(const W& w, const typename W::View& host, const CallData& call, const TraversalOptions& opt,
+             TraversalStats& st) override {
       {
         // Its destructor, at the end of this block or on an error, makes the caller's stream wait.
         const CallerStream caller(g_.stream.get(), opt.stream, g_.caller_ready, g_.done);
-        run_on_gpu(g_, w, host_, device_, call, opt, DeviceFootprint{}, st);
+        run_on_gpu(g_, w, host, device_, call, opt, DeviceFootprint{}, st);
       }
       g_.stream.sync();
     }
 
    private:
     GpuResources& g_;
-    const typename W::View& host_;
     const typename W::View& device_;
   };
 

@@ -198,7 +198,7 @@ template <class W>
 class BuiltinGpuPart final : public GpuPart<W> {
  public:
   explicit BuiltinGpuPart(const typename W::Data& data)
-      : data_(data), host_(W::host_view(data)), device_(data, g_.stream.get()) {
+      : device_(data, g_.stream.get()) {
     g_.stream.sync();
   }
   std::size_t tree_bytes() const override { return device_.bytes(); }
@@ -208,12 +208,13 @@ class BuiltinGpuPart final : public GpuPart<W> {
     const std::size_t total = static_cast<std::size_t>(runs.size()) * static_cast<std::size_t>(dims);
     if (total == 0) return;
     const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((total + 255) / 256, 4096));
-    gpu::gather_sample_kernel<index_t><<<blocks, 256, 0, g_.stream.get()>>>(queries, dims, sorted ? g_.last_order : nullptr,
-                                                                             runs, out);
+    const index_t* order = sorted ? g_.last_order : nullptr;
+    gpu::gather_sample_kernel<index_t><<<blocks, 256, 0, g_.stream.get()>>>(queries, dims, order, runs, out);
     CANOPY_CUDA_CHECK_LAUNCH("gather_sample_kernel (Auto's trial sample)");
   }
 
-  void run(const W& w, const CallData& call, const TraversalOptions& opt, TraversalStats& st) override {
+  void run(const W& w, const typename W::View& host, const CallData& call, const TraversalOptions& opt,
+           TraversalStats& st) override {
     const cudaStream_t s = g_.stream.get();
     {
       // Its destructor, at the end of this block or on an error, makes the caller's stream wait.
@@ -232,9 +233,7 @@ class BuiltinGpuPart final : public GpuPart<W> {
         d.outputs[i] = outputs_[i].get();
       }
       const DeviceFootprint fp{device_.bytes(), w.query_dims * sizeof(float) + w.output_bytes[0] + w.output_bytes[1]};
-      if constexpr (detail::has_topology_view<W>::value)
-        if (uses_top_tree(opt.schedule)) host_ = W::topology_view(data_);  // the cut's nodes, fetched once
-      run_on_gpu(g_, w, host_, device_.view(), d, opt, fp, st);
+      run_on_gpu(g_, w, host, device_.view(), d, opt, fp, st);
       // Large results through the part's pinned slots, the host's side on all its cores (H200
       // host: a pageable copy of 258 MB took 75 ms, mostly fresh pages faulted in on one core).
       for (int i = 0; i < 2; ++i)
@@ -245,8 +244,6 @@ class BuiltinGpuPart final : public GpuPart<W> {
 
  private:
   GpuResources g_;  // first: its stream frees the buffers below
-  const typename W::Data& data_;
-  typename W::View host_;
   typename W::Device device_;
   DeviceBuffer<float> queries_;
   DeviceBuffer<unsigned char> outputs_[2];

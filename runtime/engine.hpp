@@ -119,7 +119,9 @@ template <class W>
 class GpuPart {
  public:
   virtual ~GpuPart() = default;
-  virtual void run(const W& w, const CallData& call, const TraversalOptions& opt, TraversalStats& st) = 0;
+  // host: the call's view with host pointers, which a top-tree is cut from (its nodes fetched).
+  virtual void run(const W& w, const typename W::View& host, const CallData& call, const TraversalOptions& opt,
+                   TraversalStats& st) = 0;
   // Device bytes of the tree (and any fixed data) that every call keeps on the device.
   virtual std::size_t tree_bytes() const = 0;
   // The stream its runs work on: device memory a trial allocates there is ready for them.
@@ -325,7 +327,8 @@ TraversalStats run_fixed(const W& w, const typename W::View& view, Device held, 
   }
   std::vector<float> host_queries;
   if (st.device == Device::Gpu) {
-    gpu->run(w, call, opt, st);
+    if (uses_top_tree(opt.schedule)) (void)host_topology<W>(view, state);  // the cut's nodes
+    gpu->run(w, view, call, opt, st);
   } else {
     // The CPU reads and writes host memory: device queries and results go through the host.
     host_queries = host_copy_of_queries(call.queries, call.n, w.query_dims, opt.stream);

@@ -41,17 +41,17 @@ __global__ void ragged_shift_kernel(const T* in, T* out, index_t n, T shift) {
 template <class W>
 class RaggedCountPart final : public GpuPart<W> {
  public:
-  RaggedCountPart(GpuResources& g, const typename W::View& host, const typename W::View& device, std::size_t fixed)
-      : g_(g), host_(host), device_(device), fixed_(fixed) {}
+  RaggedCountPart(GpuResources& g, const typename W::View& device, std::size_t fixed)
+      : g_(g), device_(device), fixed_(fixed) {}
   std::size_t tree_bytes() const override { return fixed_; }
   stream_t stream() const override { return g_.stream.get(); }
-  void run(const W& w, const CallData& call, const TraversalOptions& opt, TraversalStats& st) override {
-    run_on_gpu(g_, w, host_, device_, call, opt, DeviceFootprint{fixed_, 0}, st);
+  void run(const W& w, const typename W::View& host, const CallData& call, const TraversalOptions& opt,
+           TraversalStats& st) override {
+    run_on_gpu(g_, w, host, device_, call, opt, DeviceFootprint{fixed_, 0}, st);
   }
 
  private:
   GpuResources& g_;
-  const typename W::View& host_;
   const typename W::View& device_;
   std::size_t fixed_;
 };
@@ -85,7 +85,7 @@ class RaggedGpu {
       const CallerStream caller(s, opt.stream, g_.caller_ready, g_.done);
       counts_.reserve(static_cast<std::size_t>(n) + 1, "the ragged counts", s);
       const W w{v, who, counts_.get()};
-      RaggedCountPart<W> part(g_, host, device, fixed_bytes);
+      RaggedCountPart<W> part(g_, device, fixed_bytes);
       CallData call;
       call.n = n;
       static_cast<TraversalStats&>(st) = run_call(w, host, Device::Gpu, &part, state_, call, count_pass_options(opt));

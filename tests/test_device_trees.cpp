@@ -428,12 +428,12 @@ TEST(DeviceTrees, TheNodesComeToTheHostOnlyForATopTree) {
   both(ScheduleKind::InputOrder, "input order");
   EXPECT_EQ(gpu.shape_view().nodes, nullptr) << "a call without a top-tree fetched the nodes";
   // The compact key at depth 0 (as Auto's trial runs it): its depth needs the nodes' levels
-  // (EngineState::fetch_nodes), then its cut (the GPU part's).
+  // (EngineState::fetch_nodes), then its cut.
   both(ScheduleKind::HybridKey, "the compact key");
   EXPECT_NE(gpu.shape_view().nodes, nullptr) << "the compact key ran without the nodes";
   EXPECT_FALSE(gpu.host_ready()) << "the nodes came with the other arrays";
   EXPECT_TRUE(same_bits(gpu.nodes(), cpu.nodes()));
-  // A fresh tree: a fixed hybrid schedule's cut fetches them in the GPU part alone.
+  // A fresh tree: a fixed hybrid schedule's cut alone fetches them (run_fixed).
   const KdTree fresh = KdTree::build(pts.data(), kPoints, 3);
   NearestNeighbors fresh_nn(fresh, Device::Gpu);
   KnnOptions o;

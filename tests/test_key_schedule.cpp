@@ -389,9 +389,11 @@ TEST(AutoChoice, TheCompactKeyAtTheFullHeightIsTheLeafSort) {
     const W w(3, 5);
     const std::vector<index_t> leaves = top_leaves_by_depth(tree.view());
     EXPECT_EQ(W::sort_key_leaves(tree.view()), leaves.back()) << what;
-    for (index_t n = 1; n < 8 * leaves.back(); n += 97)
-      if (detail::key_is_leaf_sort(w, tree.view(), n))
+    for (index_t n = 1; n < 8 * leaves.back(); n += 97) {
+      if (detail::key_is_leaf_sort(w, tree.view(), n)) {
         EXPECT_EQ(key_depth(leaves, n, true), tree.height()) << what << ", " << n << " queries";
+      }
+    }
     EXPECT_TRUE(detail::key_is_leaf_sort(w, tree.view(), 4 * leaves.back() + 1)) << what;
     EXPECT_FALSE(detail::key_is_leaf_sort(w, tree.view(), 4 * leaves.back())) << what;
   };
@@ -531,7 +533,7 @@ TEST(AutoChoiceGpu, TheDeviceSampleIsTheHostGatherOfTheSameRows) {
   opt.executor = ExecutorKind::Independent;
   opt.keep_schedule = true;
   TraversalStats st;
-  part->run(w, call, opt, st);
+  part->run(w, W::host_view(tree), call, opt, st);
   ASSERT_EQ(st.schedule.order.size(), static_cast<std::size_t>(n));
   const SampleRuns runs = sample_runs(n, m, kAutoBlocks);
   for (bool sorted : {true, false}) {
